@@ -1,0 +1,166 @@
+//! The GEMM workload: `C[batch][M×N] (+)= A[batch][M×K] · B[batch][K×N]`, with its op
+//! counts and compulsory bytes. Every operand is read once and C written once (plus read
+//! once when accumulating): the minimum any schedule can move. Operand layout, padding,
+//! alignment and a wider accumulator type are not modelled; C has the operands' dtype.
+
+use crate::dtype::DType;
+use crate::error::{checked_product, checked_sum, CoreError, Result};
+use serde::{Deserialize, Serialize};
+
+/// A (batched) matrix multiplication.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gemm {
+    /// Rows of A and C.
+    pub m: u64,
+    /// Columns of B and C.
+    pub n: u64,
+    /// Reduction dimension.
+    pub k: u64,
+    /// Independent GEMMs, each with its own A, B and C.
+    #[serde(default = "one")]
+    pub batch: u64,
+    /// Element type of A, B and C.
+    pub dtype: DType,
+    /// `C += A·B` (C is read once more) instead of `C = A·B`.
+    #[serde(default)]
+    pub accumulate: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Bytes of each operand over the whole batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperandBytes {
+    /// A: `batch · ceil(M·K·bits/8)`.
+    pub a: u64,
+    /// B: `batch · ceil(K·N·bits/8)`.
+    pub b: u64,
+    /// C: `batch · ceil(M·N·bits/8)`.
+    pub c: u64,
+}
+
+impl Gemm {
+    /// A validated GEMM with `batch = 1`, no accumulation.
+    pub fn new(m: u64, n: u64, k: u64, dtype: DType) -> Result<Self> {
+        let g = Gemm {
+            m,
+            n,
+            k,
+            batch: 1,
+            dtype,
+            accumulate: false,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Dimensions are ≥ 1, and FLOPs and compulsory bytes fit in 64 bits.
+    pub fn validate(&self) -> Result<()> {
+        for (f, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch)] {
+            if v == 0 {
+                return Err(CoreError::invalid(f, v, "GEMM dimensions must be at least 1"));
+            }
+        }
+        self.flops()?;
+        self.compulsory_bytes()?;
+        Ok(())
+    }
+
+    /// Multiply-accumulates: `batch · M · N · K`.
+    pub fn macs(&self) -> Result<u64> {
+        checked_product(&[self.batch, self.m, self.n, self.k], "batch·m·n·k (MACs)")
+    }
+
+    /// FLOPs: `2 · MACs`, plus `batch · M · N` additions when accumulating into C.
+    pub fn flops(&self) -> Result<u64> {
+        let two_macs = self
+            .macs()?
+            .checked_mul(2)
+            .ok_or_else(|| CoreError::overflow("2·MACs (FLOPs)"))?;
+        let acc = if self.accumulate {
+            checked_product(&[self.batch, self.m, self.n], "batch·m·n")?
+        } else {
+            0
+        };
+        checked_sum(&[two_macs, acc], "FLOPs")
+    }
+
+    /// Bytes of A, B and C over the batch.
+    pub fn operand_bytes(&self) -> Result<OperandBytes> {
+        let per = |r: u64, c: u64, what: &str| -> Result<u64> {
+            let elems = checked_product(&[r, c], what)?;
+            let b = self.dtype.bytes_for(elems)?;
+            b.checked_mul(self.batch).ok_or_else(|| CoreError::overflow(what))
+        };
+        Ok(OperandBytes {
+            a: per(self.m, self.k, "bytes of A")?,
+            b: per(self.k, self.n, "bytes of B")?,
+            c: per(self.m, self.n, "bytes of C")?,
+        })
+    }
+
+    /// Compulsory DRAM bytes: `A + B + C` (`+ C` again when accumulating).
+    pub fn compulsory_bytes(&self) -> Result<u64> {
+        let o = self.operand_bytes()?;
+        let c_reads = if self.accumulate { o.c } else { 0 };
+        checked_sum(&[o.a, o.b, o.c, c_reads], "compulsory bytes")
+    }
+
+    /// Arithmetic intensity: `FLOPs / compulsory bytes` (FLOP per byte).
+    pub fn arithmetic_intensity(&self) -> Result<f64> {
+        Ok(self.flops()? as f64 / self.compulsory_bytes()? as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_compulsory_bytes() {
+        // 2×3×4 fp32: A 2·4·4 = 32, B 4·3·4 = 48, C 2·3·4 = 24 -> 104 bytes.
+        let g = Gemm::new(2, 3, 4, DType::Fp32).unwrap();
+        assert_eq!(g.compulsory_bytes().unwrap(), 104);
+        // MACs 24, FLOPs 48, AI 48/104.
+        assert_eq!(g.macs().unwrap(), 24);
+        assert_eq!(g.flops().unwrap(), 48);
+        assert!((g.arithmetic_intensity().unwrap() - 48.0 / 104.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn accumulate_reads_c_and_adds() {
+        // 2×3×4 fp32 accumulate: 104 + 24 bytes; 48 + 6 FLOPs.
+        let mut g = Gemm::new(2, 3, 4, DType::Fp32).unwrap();
+        g.accumulate = true;
+        assert_eq!(g.compulsory_bytes().unwrap(), 128);
+        assert_eq!(g.flops().unwrap(), 54);
+    }
+
+    #[test]
+    fn int4_operands_are_half_bytes() {
+        // 128×128×128 int4: each operand 16384 elements × 0.5 byte = 8192 bytes.
+        let g = Gemm::new(128, 128, 128, DType::Int4).unwrap();
+        assert_eq!(g.compulsory_bytes().unwrap(), 3 * 8192);
+    }
+
+    #[test]
+    fn zero_and_overflow_rejected() {
+        let e = Gemm::new(0, 3, 4, DType::Fp32).unwrap_err().to_string();
+        assert!(e.contains("`m`") && e.contains("= 0"), "{e}");
+        let e = Gemm::new(1 << 30, 1 << 30, 1 << 30, DType::Fp32).unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{e}");
+    }
+}
+
+/// A GEMM with a name, as produced by decomposing a larger workload (a transformer block's
+/// `q_proj`, a convolution's lowered GEMM).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NamedGemm {
+    /// Name within the parent workload.
+    pub name: String,
+    /// The GEMM.
+    pub gemm: Gemm,
+}

@@ -1,0 +1,340 @@
+//! Hardware descriptions: per-dtype dense peak throughput, a DRAM level, optional on-chip
+//! levels and an optional processing-element (PE) array. A spec is a set of published
+//! ceilings, not a simulator: it leaves out clocks that vary with power, caches'
+//! replacement behaviour, the interconnect, and anything the vendor does not publish.
+//! Fields a source does not give are absent rather than guessed.
+
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One level of the memory hierarchy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLevel {
+    /// Level name, e.g. `dram`, `smem_per_sm`, `l2`.
+    pub name: String,
+    /// Capacity of one instance of the level, in bytes, when published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    /// Aggregate bandwidth of the level in bytes per second, when published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_bytes_per_s: Option<f64>,
+    /// How many instances exist (e.g. one shared-memory block per SM); 1 for a shared level.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub instances: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+fn is_one(v: &u64) -> bool {
+    *v == 1
+}
+
+/// A rectangular array of multiply-accumulate PEs (a systolic array or a tensor core).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeArray {
+    /// PE rows.
+    pub rows: u64,
+    /// PE columns.
+    pub cols: u64,
+    /// MACs each PE completes per cycle.
+    #[serde(default = "one")]
+    pub macs_per_pe_per_cycle: u64,
+    /// Array clock in Hz.
+    pub clock_hz: f64,
+    /// Number of identical arrays that work on independent folds in parallel.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub arrays: u64,
+}
+
+impl PeArray {
+    /// Array-derived peak: `2 · rows · cols · macs_per_pe_per_cycle · arrays · clock_hz` FLOP/s.
+    pub fn peak_flops_per_s(&self) -> f64 {
+        2.0 * self.rows as f64
+            * self.cols as f64
+            * self.macs_per_pe_per_cycle as f64
+            * self.arrays as f64
+            * self.clock_hz
+    }
+
+    /// Total PE count: `rows · cols · arrays`.
+    pub fn pe_count(&self) -> u64 {
+        self.rows.saturating_mul(self.cols).saturating_mul(self.arrays)
+    }
+}
+
+/// A chip as TensorForge sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareSpec {
+    /// Preset or file name.
+    pub name: String,
+    /// One-line description (what part, which configuration).
+    #[serde(default)]
+    pub description: String,
+    /// Dense (never 2:4-sparse) peak throughput per dtype, in FLOP/s (OP/s for integers).
+    pub peak_ops_per_s: BTreeMap<DType, f64>,
+    /// Off-chip memory; its bandwidth is required.
+    pub dram: MemoryLevel,
+    /// On-chip levels, innermost first. The first level with a capacity is where tiles are
+    /// staged for the SRAM-fit check (per instance), unless the caller overrides it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub onchip: Vec<MemoryLevel>,
+    /// PE array, when the chip's matrix engine is described as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pe_array: Option<PeArray>,
+    /// Where each figure comes from (full list in docs/hardware.md for presets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
+    /// Caveats: derived figures, omitted figures, configuration assumptions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+fn positive_finite(field: &str, v: f64) -> Result<()> {
+    if !v.is_finite() || v <= 0.0 {
+        return Err(CoreError::invalid(field, v, "must be a positive, finite number"));
+    }
+    Ok(())
+}
+
+fn positive_int(field: &str, v: u64) -> Result<()> {
+    if v == 0 {
+        return Err(CoreError::invalid(field, v, "must be at least 1"));
+    }
+    Ok(())
+}
+
+impl MemoryLevel {
+    fn validate(&self, prefix: &str, need_bandwidth: bool) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(CoreError::invalid(format!("{prefix}.name"), "\"\"", "must not be empty"));
+        }
+        if let Some(c) = self.capacity_bytes {
+            positive_int(&format!("{prefix}.capacity_bytes"), c)?;
+        }
+        match self.bandwidth_bytes_per_s {
+            Some(b) => positive_finite(&format!("{prefix}.bandwidth_bytes_per_s"), b)?,
+            None if need_bandwidth => {
+                return Err(CoreError::invalid(
+                    format!("{prefix}.bandwidth_bytes_per_s"),
+                    "(missing)",
+                    "DRAM bandwidth is required",
+                ))
+            }
+            None => {}
+        }
+        positive_int(&format!("{prefix}.instances"), self.instances)
+    }
+
+    /// Total capacity over all instances, when the capacity is known.
+    pub fn total_capacity_bytes(&self) -> Option<u64> {
+        self.capacity_bytes.map(|c| c.saturating_mul(self.instances))
+    }
+}
+
+impl HardwareSpec {
+    /// Check that every number is positive and finite and that the spec is self-consistent:
+    /// at least one peak; DRAM bandwidth present; on-chip levels no larger in total than DRAM;
+    /// unique level names; a PE array's derived peak within 5 % of some stated peak.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(CoreError::invalid("name", "\"\"", "must not be empty"));
+        }
+        if self.peak_ops_per_s.is_empty() {
+            return Err(CoreError::invalid(
+                "peak_ops_per_s",
+                "{}",
+                "give at least one dtype's dense peak, e.g. fp16 = 1.0e14",
+            ));
+        }
+        for (d, v) in &self.peak_ops_per_s {
+            positive_finite(&format!("peak_ops_per_s.{d}"), *v)?;
+        }
+        self.dram.validate("dram", true)?;
+        let mut names = vec![self.dram.name.as_str()];
+        for (i, l) in self.onchip.iter().enumerate() {
+            let prefix = format!("onchip[{i}]");
+            l.validate(&prefix, false)?;
+            if names.contains(&l.name.as_str()) {
+                return Err(CoreError::invalid(
+                    format!("{prefix}.name"),
+                    &l.name,
+                    "duplicate memory level name",
+                ));
+            }
+            names.push(&l.name);
+            if let (Some(total), Some(dram)) = (l.total_capacity_bytes(), self.dram.capacity_bytes) {
+                if total > dram {
+                    return Err(CoreError::invalid(
+                        format!("{prefix}.capacity_bytes"),
+                        total,
+                        format!("on-chip total exceeds DRAM capacity ({dram} bytes)"),
+                    ));
+                }
+            }
+        }
+        if let Some(pe) = &self.pe_array {
+            positive_int("pe_array.rows", pe.rows)?;
+            positive_int("pe_array.cols", pe.cols)?;
+            positive_int("pe_array.macs_per_pe_per_cycle", pe.macs_per_pe_per_cycle)?;
+            positive_int("pe_array.arrays", pe.arrays)?;
+            positive_finite("pe_array.clock_hz", pe.clock_hz)?;
+            let derived = pe.peak_flops_per_s();
+            if !derived.is_finite() {
+                return Err(CoreError::invalid("pe_array", derived, "derived peak is not finite"));
+            }
+            let consistent = self
+                .peak_ops_per_s
+                .values()
+                .any(|p| (derived - p).abs() <= 0.05 * p);
+            if !consistent {
+                return Err(CoreError::invalid(
+                    "pe_array",
+                    format!("{derived:.4e} FLOP/s"),
+                    "2·rows·cols·macs_per_pe_per_cycle·arrays·clock_hz must be within 5 % of one of the stated peak_ops_per_s",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Dense peak for `dtype`, or an error listing the dtypes the spec does give.
+    pub fn peak_for(&self, dtype: DType) -> Result<f64> {
+        self.peak_ops_per_s
+            .get(&dtype)
+            .copied()
+            .ok_or_else(|| CoreError::MissingPeak {
+                hardware: self.name.clone(),
+                dtype: dtype.to_string(),
+                available: self.dtypes().join(", "),
+            })
+    }
+
+    /// Names of the dtypes the spec gives a peak for.
+    pub fn dtypes(&self) -> Vec<&'static str> {
+        self.peak_ops_per_s.keys().map(|d| d.name()).collect()
+    }
+
+    /// The level where tiles are staged: the first on-chip level with a capacity.
+    pub fn tile_buffer(&self) -> Option<&MemoryLevel> {
+        self.onchip.iter().find(|l| l.capacity_bytes.is_some())
+    }
+
+    /// Every level with a bandwidth, DRAM first: each is a roof in the roofline.
+    pub fn bandwidth_levels(&self) -> impl Iterator<Item = (&str, f64)> {
+        std::iter::once(&self.dram)
+            .chain(self.onchip.iter())
+            .filter_map(|l| l.bandwidth_bytes_per_s.map(|b| (l.name.as_str(), b)))
+    }
+
+    /// Parse and validate a TOML hardware document; `source` (a file name) prefixes errors.
+    pub fn from_toml_str(text: &str, source: &str) -> Result<Self> {
+        let spec: HardwareSpec = toml::from_str(text).map_err(|e| CoreError::Parse {
+            source_name: source.to_string(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        spec.validate().map_err(|e| e.with_source(source))?;
+        Ok(spec)
+    }
+
+    /// Parse and validate a JSON hardware document; `source` (a file name) prefixes errors.
+    pub fn from_json_str(text: &str, source: &str) -> Result<Self> {
+        let spec: HardwareSpec = serde_json::from_str(text).map_err(|e| CoreError::Parse {
+            source_name: source.to_string(),
+            message: e.to_string(),
+        })?;
+        spec.validate().map_err(|e| e.with_source(source))?;
+        Ok(spec)
+    }
+
+    /// Serialize to TOML (the same format `from_toml_str` reads).
+    pub fn to_toml_string(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| CoreError::Parse {
+            source_name: self.name.clone(),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "toy"
+[peak_ops_per_s]
+fp16 = 2.048e12
+[dram]
+name = "dram"
+bandwidth_bytes_per_s = 1.0e11
+capacity_bytes = 17179869184
+[[onchip]]
+name = "sram"
+capacity_bytes = 524288
+[pe_array]
+rows = 32
+cols = 32
+clock_hz = 1.0e9
+"#;
+
+    #[test]
+    fn toml_round_trip() {
+        let s = HardwareSpec::from_toml_str(GOOD, "toy.toml").unwrap();
+        assert_eq!(s.tile_buffer().unwrap().capacity_bytes, Some(524288));
+        let again = HardwareSpec::from_toml_str(&s.to_toml_string().unwrap(), "x").unwrap();
+        assert_eq!(s, again);
+        let j = serde_json::to_string(&s).unwrap();
+        assert_eq!(HardwareSpec::from_json_str(&j, "x.json").unwrap(), s);
+    }
+
+    #[test]
+    fn negative_bandwidth_names_file_and_field() {
+        let bad = GOOD.replace("1.0e11", "-5.0");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        assert!(e.contains("chip.toml") && e.contains("dram.bandwidth_bytes_per_s") && e.contains("-5"), "{e}");
+    }
+
+    #[test]
+    fn nan_peak_rejected() {
+        let bad = GOOD.replace("fp16 = 2.048e12", "fp16 = nan");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        assert!(e.contains("peak_ops_per_s.fp16") && e.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_and_truncation_rejected() {
+        let bad = GOOD.replace("clock_hz", "clock_mhz");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        assert!(e.contains("chip.toml") && e.contains("clock_mhz"), "{e}");
+        let truncated = &GOOD[..GOOD.len() / 2];
+        assert!(HardwareSpec::from_toml_str(truncated, "t.toml").is_err());
+        assert!(HardwareSpec::from_json_str("{\"name\": \"x\"", "t.json").is_err());
+    }
+
+    #[test]
+    fn inconsistent_pe_array_rejected() {
+        // 2·32·32·1e9 = 2.048e12; a stated peak 10x higher is inconsistent.
+        let bad = GOOD.replace("fp16 = 2.048e12", "fp16 = 2.048e13");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        assert!(e.contains("pe_array"), "{e}");
+    }
+
+    #[test]
+    fn onchip_larger_than_dram_rejected() {
+        let bad = GOOD.replace("capacity_bytes = 524288", "capacity_bytes = 34359738368");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        assert!(e.contains("onchip[0].capacity_bytes"), "{e}");
+    }
+
+    #[test]
+    fn missing_peak_lists_available() {
+        let s = HardwareSpec::from_toml_str(GOOD, "toy.toml").unwrap();
+        let e = s.peak_for(DType::Int4).unwrap_err().to_string();
+        assert!(e.contains("int4") && e.contains("fp16"), "{e}");
+    }
+}

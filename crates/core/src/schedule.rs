@@ -1,0 +1,367 @@
+//! Tile schedules and their DRAM traffic. The GEMM is cut into `Tm × Tn × Tk` tiles (edge
+//! tiles by ceiling division, not padded), visited by three nested tile loops `mi`, `ni`,
+//! `ki` in one of six orders. One reuse rule covers all six:
+//!
+//! *An operand tile is fetched each time the nest reaches the innermost loop that operand
+//! depends on, and stays resident while the loops inside that one run. Each C tile is
+//! written on every visit and read back on every visit after its first.*
+//!
+//! A depends on (mi, ki), B on (ki, ni), C on (mi, ni). Since the loops an operand depends
+//! on together cover it exactly once, its traffic is `bytes × Π(trip counts of the loops it
+//! does not depend on that sit outside its innermost dependent loop)`. This reproduces the
+//! three named schedules: c-resident (mi, ni, ki): A·nt + B·mt + C; a-resident (mi, ki, ni):
+//! A + B·mt + C·(2kt − 1); b-resident (ni, ki, mi): A·nt + B + C·(2kt − 1). The SRAM
+//! footprint is one tile of each operand. Omitted: caches that keep more than the rule
+//! says, prefetch, partial-tile waste in DRAM bursts, and a wider accumulator for C.
+
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+use crate::gemm::{Gemm, OperandBytes};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A tile loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LoopDim {
+    /// The M tile loop `mi`.
+    #[serde(rename = "mi")]
+    M,
+    /// The N tile loop `ni`.
+    #[serde(rename = "ni")]
+    N,
+    /// The K tile loop `ki`.
+    #[serde(rename = "ki")]
+    K,
+}
+
+/// An order of the three tile loops, outermost first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LoopOrder(pub [LoopDim; 3]);
+
+use LoopDim::{K, M, N};
+
+impl LoopOrder {
+    /// (mi, ni, ki): C stays resident over the whole K loop.
+    pub const C_RESIDENT: LoopOrder = LoopOrder([M, N, K]);
+    /// (mi, ki, ni): the A tile stays resident over the N loop.
+    pub const A_RESIDENT: LoopOrder = LoopOrder([M, K, N]);
+    /// (ni, ki, mi): the B tile stays resident over the M loop.
+    pub const B_RESIDENT: LoopOrder = LoopOrder([N, K, M]);
+    /// All six orders: the three named schedules first, then (ni,mi,ki), (ki,mi,ni), (ki,ni,mi).
+    pub const ALL: [LoopOrder; 6] = [
+        LoopOrder::C_RESIDENT,
+        LoopOrder::A_RESIDENT,
+        LoopOrder::B_RESIDENT,
+        LoopOrder([N, M, K]),
+        LoopOrder([K, M, N]),
+        LoopOrder([K, N, M]),
+    ];
+
+    /// `c-resident`, `a-resident`, `b-resident`, or the loop letters (`nmk`, `kmn`, `knm`).
+    pub fn name(self) -> String {
+        match self {
+            LoopOrder::C_RESIDENT => "c-resident".into(),
+            LoopOrder::A_RESIDENT => "a-resident".into(),
+            LoopOrder::B_RESIDENT => "b-resident".into(),
+            LoopOrder(l) => l
+                .iter()
+                .map(|d| match d {
+                    M => 'm',
+                    N => 'n',
+                    K => 'k',
+                })
+                .collect(),
+        }
+    }
+
+    /// Loop names outermost first, e.g. `["mi", "ni", "ki"]`.
+    pub fn loops(self) -> [&'static str; 3] {
+        self.0.map(|d| match d {
+            M => "mi",
+            N => "ni",
+            K => "ki",
+        })
+    }
+
+    /// Parse a schedule name (`c-resident`...) or three loop letters (`mnk`, `nkm`, ...).
+    pub fn parse(s: &str) -> Result<Self> {
+        let l = s.trim().to_ascii_lowercase();
+        for o in LoopOrder::ALL {
+            let letters: String = o.name().chars().collect();
+            let plain: String = o
+                .0
+                .iter()
+                .map(|d| match d {
+                    M => 'm',
+                    N => 'n',
+                    K => 'k',
+                })
+                .collect();
+            if l == letters || l == plain || l == format!("{}-order", plain) {
+                return Ok(o);
+            }
+        }
+        Err(CoreError::Unknown {
+            kind: "schedule".into(),
+            name: s.into(),
+            valid: LoopOrder::ALL.map(|o| o.name()).join(", ") + " (or any order of the letters m, n, k)",
+        })
+    }
+
+    #[inline]
+    fn position(self, d: LoopDim) -> usize {
+        if self.0[0] == d {
+            0
+        } else if self.0[1] == d {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// Product of trip counts of the loops outside the innermost loop among `deps` that are
+    /// not themselves in `deps`: how many times each tile of that operand is fetched.
+    #[inline]
+    fn refetch_factor(self, deps: [LoopDim; 2], trips: [u64; 3]) -> Option<u64> {
+        let p = self.position(deps[0]).max(self.position(deps[1]));
+        let mut f: u64 = 1;
+        for q in 0..p {
+            let d = self.0[q];
+            if d != deps[0] && d != deps[1] {
+                f = f.checked_mul(trips[d as usize])?;
+            }
+        }
+        Some(f)
+    }
+}
+
+impl fmt::Display for LoopOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// A tile shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Tile {
+    /// Rows of the A and C tiles.
+    pub tm: u64,
+    /// Columns of the B and C tiles.
+    pub tn: u64,
+    /// Reduction depth of a tile.
+    pub tk: u64,
+}
+
+impl Tile {
+    /// Parse `TMxTNxTK`, e.g. `64x64x32`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let parts: Vec<&str> = s.split(['x', 'X', '×']).collect();
+        let bad = || CoreError::invalid("tile", s, "expected TMxTNxTK with positive integers, e.g. 64x64x32");
+        if parts.len() != 3 {
+            return Err(bad());
+        }
+        let mut v = [0u64; 3];
+        for (i, p) in parts.iter().enumerate() {
+            v[i] = p.trim().parse().map_err(|_| bad())?;
+            if v[i] == 0 {
+                return Err(bad());
+            }
+        }
+        Ok(Tile {
+            tm: v[0],
+            tn: v[1],
+            tk: v[2],
+        })
+    }
+
+    /// The tile clipped to the problem: `min(T, dim)` per dimension.
+    #[inline]
+    pub fn clipped(self, g: &Gemm) -> Tile {
+        Tile {
+            tm: self.tm.min(g.m),
+            tn: self.tn.min(g.n),
+            tk: self.tk.min(g.k),
+        }
+    }
+
+    /// Trip counts `[mt, nt, kt] = [ceil(M/Tm), ceil(N/Tn), ceil(K/Tk)]`.
+    #[inline]
+    pub fn trips(self, g: &Gemm) -> [u64; 3] {
+        [
+            g.m.div_ceil(self.tm),
+            g.n.div_ceil(self.tn),
+            g.k.div_ceil(self.tk),
+        ]
+    }
+}
+
+impl fmt::Display for Tile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}x{}", self.tm, self.tn, self.tk)
+    }
+}
+
+/// DRAM traffic of one schedule, per operand and in total (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DramTraffic {
+    /// Bytes of A read.
+    pub a_read: u64,
+    /// Bytes of B read.
+    pub b_read: u64,
+    /// Bytes of C read back (partial sums, or the initial C when accumulating).
+    pub c_read: u64,
+    /// Bytes of C written.
+    pub c_write: u64,
+    /// Sum of the four.
+    pub total: u64,
+}
+
+/// Allocation-free traffic under the reuse rule; `None` on 64-bit overflow.
+#[inline]
+pub fn tiled_traffic(
+    ob: &OperandBytes,
+    trips: [u64; 3],
+    order: LoopOrder,
+    accumulate: bool,
+) -> Option<DramTraffic> {
+    let a_read = ob.a.checked_mul(order.refetch_factor([M, K], trips)?)?;
+    let b_read = ob.b.checked_mul(order.refetch_factor([K, N], trips)?)?;
+    let visits = order.refetch_factor([M, N], trips)?;
+    let c_write = ob.c.checked_mul(visits)?;
+    let c_read = ob.c.checked_mul(if accumulate { visits } else { visits - 1 })?;
+    let total = a_read.checked_add(b_read)?.checked_add(c_read)?.checked_add(c_write)?;
+    Some(DramTraffic {
+        a_read,
+        b_read,
+        c_read,
+        c_write,
+        total,
+    })
+}
+
+/// Bytes of one tile of each operand (clipped to the problem):
+/// `bytes(Tm·Tk) + bytes(Tk·Tn) + bytes(Tm·Tn)`; `None` on overflow.
+#[inline]
+pub fn tile_footprint_bytes(t: Tile, dtype: DType) -> Option<(u64, u64, u64)> {
+    let b = |e: u64| e.checked_mul(dtype.bits()).map(|bits| bits.div_ceil(8));
+    Some((
+        b(t.tm.checked_mul(t.tk)?)?,
+        b(t.tk.checked_mul(t.tn)?)?,
+        b(t.tm.checked_mul(t.tn)?)?,
+    ))
+}
+
+/// Whether tiles and the whole working set fit an on-chip buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SramFit {
+    /// Capacity checked against, bytes (per instance of the level).
+    pub capacity_bytes: u64,
+    /// Which level or override the capacity came from.
+    pub capacity_source: String,
+    /// A + B + C of the whole problem (one batch element), bytes.
+    pub working_set_bytes: u64,
+    /// `working_set_bytes ≤ capacity_bytes`.
+    pub working_set_fits: bool,
+    /// The tile used (clipped), when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tile: Option<Tile>,
+    /// One tile of each operand, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tile_bytes: Option<u64>,
+    /// `tile_bytes ≤ capacity_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tile_fits: Option<bool>,
+    /// Double-buffered footprint `2·(A tile + B tile) + C tile`: the next A and B tiles load
+    /// while the current ones compute; C accumulates in place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub double_buffered_bytes: Option<u64>,
+    /// `double_buffered_bytes ≤ capacity_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub double_buffered_fits: Option<bool>,
+}
+
+/// SRAM fit of the working set and, when given, of `tile`.
+pub fn sram_fit(g: &Gemm, tile: Option<Tile>, capacity_bytes: u64, source: &str) -> Result<SramFit> {
+    let ob = Gemm { batch: 1, accumulate: false, ..g.clone() }.operand_bytes()?;
+    let ws = ob.a + ob.b + ob.c;
+    let mut fit = SramFit {
+        capacity_bytes,
+        capacity_source: source.into(),
+        working_set_bytes: ws,
+        working_set_fits: ws <= capacity_bytes,
+        tile: None,
+        tile_bytes: None,
+        tile_fits: None,
+        double_buffered_bytes: None,
+        double_buffered_fits: None,
+    };
+    if let Some(t) = tile {
+        let t = t.clipped(g);
+        let (a, b, c) = tile_footprint_bytes(t, g.dtype).ok_or_else(|| CoreError::overflow("tile bytes"))?;
+        let single = a + b + c;
+        let double = 2 * (a + b) + c;
+        fit.tile = Some(t);
+        fit.tile_bytes = Some(single);
+        fit.tile_fits = Some(single <= capacity_bytes);
+        fit.double_buffered_bytes = Some(double);
+        fit.double_buffered_fits = Some(double <= capacity_bytes);
+    }
+    Ok(fit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn traffic(g: &Gemm, t: Tile, o: LoopOrder) -> DramTraffic {
+        tiled_traffic(&g.operand_bytes().unwrap(), t.trips(g), o, g.accumulate).unwrap()
+    }
+
+    #[test]
+    fn reference_schedules() {
+        // 4×4×4 fp32, tile 2×2×2: a = b = c = 64 B, mt = nt = kt = 2.
+        // c-resident: 64·2 + 64·2 + 64 = 320. a-resident: 64 + 128 + 64·1 + 64·2 = 384.
+        // b-resident: 128 + 64 + 64 + 128 = 384.
+        let g = Gemm::new(4, 4, 4, DType::Fp32).unwrap();
+        let t = Tile { tm: 2, tn: 2, tk: 2 };
+        assert_eq!(traffic(&g, t, LoopOrder::C_RESIDENT).total, 320);
+        assert_eq!(traffic(&g, t, LoopOrder::A_RESIDENT).total, 384);
+        assert_eq!(traffic(&g, t, LoopOrder::B_RESIDENT).total, 384);
+        // Tile bytes 3·(2·2·4) = 48 ≤ 64 B SRAM; double-buffered 2·32 + 16 = 80 > 64.
+        let f = sram_fit(&g, Some(t), 64, "override").unwrap();
+        assert_eq!(f.tile_bytes, Some(48));
+        assert_eq!(f.tile_fits, Some(true));
+        assert_eq!(f.double_buffered_fits, Some(false));
+        assert!(!f.working_set_fits); // 192 B > 64 B
+    }
+
+    #[test]
+    fn other_orders_follow_the_rule() {
+        // (ki, mi, ni): A once (64), B refetched per mi (128), C visited kt=2 times: 64+128.
+        let g = Gemm::new(4, 4, 4, DType::Fp32).unwrap();
+        let t = Tile { tm: 2, tn: 2, tk: 2 };
+        let tr = traffic(&g, t, LoopOrder::parse("kmn").unwrap());
+        assert_eq!((tr.a_read, tr.b_read, tr.c_read, tr.c_write), (64, 128, 64, 128));
+        // (ni, mi, ki): A per ni (128), B per mi (128), C once: same as c-resident.
+        let tr = traffic(&g, t, LoopOrder::parse("nmk").unwrap());
+        assert_eq!(tr.total, 320);
+    }
+
+    #[test]
+    fn edge_tiles_use_ceiling_division() {
+        // 5×3×7 fp16, tile 2×2×4: mt=3, nt=2, kt=2. c-resident: A 70·2, B 42·3, C 30.
+        let g = Gemm::new(5, 3, 7, DType::Fp16).unwrap();
+        let tr = traffic(&g, Tile { tm: 2, tn: 2, tk: 4 }, LoopOrder::C_RESIDENT);
+        assert_eq!((tr.a_read, tr.b_read, tr.c_write), (140, 126, 30));
+    }
+
+    #[test]
+    fn parse_names() {
+        assert_eq!(LoopOrder::parse("mnk").unwrap(), LoopOrder::C_RESIDENT);
+        assert_eq!(LoopOrder::parse("A-Resident").unwrap(), LoopOrder::A_RESIDENT);
+        assert!(LoopOrder::parse("mmk").is_err());
+        assert!(Tile::parse("2x0x2").is_err());
+        assert!(Tile::parse("2x2").is_err());
+        assert_eq!(Tile::parse("64x32x16").unwrap(), Tile { tm: 64, tn: 32, tk: 16 });
+    }
+}
