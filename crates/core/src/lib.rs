@@ -9,6 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod conv;
+pub mod dse;
 pub mod dtype;
 pub mod error;
 pub mod gemm;
@@ -17,6 +19,7 @@ pub mod mapping;
 pub mod presets;
 pub mod roofline;
 pub mod schedule;
+pub mod transformer;
 
 pub use analysis::{analyze_gemm, GemmAnalysis, GemmOptions, Timing, LIMITATIONS, SCHEMA_VERSION};
 pub use dtype::DType;
