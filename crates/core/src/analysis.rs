@@ -128,7 +128,13 @@ pub struct GemmAnalysis {
 
 /// Compute time of `g` on `hw`: PE-array cycles / clock when an array is known, else
 /// `FLOPs / peak(dtype)`. Returns the time and the mapping used.
-pub fn compute_time_s(g: &Gemm, hw: &HardwareSpec, pe: Option<&PeArray>, dataflow: Dataflow, fill_drain: bool) -> Result<(f64, Option<PeMapping>)> {
+pub fn compute_time_s(
+    g: &Gemm,
+    hw: &HardwareSpec,
+    pe: Option<&PeArray>,
+    dataflow: Dataflow,
+    fill_drain: bool,
+) -> Result<(f64, Option<PeMapping>)> {
     match pe.or(hw.pe_array.as_ref()) {
         Some(p) => {
             let m = map_gemm(g, p, dataflow, fill_drain)?;
@@ -142,8 +148,17 @@ pub fn compute_time_s(g: &Gemm, hw: &HardwareSpec, pe: Option<&PeArray>, dataflo
 pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<GemmAnalysis> {
     g.validate()?;
     if let Some(p) = &opts.pe {
-        if p.rows == 0 || p.cols == 0 || p.macs_per_pe_per_cycle == 0 || p.arrays == 0 || !(p.clock_hz.is_finite() && p.clock_hz > 0.0) {
-            return Err(CoreError::invalid("pe", format!("{}x{}", p.rows, p.cols), "PE array dimensions and clock must be positive"));
+        if p.rows == 0
+            || p.cols == 0
+            || p.macs_per_pe_per_cycle == 0
+            || p.arrays == 0
+            || !(p.clock_hz.is_finite() && p.clock_hz > 0.0)
+        {
+            return Err(CoreError::invalid(
+                "pe",
+                format!("{}x{}", p.rows, p.cols),
+                "PE array dimensions and clock must be positive",
+            ));
         }
     }
     if opts.sram_bytes == Some(0) {
@@ -155,7 +170,8 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
     let compulsory = g.compulsory_bytes()?;
     let rl = roofline(hw, g.dtype, flops as f64, compulsory as f64, &[])?;
     let dataflow = opts.dataflow.unwrap_or(Dataflow::OutputStationary);
-    let (compute_s, pe_mapping) = compute_time_s(g, hw, opts.pe.as_ref(), dataflow, opts.fill_drain)?;
+    let (compute_s, pe_mapping) =
+        compute_time_s(g, hw, opts.pe.as_ref(), dataflow, opts.fill_drain)?;
     let pe_mappings = match opts.pe.as_ref().or(hw.pe_array.as_ref()) {
         Some(p) => Dataflow::ALL
             .iter()
@@ -166,9 +182,10 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
     let dram_bw = hw.dram.bandwidth_bytes_per_s.unwrap_or(f64::NAN);
     let capacity = match opts.sram_bytes {
         Some(b) => Some((b, "--sram-bytes".to_string())),
-        None => hw
-            .tile_buffer()
-            .and_then(|l| l.capacity_bytes.map(|c| (c, format!("{} ({})", l.name, hw.name)))),
+        None => hw.tile_buffer().and_then(|l| {
+            l.capacity_bytes
+                .map(|c| (c, format!("{} ({})", l.name, hw.name)))
+        }),
     };
     let sram = match &capacity {
         Some((c, src)) => Some(sram_fit(g, opts.tile, *c, src)?),

@@ -64,7 +64,11 @@ pub enum CoreError {
 
 impl CoreError {
     /// Shorthand for an [`CoreError::InvalidField`] without a source label.
-    pub fn invalid(field: impl Into<String>, value: impl ToString, reason: impl Into<String>) -> Self {
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
         CoreError::InvalidField {
             source_name: String::new(),
             field: field.into(),
@@ -82,7 +86,10 @@ impl CoreError {
     pub fn with_source(self, source: &str) -> Self {
         match self {
             CoreError::InvalidField {
-                field, value, reason, ..
+                field,
+                value,
+                reason,
+                ..
             } => CoreError::InvalidField {
                 source_name: format!("{source}: "),
                 field,

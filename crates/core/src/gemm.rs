@@ -59,9 +59,18 @@ impl Gemm {
 
     /// Dimensions are ≥ 1, and FLOPs and compulsory bytes fit in 64 bits.
     pub fn validate(&self) -> Result<()> {
-        for (f, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch)] {
+        for (f, v) in [
+            ("m", self.m),
+            ("n", self.n),
+            ("k", self.k),
+            ("batch", self.batch),
+        ] {
             if v == 0 {
-                return Err(CoreError::invalid(f, v, "GEMM dimensions must be at least 1"));
+                return Err(CoreError::invalid(
+                    f,
+                    v,
+                    "GEMM dimensions must be at least 1",
+                ));
             }
         }
         self.flops()?;
@@ -93,7 +102,8 @@ impl Gemm {
         let per = |r: u64, c: u64, what: &str| -> Result<u64> {
             let elems = checked_product(&[r, c], what)?;
             let b = self.dtype.bytes_for(elems)?;
-            b.checked_mul(self.batch).ok_or_else(|| CoreError::overflow(what))
+            b.checked_mul(self.batch)
+                .ok_or_else(|| CoreError::overflow(what))
         };
         Ok(OperandBytes {
             a: per(self.m, self.k, "bytes of A")?,
@@ -150,7 +160,9 @@ mod tests {
     fn zero_and_overflow_rejected() {
         let e = Gemm::new(0, 3, 4, DType::Fp32).unwrap_err().to_string();
         assert!(e.contains("`m`") && e.contains("= 0"), "{e}");
-        let e = Gemm::new(1 << 30, 1 << 30, 1 << 30, DType::Fp32).unwrap_err().to_string();
+        let e = Gemm::new(1 << 30, 1 << 30, 1 << 30, DType::Fp32)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("overflow"), "{e}");
     }
 }

@@ -63,7 +63,9 @@ impl PeArray {
 
     /// Total PE count: `rows · cols · arrays`.
     pub fn pe_count(&self) -> u64 {
-        self.rows.saturating_mul(self.cols).saturating_mul(self.arrays)
+        self.rows
+            .saturating_mul(self.cols)
+            .saturating_mul(self.arrays)
     }
 }
 
@@ -97,7 +99,11 @@ pub struct HardwareSpec {
 
 fn positive_finite(field: &str, v: f64) -> Result<()> {
     if !v.is_finite() || v <= 0.0 {
-        return Err(CoreError::invalid(field, v, "must be a positive, finite number"));
+        return Err(CoreError::invalid(
+            field,
+            v,
+            "must be a positive, finite number",
+        ));
     }
     Ok(())
 }
@@ -112,7 +118,11 @@ fn positive_int(field: &str, v: u64) -> Result<()> {
 impl MemoryLevel {
     fn validate(&self, prefix: &str, need_bandwidth: bool) -> Result<()> {
         if self.name.trim().is_empty() {
-            return Err(CoreError::invalid(format!("{prefix}.name"), "\"\"", "must not be empty"));
+            return Err(CoreError::invalid(
+                format!("{prefix}.name"),
+                "\"\"",
+                "must not be empty",
+            ));
         }
         if let Some(c) = self.capacity_bytes {
             positive_int(&format!("{prefix}.capacity_bytes"), c)?;
@@ -133,7 +143,8 @@ impl MemoryLevel {
 
     /// Total capacity over all instances, when the capacity is known.
     pub fn total_capacity_bytes(&self) -> Option<u64> {
-        self.capacity_bytes.map(|c| c.saturating_mul(self.instances))
+        self.capacity_bytes
+            .map(|c| c.saturating_mul(self.instances))
     }
 }
 
@@ -168,7 +179,8 @@ impl HardwareSpec {
                 ));
             }
             names.push(&l.name);
-            if let (Some(total), Some(dram)) = (l.total_capacity_bytes(), self.dram.capacity_bytes) {
+            if let (Some(total), Some(dram)) = (l.total_capacity_bytes(), self.dram.capacity_bytes)
+            {
                 if total > dram {
                     return Err(CoreError::invalid(
                         format!("{prefix}.capacity_bytes"),
@@ -186,7 +198,11 @@ impl HardwareSpec {
             positive_finite("pe_array.clock_hz", pe.clock_hz)?;
             let derived = pe.peak_flops_per_s();
             if !derived.is_finite() {
-                return Err(CoreError::invalid("pe_array", derived, "derived peak is not finite"));
+                return Err(CoreError::invalid(
+                    "pe_array",
+                    derived,
+                    "derived peak is not finite",
+                ));
             }
             let consistent = self
                 .peak_ops_per_s
@@ -295,21 +311,33 @@ clock_hz = 1.0e9
     #[test]
     fn negative_bandwidth_names_file_and_field() {
         let bad = GOOD.replace("1.0e11", "-5.0");
-        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
-        assert!(e.contains("chip.toml") && e.contains("dram.bandwidth_bytes_per_s") && e.contains("-5"), "{e}");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("chip.toml") && e.contains("dram.bandwidth_bytes_per_s") && e.contains("-5"),
+            "{e}"
+        );
     }
 
     #[test]
     fn nan_peak_rejected() {
         let bad = GOOD.replace("fp16 = 2.048e12", "fp16 = nan");
-        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
-        assert!(e.contains("peak_ops_per_s.fp16") && e.contains("NaN"), "{e}");
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("peak_ops_per_s.fp16") && e.contains("NaN"),
+            "{e}"
+        );
     }
 
     #[test]
     fn unknown_field_and_truncation_rejected() {
         let bad = GOOD.replace("clock_hz", "clock_mhz");
-        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chip.toml") && e.contains("clock_mhz"), "{e}");
         let truncated = &GOOD[..GOOD.len() / 2];
         assert!(HardwareSpec::from_toml_str(truncated, "t.toml").is_err());
@@ -320,14 +348,18 @@ clock_hz = 1.0e9
     fn inconsistent_pe_array_rejected() {
         // 2·32·32·1e9 = 2.048e12; a stated peak 10x higher is inconsistent.
         let bad = GOOD.replace("fp16 = 2.048e12", "fp16 = 2.048e13");
-        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pe_array"), "{e}");
     }
 
     #[test]
     fn onchip_larger_than_dram_rejected() {
         let bad = GOOD.replace("capacity_bytes = 524288", "capacity_bytes = 34359738368");
-        let e = HardwareSpec::from_toml_str(&bad, "chip.toml").unwrap_err().to_string();
+        let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("onchip[0].capacity_bytes"), "{e}");
     }
 

@@ -103,10 +103,18 @@ pub fn roofline(
     level_bytes: &[(&str, f64)],
 ) -> Result<Roofline> {
     if !flops.is_finite() || flops <= 0.0 {
-        return Err(CoreError::invalid("flops", flops, "must be positive and finite"));
+        return Err(CoreError::invalid(
+            "flops",
+            flops,
+            "must be positive and finite",
+        ));
     }
     if !dram_bytes.is_finite() || dram_bytes <= 0.0 {
-        return Err(CoreError::invalid("bytes", dram_bytes, "must be positive and finite"));
+        return Err(CoreError::invalid(
+            "bytes",
+            dram_bytes,
+            "must be positive and finite",
+        ));
     }
     let peak = hw.peak_for(dtype)?;
     let compute_time_s = flops / peak;
@@ -132,10 +140,10 @@ pub fn roofline(
         .first()
         .ok_or_else(|| CoreError::invalid("dram.bandwidth_bytes_per_s", "(missing)", "required"))?;
     let ridge = dram.ridge_flops_per_byte;
-    let (binding_level, memory_time_s) = levels
-        .iter()
-        .map(|l| (l.level.clone(), l.time_s))
-        .fold((String::new(), 0.0f64), |acc, x| if x.1 > acc.1 { x } else { acc });
+    let (binding_level, memory_time_s) = levels.iter().map(|l| (l.level.clone(), l.time_s)).fold(
+        (String::new(), 0.0f64),
+        |acc, x| if x.1 > acc.1 { x } else { acc },
+    );
     let attainable = levels
         .iter()
         .map(|l| l.attainable_flops_per_s)

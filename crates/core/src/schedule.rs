@@ -88,15 +88,14 @@ impl LoopOrder {
         let l = s.trim().to_ascii_lowercase();
         for o in LoopOrder::ALL {
             let letters: String = o.name().chars().collect();
-            let plain: String = o
-                .0
-                .iter()
-                .map(|d| match d {
-                    M => 'm',
-                    N => 'n',
-                    K => 'k',
-                })
-                .collect();
+            let plain: String =
+                o.0.iter()
+                    .map(|d| match d {
+                        M => 'm',
+                        N => 'n',
+                        K => 'k',
+                    })
+                    .collect();
             if l == letters || l == plain || l == format!("{}-order", plain) {
                 return Ok(o);
             }
@@ -104,7 +103,8 @@ impl LoopOrder {
         Err(CoreError::Unknown {
             kind: "schedule".into(),
             name: s.into(),
-            valid: LoopOrder::ALL.map(|o| o.name()).join(", ") + " (or any order of the letters m, n, k)",
+            valid: LoopOrder::ALL.map(|o| o.name()).join(", ")
+                + " (or any order of the letters m, n, k)",
         })
     }
 
@@ -156,7 +156,13 @@ impl Tile {
     /// Parse `TMxTNxTK`, e.g. `64x64x32`.
     pub fn parse(s: &str) -> Result<Self> {
         let parts: Vec<&str> = s.split(['x', 'X', '×']).collect();
-        let bad = || CoreError::invalid("tile", s, "expected TMxTNxTK with positive integers, e.g. 64x64x32");
+        let bad = || {
+            CoreError::invalid(
+                "tile",
+                s,
+                "expected TMxTNxTK with positive integers, e.g. 64x64x32",
+            )
+        };
         if parts.len() != 3 {
             return Err(bad());
         }
@@ -228,8 +234,12 @@ pub fn tiled_traffic(
     let b_read = ob.b.checked_mul(order.refetch_factor([K, N], trips)?)?;
     let visits = order.refetch_factor([M, N], trips)?;
     let c_write = ob.c.checked_mul(visits)?;
-    let c_read = ob.c.checked_mul(if accumulate { visits } else { visits - 1 })?;
-    let total = a_read.checked_add(b_read)?.checked_add(c_read)?.checked_add(c_write)?;
+    let c_read =
+        ob.c.checked_mul(if accumulate { visits } else { visits - 1 })?;
+    let total = a_read
+        .checked_add(b_read)?
+        .checked_add(c_read)?
+        .checked_add(c_write)?;
     Some(DramTraffic {
         a_read,
         b_read,
@@ -281,8 +291,18 @@ pub struct SramFit {
 }
 
 /// SRAM fit of the working set and, when given, of `tile`.
-pub fn sram_fit(g: &Gemm, tile: Option<Tile>, capacity_bytes: u64, source: &str) -> Result<SramFit> {
-    let ob = Gemm { batch: 1, accumulate: false, ..g.clone() }.operand_bytes()?;
+pub fn sram_fit(
+    g: &Gemm,
+    tile: Option<Tile>,
+    capacity_bytes: u64,
+    source: &str,
+) -> Result<SramFit> {
+    let ob = Gemm {
+        batch: 1,
+        accumulate: false,
+        ..g.clone()
+    }
+    .operand_bytes()?;
     let ws = ob.a + ob.b + ob.c;
     let mut fit = SramFit {
         capacity_bytes,
@@ -297,7 +317,8 @@ pub fn sram_fit(g: &Gemm, tile: Option<Tile>, capacity_bytes: u64, source: &str)
     };
     if let Some(t) = tile {
         let t = t.clipped(g);
-        let (a, b, c) = tile_footprint_bytes(t, g.dtype).ok_or_else(|| CoreError::overflow("tile bytes"))?;
+        let (a, b, c) =
+            tile_footprint_bytes(t, g.dtype).ok_or_else(|| CoreError::overflow("tile bytes"))?;
         let single = a + b + c;
         let double = 2 * (a + b) + c;
         fit.tile = Some(t);
@@ -323,7 +344,11 @@ mod tests {
         // c-resident: 64·2 + 64·2 + 64 = 320. a-resident: 64 + 128 + 64·1 + 64·2 = 384.
         // b-resident: 128 + 64 + 64 + 128 = 384.
         let g = Gemm::new(4, 4, 4, DType::Fp32).unwrap();
-        let t = Tile { tm: 2, tn: 2, tk: 2 };
+        let t = Tile {
+            tm: 2,
+            tn: 2,
+            tk: 2,
+        };
         assert_eq!(traffic(&g, t, LoopOrder::C_RESIDENT).total, 320);
         assert_eq!(traffic(&g, t, LoopOrder::A_RESIDENT).total, 384);
         assert_eq!(traffic(&g, t, LoopOrder::B_RESIDENT).total, 384);
@@ -339,9 +364,16 @@ mod tests {
     fn other_orders_follow_the_rule() {
         // (ki, mi, ni): A once (64), B refetched per mi (128), C visited kt=2 times: 64+128.
         let g = Gemm::new(4, 4, 4, DType::Fp32).unwrap();
-        let t = Tile { tm: 2, tn: 2, tk: 2 };
+        let t = Tile {
+            tm: 2,
+            tn: 2,
+            tk: 2,
+        };
         let tr = traffic(&g, t, LoopOrder::parse("kmn").unwrap());
-        assert_eq!((tr.a_read, tr.b_read, tr.c_read, tr.c_write), (64, 128, 64, 128));
+        assert_eq!(
+            (tr.a_read, tr.b_read, tr.c_read, tr.c_write),
+            (64, 128, 64, 128)
+        );
         // (ni, mi, ki): A per ni (128), B per mi (128), C once: same as c-resident.
         let tr = traffic(&g, t, LoopOrder::parse("nmk").unwrap());
         assert_eq!(tr.total, 320);
@@ -351,17 +383,35 @@ mod tests {
     fn edge_tiles_use_ceiling_division() {
         // 5×3×7 fp16, tile 2×2×4: mt=3, nt=2, kt=2. c-resident: A 70·2, B 42·3, C 30.
         let g = Gemm::new(5, 3, 7, DType::Fp16).unwrap();
-        let tr = traffic(&g, Tile { tm: 2, tn: 2, tk: 4 }, LoopOrder::C_RESIDENT);
+        let tr = traffic(
+            &g,
+            Tile {
+                tm: 2,
+                tn: 2,
+                tk: 4,
+            },
+            LoopOrder::C_RESIDENT,
+        );
         assert_eq!((tr.a_read, tr.b_read, tr.c_write), (140, 126, 30));
     }
 
     #[test]
     fn parse_names() {
         assert_eq!(LoopOrder::parse("mnk").unwrap(), LoopOrder::C_RESIDENT);
-        assert_eq!(LoopOrder::parse("A-Resident").unwrap(), LoopOrder::A_RESIDENT);
+        assert_eq!(
+            LoopOrder::parse("A-Resident").unwrap(),
+            LoopOrder::A_RESIDENT
+        );
         assert!(LoopOrder::parse("mmk").is_err());
         assert!(Tile::parse("2x0x2").is_err());
         assert!(Tile::parse("2x2").is_err());
-        assert_eq!(Tile::parse("64x32x16").unwrap(), Tile { tm: 64, tn: 32, tk: 16 });
+        assert_eq!(
+            Tile::parse("64x32x16").unwrap(),
+            Tile {
+                tm: 64,
+                tn: 32,
+                tk: 16
+            }
+        );
     }
 }

@@ -110,7 +110,11 @@ pub fn gemm(name: &str) -> Result<Gemm> {
             Err(CoreError::Unknown {
                 kind: "gemm preset".into(),
                 name: name.into(),
-                valid: GEMM_PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", "),
+                valid: GEMM_PRESETS
+                    .iter()
+                    .map(|p| p.0)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         })
 }
@@ -144,7 +148,10 @@ mod tests {
     fn unknown_lists_valid_names() {
         let e = hardware("h900").unwrap_err().to_string();
         assert!(e.contains("h900") && e.contains("balanced"), "{e}");
-        assert!(gemm("gemm_huge").unwrap_err().to_string().contains("gemm_tiny"));
+        assert!(gemm("gemm_huge")
+            .unwrap_err()
+            .to_string()
+            .contains("gemm_tiny"));
     }
 
     #[test]

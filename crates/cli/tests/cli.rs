@@ -1,0 +1,330 @@
+//! End-to-end runs of the `tensorforge` binary: the JSON contract, the reference model's
+//! hand-checked values, and bad input (one-line error, exit code 2, never a panic).
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::io::Write;
+
+fn tf() -> Command {
+    Command::cargo_bin("tensorforge").unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = tf()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
+/// Runs the command, expects exit 2 and a one-line error containing every `needles`.
+fn fails(args: &[&str], needles: &[&str]) {
+    let out = tf().args(args).assert().code(2).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`:\n{err}");
+    }
+}
+
+#[test]
+fn gemm_json_contract_and_reference_values() {
+    // 2×3×4 fp32: A 32 + B 48 + C 24 = 104 compulsory bytes; 24 MACs, 48 FLOPs.
+    let v = json(&[
+        "analyze", "gemm", "--m", "2", "--n", "3", "--k", "4", "--dtype", "fp32", "--json",
+    ]);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["evidence"], "model");
+    assert!(v["limitations"].as_array().unwrap().len() >= 3);
+    assert_eq!(v["macs"], 24);
+    assert_eq!(v["flops"], 48);
+    assert_eq!(v["compulsory_bytes"], 104);
+    assert!((v["arithmetic_intensity"].as_f64().unwrap() - 48.0 / 104.0).abs() < 1e-12);
+    // balanced: ridge 2.048e12 / 1e11 = 20.48 FLOP/B >> 0.46 -> memory-bound.
+    assert_eq!(v["roofline"]["bound"], "memory");
+    assert!(v["pe_mapping"]["waves"].is_u64());
+}
+
+#[test]
+fn waves_on_a_16x16_array() {
+    // ceil(17/16) · ceil(17/16) = 4 waves.
+    let v = json(&[
+        "analyze", "gemm", "--m", "17", "--n", "17", "--k", "8", "--pe", "16x16", "--json",
+    ]);
+    assert_eq!(v["pe_mapping"]["waves"], 4);
+    let v = json(&[
+        "analyze", "gemm", "--m", "17", "--n", "17", "--k", "8", "--hw", "small", "--json",
+    ]);
+    assert_eq!(v["pe_mapping"]["waves"], 4);
+}
+
+#[test]
+fn reference_schedules_through_the_cli() {
+    // 4×4×4 fp32, tile 2×2×2, 64 B SRAM: c-resident 320 B, a-resident 384 B, b-resident 384 B.
+    let v = json(&[
+        "analyze",
+        "gemm",
+        "--m",
+        "4",
+        "--n",
+        "4",
+        "--k",
+        "4",
+        "--dtype",
+        "fp32",
+        "--tile",
+        "2x2x2",
+        "--sram-bytes",
+        "64",
+        "--json",
+    ]);
+    let s = v["schedules"].as_array().unwrap();
+    assert_eq!(s.len(), 6);
+    let names: Vec<&str> = s.iter().map(|x| x["name"].as_str().unwrap()).collect();
+    assert_eq!(&names[..3], &["c-resident", "a-resident", "b-resident"]);
+    let totals: Vec<u64> = s
+        .iter()
+        .map(|x| x["dram_bytes"]["total"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&totals[..3], &[320, 384, 384]);
+    assert_eq!(v["sram_fit"]["tile_fits"], true);
+}
+
+#[test]
+fn human_report_scales_units() {
+    let out = tf()
+        .args([
+            "analyze",
+            "gemm",
+            "--preset",
+            "gemm_large_square",
+            "--tile",
+            "128x128x64",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    // 3 · 1024² · 2 B = 6 MiB.
+    assert!(s.contains("6.00 MiB"), "{s}");
+    assert!(s.contains("c-resident") && s.contains("leaves out"), "{s}");
+}
+
+#[test]
+fn bad_dimensions_exit_2_naming_the_field() {
+    fails(
+        &["analyze", "gemm", "--m", "0", "--n", "3", "--k", "4"],
+        &["`m`", "0"],
+    );
+    fails(
+        &["analyze", "gemm", "--m", "-3", "--n", "3", "--k", "4"],
+        &["-3"],
+    );
+    fails(
+        &[
+            "analyze",
+            "gemm",
+            "--m",
+            "4294967296",
+            "--n",
+            "4294967296",
+            "--k",
+            "4294967296",
+        ],
+        &["overflow"],
+    );
+    fails(&["analyze", "gemm", "--m", "4", "--n", "4"], &["--k"]);
+    fails(
+        &[
+            "analyze", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "fp64",
+        ],
+        &["fp64", "bf16"],
+    );
+    fails(
+        &[
+            "analyze", "gemm", "--m", "4", "--n", "4", "--k", "4", "--tile", "2x0x2",
+        ],
+        &["tile", "2x0x2"],
+    );
+    fails(
+        &[
+            "analyze", "gemm", "--m", "4", "--n", "4", "--k", "4", "--pe", "16",
+        ],
+        &["--pe", "16"],
+    );
+    fails(
+        &[
+            "analyze",
+            "gemm",
+            "--m",
+            "4",
+            "--n",
+            "4",
+            "--k",
+            "4",
+            "--sram-bytes",
+            "0",
+        ],
+        &["--sram-bytes"],
+    );
+    fails(
+        &["analyze", "gemm", "--preset", "gemm_huge"],
+        &["gemm_huge", "gemm_tiny"],
+    );
+}
+
+#[test]
+fn unknown_hardware_lists_valid_names() {
+    fails(&["hw", "show", "h900"], &["h900", "balanced", "small"]);
+    fails(
+        &["analyze", "gemm", "--preset", "gemm_tiny", "--hw", "nope"],
+        &["nope", "compute_heavy"],
+    );
+}
+
+#[test]
+fn roofline_bad_numbers() {
+    fails(
+        &[
+            "roofline", "--hw", "balanced", "--flops", "nan", "--bytes", "1",
+        ],
+        &["--flops", "nan"],
+    );
+    fails(
+        &[
+            "roofline", "--hw", "balanced", "--flops", "1", "--bytes", "-1",
+        ],
+        &["--bytes", "-1"],
+    );
+    fails(
+        &[
+            "roofline", "--hw", "balanced", "--flops", "1", "--bytes", "inf",
+        ],
+        &["--bytes"],
+    );
+}
+
+#[test]
+fn roofline_on_an_abstract_chip() {
+    // balanced: 2.048 TFLOP/s, 100 GB/s -> ridge 20.48. 5e7 FLOPs / 1e6 B = AI 50 -> compute.
+    let v = json(&[
+        "roofline", "--hw", "balanced", "--flops", "50000000", "--bytes", "1000000", "--json",
+    ]);
+    assert_eq!(v["arithmetic_intensity"], 50.0);
+    assert_eq!(v["ridge_flops_per_byte"], 20.48);
+    assert_eq!(v["bound"], "compute");
+    assert_eq!(v["attainable_flops_per_s"], 2.048e12);
+}
+
+fn temp_file(name: &str, text: &str) -> tempdir_lite::TempPath {
+    tempdir_lite::write(name, text)
+}
+
+/// Minimal temp-file helper (no extra dependency): files under the target tmp dir.
+mod tempdir_lite {
+    use super::*;
+    pub struct TempPath(pub std::path::PathBuf);
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    pub fn write(name: &str, text: &str) -> TempPath {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let p = dir.join(format!("{}-{name}", std::process::id()));
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        TempPath(p)
+    }
+}
+
+const HW_TOML: &str = r#"
+name = "toy"
+[peak_ops_per_s]
+fp16 = 2.048e12
+[dram]
+name = "dram"
+bandwidth_bytes_per_s = 1.0e11
+[[onchip]]
+name = "sram"
+capacity_bytes = 524288
+[pe_array]
+rows = 32
+cols = 32
+clock_hz = 1.0e9
+"#;
+
+#[test]
+fn hardware_files_are_validated_with_file_and_field() {
+    let good = temp_file("good.toml", HW_TOML);
+    let p = good.0.to_str().unwrap();
+    let v = json(&[
+        "analyze",
+        "gemm",
+        "--preset",
+        "gemm_tiny",
+        "--hw-file",
+        p,
+        "--json",
+    ]);
+    assert_eq!(v["hardware"], "toy");
+    let shown = json(&["hw", "show", "--file", p, "--json"]);
+    assert_eq!(shown["dram"]["bandwidth_bytes_per_s"], 1.0e11);
+    // The JSON form round-trips through --hw-file too.
+    let j = temp_file("good.json", &serde_json::to_string(&shown).unwrap());
+    json(&[
+        "analyze",
+        "gemm",
+        "--preset",
+        "gemm_tiny",
+        "--hw-file",
+        j.0.to_str().unwrap(),
+        "--json",
+    ]);
+
+    let bad = temp_file("bad.toml", &HW_TOML.replace("1.0e11", "-1.0"));
+    let bp = bad.0.to_str().unwrap().to_string();
+    fails(
+        &["analyze", "gemm", "--preset", "gemm_tiny", "--hw-file", &bp],
+        &[&bp, "dram.bandwidth_bytes_per_s", "-1"],
+    );
+    let nan = temp_file(
+        "nan.toml",
+        &HW_TOML.replace("fp16 = 2.048e12", "fp16 = nan"),
+    );
+    fails(
+        &["hw", "show", "--file", nan.0.to_str().unwrap()],
+        &["peak_ops_per_s.fp16", "NaN"],
+    );
+    let trunc = temp_file("trunc.toml", &HW_TOML[..60]);
+    fails(
+        &["hw", "show", "--file", trunc.0.to_str().unwrap()],
+        &["trunc.toml"],
+    );
+    fails(
+        &["hw", "show", "--file", "/nonexistent/chip.toml"],
+        &["/nonexistent/chip.toml"],
+    );
+}
+
+#[test]
+fn hw_list_and_show() {
+    let v = json(&["hw", "list", "--json"]);
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    for n in ["small", "balanced", "compute_heavy", "bandwidth_heavy"] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    let b = json(&["hw", "show", "balanced", "--json"]);
+    // 2·32·32·1 GHz = 2.048e12.
+    assert_eq!(b["peak_ops_per_s"]["fp16"], 2.048e12);
+}
