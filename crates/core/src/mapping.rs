@@ -233,4 +233,29 @@ mod tests {
         let m = map_gemm(&g, &p, Dataflow::OutputStationary, false).unwrap();
         assert_eq!((m.folds, m.waves), (4, 2));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, rng_seed: proptest::test_runner::RngSeed::Fixed(11), ..ProptestConfig::default() })]
+
+            #[test]
+            fn utilization_in_unit_interval(
+                m in 1u64..2000, n in 1u64..2000, k in 1u64..2000, batch in 1u64..5,
+                rows in 1u64..130, cols in 1u64..130, mpc in 1u64..5, arrays in 1u64..5,
+                di in 0usize..3, fd in any::<bool>(),
+            ) {
+                let g = Gemm { m, n, k, batch, dtype: DType::Bf16, accumulate: false };
+                let p = PeArray { rows, cols, macs_per_pe_per_cycle: mpc, clock_hz: 1e9, arrays };
+                let mp = map_gemm(&g, &p, Dataflow::ALL[di], fd).unwrap();
+                prop_assert!(mp.spatial_utilization > 0.0 && mp.spatial_utilization <= 1.0 + 1e-12);
+                prop_assert!(mp.utilization > 0.0 && mp.utilization <= 1.0 + 1e-12);
+                // Never faster than the array's peak: cycles ≥ MACs / (PEs · mpc).
+                let pes = (rows * cols * arrays * mpc) as f64;
+                prop_assert!(mp.compute_cycles as f64 >= (m * n * k * batch) as f64 / pes - 1e-9);
+            }
+        }
+    }
 }

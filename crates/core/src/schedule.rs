@@ -414,4 +414,42 @@ mod tests {
             }
         );
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn dtype() -> impl Strategy<Value = DType> {
+            prop::sample::select(DType::ALL.to_vec())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..ProptestConfig::default() })]
+
+            #[test]
+            fn traffic_never_below_compulsory(
+                m in 1u64..300, n in 1u64..300, k in 1u64..300, batch in 1u64..4,
+                tm in 1u64..400, tn in 1u64..400, tk in 1u64..400,
+                d in dtype(), acc in any::<bool>(), oi in 0usize..6,
+            ) {
+                let g = Gemm { m, n, k, batch, dtype: d, accumulate: acc };
+                let t = Tile { tm, tn, tk };
+                let tr = tiled_traffic(&g.operand_bytes().unwrap(), t.trips(&g), LoopOrder::ALL[oi], acc).unwrap();
+                prop_assert!(tr.total >= g.compulsory_bytes().unwrap());
+                prop_assert_eq!(tr.total, tr.a_read + tr.b_read + tr.c_read + tr.c_write);
+            }
+
+            #[test]
+            fn whole_problem_tile_costs_exactly_compulsory(
+                m in 1u64..500, n in 1u64..500, k in 1u64..500, batch in 1u64..4,
+                extra in 0u64..64, d in dtype(), acc in any::<bool>(), oi in 0usize..6,
+            ) {
+                let g = Gemm { m, n, k, batch, dtype: d, accumulate: acc };
+                // A tile at least as large as the problem: every trip count is 1.
+                let t = Tile { tm: m + extra, tn: n + extra, tk: k + extra };
+                let tr = tiled_traffic(&g.operand_bytes().unwrap(), t.trips(&g), LoopOrder::ALL[oi], acc).unwrap();
+                prop_assert_eq!(tr.total, g.compulsory_bytes().unwrap());
+            }
+        }
+    }
 }

@@ -1,0 +1,1 @@
+//! TensorForge kernels (in progress).
