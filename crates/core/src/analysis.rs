@@ -126,7 +126,8 @@ pub struct GemmAnalysis {
     pub limitations: Vec<String>,
 }
 
-/// Compute time of `g` on `hw`: PE-array cycles / clock when an array is known, else
+/// Compute time of `g` on `hw`: PE-array cycles / clock when an array is known (the chip's
+/// own array runs at its dtype's rate, see [`HardwareSpec::pe_array_for`]), else
 /// `FLOPs / peak(dtype)`. Returns the time and the mapping used.
 pub fn compute_time_s(
     g: &Gemm,
@@ -135,7 +136,8 @@ pub fn compute_time_s(
     dataflow: Dataflow,
     fill_drain: bool,
 ) -> Result<(f64, Option<PeMapping>)> {
-    match pe.or(hw.pe_array.as_ref()) {
+    let own = hw.pe_array_for(g.dtype);
+    match pe.or(own.as_ref()) {
         Some(p) => {
             let m = map_gemm(g, p, dataflow, fill_drain)?;
             Ok((m.compute_time_s, Some(m)))
@@ -172,7 +174,8 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
     let dataflow = opts.dataflow.unwrap_or(Dataflow::OutputStationary);
     let (compute_s, pe_mapping) =
         compute_time_s(g, hw, opts.pe.as_ref(), dataflow, opts.fill_drain)?;
-    let pe_mappings = match opts.pe.as_ref().or(hw.pe_array.as_ref()) {
+    let own = hw.pe_array_for(g.dtype);
+    let pe_mappings = match opts.pe.as_ref().or(own.as_ref()) {
         Some(p) => Dataflow::ALL
             .iter()
             .map(|d| map_gemm(g, p, *d, opts.fill_drain))

@@ -115,7 +115,10 @@ impl Conv2d {
                 return Err(CoreError::invalid(f, v, "must be at least 1"));
             }
         }
-        for (f, v) in [("in_channels", self.in_channels), ("out_channels", self.out_channels)] {
+        for (f, v) in [
+            ("in_channels", self.in_channels),
+            ("out_channels", self.out_channels),
+        ] {
             if v % self.groups != 0 {
                 return Err(CoreError::invalid(
                     f,
@@ -139,17 +142,37 @@ impl Conv2d {
         if self.kernel_h == 0 || self.kernel_w == 0 || self.stride_h == 0 || self.stride_w == 0 {
             return Err(CoreError::invalid(
                 "kernel/stride",
-                format!("{}x{} / {}x{}", self.kernel_h, self.kernel_w, self.stride_h, self.stride_w),
+                format!(
+                    "{}x{} / {}x{}",
+                    self.kernel_h, self.kernel_w, self.stride_h, self.stride_w
+                ),
                 "kernel and stride must be at least 1",
             ));
         }
-        let ho = out_extent(self.height, self.pad_h, self.kernel_h, self.dilation_h, self.stride_h, "height")?;
-        let wo = out_extent(self.width, self.pad_w, self.kernel_w, self.dilation_w, self.stride_w, "width")?;
+        let ho = out_extent(
+            self.height,
+            self.pad_h,
+            self.kernel_h,
+            self.dilation_h,
+            self.stride_h,
+            "height",
+        )?;
+        let wo = out_extent(
+            self.width,
+            self.pad_w,
+            self.kernel_w,
+            self.dilation_w,
+            self.stride_w,
+            "width",
+        )?;
         Ok((ho, wo))
     }
 
     fn check_groups(&self) -> Result<()> {
-        if self.groups == 0 || self.in_channels % self.groups != 0 || self.out_channels % self.groups != 0 {
+        if self.groups == 0
+            || self.in_channels % self.groups != 0
+            || self.out_channels % self.groups != 0
+        {
             return Err(CoreError::invalid(
                 "groups",
                 self.groups,
@@ -204,7 +227,12 @@ impl Conv2d {
     pub fn weight_bytes(&self) -> Result<u64> {
         self.check_groups()?;
         let e = checked_product(
-            &[self.out_channels, self.in_channels / self.groups, self.kernel_h, self.kernel_w],
+            &[
+                self.out_channels,
+                self.in_channels / self.groups,
+                self.kernel_h,
+                self.kernel_w,
+            ],
             "Cout·(Cin/g)·kh·kw (weight elements)",
         )?;
         self.dtype.bytes_for(e)
@@ -213,7 +241,10 @@ impl Conv2d {
     /// Output tensor bytes: `B·Cout·Ho·Wo` elements.
     pub fn output_bytes(&self) -> Result<u64> {
         let (ho, wo) = self.output_hw()?;
-        let e = checked_product(&[self.batch, self.out_channels, ho, wo], "B·Cout·Ho·Wo (output elements)")?;
+        let e = checked_product(
+            &[self.batch, self.out_channels, ho, wo],
+            "B·Cout·Ho·Wo (output elements)",
+        )?;
         self.dtype.bytes_for(e)
     }
 
@@ -434,7 +465,12 @@ mod tests {
         assert_eq!(c.output_hw().unwrap(), (3, 3));
         let g = c.lowered_gemm().unwrap();
         assert_eq!((g.m, g.n, g.k, g.batch), (9, 1, 9, 1));
-        let a = analyze_conv2d(&c, &presets::hardware("balanced").unwrap(), &GemmOptions::default()).unwrap();
+        let a = analyze_conv2d(
+            &c,
+            &presets::hardware("balanced").unwrap(),
+            &GemmOptions::default(),
+        )
+        .unwrap();
         assert_eq!(a.im2col.im2col_bytes, 81 * 2);
         assert!((a.im2col.expansion_ratio - 3.24).abs() < 1e-12);
         // im2col DRAM: in 50 + 2·162 + w 18 + out 18 = 410; implicit 50 + 18 + 18 = 86.
@@ -449,7 +485,12 @@ mod tests {
     fn pointwise_implicit_bytes() {
         // in 64·56·56·2 = 401 408 + w 64·128·2 = 16 384 + out 128·56·56·2 = 802 816 = 1 220 608 B.
         let c = conv2d_preset("conv_pointwise").unwrap();
-        let a = analyze_conv2d(&c, &presets::hardware("balanced").unwrap(), &GemmOptions::default()).unwrap();
+        let a = analyze_conv2d(
+            &c,
+            &presets::hardware("balanced").unwrap(),
+            &GemmOptions::default(),
+        )
+        .unwrap();
         assert_eq!(a.input_bytes, 401_408);
         assert_eq!(a.weight_bytes, 16_384);
         assert_eq!(a.output_bytes, 802_816);
@@ -481,7 +522,12 @@ mod tests {
         let g = c.lowered_gemm().unwrap();
         assert_eq!((g.m, g.n, g.k, g.batch), (784, 128, 64, 1));
         // im2col reads every other pixel: 784·64 = 50 176 elements / 200 704 = 0.25.
-        let a = analyze_conv2d(&c, &presets::hardware("balanced").unwrap(), &GemmOptions::default()).unwrap();
+        let a = analyze_conv2d(
+            &c,
+            &presets::hardware("balanced").unwrap(),
+            &GemmOptions::default(),
+        )
+        .unwrap();
         assert!((a.im2col.expansion_ratio - 0.25).abs() < 1e-12);
     }
 
@@ -516,17 +562,41 @@ mod tests {
     #[test]
     fn bad_inputs_rejected() {
         let ok = conv2d_preset("conv_spatial").unwrap();
-        let e = Conv2d { in_channels: 0, ..ok.clone() }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            in_channels: 0,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("in_channels") && e.contains("= 0"), "{e}");
-        let e = Conv2d { stride_w: 0, ..ok.clone() }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            stride_w: 0,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("stride_w"), "{e}");
-        let e = Conv2d { groups: 3, ..ok.clone() }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            groups: 3,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("divisible by groups") && e.contains("64"), "{e}");
         // 7×7 kernel on 5×5 input without padding does not fit.
         let e = conv(1, 5, 5, 1, 7).validate().unwrap_err().to_string();
         assert!(e.contains("kernel_h") && e.contains("exceeds"), "{e}");
         // Dilation makes a 3×3 kernel span 2·2+1 = 5 > 4.
-        let e = Conv2d { dilation_w: 2, ..conv(1, 5, 4, 1, 3) }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            dilation_w: 2,
+            ..conv(1, 5, 4, 1, 3)
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("kernel_w"), "{e}");
         // Overflowing products are errors, not panics.
         let huge = Conv2d {
@@ -537,11 +607,28 @@ mod tests {
         };
         let e = huge.validate().unwrap_err().to_string();
         assert!(e.contains("overflow"), "{e}");
-        let e = Conv2d { pad_h: u64::MAX, ..ok.clone() }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            pad_h: u64::MAX,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("overflow"), "{e}");
-        let e = Conv2d { dilation_h: u64::MAX, ..ok }.validate().unwrap_err().to_string();
+        let e = Conv2d {
+            dilation_h: u64::MAX,
+            ..ok
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("overflow"), "{e}");
-        assert!(analyze_conv2d(&huge, &presets::hardware("balanced").unwrap(), &GemmOptions::default()).is_err());
+        assert!(analyze_conv2d(
+            &huge,
+            &presets::hardware("balanced").unwrap(),
+            &GemmOptions::default()
+        )
+        .is_err());
     }
 
     #[test]

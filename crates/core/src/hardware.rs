@@ -231,6 +231,21 @@ impl HardwareSpec {
             })
     }
 
+    /// The chip's PE array as it runs `dtype`: MACs per PE per cycle scaled by
+    /// `round(peak(dtype) / array peak)` (at least 1), so an array whose int8 rate is twice its
+    /// bf16 rate runs int8 at two MACs per PE per cycle. `None` when the chip has no array.
+    pub fn pe_array_for(&self, dtype: DType) -> Option<PeArray> {
+        let mut p = self.pe_array.clone()?;
+        if let Some(peak) = self.peak_ops_per_s.get(&dtype) {
+            let ratio = peak / p.peak_flops_per_s();
+            let scaled = (p.macs_per_pe_per_cycle as f64 * ratio).round();
+            if scaled.is_finite() && scaled >= 1.0 && scaled < u32::MAX as f64 {
+                p.macs_per_pe_per_cycle = scaled as u64;
+            }
+        }
+        Some(p)
+    }
+
     /// Names of the dtypes the spec gives a peak for.
     pub fn dtypes(&self) -> Vec<&'static str> {
         self.peak_ops_per_s.keys().map(|d| d.name()).collect()
@@ -361,6 +376,23 @@ clock_hz = 1.0e9
             .unwrap_err()
             .to_string();
         assert!(e.contains("onchip[0].capacity_bytes"), "{e}");
+    }
+
+    #[test]
+    fn pe_array_scales_with_dtype_rate() {
+        // int8 at twice the fp16 rate: 2·32·32·1e9·2 = 4.096e12 -> 2 MACs/PE/cycle.
+        let mut s = HardwareSpec::from_toml_str(GOOD, "toy.toml").unwrap();
+        s.peak_ops_per_s.insert(DType::Int8, 4.096e12);
+        assert_eq!(
+            s.pe_array_for(DType::Int8).unwrap().macs_per_pe_per_cycle,
+            2
+        );
+        assert_eq!(
+            s.pe_array_for(DType::Fp16).unwrap().macs_per_pe_per_cycle,
+            1
+        );
+        // A dtype without a peak keeps the array as described.
+        assert_eq!(s.pe_array_for(DType::Fp8).unwrap().macs_per_pe_per_cycle, 1);
     }
 
     #[test]

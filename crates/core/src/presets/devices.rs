@@ -123,7 +123,12 @@ fn nvidia_h100_sxm() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 132), ("l2", 50 * MIB, 1)],
         pe_array: None,
-        sources: &[NV_H100_JP, GK_H100, STAS],
+        sources: &[
+            NV_H100_JP,
+            GK_H100,
+            STAS,
+            "[LLMA] cli99/llm-analysis:llm_analysis/gpu_configs/h100-sxm-80gb.json",
+        ],
         notes: &[
             "dense: the datasheet's 989* TF32, 1,979* BF16/FP16 and 3,958* FP8/INT8 are 2:4-sparse; dense is half",
             "tensor peaks at the 1830 MHz tensor rating clock: 528 TCs x 512 FMA x 2 x 1.83 GHz = 989.4e12 (derived check, [STAS]); FP32 66.9e12 = 16896 lanes x 2 x 1.98 GHz max boost (derived check)",
@@ -189,7 +194,9 @@ fn nvidia_h200() -> HardwareSpec {
             STAS,
             "[LZW-H200] https://lzwjava.github.io/nvidia-h200-gpu-specs-en",
             "[MLC-H200] https://raw.githubusercontent.com/mlcommons/inference_results_v4.1/main/closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json",
+            "[GEEK-H200] https://geektopia.es/es/technology/2023/11/13/noticias/nvidia-anuncia-la-aceleradora-h200-tiene-141-gb-de-hbm3e.html",
             NV_H100_JP,
+            GK_H100,
         ],
         notes: &[
             "compute identical to H100 SXM ([STAS] note 16), so the H100 SXM dense figures are reused; some sellers' 'dense' 1.97 PFLOPS FP16 is the sparse figure",
@@ -220,6 +227,7 @@ fn nvidia_a100_sxm() -> HardwareSpec {
         sources: &[
             GK_A100,
             STAS,
+            "[LLMA] cli99/llm-analysis:llm_analysis/gpu_configs/a100-sxm-80gb.json",
             "[THUNDER-A100] https://www.thundercompute.com/blog/nvidia-a100-specs-full-guide",
             "[GGANG-A100] https://ggangliu.cn/2023/06/25/nvidia-ampere-architecture.html",
             "[FUDZ-A100] https://fudzilla.com./news/ai/50832-nvidia-unveils-the-a100-tensor-core-gpu",
@@ -291,6 +299,8 @@ fn nvidia_rtx_4090() -> HardwareSpec {
             "[WAREDB-4090] https://waredb.com/processor/nvidia-geforce-rtx-4090",
             "[VD-SPECS] VladislavDuma/gpu_specs@103f3414c70a935b52b5315fb974f093d966768b:README.md",
             "[FPSR-4090] https://www.thefpsreview.com/gpu-family/nvidia-geforce-rtx-4090-gpu-family-specifications",
+            "[TECHGOING-4090] https://www.techgoing.com/nvidia-rtx-4090-gaming-graphics-cards-break-100-tflops-for-the-first-time/?amp=1",
+            "[GIST-MS] https://gist.github.com/mikasenghaas/d63ded03f1f0417b1677627119bacc0d",
         ],
         notes: &[
             "GeForce: bf16/fp16 = 165.2e12 is the FP32-accumulate dense rate (what PyTorch GEMMs reach); FP16-accumulate runs 2x (330.3e12, not used)",
@@ -326,6 +336,7 @@ fn rtx_3050_laptop() -> HardwareSpec {
             "[NBC-3050-6G] https://notebookcheck.com/GeForce-RTX-3050-6GB-Laptop-GPU-vs-A570M-vs-A550M_11576_11610_11309.247532.0.html",
             "[PCM-3050] https://pcmasters.de/news/133711354-geforce-rtx-3050-und-rtx-3050-ti-fuer-notebooks.html",
             NUMBA_AMP,
+            "[GIST-GETIANAO] https://gist.521000.best/getianao",
             "[TC-3050] http://technicalcity.b-cdn.net/en/video/GeForce-RTX-2050-mobile-vs-GeForce-RTX-3050-mobile-Refresh-4-GB",
         ],
         notes: &[
