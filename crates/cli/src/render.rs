@@ -3,6 +3,10 @@
 
 use crate::fmt;
 use std::fmt::Write;
+use tensorforge_core::conv::Conv2dAnalysis;
+use tensorforge_core::transformer::{
+    GemmRow, ModelAnalysis, NonGemmRow, TransformerAnalysis, TransformerTotals,
+};
 use tensorforge_core::{GemmAnalysis, HardwareSpec, Roofline};
 
 /// A simple left-aligned text table.
@@ -257,6 +261,210 @@ pub fn gemm(r: &GemmAnalysis, hw: &HardwareSpec) -> String {
         o.push_str(&t.render());
         o.push('\n');
     }
+    o.push_str(&limitations(&r.limitations));
+    o
+}
+
+/// The Conv2D report: shapes, both traffic models, then the lowered GEMM's report.
+pub fn conv(r: &Conv2dAnalysis, hw: &HardwareSpec) -> String {
+    let c = &r.workload;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Conv2D B={} Cin={} {}x{} -> Cout={} {}x{}, kernel {}x{}, stride {}x{}, pad {}x{}, dilation {}x{}, groups {} {} on {} — evidence: {}",
+        c.batch, c.in_channels, c.height, c.width, c.out_channels, r.output_height, r.output_width,
+        c.kernel_h, c.kernel_w, c.stride_h, c.stride_w, c.pad_h, c.pad_w, c.dilation_h, c.dilation_w,
+        c.groups, c.dtype, hw.name, r.evidence
+    );
+    let g = &r.lowered_gemm;
+    let _ = writeln!(
+        o,
+        "  lowered GEMM          M={} N={} K={} batch(groups)={}",
+        g.m, g.n, g.k, g.batch
+    );
+    let _ = writeln!(
+        o,
+        "  MACs / FLOPs          {} / {}",
+        fmt::count(r.macs as f64, ""),
+        fmt::count(r.flops as f64, "FLOP")
+    );
+    let _ = writeln!(
+        o,
+        "  tensors               input {}, weights {}, output {}\n",
+        fmt::bytes(r.input_bytes as f64),
+        fmt::bytes(r.weight_bytes as f64),
+        fmt::bytes(r.output_bytes as f64)
+    );
+    let mut t = Table::new(&[
+        "traffic model",
+        "DRAM bytes",
+        "AI (FLOP/B)",
+        "time lower bound",
+        "bound",
+    ]);
+    t.row(vec![
+        "implicit GEMM".into(),
+        fmt::bytes(r.implicit_gemm.dram_bytes as f64),
+        format!("{:.2}", r.implicit_gemm.arithmetic_intensity),
+        fmt::time(r.implicit_gemm.roofline.time_lower_bound_s),
+        r.implicit_gemm.roofline.bound.label().into(),
+    ]);
+    t.row(vec![
+        format!(
+            "materialized im2col (expansion {:.2}x)",
+            r.im2col.expansion_ratio
+        ),
+        fmt::bytes(r.im2col.dram_bytes as f64),
+        format!("{:.2}", r.im2col.arithmetic_intensity),
+        fmt::time(r.im2col.roofline.time_lower_bound_s),
+        r.im2col.roofline.bound.label().into(),
+    ]);
+    o.push_str(&t.render());
+    let _ = writeln!(
+        o,
+        "  im2col matrix {}\n",
+        fmt::bytes(r.im2col.im2col_bytes as f64)
+    );
+    o.push_str("The lowered GEMM on its own (its A operand is the im2col matrix):\n\n");
+    let mut inner = gemm(&r.gemm, hw);
+    // The lowered GEMM's own limitations are the Core's; print the conv list once below.
+    if let Some(i) = inner.find("What this model leaves out:") {
+        inner.truncate(i);
+    }
+    o.push_str(&inner);
+    o.push_str(&limitations(&r.limitations));
+    o
+}
+
+fn gemm_rows(rows: &[GemmRow]) -> String {
+    let mut t = Table::new(&[
+        "GEMM",
+        "M",
+        "N",
+        "K",
+        "batch",
+        "FLOPs",
+        "bytes",
+        "AI",
+        "lower bound",
+        "bound",
+    ]);
+    for g in rows {
+        t.row(vec![
+            g.name.clone(),
+            g.m.to_string(),
+            g.n.to_string(),
+            g.k.to_string(),
+            g.batch.to_string(),
+            fmt::count(g.flops as f64, "FLOP"),
+            fmt::bytes(g.compulsory_bytes as f64),
+            format!("{:.1}", g.arithmetic_intensity),
+            fmt::time(g.time_lower_bound_s),
+            g.bound.label().into(),
+        ]);
+    }
+    t.render()
+}
+
+fn non_gemm_rows(rows: &[&NonGemmRow]) -> String {
+    let mut t = Table::new(&[
+        "op",
+        "kind",
+        "elements",
+        "FLOPs",
+        "bytes",
+        "AI",
+        "lower bound",
+        "bound",
+    ]);
+    for g in rows {
+        t.row(vec![
+            g.name.clone(),
+            g.op.clone(),
+            fmt::count(g.elements as f64, ""),
+            fmt::count(g.flops as f64, "FLOP"),
+            fmt::bytes(g.dram_bytes as f64),
+            format!("{:.2}", g.arithmetic_intensity),
+            fmt::time(g.time_lower_bound_s),
+            g.bound.label().into(),
+        ]);
+    }
+    t.render()
+}
+
+fn totals(t: &TransformerTotals) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  FLOPs {} (GEMM {}, other {}); unfused DRAM bytes {}; AI {:.2} FLOP/B",
+        fmt::count(t.flops as f64, "FLOP"),
+        fmt::count(t.gemm_flops as f64, "FLOP"),
+        fmt::count(t.non_gemm_flops as f64, "FLOP"),
+        fmt::bytes(t.dram_bytes as f64),
+        t.arithmetic_intensity
+    );
+    let _ = writeln!(
+        o,
+        "  weights {}; KV cache {}; sum of per-op lower bounds {}",
+        fmt::bytes(t.weight_bytes as f64),
+        fmt::bytes(t.kv_cache_bytes as f64),
+        fmt::time(t.time_lower_bound_s)
+    );
+    o
+}
+
+/// The transformer-block report.
+pub fn transformer(r: &TransformerAnalysis) -> String {
+    let b = &r.workload;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Transformer block on {} — evidence: {}\n  batch {}, {:?} with {} new tokens/sequence attending over {}, D={}, heads {} (kv {}, group {}), head_dim {}, d_ff {}, {} MLP, {}, causal {} (useful fraction {:.3}), {}\n",
+        r.hardware, r.evidence, b.batch, b.phase, r.query_len, r.attention_len, b.d_model, b.heads, r.kv_heads,
+        r.kv_group_size, r.head_dim, b.d_ff, b.mlp.name(), b.norm.name(), b.causal, r.causal_useful_fraction, b.dtype
+    );
+    o.push_str(&gemm_rows(&r.gemms));
+    o.push('\n');
+    o.push_str(&non_gemm_rows(&r.non_gemm.iter().collect::<Vec<_>>()));
+    o.push_str("\nTotals (every op run as its own kernel)\n");
+    o.push_str(&totals(&r.totals));
+    o.push('\n');
+    o.push_str("The totals as one roofline point (all FLOPs over the unfused DRAM bytes):\n");
+    o.push_str(&roofline(&r.roofline));
+    o.push('\n');
+    o.push_str(&limitations(&r.limitations));
+    o
+}
+
+/// The decoder-model report.
+pub fn model(r: &ModelAnalysis) -> String {
+    let m = &r.workload;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Decoder model {}on {} — evidence: {}\n  {} layers, vocab {}, tied embeddings {}, LM head over {} tokens, {} parameters\n",
+        if m.name.is_empty() { String::new() } else { format!("`{}` ", m.name) },
+        r.hardware, r.evidence, r.layers, m.vocab_size, m.tie_word_embeddings, r.lm_head_tokens,
+        fmt::count(r.weight_params as f64, "")
+    );
+    o.push_str("One block (repeated per layer):\n");
+    o.push_str(&gemm_rows(&r.block.gemms));
+    o.push('\n');
+    o.push_str(&non_gemm_rows(&r.block.non_gemm.iter().collect::<Vec<_>>()));
+    o.push_str("\nOutside the blocks:\n");
+    o.push_str(&gemm_rows(std::slice::from_ref(&r.lm_head)));
+    o.push_str(&non_gemm_rows(&[&r.embedding, &r.final_norm]));
+    o.push_str("\nWhole model (every op its own kernel)\n");
+    o.push_str(&totals(&r.totals));
+    o.push('\n');
+    o.push_str(&roofline(&r.roofline));
+    if !m.notes.is_empty() {
+        o.push_str("\nHow the config was read:\n");
+        for n in &m.notes {
+            let _ = writeln!(o, "  - {n}");
+        }
+    }
+    o.push('\n');
     o.push_str(&limitations(&r.limitations));
     o
 }

@@ -328,3 +328,143 @@ fn hw_list_and_show() {
     // 2·32·32·1 GHz = 2.048e12.
     assert_eq!(b["peak_ops_per_s"]["fp16"], 2.048e12);
 }
+
+#[test]
+fn every_workload_preset_analyzes() {
+    let v = json(&["workloads", "list", "--json"]);
+    let list = v.as_array().unwrap();
+    assert!(list.len() >= 10, "{list:?}");
+    for e in list {
+        let name = e["name"].as_str().unwrap();
+        let kind = e["kind"].as_str().unwrap();
+        let r = json(&[
+            "analyze",
+            kind,
+            "--preset",
+            name,
+            "--hw",
+            "nvidia_h100_sxm",
+            "--json",
+        ]);
+        assert_eq!(r["evidence"], "model", "{name}");
+        assert_eq!(r["schema_version"], 1, "{name}");
+        assert!(!r["limitations"].as_array().unwrap().is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn conv_hand_checks_through_the_cli() {
+    // 5×5 single-channel input, 3×3 kernel, stride 1, no pad: 3×3 output, im2col 81 vs 25 elements.
+    let v = json(&[
+        "analyze", "conv2d", "--cin", "1", "--cout", "1", "--height", "5", "--width", "5",
+        "--kernel", "3", "--json",
+    ]);
+    assert_eq!(v["output_height"], 3);
+    assert!((v["im2col"]["expansion_ratio"].as_f64().unwrap() - 3.24).abs() < 1e-12);
+    // conv_pointwise implicit traffic: 401 408 + 16 384 + 802 816 = 1 220 608 B.
+    let v = json(&["analyze", "conv2d", "--preset", "conv_pointwise", "--json"]);
+    assert_eq!(v["implicit_gemm"]["dram_bytes"], 1_220_608);
+    fails(
+        &[
+            "analyze", "conv2d", "--cin", "3", "--cout", "4", "--height", "8", "--width", "8",
+            "--kernel", "3", "--groups", "2",
+        ],
+        &["groups"],
+    );
+    fails(
+        &[
+            "analyze", "conv2d", "--cin", "3", "--cout", "4", "--height", "2", "--width", "2",
+            "--kernel", "5",
+        ],
+        &["kernel"],
+    );
+}
+
+#[test]
+fn transformer_reference_flops_through_the_cli() {
+    // 8·B·S·D² + 4·B·S·D·F + 4·B·S²·D for B1 S128 D512 F2048 = 838 860 800.
+    let v = json(&[
+        "analyze",
+        "transformer",
+        "--preset",
+        "transformer_small",
+        "--json",
+    ]);
+    assert_eq!(v["totals"]["gemm_flops"], 838_860_800u64);
+    // GQA: 8 heads over 2 KV heads -> k_proj N = 2 · 64 = 128.
+    let v = json(&[
+        "analyze",
+        "transformer",
+        "--seq",
+        "16",
+        "--d-model",
+        "512",
+        "--heads",
+        "8",
+        "--kv-heads",
+        "2",
+        "--d-ff",
+        "1024",
+        "--mlp",
+        "swiglu",
+        "--norm",
+        "rmsnorm",
+        "--json",
+    ]);
+    let k = v["gemms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "k_proj")
+        .unwrap()
+        .clone();
+    assert_eq!(k["n"], 128);
+    fails(
+        &[
+            "analyze",
+            "transformer",
+            "--seq",
+            "16",
+            "--d-model",
+            "512",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "3",
+            "--d-ff",
+            "1024",
+        ],
+        &["kv_heads"],
+    );
+    fails(
+        &[
+            "analyze",
+            "transformer",
+            "--preset",
+            "transformer_small",
+            "--mlp",
+            "relu",
+        ],
+        &["--mlp", "relu"],
+    );
+}
+
+#[test]
+fn model_from_hf_config() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/models/");
+    let cfg = format!("{root}llama2_7b_config.json");
+    // Llama-2-7B: 32000·4096·2 + 32·(4·4096² + 3·4096·11008 + 2·4096) + 4096 = 6 738 415 616.
+    let v = json(&[
+        "analyze", "model", "--config", &cfg, "--seq", "128", "--dtype", "bf16", "--json",
+    ]);
+    assert_eq!(v["weight_params"], 6_738_415_616u64);
+    let bad = temp_file("bad_config.json", "{\"hidden_size\": 4096,");
+    let bp = bad.0.to_str().unwrap().to_string();
+    fails(&["analyze", "model", "--config", &bp, "--seq", "8"], &[&bp]);
+    let missing = temp_file("missing_config.json", "{\"hidden_size\": 4096}");
+    let mp = missing.0.to_str().unwrap().to_string();
+    fails(
+        &["analyze", "model", "--config", &mp, "--seq", "8"],
+        &[&mp, "num_attention_heads"],
+    );
+}

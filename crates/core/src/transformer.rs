@@ -678,7 +678,7 @@ pub const TRANSFORMER_LIMITATIONS: &[&str] = &[
     "causal attention GEMMs and softmax are counted dense (what an unskipped kernel runs); causal_useful_fraction gives the unmasked share",
     "element-wise FLOPs use fixed per-element conventions (exp, tanh, rsqrt each one op); see docs/model-workloads.md",
     "rotary position embedding is assumed on q and k; learned/absolute position embeddings and ALiBi are not modelled",
-    "no biases, dropout, attention-score scaling fused elsewhere, KV-cache paging or layout; the KV append is the k_proj/v_proj output write",
+    "no biases, dropout, KV-cache paging or layout; the KV-cache append is the k_proj/v_proj output write",
     "time_lower_bound_s sums per-op bounds (ops run back to back); the roofline field treats the whole as one perfectly fused kernel",
     "single device: no tensor, pipeline or expert parallelism and no communication",
 ];
@@ -1734,25 +1734,5 @@ mod tests {
             let frac = dec.causal_useful_fraction;
             prop_assert!((frac - (s + 1) as f64 / (2 * s) as f64).abs() < 1e-12);
         }
-    }
-}
-#[cfg(test)]
-mod scratch_print {
-    use super::*;
-    #[test]
-    fn print_errors() {
-        let base = r#"{"hidden_size": "64", "num_attention_heads": 4}"#;
-        for t in [base, r#"{"num_attention_heads": 4}"#, "{\"a\": ", r#"{"hidden_size": 64, "num_attention_heads": 3, "intermediate_size": 256, "num_hidden_layers": 2, "vocab_size": 100}"#] {
-            println!("{}", decoder_from_hf_config(t, "x/config.json", 1, 8, Phase::Prefill, 0, DType::Fp16).unwrap_err());
-        }
-        let ok = transformer_preset("transformer_small").unwrap();
-        println!("{}", TransformerBlock { d_model: 1 << 40, ..ok.clone() }.validate().unwrap_err());
-        println!("{}", TransformerBlock { kv_heads: Some(3), ..ok.clone() }.validate().unwrap_err());
-        let c = crate::conv::conv2d_preset("conv_spatial").unwrap();
-        println!("{}", crate::conv::Conv2d { groups: 3, ..c.clone() }.validate().unwrap_err());
-        println!("{}", crate::conv::Conv2d { kernel_h: 70, pad_h: 0, ..c.clone() }.validate().unwrap_err());
-        let a = analyze_model(&decoder_from_hf_config(include_str!("../../../examples/models/llama3_8b_config.json"), "l3", 1, 1, Phase::Decode, 4095, DType::Bf16).unwrap(), &crate::presets::hardware("h100").unwrap()).unwrap();
-        println!("{:#?}", a.totals);
-        println!("{:?}", a.limitations);
     }
 }

@@ -1,1 +1,103 @@
-//! TensorForge kernels (in progress).
+//! TensorForge kernels: overflow-safe elementwise and row reductions (`logaddexp`,
+//! `logaddexp2`, `logsumexp`, `softmax`, `log_softmax`), saturating quantization with
+//! gemmlowp-exact integer requantization, verification sweeps that compare the stable kernels
+//! with naive ones, `.npy` encoding on byte buffers, and a fused RMSNorm+SwiGLU. The crate
+//! performs no file I/O and never panics on user input; errors are [`KernelError`].
+
+pub mod dd;
+pub mod elementary;
+pub mod naive;
+pub mod quant;
+pub mod verify;
+
+pub use elementary::{
+    log_softmax, logaddexp, logaddexp2, logaddexp2_slice, logaddexp_slice, logsumexp, softmax,
+    Float, Shape2,
+};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The one error type of this crate.
+#[derive(Debug, Clone, PartialEq, Error, Serialize, Deserialize)]
+pub enum KernelError {
+    /// Two buffers that must agree in length do not.
+    #[error("length mismatch for `{what}`: expected {expected} elements, got {got}")]
+    LengthMismatch {
+        /// Which buffer.
+        what: String,
+        /// Required length.
+        expected: usize,
+        /// Actual length.
+        got: usize,
+    },
+    /// A shape whose element count or byte size overflows `usize`.
+    #[error("shape {shape:?} overflows the addressable size")]
+    ShapeOverflow {
+        /// The offending shape.
+        shape: Vec<usize>,
+    },
+    /// A quantization scale that is zero, negative, NaN or infinite.
+    #[error("invalid scale {scale} at index {index}: a scale must be finite and > 0")]
+    InvalidScale {
+        /// The offending scale.
+        scale: f64,
+        /// Its position (0 for per-tensor).
+        index: usize,
+    },
+    /// A zero point outside the range of the quantized type.
+    #[error("zero point {zero_point} at index {index} is outside [{min}, {max}] of {dtype}")]
+    ZeroPointOutOfRange {
+        /// The offending zero point.
+        zero_point: i64,
+        /// Its position (0 for per-tensor).
+        index: usize,
+        /// Type name (`u8`, `i8`).
+        dtype: String,
+        /// Smallest code.
+        min: i64,
+        /// Largest code.
+        max: i64,
+    },
+    /// An axis not below the rank of the tensor.
+    #[error("axis {axis} is out of range for a tensor of rank {rank}")]
+    AxisOutOfRange {
+        /// Requested axis.
+        axis: usize,
+        /// Tensor rank.
+        rank: usize,
+    },
+    /// A requantization multiplier that is not finite and positive.
+    #[error("invalid requantization multiplier {multiplier}: must be finite and > 0")]
+    InvalidMultiplier {
+        /// input_scale / output_scale.
+        multiplier: f64,
+    },
+    /// A malformed or unsupported `.npy` buffer.
+    #[error("npy: {0}")]
+    Npy(String),
+    /// Any other invalid argument, described.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// Element count of a shape with overflow checking.
+pub fn checked_numel(shape: &[usize]) -> Result<usize, KernelError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| KernelError::ShapeOverflow {
+            shape: shape.to_vec(),
+        })
+}
+
+pub(crate) fn check_len(what: &str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected != got {
+        return Err(KernelError::LengthMismatch {
+            what: what.to_string(),
+            expected,
+            got,
+        });
+    }
+    Ok(())
+}

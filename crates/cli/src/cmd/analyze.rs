@@ -4,6 +4,11 @@ use super::{parse_pe, print_json, HwArgs};
 use crate::render;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
+use tensorforge_core::transformer::{
+    analyze_model, analyze_transformer, decoder_from_hf_config, transformer_preset, DecoderModel,
+    LmHeadTokens, MlpKind, NormKind, Phase, TransformerBlock,
+};
 use tensorforge_core::{
     analyze_gemm, presets, DType, Dataflow, Gemm, GemmOptions, HardwareSpec, PeArray, Tile,
 };
@@ -19,6 +24,12 @@ pub struct AnalyzeArgs {
 enum AnalyzeKind {
     /// A (batched) GEMM: C[M×N] = A[M×K] · B[K×N].
     Gemm(GemmArgs),
+    /// A 2-D convolution, lowered to GEMM (implicit-GEMM and materialized-im2col traffic).
+    Conv2d(ConvArgs),
+    /// One transformer block: named GEMMs plus norms, softmax, activation, residuals, rotary.
+    Transformer(TransformerArgs),
+    /// A whole decoder model: layers × block + embedding + LM head (flags or a HF config.json).
+    Model(ModelArgs),
 }
 
 /// PE-array, SRAM and tile options shared by GEMM-shaped analyses.
@@ -155,9 +166,457 @@ struct GemmArgs {
     json: bool,
 }
 
+/// Parse `V` or `VHxVW` into (h, w).
+fn pair(s: &str, flag: &str) -> Result<(u64, u64)> {
+    let parts: Vec<&str> = s.split(['x', 'X', '×']).collect();
+    let p = |t: &str| t.trim().parse::<u64>();
+    match parts.as_slice() {
+        [v] => {
+            if let Ok(v) = p(v) {
+                return Ok((v, v));
+            }
+        }
+        [h, w] => {
+            if let (Ok(h), Ok(w)) = (p(h), p(w)) {
+                return Ok((h, w));
+            }
+        }
+        _ => {}
+    }
+    bail!("invalid value for `{flag}`: `{s}` (expected N or HxW with non-negative integers)")
+}
+
+/// Convolution shape from a preset or flags (flags override a preset).
+#[derive(Args, Debug, Clone)]
+pub struct ConvShapeArgs {
+    /// Conv2D preset (see `tensorforge workloads list`).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Batch size.
+    #[arg(long)]
+    pub batch: Option<u64>,
+    /// Input channels.
+    #[arg(long)]
+    pub cin: Option<u64>,
+    /// Output channels.
+    #[arg(long)]
+    pub cout: Option<u64>,
+    /// Input height.
+    #[arg(long)]
+    pub height: Option<u64>,
+    /// Input width.
+    #[arg(long)]
+    pub width: Option<u64>,
+    /// Kernel size: K or KHxKW.
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// Stride: S or SHxSW.
+    #[arg(long)]
+    pub stride: Option<String>,
+    /// Zero padding per side: P or PHxPW.
+    #[arg(long)]
+    pub pad: Option<String>,
+    /// Dilation: D or DHxDW.
+    #[arg(long)]
+    pub dilation: Option<String>,
+    /// Channel groups (Cin = Cout = groups is depthwise).
+    #[arg(long)]
+    pub groups: Option<u64>,
+    /// Element type (default fp16).
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+impl ConvShapeArgs {
+    /// Build the validated convolution.
+    pub fn conv(&self) -> Result<Conv2d> {
+        let mut c = match &self.preset {
+            Some(p) => conv2d_preset(p)?,
+            None => {
+                let (Some(cin), Some(cout), Some(h), Some(w), Some(k)) =
+                    (self.cin, self.cout, self.height, self.width, &self.kernel)
+                else {
+                    bail!("give either --preset NAME or all of --cin, --cout, --height, --width and --kernel");
+                };
+                let (kh, kw) = pair(k, "--kernel")?;
+                Conv2d {
+                    batch: 1,
+                    in_channels: cin,
+                    height: h,
+                    width: w,
+                    out_channels: cout,
+                    kernel_h: kh,
+                    kernel_w: kw,
+                    stride_h: 1,
+                    stride_w: 1,
+                    pad_h: 0,
+                    pad_w: 0,
+                    dilation_h: 1,
+                    dilation_w: 1,
+                    groups: 1,
+                    dtype: DType::Fp16,
+                }
+            }
+        };
+        if self.preset.is_some() {
+            if let Some(v) = self.cin {
+                c.in_channels = v;
+            }
+            if let Some(v) = self.cout {
+                c.out_channels = v;
+            }
+            if let Some(v) = self.height {
+                c.height = v;
+            }
+            if let Some(v) = self.width {
+                c.width = v;
+            }
+            if let Some(k) = &self.kernel {
+                (c.kernel_h, c.kernel_w) = pair(k, "--kernel")?;
+            }
+        }
+        if let Some(v) = self.batch {
+            c.batch = v;
+        }
+        if let Some(s) = &self.stride {
+            (c.stride_h, c.stride_w) = pair(s, "--stride")?;
+        }
+        if let Some(s) = &self.pad {
+            (c.pad_h, c.pad_w) = pair(s, "--pad")?;
+        }
+        if let Some(s) = &self.dilation {
+            (c.dilation_h, c.dilation_w) = pair(s, "--dilation")?;
+        }
+        if let Some(g) = self.groups {
+            c.groups = g;
+        }
+        if let Some(d) = &self.dtype {
+            c.dtype = DType::parse(d)?;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[derive(Args, Debug)]
+struct ConvArgs {
+    #[command(flatten)]
+    shape: ConvShapeArgs,
+    #[command(flatten)]
+    hw: HwArgs,
+    #[command(flatten)]
+    mapping: MappingArgs,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Transformer block shape from a preset or flags (flags override a preset).
+#[derive(Args, Debug, Clone)]
+pub struct BlockArgs {
+    /// Transformer preset (see `tensorforge workloads list`).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Sequences in the batch.
+    #[arg(long)]
+    pub batch: Option<u64>,
+    /// New tokens per sequence in prefill (ignored in decode: one token).
+    #[arg(long)]
+    pub seq: Option<u64>,
+    /// Model width D.
+    #[arg(long)]
+    pub d_model: Option<u64>,
+    /// Query heads H.
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Key/value heads (H = MHA, 1 = MQA, between = GQA); default H.
+    #[arg(long)]
+    pub kv_heads: Option<u64>,
+    /// Head dimension; default D / H.
+    #[arg(long)]
+    pub head_dim: Option<u64>,
+    /// MLP hidden width F.
+    #[arg(long)]
+    pub d_ff: Option<u64>,
+    /// MLP kind: gelu (2 matrices) or swiglu (3 matrices).
+    #[arg(long)]
+    pub mlp: Option<String>,
+    /// Norm kind: layernorm or rmsnorm.
+    #[arg(long)]
+    pub norm: Option<String>,
+    /// Attention is not causal (default: causal).
+    #[arg(long)]
+    pub no_causal: bool,
+    /// prefill (default) or decode.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// Tokens already in the KV cache.
+    #[arg(long)]
+    pub kv_cache_len: Option<u64>,
+    /// Element type (default fp16).
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+fn parse_mlp(s: &str) -> Result<MlpKind> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "gelu" => Ok(MlpKind::Gelu),
+        "swiglu" | "silu" | "gated" => Ok(MlpKind::Swiglu),
+        _ => bail!("invalid value for `--mlp`: `{s}` (valid: gelu, swiglu)"),
+    }
+}
+
+fn parse_norm(s: &str) -> Result<NormKind> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "layernorm" | "layer_norm" | "ln" => Ok(NormKind::LayerNorm),
+        "rmsnorm" | "rms_norm" | "rms" => Ok(NormKind::RmsNorm),
+        _ => bail!("invalid value for `--norm`: `{s}` (valid: layernorm, rmsnorm)"),
+    }
+}
+
+fn parse_phase(s: &str) -> Result<Phase> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "prefill" => Ok(Phase::Prefill),
+        "decode" => Ok(Phase::Decode),
+        _ => bail!("invalid value for `--phase`: `{s}` (valid: prefill, decode)"),
+    }
+}
+
+impl BlockArgs {
+    /// Apply the run-time fields (batch, seq, phase, cache, dtype) to `b`.
+    fn apply_runtime(&self, b: &mut TransformerBlock) -> Result<()> {
+        if let Some(v) = self.batch {
+            b.batch = v;
+        }
+        if let Some(v) = self.seq {
+            b.seq_len = v;
+        }
+        if let Some(p) = &self.phase {
+            b.phase = parse_phase(p)?;
+        }
+        if let Some(v) = self.kv_cache_len {
+            b.kv_cache_len = v;
+        }
+        if let Some(d) = &self.dtype {
+            b.dtype = DType::parse(d)?;
+        }
+        if self.no_causal {
+            b.causal = false;
+        }
+        Ok(())
+    }
+
+    /// Apply the architecture fields (widths, heads, kinds) to `b`.
+    fn apply_arch(&self, b: &mut TransformerBlock) -> Result<()> {
+        if let Some(v) = self.d_model {
+            b.d_model = v;
+        }
+        if let Some(v) = self.heads {
+            b.heads = v;
+        }
+        if self.kv_heads.is_some() {
+            b.kv_heads = self.kv_heads;
+        }
+        if self.head_dim.is_some() {
+            b.head_dim = self.head_dim;
+        }
+        if let Some(v) = self.d_ff {
+            b.d_ff = v;
+        }
+        if let Some(m) = &self.mlp {
+            b.mlp = parse_mlp(m)?;
+        }
+        if let Some(n) = &self.norm {
+            b.norm = parse_norm(n)?;
+        }
+        Ok(())
+    }
+
+    /// Build the validated block.
+    pub fn block(&self) -> Result<TransformerBlock> {
+        let mut b = match &self.preset {
+            Some(p) => transformer_preset(p)?,
+            None => {
+                let (Some(seq), Some(d), Some(h), Some(f)) = (
+                    self.seq.or(if self.phase.as_deref() == Some("decode") {
+                        Some(1)
+                    } else {
+                        None
+                    }),
+                    self.d_model,
+                    self.heads,
+                    self.d_ff,
+                ) else {
+                    bail!(
+                        "give either --preset NAME or all of --seq, --d-model, --heads and --d-ff"
+                    );
+                };
+                TransformerBlock {
+                    batch: 1,
+                    seq_len: seq,
+                    d_model: d,
+                    heads: h,
+                    kv_heads: None,
+                    head_dim: None,
+                    d_ff: f,
+                    mlp: MlpKind::Gelu,
+                    norm: NormKind::LayerNorm,
+                    causal: true,
+                    phase: Phase::Prefill,
+                    kv_cache_len: 0,
+                    dtype: DType::Fp16,
+                }
+            }
+        };
+        self.apply_arch(&mut b)?;
+        self.apply_runtime(&mut b)?;
+        b.validate()?;
+        Ok(b)
+    }
+}
+
+#[derive(Args, Debug)]
+struct TransformerArgs {
+    #[command(flatten)]
+    block: BlockArgs,
+    #[command(flatten)]
+    hw: HwArgs,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ModelArgs {
+    /// A Hugging Face config.json (read offline); block flags then override run-time fields.
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Decoder layers (without --config).
+    #[arg(long)]
+    layers: Option<u64>,
+    /// Vocabulary size (without --config).
+    #[arg(long)]
+    vocab_size: Option<u64>,
+    /// The LM head shares the embedding matrix (without --config).
+    #[arg(long)]
+    tie_embeddings: bool,
+    /// Tokens the LM head projects: last (default in prefill) or all.
+    #[arg(long)]
+    lm_head_tokens: Option<String>,
+    #[command(flatten)]
+    block: BlockArgs,
+    #[command(flatten)]
+    hw: HwArgs,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ModelArgs {
+    fn model(&self) -> Result<DecoderModel> {
+        let mut m = match &self.config {
+            Some(path) => {
+                if self.block.preset.is_some() {
+                    bail!("--config and --preset cannot be combined");
+                }
+                let text = super::read_text(path)?;
+                let phase = self
+                    .block
+                    .phase
+                    .as_deref()
+                    .map(parse_phase)
+                    .transpose()?
+                    .unwrap_or(Phase::Prefill);
+                let seq = match (self.block.seq, phase) {
+                    (Some(s), _) => s,
+                    (None, Phase::Decode) => 1,
+                    (None, Phase::Prefill) => bail!("--seq is required with --config in prefill"),
+                };
+                let dtype = self
+                    .block
+                    .dtype
+                    .as_deref()
+                    .map(DType::parse)
+                    .transpose()?
+                    .unwrap_or(DType::Fp16);
+                let mut m = decoder_from_hf_config(
+                    &text,
+                    path,
+                    self.block.batch.unwrap_or(1),
+                    seq,
+                    phase,
+                    self.block.kv_cache_len.unwrap_or(0),
+                    dtype,
+                )?;
+                if self.block.no_causal {
+                    m.block.causal = false;
+                }
+                m
+            }
+            None => {
+                let (Some(layers), Some(vocab)) = (self.layers, self.vocab_size) else {
+                    bail!("give either --config FILE or --layers and --vocab-size with the block flags (or --preset)");
+                };
+                DecoderModel {
+                    name: String::new(),
+                    block: self.block.block()?,
+                    layers,
+                    vocab_size: vocab,
+                    tie_word_embeddings: self.tie_embeddings,
+                    lm_head_tokens: LmHeadTokens::Last,
+                    notes: vec![],
+                }
+            }
+        };
+        if let Some(t) = &self.lm_head_tokens {
+            m.lm_head_tokens = match t.trim().to_ascii_lowercase().as_str() {
+                "all" => LmHeadTokens::All,
+                "last" => LmHeadTokens::Last,
+                _ => bail!("invalid value for `--lm-head-tokens`: `{t}` (valid: all, last)"),
+            };
+        }
+        m.validate()?;
+        Ok(m)
+    }
+}
+
 /// Run `analyze`.
 pub fn run(a: AnalyzeArgs) -> Result<()> {
     match a.kind {
+        AnalyzeKind::Conv2d(c) => {
+            let conv = c.shape.conv()?;
+            let hw = c.hw.load()?;
+            let opts = c.mapping.options(&hw)?;
+            let r = analyze_conv2d(&conv, &hw, &opts)?;
+            if c.json {
+                print_json(&r)
+            } else {
+                print!("{}", render::conv(&r, &hw));
+                Ok(())
+            }
+        }
+        AnalyzeKind::Transformer(t) => {
+            let b = t.block.block()?;
+            let hw = t.hw.load()?;
+            let r = analyze_transformer(&b, &hw)?;
+            if t.json {
+                print_json(&r)
+            } else {
+                print!("{}", render::transformer(&r));
+                Ok(())
+            }
+        }
+        AnalyzeKind::Model(m) => {
+            let model = m.model()?;
+            let hw = m.hw.load()?;
+            let r = analyze_model(&model, &hw)?;
+            if m.json {
+                print_json(&r)
+            } else {
+                print!("{}", render::model(&r));
+                Ok(())
+            }
+        }
         AnalyzeKind::Gemm(g) => {
             let gemm = g.shape.gemm()?;
             let hw = g.hw.load()?;

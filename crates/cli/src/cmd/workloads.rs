@@ -5,7 +5,9 @@ use crate::render::Table;
 use anyhow::Result;
 use clap::Subcommand;
 use serde::Serialize;
+use tensorforge_core::conv::{conv2d_preset, CONV2D_PRESET_NAMES};
 use tensorforge_core::presets;
+use tensorforge_core::transformer::{transformer_preset, TRANSFORMER_PRESET_NAMES};
 
 /// `workloads` subcommands.
 #[derive(Subcommand, Debug)]
@@ -35,6 +37,46 @@ fn entries() -> Result<Vec<Entry>> {
             kind: "gemm",
             summary: format!("M={} N={} K={} {}", g.m, g.n, g.k, g.dtype),
             command: format!("tensorforge analyze gemm --preset {name}"),
+        });
+    }
+    for name in CONV2D_PRESET_NAMES {
+        let c = conv2d_preset(name)?;
+        v.push(Entry {
+            name: name.to_string(),
+            kind: "conv2d",
+            summary: format!(
+                "B={} {}->{} ch at {}x{}, {}x{} kernel, stride {}, pad {}, {}",
+                c.batch,
+                c.in_channels,
+                c.out_channels,
+                c.height,
+                c.width,
+                c.kernel_h,
+                c.kernel_w,
+                c.stride_h,
+                c.pad_h,
+                c.dtype
+            ),
+            command: format!("tensorforge analyze conv2d --preset {name}"),
+        });
+    }
+    for name in TRANSFORMER_PRESET_NAMES {
+        let b = transformer_preset(name)?;
+        v.push(Entry {
+            name: name.to_string(),
+            kind: "transformer",
+            summary: format!(
+                "B={} S={} D={} H={} F={} {} {} {}",
+                b.batch,
+                b.seq_len,
+                b.d_model,
+                b.heads,
+                b.d_ff,
+                b.mlp.name(),
+                b.norm.name(),
+                b.dtype
+            ),
+            command: format!("tensorforge analyze transformer --preset {name}"),
         });
     }
     Ok(v)

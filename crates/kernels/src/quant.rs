@@ -1,0 +1,1 @@
+//! Quantization (in progress).

@@ -1,0 +1,1 @@
+//! Verification sweeps (in progress).
