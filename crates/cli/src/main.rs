@@ -30,6 +30,12 @@ enum Command {
         #[command(subcommand)]
         command: cmd::hw::HwCommand,
     },
+    /// Check the overflow-safe kernels against a double-double reference at the edges of the number line.
+    VerifyOverflow(cmd::kernels::VerifyArgs),
+    /// Check the saturating quantizer against the exact ONNX QuantizeLinear definition.
+    VerifyQuant(cmd::kernels::VerifyArgs),
+    /// Run one kernel on NumPy .npy files.
+    Kernel(cmd::kernels::KernelArgs),
     /// Named workload presets.
     Workloads {
         #[command(subcommand)]
@@ -45,6 +51,9 @@ fn main() -> ExitCode {
         Command::Roofline(a) => cmd::roofline::run(a),
         Command::Hw { command } => cmd::hw::run(command),
         Command::Workloads { command } => cmd::workloads::run(command),
+        Command::VerifyOverflow(a) => cmd::kernels::run_verify_overflow(a),
+        Command::VerifyQuant(a) => cmd::kernels::run_verify_quant(a),
+        Command::Kernel(a) => cmd::kernels::run_kernel(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 use crate::fmt;
 use std::fmt::Write;
 use tensorforge_core::conv::Conv2dAnalysis;
+use tensorforge_core::dse::{Candidate, ExploreResult, MultiExploreResult};
 use tensorforge_core::transformer::{
     GemmRow, ModelAnalysis, NonGemmRow, TransformerAnalysis, TransformerTotals,
 };
@@ -463,6 +464,141 @@ pub fn model(r: &ModelAnalysis) -> String {
         for n in &m.notes {
             let _ = writeln!(o, "  - {n}");
         }
+    }
+    o.push('\n');
+    o.push_str(&limitations(&r.limitations));
+    o
+}
+
+fn candidates_table(c: &[Candidate]) -> String {
+    let mut t = Table::new(&[
+        "#",
+        "tile",
+        "PE",
+        "schedule",
+        "dataflow",
+        "DRAM",
+        "cycles",
+        "SRAM",
+        "overlapped",
+        "serialized",
+        "bound",
+    ]);
+    for (i, x) in c.iter().enumerate() {
+        t.row(vec![
+            (i + 1).to_string(),
+            x.tile.to_string(),
+            format!("{}x{}", x.pe_rows, x.pe_cols),
+            x.schedule.clone(),
+            x.dataflow.name().into(),
+            fmt::bytes(x.dram_bytes as f64),
+            x.compute_cycles.to_string(),
+            fmt::bytes(x.sram_used_bytes as f64),
+            fmt::time(x.timing.overlapped_time_s),
+            fmt::time(x.timing.serialized_time_s),
+            x.timing.bound.label().into(),
+        ]);
+    }
+    t.render()
+}
+
+/// The design-space exploration report for one GEMM.
+pub fn explore(r: &ExploreResult) -> String {
+    let g = &r.workload;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Design-space exploration: GEMM M={} N={} K={} batch={} {} on {} — evidence: {}",
+        g.m, g.n, g.k, g.batch, g.dtype, r.hardware, r.evidence
+    );
+    let _ = writeln!(
+        o,
+        "  {} candidates, {} feasible, evaluated in {} ({} evaluations/s); SRAM {} from {}",
+        r.candidates_total,
+        r.evaluated,
+        fmt::time(r.elapsed_s),
+        fmt::count(r.evaluations_per_s, ""),
+        fmt::bytes(r.sram_capacity_bytes as f64),
+        r.sram_source
+    );
+    for (reason, n) in &r.infeasible {
+        let _ = writeln!(o, "  infeasible: {n} ({reason})");
+    }
+    let _ = writeln!(o, "  ranking: {}\n", r.ranking_rule);
+    let _ = writeln!(
+        o,
+        "Top {} (ties for best: {})",
+        r.top.len(),
+        r.ties_for_best_count
+    );
+    o.push_str(&candidates_table(&r.top));
+    let _ = writeln!(
+        o,
+        "\nPareto front over (overlapped time, SRAM bytes, PE count): {} candidates",
+        r.pareto.len()
+    );
+    o.push_str(&candidates_table(&r.pareto));
+    let _ = writeln!(o, "\nWhy: {}\n", r.why);
+    o.push_str(&limitations(&r.limitations));
+    o
+}
+
+/// The per-GEMM best-mapping report for a decomposed workload.
+pub fn explore_many(r: &MultiExploreResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Best mapping per GEMM on {} — evidence: {}\n  {} candidates over {} distinct GEMMs, {} feasible, {} evaluations/s\n  ranking: {}\n",
+        r.hardware,
+        r.evidence,
+        r.candidates_total,
+        r.distinct_gemms,
+        r.evaluated,
+        fmt::count(r.evaluations_per_s, ""),
+        r.ranking_rule
+    );
+    let mut t = Table::new(&[
+        "GEMM",
+        "M",
+        "N",
+        "K",
+        "batch",
+        "tile",
+        "PE",
+        "schedule",
+        "dataflow",
+        "DRAM",
+        "overlapped",
+        "bound",
+    ]);
+    for x in &r.rows {
+        t.row(vec![
+            x.name.clone(),
+            x.m.to_string(),
+            x.n.to_string(),
+            x.k.to_string(),
+            x.batch.to_string(),
+            x.tile.to_string(),
+            format!("{}x{}", x.pe_rows, x.pe_cols),
+            x.schedule.clone(),
+            x.dataflow.name().into(),
+            fmt::bytes(x.dram_bytes as f64),
+            fmt::time(x.overlapped_time_s),
+            x.bound.label().into(),
+        ]);
+    }
+    o.push_str(&t.render());
+    let _ = writeln!(
+        o,
+        "  total: overlapped {}, serialized {}, DRAM {}, {} compute cycles\n",
+        fmt::time(r.total_overlapped_time_s),
+        fmt::time(r.total_serialized_time_s),
+        fmt::bytes(r.total_dram_bytes as f64),
+        r.total_compute_cycles
+    );
+    o.push_str("Why each wins:\n");
+    for x in &r.rows {
+        let _ = writeln!(o, "  {}: {}", x.name, x.why);
     }
     o.push('\n');
     o.push_str(&limitations(&r.limitations));

@@ -468,3 +468,89 @@ fn model_from_hf_config() {
         &[&mp, "num_attention_heads"],
     );
 }
+
+#[test]
+fn explore_hand_checked_and_capped() {
+    // 4×4×4 fp32 on a 64-B SRAM, tiles {2,4}³: only 2×2×2 fits (3·16 = 48 B; any 4 makes ≥ 64+).
+    // Among its orders c-resident (320 B) beats a-/b-resident (384 B); c-resident sorts before nmk.
+    let v = json(&[
+        "explore",
+        "gemm",
+        "--m",
+        "4",
+        "--n",
+        "4",
+        "--k",
+        "4",
+        "--dtype",
+        "fp32",
+        "--sram-bytes",
+        "64",
+        "--tile-m",
+        "2,4",
+        "--tile-n",
+        "4,2",
+        "--tile-k",
+        "2,4",
+        "--json",
+    ]);
+    assert_eq!(v["evidence"], "model");
+    assert_eq!(v["best"]["schedule"], "c-resident");
+    assert_eq!(v["best"]["dram_bytes"], 320);
+    assert!(v["why"].as_str().unwrap().contains("c-resident"));
+    assert!(v["evaluations_per_s"].as_f64().unwrap() > 0.0);
+    fails(
+        &[
+            "explore",
+            "gemm",
+            "--preset",
+            "gemm_large_square",
+            "--tile-m",
+            "16,32,64",
+            "--tile-n",
+            "16,32,64",
+            "--tile-k",
+            "16,32",
+            "--max-candidates",
+            "10",
+        ],
+        &["candidates", "cap"],
+    );
+    fails(
+        &[
+            "explore",
+            "gemm",
+            "--preset",
+            "gemm_tiny",
+            "--tile-m",
+            "0",
+            "--tile-n",
+            "2",
+            "--tile-k",
+            "2",
+        ],
+        &["--tile-m"],
+    );
+    let t = json(&[
+        "explore",
+        "transformer",
+        "--preset",
+        "transformer_small",
+        "--tile-m",
+        "64",
+        "--tile-n",
+        "64",
+        "--tile-k",
+        "64",
+        "--json",
+    ]);
+    assert_eq!(t["rows"].as_array().unwrap().len(), 8);
+}
+
+#[test]
+fn verify_commands_pass_on_stable_and_fail_on_naive_kernels() {
+    tf().args(["verify-overflow"]).assert().success();
+    tf().args(["verify-quant"]).assert().success();
+    tf().args(["verify-overflow", "--naive"]).assert().code(2);
+    tf().args(["verify-quant", "--naive"]).assert().code(2);
+}

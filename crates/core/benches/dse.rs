@@ -5,8 +5,9 @@
 //! (16..=256 step 16), 4 PE shapes, all 6 loop orders and all 3 dataflows =
 //! 16³ · 4 · 6 · 3 = 294,912 candidates, every one of them feasible (the largest tile,
 //! 256×256×256 fp16, needs 3 · 128 KiB = 384 KiB ≤ 512 KiB), so the reported element rate is
-//! full evaluations per second. A second case turns on double buffering and fill/drain
-//! (then part of the space is infeasible and is only counted).
+//! full evaluations per second. A second case turns on double buffering and fill/drain:
+//! 3,240 candidates become infeasible (only counted), and its element count is the
+//! 291,672 feasible, fully evaluated candidates.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use std::time::Duration;
@@ -39,7 +40,10 @@ fn bench_dse(c: &mut Criterion) {
     let s = space();
     let r = explore(&g, &hw, &s, 10).expect("explore");
     assert_eq!(r.candidates_total, 294_912);
-    assert_eq!(r.evaluated, r.candidates_total, "every candidate is feasible");
+    assert_eq!(
+        r.evaluated, r.candidates_total,
+        "every candidate is feasible"
+    );
     eprintln!(
         "dse/explore_1024_balanced: {} candidates, {} evaluated; single run {:.3} ms = {:.1} M evaluations/s; best {}",
         r.candidates_total,
@@ -63,7 +67,7 @@ fn bench_dse(c: &mut Criterion) {
         "dse/explore_1024_balanced_db_fd: {} candidates, {} evaluated, infeasible {:?}",
         r2.candidates_total, r2.evaluated, r2.infeasible
     );
-    group.throughput(Throughput::Elements(r2.candidates_total));
+    group.throughput(Throughput::Elements(r2.evaluated));
     group.bench_function("explore_1024_balanced_double_buffer_fill_drain", |b| {
         b.iter(|| explore(black_box(&g), black_box(&hw), black_box(&s2), 10).expect("explore"))
     });

@@ -421,7 +421,8 @@ impl TransformerBlock {
         let norm_params =
             checked_product(&[self.norm.params_per_channel(), x.d], "norm parameters")?;
         let norm_read = checked_sum(&[td, norm_params], "norm elements read")?;
-        let rot = checked_product(&[x.t, x.h + x.hkv, x.hd], "T·(H+Hkv)·hd (rotary elements)")?;
+        let heads_qk = checked_sum(&[x.h, x.hkv], "H+Hkv (rotary heads)")?;
+        let rot = checked_product(&[x.t, heads_qk, x.hd], "T·(H+Hkv)·hd (rotary elements)")?;
         let rot_tables = checked_product(&[2, x.sq, x.hd], "2·S_q·hd (cos/sin tables)")?;
         let rot_read = checked_sum(&[rot, rot_tables], "rotary elements read")?;
         let scores = checked_product(&[x.b, x.h, x.sq, x.l], "batch·H·S_q·L (softmax elements)")?;

@@ -38,16 +38,45 @@ mod sealed {
 }
 
 /// An element type the kernels accept: f32, f64, bf16, f16 (all evaluated in f64).
-pub trait Float: sealed::Sealed + Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
+pub trait Float:
+    sealed::Sealed + Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static
+{
     /// Type name as NumPy spells it (`float32`, …).
     const NAME: &'static str;
+    /// Relative size |result| / |log term| below which a cancelling result is recomputed in
+    /// double-double: 0.75 for f64 (the f64 fast path would lose ulps), 1e-6 for the narrow
+    /// types, whose f64 evaluation keeps ≥ 2^29·1e-6 ≫ 1 spare bits there.
+    const CANCEL_BAND: f64;
     /// Exact widening to f64.
     fn to_f64(self) -> f64;
     /// Round an f64 to this type (to nearest, ties to even).
     fn from_f64(v: f64) -> Self;
+    /// Vector elementwise logaddexp(2) when this type has one; false = not done.
+    #[doc(hidden)]
+    fn simd_binary(_a: &[Self], _b: &[Self], _out: &mut [Self], _base2: bool) -> bool {
+        false
+    }
+    /// Vector row kernel when this type has one; false = not done (scalar must run).
+    #[doc(hidden)]
+    fn simd_rows(_x: &[Self], _cols: usize, _out: &mut [Self], _op: RowOp) -> bool {
+        false
+    }
+}
+
+/// Which row kernel (internal dispatch tag).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOp {
+    /// softmax
+    Softmax,
+    /// log_softmax
+    LogSoftmax,
+    /// logsumexp (one output per row)
+    LogSumExp,
 }
 
 impl Float for f32 {
+    const CANCEL_BAND: f64 = 1e-6;
     const NAME: &'static str = "float32";
     #[inline]
     fn to_f64(self) -> f64 {
@@ -57,9 +86,20 @@ impl Float for f32 {
     fn from_f64(v: f64) -> Self {
         v as f32
     }
+    fn simd_binary(a: &[f32], b: &[f32], out: &mut [f32], base2: bool) -> bool {
+        crate::simd::logaddexp_f32(a, b, out, base2)
+    }
+    fn simd_rows(x: &[f32], cols: usize, out: &mut [f32], op: RowOp) -> bool {
+        match op {
+            RowOp::Softmax => crate::simd::softmax_f32(x, cols, out, false),
+            RowOp::LogSoftmax => crate::simd::softmax_f32(x, cols, out, true),
+            RowOp::LogSumExp => crate::simd::logsumexp_f32(x, cols, out),
+        }
+    }
 }
 
 impl Float for f64 {
+    const CANCEL_BAND: f64 = 0.75;
     const NAME: &'static str = "float64";
     #[inline]
     fn to_f64(self) -> f64 {
@@ -72,6 +112,7 @@ impl Float for f64 {
 }
 
 impl Float for half::bf16 {
+    const CANCEL_BAND: f64 = 1e-6;
     const NAME: &'static str = "bfloat16";
     #[inline]
     fn to_f64(self) -> f64 {
@@ -84,6 +125,7 @@ impl Float for half::bf16 {
 }
 
 impl Float for half::f16 {
+    const CANCEL_BAND: f64 = 1e-6;
     const NAME: &'static str = "float16";
     #[inline]
     fn to_f64(self) -> f64 {
@@ -143,9 +185,28 @@ fn order(a: f64, b: f64) -> (f64, f64) {
     }
 }
 
+/// ln(e^m + Σ e^x) for the maximum m < 0 when the result is near 0 (the sum cancels against
+/// m): double-double throughout; for |m| < 1e-11 via e^m − 1 = m + m²/2 + m³/6 and
+/// ln(1 + u) = u − u²/2 + u³/3, so that tiny results keep their relative accuracy.
+fn ln_near_one(m: Dd, rest: impl Iterator<Item = Dd>) -> Dd {
+    let mut tail = Dd::from_f64(0.0);
+    for x in rest {
+        tail = tail.add(dd::exp(x));
+    }
+    if m.hi < -1e-11 {
+        dd::ln(dd::exp(m).add(tail))
+    } else {
+        let m2 = m.mul(m);
+        let em1 = m.add(m2.mul_f64(0.5)).add(m2.mul(m).div_f64(6.0));
+        let u = em1.add(tail);
+        let u2 = u.mul(u);
+        u.sub(u2.mul_f64(0.5)).add(u2.mul(u).div_f64(3.0))
+    }
+}
+
 /// f64 logaddexp: hi + log1p(e^(lo − hi)), double-double when the sum cancels near zero.
 #[inline]
-pub(crate) fn logaddexp_f64(a: f64, b: f64) -> f64 {
+pub(crate) fn logaddexp_f64(a: f64, b: f64, band: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         return f64::NAN;
     }
@@ -165,16 +226,16 @@ pub(crate) fn logaddexp_f64(a: f64, b: f64) -> f64 {
     }
     let t = exp_diff(lo, hi).ln_1p();
     let y = hi + t;
-    if hi < 0.0 && y.abs() < t {
+    if hi < 0.0 && y.abs() < band * t {
         // e^hi + e^lo ≈ 1: evaluate ln(e^hi + e^lo) in double-double.
-        return dd::ln(dd::exp(Dd::from_f64(hi)).add(dd::exp(Dd::from_f64(lo)))).to_f64();
+        return ln_near_one(Dd::from_f64(hi), std::iter::once(Dd::from_f64(lo))).to_f64();
     }
     y
 }
 
 /// f64 logaddexp2: hi + log2(1 + 2^(lo − hi)), double-double when the sum cancels near zero.
 #[inline]
-pub(crate) fn logaddexp2_f64(a: f64, b: f64) -> f64 {
+pub(crate) fn logaddexp2_f64(a: f64, b: f64, band: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         return f64::NAN;
     }
@@ -196,9 +257,9 @@ pub(crate) fn logaddexp2_f64(a: f64, b: f64) -> f64 {
     let e = e + e * (dl * LN_2);
     let t = e.ln_1p() * LOG2_E;
     let y = hi + t;
-    if hi < 0.0 && y.abs() < 2.0 * t {
-        let s = dd::exp(dd::LN2.mul_f64(hi)).add(dd::exp(dd::LN2.mul_f64(lo)));
-        return dd::ln(s).div(dd::LN2).to_f64();
+    if hi < 0.0 && y.abs() < band * t {
+        let l = ln_near_one(dd::LN2.mul_f64(hi), std::iter::once(dd::LN2.mul_f64(lo)));
+        return l.div(dd::LN2).to_f64();
     }
     y
 }
@@ -210,7 +271,10 @@ enum RowStat {
     /// Every element −inf, or the row is empty.
     AllNegInf,
     /// m = max, s = Σ over all but the first maximum of e^(x_i − m) (compensated).
-    Finite { m: f64, s: f64 },
+    Finite {
+        m: f64,
+        s: f64,
+    },
 }
 
 #[inline]
@@ -255,6 +319,7 @@ fn row_stat<T: Float>(row: &[T]) -> RowStat {
 
 #[inline]
 fn logsumexp_row<T: Float>(row: &[T]) -> f64 {
+    let band = T::CANCEL_BAND;
     match row_stat(row) {
         RowStat::Nan => f64::NAN,
         RowStat::PosInf => f64::INFINITY,
@@ -262,13 +327,15 @@ fn logsumexp_row<T: Float>(row: &[T]) -> f64 {
         RowStat::Finite { m, s, .. } => {
             let l = s.ln_1p();
             let y = m + l;
-            if m < 0.0 && y.abs() < l {
+            if m < 0.0 && y.abs() < band * l {
                 // Σ e^x ≈ 1 with m < 0: sum and log in double-double (m ≥ −ln n here).
-                let mut acc = Dd::from_f64(0.0);
-                for &x in row {
-                    acc = acc.add(dd::exp(Dd::from_f64(x.to_f64())));
-                }
-                return dd::ln(acc).to_f64();
+                let first = row.iter().position(|x| x.to_f64() == m).unwrap_or(0);
+                let rest = row
+                    .iter()
+                    .enumerate()
+                    .filter(move |&(i, _)| i != first)
+                    .map(|(_, x)| Dd::from_f64(x.to_f64()));
+                return ln_near_one(Dd::from_f64(m), rest).to_f64();
             }
             y
         }
@@ -315,13 +382,13 @@ fn log_softmax_row<T: Float>(row: &[T], out: &mut [T]) {
 /// log(e^a + e^b), computed as max + log1p(e^(min − max)).
 #[inline]
 pub fn logaddexp<T: Float>(a: T, b: T) -> T {
-    T::from_f64(logaddexp_f64(a.to_f64(), b.to_f64()))
+    T::from_f64(logaddexp_f64(a.to_f64(), b.to_f64(), T::CANCEL_BAND))
 }
 
 /// log2(2^a + 2^b), computed as max + log2(1 + 2^(min − max)).
 #[inline]
 pub fn logaddexp2<T: Float>(a: T, b: T) -> T {
-    T::from_f64(logaddexp2_f64(a.to_f64(), b.to_f64()))
+    T::from_f64(logaddexp2_f64(a.to_f64(), b.to_f64(), T::CANCEL_BAND))
 }
 
 fn binary_slice<T: Float>(
@@ -329,34 +396,36 @@ fn binary_slice<T: Float>(
     b: &[T],
     out: &mut [T],
     f: fn(T, T) -> T,
+    base2: bool,
 ) -> Result<(), KernelError> {
     check_len("b", a.len(), b.len())?;
     check_len("out", a.len(), out.len())?;
     const CHUNK: usize = 8192;
+    let run = |o: &mut [T], a: &[T], b: &[T]| {
+        if !T::simd_binary(a, b, o, base2) {
+            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        }
+    };
     if a.len() >= PAR_MIN_ELEMS {
         out.par_chunks_mut(CHUNK)
             .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
-            .for_each(|(o, (a, b))| {
-                for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                    *o = f(x, y);
-                }
-            });
+            .for_each(|(o, (a, b))| run(o, a, b));
     } else {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
-        }
+        run(out, a, b);
     }
     Ok(())
 }
 
 /// Elementwise `out[i] = logaddexp(a[i], b[i])`; all three slices must have one length.
 pub fn logaddexp_slice<T: Float>(a: &[T], b: &[T], out: &mut [T]) -> Result<(), KernelError> {
-    binary_slice(a, b, out, logaddexp::<T>)
+    binary_slice(a, b, out, logaddexp::<T>, false)
 }
 
 /// Elementwise `out[i] = logaddexp2(a[i], b[i])`; all three slices must have one length.
 pub fn logaddexp2_slice<T: Float>(a: &[T], b: &[T], out: &mut [T]) -> Result<(), KernelError> {
-    binary_slice(a, b, out, logaddexp2::<T>)
+    binary_slice(a, b, out, logaddexp2::<T>, true)
 }
 
 /// Per row r: `out[r] = log Σ_j e^x[r,j]` = m + log1p(Σ_{j≠argmax} e^(x[r,j] − m)), m the row max.
@@ -368,22 +437,36 @@ pub fn logsumexp<T: Float>(x: &[T], shape: Shape2, out: &mut [T]) -> Result<(), 
         out.fill(T::from_f64(f64::NEG_INFINITY));
         return Ok(());
     }
-    let f = |(o, row): (&mut T, &[T])| *o = T::from_f64(logsumexp_row(row));
+    let rows_per_block = (ROW_BLOCK_ELEMS / shape.cols).max(1);
+    let run = |(o, x): (&mut [T], &[T])| {
+        if !T::simd_rows(x, shape.cols, o, RowOp::LogSumExp) {
+            for (o, row) in o.iter_mut().zip(x.chunks(shape.cols)) {
+                *o = T::from_f64(logsumexp_row(row));
+            }
+        }
+    };
+    let blk = rows_per_block * shape.cols;
     if x.len() >= PAR_MIN_ELEMS {
-        out.par_iter_mut()
-            .zip(x.par_chunks(shape.cols))
-            .for_each(f);
+        out.par_chunks_mut(rows_per_block)
+            .zip(x.par_chunks(blk))
+            .for_each(run);
     } else {
-        out.iter_mut().zip(x.chunks(shape.cols)).for_each(f);
+        out.chunks_mut(rows_per_block)
+            .zip(x.chunks(blk))
+            .for_each(run);
     }
     Ok(())
 }
+
+/// Rows are processed in blocks of about this many elements (one rayon task each).
+const ROW_BLOCK_ELEMS: usize = 16384;
 
 fn row_map<T: Float>(
     x: &[T],
     shape: Shape2,
     out: &mut [T],
     f: fn(&[T], &mut [T]),
+    op: RowOp,
 ) -> Result<(), KernelError> {
     let n = shape.numel()?;
     check_len("x", n, x.len())?;
@@ -391,14 +474,19 @@ fn row_map<T: Float>(
     if shape.cols == 0 {
         return Ok(());
     }
+    let cols = shape.cols;
+    let blk = (ROW_BLOCK_ELEMS / cols).max(1) * cols;
+    let run = |(o, x): (&mut [T], &[T])| {
+        if !T::simd_rows(x, cols, o, op) {
+            o.chunks_mut(cols)
+                .zip(x.chunks(cols))
+                .for_each(|(o, r)| f(r, o));
+        }
+    };
     if n >= PAR_MIN_ELEMS {
-        out.par_chunks_mut(shape.cols)
-            .zip(x.par_chunks(shape.cols))
-            .for_each(|(o, r)| f(r, o));
+        out.par_chunks_mut(blk).zip(x.par_chunks(blk)).for_each(run);
     } else {
-        out.chunks_mut(shape.cols)
-            .zip(x.chunks(shape.cols))
-            .for_each(|(o, r)| f(r, o));
+        out.chunks_mut(blk).zip(x.chunks(blk)).for_each(run);
     }
     Ok(())
 }
@@ -406,18 +494,19 @@ fn row_map<T: Float>(
 /// Per row: `out[r,j] = e^(x[r,j] − m) / Σ_k e^(x[r,k] − m)`, m the row max. An all-−inf row
 /// gives all zeros (masked-row policy); a row with +inf or NaN gives all NaN.
 pub fn softmax<T: Float>(x: &[T], shape: Shape2, out: &mut [T]) -> Result<(), KernelError> {
-    row_map(x, shape, out, softmax_row::<T>)
+    row_map(x, shape, out, softmax_row::<T>, RowOp::Softmax)
 }
 
 /// Per row: `out[r,j] = (x[r,j] − m) − log1p(Σ_{k≠argmax} e^(x[r,k] − m))`. An all-−inf row
 /// gives all −inf; a row with +inf or NaN gives all NaN.
 pub fn log_softmax<T: Float>(x: &[T], shape: Shape2, out: &mut [T]) -> Result<(), KernelError> {
-    row_map(x, shape, out, log_softmax_row::<T>)
+    row_map(x, shape, out, log_softmax_row::<T>, RowOp::LogSoftmax)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::reference::*;
     use half::{bf16, f16};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -425,169 +514,6 @@ pub(crate) mod tests {
 
     const INF: f64 = f64::INFINITY;
     const NINF: f64 = f64::NEG_INFINITY;
-
-    // ---- independent double-double references --------------------------------------
-
-    fn special(a: f64, b: f64, same: f64) -> Option<f64> {
-        if a.is_nan() || b.is_nan() {
-            return Some(f64::NAN);
-        }
-        if a == INF || b == INF {
-            return Some(INF);
-        }
-        if a == NINF && b == NINF {
-            return Some(NINF);
-        }
-        if a == NINF {
-            return Some(b);
-        }
-        if b == NINF {
-            return Some(a);
-        }
-        if a == b {
-            return Some(same);
-        }
-        None
-    }
-
-    /// ln(e^a + e^b) = m + ln(e^(a−m) + e^(b−m)), all in double-double.
-    pub(crate) fn ref_logaddexp(a: f64, b: f64) -> Dd {
-        if let Some(v) = special(a, b, f64::NAN) {
-            if !v.is_nan() || a.is_nan() || b.is_nan() {
-                return Dd::from_f64(v);
-            }
-        }
-        let m = a.max(b);
-        let s = dd::exp(Dd::sum(a, -m)).add(dd::exp(Dd::sum(b, -m)));
-        Dd::from_f64(m).add(dd::ln(s))
-    }
-
-    /// log2(2^a + 2^b) = m + ln(e^((a−m)ln2) + e^((b−m)ln2)) / ln2 in double-double.
-    pub(crate) fn ref_logaddexp2(a: f64, b: f64) -> Dd {
-        if let Some(v) = special(a, b, f64::NAN) {
-            if !v.is_nan() || a.is_nan() || b.is_nan() {
-                return Dd::from_f64(v);
-            }
-        }
-        let m = a.max(b);
-        let s = dd::exp(dd::LN2.mul(Dd::sum(a, -m))).add(dd::exp(dd::LN2.mul(Dd::sum(b, -m))));
-        Dd::from_f64(m).add(dd::ln(s).div(dd::LN2))
-    }
-
-    /// (m, Σ e^(x−m)) in double-double; None for rows that are special.
-    fn ref_row_sum(row: &[f64]) -> Option<(f64, Dd)> {
-        let m = row.iter().cloned().fold(NINF, f64::max);
-        if row.iter().any(|x| x.is_nan()) || m == INF || m == NINF {
-            return None;
-        }
-        let mut s = Dd::from_f64(0.0);
-        for &x in row {
-            s = s.add(dd::exp(Dd::sum(x, -m)));
-        }
-        Some((m, s))
-    }
-
-    pub(crate) fn ref_logsumexp(row: &[f64]) -> Dd {
-        if row.iter().any(|x| x.is_nan()) {
-            return Dd::from_f64(f64::NAN);
-        }
-        match ref_row_sum(row) {
-            Some((m, s)) => Dd::from_f64(m).add(dd::ln(s)),
-            None => Dd::from_f64(row.iter().cloned().fold(NINF, f64::max)),
-        }
-    }
-
-    pub(crate) fn ref_softmax(row: &[f64]) -> Vec<Dd> {
-        match ref_row_sum(row) {
-            Some((m, s)) => row
-                .iter()
-                .map(|&x| {
-                    let e = dd::exp(Dd::sum(x, -m));
-                    e.div(s)
-                })
-                .collect(),
-            None => {
-                let masked = row.iter().all(|&x| x == NINF);
-                let v = if masked { 0.0 } else { f64::NAN };
-                vec![Dd::from_f64(v); row.len()]
-            }
-        }
-    }
-
-    pub(crate) fn ref_log_softmax(row: &[f64]) -> Vec<Dd> {
-        match ref_row_sum(row) {
-            Some((m, s)) => {
-                let l = dd::ln(s);
-                row.iter()
-                    .map(|&x| {
-                        if x == NINF {
-                            Dd::from_f64(NINF)
-                        } else {
-                            Dd::sum(x, -m).sub(l)
-                        }
-                    })
-                    .collect()
-            }
-            None => {
-                let masked = row.iter().all(|&x| x == NINF);
-                let v = if masked { NINF } else { f64::NAN };
-                vec![Dd::from_f64(v); row.len()]
-            }
-        }
-    }
-
-    // ---- ulp distances ---------------------------------------------------------------
-
-    fn binade_exp(a: f64) -> i32 {
-        ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023
-    }
-
-    /// Spacing of f32 values at |r| (2^-149 in the subnormal range).
-    pub(crate) fn ulp_f32(r: f64) -> f64 {
-        let a = r.abs();
-        if a < f32::MIN_POSITIVE as f64 {
-            return 2f64.powi(-149);
-        }
-        2f64.powi(binade_exp(a) - 23)
-    }
-
-    /// Spacing of f64 values at |r| (2^-1074 in the subnormal range).
-    pub(crate) fn ulp_f64(r: f64) -> f64 {
-        let a = r.abs();
-        if a < f64::MIN_POSITIVE {
-            return dd::ldexp(1.0, -1074);
-        }
-        dd::ldexp(1.0, binade_exp(a) - 52)
-    }
-
-    fn special_match(y: f64, r: f64) -> Option<f64> {
-        if y.is_nan() || r.is_nan() || y.is_infinite() || r.is_infinite() {
-            let same = (y.is_nan() && r.is_nan()) || y == r;
-            return Some(if same { 0.0 } else { f64::INFINITY });
-        }
-        None
-    }
-
-    /// |y − r| in units of the f32 spacing at r.
-    pub(crate) fn ulps32(y: f32, r: Dd) -> f64 {
-        let y = y as f64;
-        if let Some(e) = special_match(y, r.hi) {
-            return e;
-        }
-        if (r.hi as f32).is_infinite() {
-            // The exact result lies beyond f32::MAX + ulp/2: the correctly rounded f32 is ±inf.
-            return if y == (r.hi as f32) as f64 { 0.0 } else { f64::INFINITY };
-        }
-        ((y - r.hi) - r.lo).abs() / ulp_f32(r.hi)
-    }
-
-    /// |y − r| in units of the f64 spacing at r.
-    pub(crate) fn ulps64(y: f64, r: Dd) -> f64 {
-        if let Some(e) = special_match(y, r.hi) {
-            return e;
-        }
-        ((y - r.hi) - r.lo).abs() / ulp_f64(r.hi)
-    }
 
     #[test]
     fn ulp_helpers_hand_values() {
@@ -632,7 +558,10 @@ pub(crate) mod tests {
         logsumexp(&row, Shape2::new(1, 3), &mut one).unwrap();
         assert_eq!(one[0].to_f64(), NINF);
         softmax(&row, Shape2::new(1, 3), &mut three).unwrap();
-        assert!(three.iter().all(|v| v.to_f64() == 0.0), "masked policy: zeros");
+        assert!(
+            three.iter().all(|v| v.to_f64() == 0.0),
+            "masked policy: zeros"
+        );
         log_softmax(&row, Shape2::new(1, 3), &mut three).unwrap();
         assert!(three.iter().all(|v| v.to_f64() == NINF));
         let row = [f(1.0), f(INF), f(NINF)];
@@ -668,18 +597,27 @@ pub(crate) mod tests {
         assert_eq!(logaddexp(100.0f32, 99.0), 100.313_261_687_518_22_f64 as f32);
         // No overflow past 88.7 / 709.8: logaddexp(-1000, -1001) = -999.6867383124818.
         assert!((logaddexp(-1000.0f64, -1001.0) - -999.686_738_312_481_8).abs() < 2e-13);
-        assert_eq!(logaddexp(1000.0f64, 1000.0), 1000.0 + std::f64::consts::LN_2);
+        assert_eq!(
+            logaddexp(1000.0f64, 1000.0),
+            1000.0 + std::f64::consts::LN_2
+        );
         assert_eq!(logaddexp(f32::MAX, f32::MAX), f32::MAX); // + ln 2 ≪ ulp
-        // log2(1 + 2^-10) = 0.001408194392809..., so logaddexp2(10, 0) = 10.001408194392809.
+                                                             // log2(1 + 2^-10) = 0.001408194392809..., so logaddexp2(10, 0) = 10.001408194392809.
         assert!((logaddexp2(10.0f64, 0.0) - 10.001_408_194_392_809).abs() < 4e-15);
         // logsumexp([1000]*3) = 1000 + ln 3 = 1001.0986122886682.
         let mut o = [0.0f32];
         logsumexp(&[1000.0f32; 3], Shape2::new(1, 3), &mut o).unwrap();
-        assert_eq!(o[0], 1001.098_612_288_668_2_f64 as f32);
+        assert_eq!(o[0], 1_001.098_612_288_668_2_f64 as f32);
         // softmax([1000, 999]) = [1/(1+e^-1), e^-1/(1+e^-1)] = [0.7310585786300049, 0.2689414213699951].
         let mut p = [0.0f32; 2];
         softmax(&[1000.0f32, 999.0], Shape2::new(1, 2), &mut p).unwrap();
-        assert_eq!(p, [0.731_058_578_630_004_9_f64 as f32, 0.268_941_421_369_995_1_f64 as f32]);
+        assert_eq!(
+            p,
+            [
+                0.731_058_578_630_004_9_f64 as f32,
+                0.268_941_421_369_995_1_f64 as f32
+            ]
+        );
         // log_softmax([0, -1000]) = [−ln(1+e^-1000), −1000 − ...] = [0, −1000] in f64.
         let mut q = [1.0f64; 2];
         log_softmax(&[0.0f64, -1000.0], Shape2::new(1, 2), &mut q).unwrap();
@@ -690,8 +628,13 @@ pub(crate) mod tests {
         let (a, b) = (-1.0f64, -0.458675);
         let r = ref_logaddexp(a, b);
         assert!((r.to_f64() - 9.19e-8).abs() < 1e-10, "{r:?}");
-        assert!(ulps64(logaddexp(a, b), r) <= 4.0, "{} vs {:?}", logaddexp(a, b), r);
-        // Base 2: 2^-1 + 2^b = 1 at b = −1, so (−1, −1.000001) gives ≈ −7.2e-7 (hand: 
+        assert!(
+            ulps64(logaddexp(a, b), r) <= 4.0,
+            "{} vs {:?}",
+            logaddexp(a, b),
+            r
+        );
+        // Base 2: 2^-1 + 2^b = 1 at b = −1, so (−1, −1.000001) gives ≈ −7.2e-7 (hand:
         // log2(0.5 + 0.5·2^-1e-6) ≈ −0.5e-6).
         let r2 = ref_logaddexp2(-1.0, -1.000_001);
         assert!((r2.to_f64() + 0.5e-6).abs() < 1e-12, "{r2:?}");
@@ -719,7 +662,9 @@ pub(crate) mod tests {
     fn parallel_path_matches_serial() {
         // Above PAR_MIN_ELEMS rows run on rayon; each row's result must not depend on that.
         let n = PAR_MIN_ELEMS * 2;
-        let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 0.37 - 150.0).collect();
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.37 - 150.0)
+            .collect();
         let y: Vec<f32> = x.iter().rev().cloned().collect();
         let mut out = vec![0.0f32; n];
         logaddexp_slice(&x, &y, &mut out).unwrap();
@@ -797,9 +742,19 @@ pub(crate) mod tests {
         let count = Cell::new(0usize);
         runner(1000, 11)
             .run(&proptest::collection::vec(f32_pair(), 1000), |v| {
-                for (a, b) in v {
-                    let e1 = ulps32(logaddexp(a, b), ref_logaddexp(a as f64, b as f64));
-                    let e2 = ulps32(logaddexp2(a, b), ref_logaddexp2(a as f64, b as f64));
+                // Through the slice kernels (the vector path where the CPU has one) and the
+                // scalar entry points.
+                let xa: Vec<f32> = v.iter().map(|p| p.0).collect();
+                let xb: Vec<f32> = v.iter().map(|p| p.1).collect();
+                let mut y1 = vec![0.0f32; v.len()];
+                let mut y2 = vec![0.0f32; v.len()];
+                logaddexp_slice(&xa, &xb, &mut y1).unwrap();
+                logaddexp2_slice(&xa, &xb, &mut y2).unwrap();
+                for (i, (a, b)) in v.into_iter().enumerate() {
+                    let e1 = ulps32(y1[i], ref_logaddexp(a as f64, b as f64));
+                    let e2 = ulps32(y2[i], ref_logaddexp2(a as f64, b as f64));
+                    let e1 = e1.max(ulps32(logaddexp(a, b), ref_logaddexp(a as f64, b as f64)));
+                    let e2 = e2.max(ulps32(logaddexp2(a, b), ref_logaddexp2(a as f64, b as f64)));
                     prop_assert!(e1 <= MAX_ULP, "logaddexp({a:e}, {b:e}) off by {e1} ulp");
                     prop_assert!(e2 <= MAX_ULP, "logaddexp2({a:e}, {b:e}) off by {e2} ulp");
                     max1.set(max1.get().max(e1));

@@ -4,10 +4,16 @@
 //! with naive ones, `.npy` encoding on byte buffers, and a fused RMSNorm+SwiGLU. The crate
 //! performs no file I/O and never panics on user input; errors are [`KernelError`].
 
+#![warn(missing_docs)]
+
 pub mod dd;
 pub mod elementary;
+pub mod fused;
 pub mod naive;
+pub mod npy;
 pub mod quant;
+pub mod reference;
+pub mod simd;
 pub mod verify;
 
 pub use elementary::{

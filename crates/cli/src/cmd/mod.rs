@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod explore;
 pub mod hw;
+pub mod kernels;
 pub mod roofline;
 pub mod workloads;
 

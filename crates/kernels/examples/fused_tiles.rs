@@ -1,0 +1,65 @@
+//! Sweep of fused RMSNorm+SwiGLU block sizes (rows per block × F tile) against the unfused
+//! path at D = 4096, F = 11008. Run: `cargo run --release -p tensorforge-kernels --example
+//! fused_tiles -- T` (T tokens, default 1).
+
+use std::time::Instant;
+use tensorforge_kernels::fused::{rmsnorm_swiglu_fused_tiled, rmsnorm_swiglu_unfused, SwigluShape};
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn best(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let t: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let (d, f) = (4096, 11008);
+    let s = SwigluShape {
+        tokens: t,
+        d_model: d,
+        d_ff: f,
+    };
+    let x = data(t * d, 1);
+    let g = data(d, 2);
+    let wg = data(d * f, 3);
+    let wu = data(d * f, 4);
+    let mut y = vec![0.0f32; t * f];
+    let reps = if t > 64 { 1 } else { 4 };
+    let tu = best(reps, || {
+        rmsnorm_swiglu_unfused(&x, &g, &wg, &wu, s, 1e-6, &mut y).unwrap();
+    });
+    println!("T={t} unfused {:.3} ms", tu * 1e3);
+    for &rb in &[64usize, 128, 512] {
+        for &tf in &[256usize, 1024, 2752, 11008] {
+            if rb > t.max(64) {
+                continue;
+            }
+            let tt = best(reps, || {
+                rmsnorm_swiglu_fused_tiled(&x, &g, &wg, &wu, s, 1e-6, &mut y, rb, tf).unwrap();
+            });
+            println!(
+                "  rows {rb:4} tile {tf:5}: {:.3} ms ({:.3}x unfused)",
+                tt * 1e3,
+                tt / tu
+            );
+        }
+    }
+}

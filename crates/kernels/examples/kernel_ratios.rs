@@ -1,0 +1,108 @@
+//! Prints, from one run, the ratios the kernels issue asks for: stable vs naive logaddexp,
+//! softmax and quantize against this machine's measured copy bandwidth (read + write bytes),
+//! and fused vs unfused RMSNorm+SwiGLU — single thread and all threads. Each timing is the
+//! best of several repetitions. Run: `cargo run --release -p tensorforge-kernels --example
+//! kernel_ratios` (add `-- --small` for CI-sized shapes).
+
+use std::time::Instant;
+use tensorforge_kernels::fused::{rmsnorm_swiglu_fused, rmsnorm_swiglu_unfused, SwigluShape};
+use tensorforge_kernels::{logaddexp_slice, naive, quant, softmax, Shape2};
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 20.0 - 10.0
+        })
+        .collect()
+}
+
+fn best(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn run(threads: usize, small: bool) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool");
+    pool.install(|| {
+        let n = if small { 1 << 20 } else { 16 << 20 };
+        let (a, b) = (data(n, 1), data(n, 2));
+        let mut out = vec![0.0f32; n];
+        let mut q = vec![0u8; n];
+        let t_copy = best(5, || out.copy_from_slice(std::hint::black_box(&a)));
+        let bw = (n * 8) as f64 / t_copy;
+        let t_stable = best(3, || logaddexp_slice(&a, &b, &mut out).unwrap());
+        let t_naive = best(3, || naive::logaddexp_slice(&a, &b, &mut out).unwrap());
+        let t_soft = best(3, || softmax(&a, Shape2::new(n / 4096, 4096), &mut out).unwrap());
+        let t_q = best(3, || quant::quantize(&a, 0.05, 128, &mut q).unwrap());
+        println!("threads = {threads}, n = {n} f32 ({} MiB per buffer)", (n * 4) >> 20);
+        println!("  copy bandwidth (read+write)      {:8.2} GB/s", bw / 1e9);
+        println!(
+            "  logaddexp stable / naive         {:8.3}  ({:.2} vs {:.2} ns/elem)",
+            t_stable / t_naive,
+            t_stable / n as f64 * 1e9,
+            t_naive / n as f64 * 1e9
+        );
+        let sb = (n * 8) as f64 / t_soft;
+        println!(
+            "  softmax rows of 4096 vs copy     {:8.1} %  ({:.2} GB/s)",
+            100.0 * sb / bw,
+            sb / 1e9
+        );
+        let qb = (n * 5) as f64 / t_q;
+        println!(
+            "  quantize f32->u8 vs copy         {:8.1} %  ({:.2} GB/s)",
+            100.0 * qb / bw,
+            qb / 1e9
+        );
+        let (d, f) = if small { (512, 1408) } else { (4096, 11008) };
+        let gm = data(d, 5);
+        let wg = data(d * f, 6);
+        let wu = data(d * f, 7);
+        for &t in &[1usize, 8, 512] {
+            let s = SwigluShape {
+                tokens: t,
+                d_model: d,
+                d_ff: f,
+            };
+            let x = data(t * d, 4);
+            let mut y = vec![0.0f32; t * f];
+            let reps = if t >= 512 { 2 } else { 5 };
+            let tf = best(reps, || {
+                rmsnorm_swiglu_fused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
+            });
+            let tu = best(reps, || {
+                rmsnorm_swiglu_unfused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
+            });
+            let rf = rmsnorm_swiglu_fused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
+            let ru = rmsnorm_swiglu_unfused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
+            println!(
+                "  rmsnorm+swiglu T={t:<4} D={d} F={f}: fused {:9.3} ms, unfused {:9.3} ms, fused/unfused {:.3}; intermediates {} vs {} bytes",
+                tf * 1e3,
+                tu * 1e3,
+                tf / tu,
+                rf.intermediate_bytes,
+                ru.intermediate_bytes
+            );
+        }
+    });
+}
+
+fn main() {
+    let small = std::env::args().any(|a| a == "--small");
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    run(1, small);
+    if all > 1 {
+        run(all, small);
+    }
+}
