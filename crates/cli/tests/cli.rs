@@ -554,3 +554,41 @@ fn verify_commands_pass_on_stable_and_fail_on_naive_kernels() {
     tf().args(["verify-overflow", "--naive"]).assert().code(2);
     tf().args(["verify-quant", "--naive"]).assert().code(2);
 }
+
+#[test]
+fn roofline_original_form_on_blackhole() {
+    // tenstorrent_blackhole -> p150: fp16 372e12 FLOP/s, 512e9 B/s -> ridge 726.5625 FLOP/B.
+    // AI = 5e7 / 1e6 = 50 < ridge -> memory-bound at 50 · 512e9 = 2.56e13 FLOP/s.
+    let out = tf()
+        .args([
+            "roofline",
+            "--hw",
+            "tenstorrent_blackhole",
+            "--flops",
+            "50000000",
+            "--bytes",
+            "1000000",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    assert!(
+        s.contains("726.562") && s.contains("memory") && s.contains("25.60 TFLOP/s"),
+        "{s}"
+    );
+    let v = json(&[
+        "roofline",
+        "--hw",
+        "tenstorrent_blackhole",
+        "--flops",
+        "50000000",
+        "--bytes",
+        "1000000",
+        "--json",
+    ]);
+    assert_eq!(v["hardware"], "tenstorrent_blackhole_p150");
+    assert_eq!(v["attainable_flops_per_s"], 2.56e13);
+}
