@@ -41,22 +41,63 @@ enum Command {
         #[command(subcommand)]
         command: cmd::workloads::WorkloadsCommand,
     },
+    /// Fuse a graph (JSON or ONNX): kernels, reasons, DRAM traffic before and after.
+    Fuse(cmd::graph::FuseArgs),
+    /// Plan the static memory of a graph's fused program.
+    PlanMemory(cmd::graph::PlanMemoryArgs),
+    /// Execute a graph on the CPU, fused or unfused.
+    Run(cmd::graph::RunArgs),
+    /// DRAM traffic of RMSNorm -> SwiGLU, unfused vs fused (seed accounting and full accounting).
+    MemoryTraffic(cmd::graph::MemoryTrafficArgs),
+    /// Time workloads on this machine's CPU and optionally record them.
+    Bench(cmd::measure::BenchArgs),
+    /// Measure this CPU's ceilings (bandwidth, FMA peak, GEMM) and write a device profile.
+    Calibrate(cmd::measure::CalibrateArgs),
+    /// Predict a holdout suite from a calibrated profile and compare with measurement.
+    Validate(cmd::measure::ValidateArgs),
+    /// Records in the embedded store: list, show, export, import.
+    Records(cmd::records::RecordsArgs),
+    /// Convert benchmark results measured elsewhere into records.
+    Ingest(cmd::records::IngestArgs),
+    /// Regression gate: baseline vs candidate under a policy (exit 0 pass, 1 fail, 2 error, 3 inconclusive).
+    Gate(cmd::ops::GateArgs),
+    /// Impact report (Markdown, HTML, JSON) for a baseline/candidate pair.
+    Report(cmd::ops::ReportArgs),
+    /// A metric's history over runs, with change points.
+    History(cmd::ops::HistoryArgs),
+    /// The main job: calibrate, measure a holdout suite, record, validate, gate, report.
+    Quickstart(cmd::quickstart::QuickstartArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Analyze(a) => cmd::analyze::run(a),
-        Command::Explore(a) => cmd::explore::run(a),
-        Command::Roofline(a) => cmd::roofline::run(a),
-        Command::Hw { command } => cmd::hw::run(command),
-        Command::Workloads { command } => cmd::workloads::run(command),
-        Command::VerifyOverflow(a) => cmd::kernels::run_verify_overflow(a),
-        Command::VerifyQuant(a) => cmd::kernels::run_verify_quant(a),
-        Command::Kernel(a) => cmd::kernels::run_kernel(a),
+        Command::Analyze(a) => cmd::analyze::run(a).map(|()| None),
+        Command::Explore(a) => cmd::explore::run(a).map(|()| None),
+        Command::Roofline(a) => cmd::roofline::run(a).map(|()| None),
+        Command::Hw { command } => cmd::hw::run(command).map(|()| None),
+        Command::Workloads { command } => cmd::workloads::run(command).map(|()| None),
+        Command::VerifyOverflow(a) => cmd::kernels::run_verify_overflow(a).map(|()| None),
+        Command::VerifyQuant(a) => cmd::kernels::run_verify_quant(a).map(|()| None),
+        Command::Kernel(a) => cmd::kernels::run_kernel(a).map(|()| None),
+        Command::Fuse(a) => cmd::graph::run_fuse(a).map(|()| None),
+        Command::PlanMemory(a) => cmd::graph::run_plan_memory(a).map(|()| None),
+        Command::Run(a) => cmd::graph::run_graph(a).map(|()| None),
+        Command::MemoryTraffic(a) => cmd::graph::run_memory_traffic(a).map(|()| None),
+        Command::Bench(a) => cmd::measure::run_bench(a).map(|()| None),
+        Command::Calibrate(a) => cmd::measure::run_calibrate(a).map(|()| None),
+        Command::Validate(a) => cmd::measure::run_validate(a).map(|()| None),
+        Command::Records(a) => cmd::records::run_records(a).map(|()| None),
+        Command::Ingest(a) => cmd::records::run_ingest(a).map(|()| None),
+        Command::Report(a) => cmd::ops::run_report(a).map(|()| None),
+        Command::History(a) => cmd::ops::run_history(a).map(|()| None),
+        // These two choose their own exit status (0 pass, 1 fail, 3 inconclusive; 2 error).
+        Command::Gate(a) => cmd::ops::run_gate(a).map(Some),
+        Command::Quickstart(a) => cmd::quickstart::run_quickstart(a).map(Some),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Some(code)) => ExitCode::from(code),
+        Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

@@ -2,8 +2,13 @@
 
 pub mod analyze;
 pub mod explore;
+pub mod graph;
 pub mod hw;
 pub mod kernels;
+pub mod measure;
+pub mod ops;
+pub mod quickstart;
+pub mod records;
 pub mod roofline;
 pub mod workloads;
 
