@@ -1,0 +1,87 @@
+//! The store crate's one error type.
+
+use thiserror::Error;
+
+/// Errors from records, statistics, the store and ingestion.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// A field holds an invalid value.
+    #[error("{source_name}: invalid `{field}` = `{value}`: {reason}")]
+    InvalidField {
+        /// File, record or workload the value came from.
+        source_name: String,
+        /// Field path.
+        field: String,
+        /// Offending value.
+        value: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// Text that does not parse.
+    #[error("{source_name}: cannot parse: {message}")]
+    Parse {
+        /// File the text came from.
+        source_name: String,
+        /// Parser message.
+        message: String,
+    },
+    /// Something asked for is not there.
+    #[error("{0}")]
+    NotFound(String),
+    /// The SQLite store failed.
+    #[error("store {path}: {message}")]
+    Database {
+        /// Store path.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// File I/O failed.
+    #[error("{path}: {message}")]
+    Io {
+        /// File path.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// An [`StoreError::InvalidField`].
+    pub fn invalid(
+        source_name: impl Into<String>,
+        field: impl Into<String>,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> StoreError {
+        StoreError::InvalidField {
+            source_name: source_name.into(),
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Replace the source name of an `InvalidField` or `Parse` error with a file name,
+    /// keeping the old name in the field path.
+    pub fn with_source(self, file: &str) -> StoreError {
+        match self {
+            StoreError::InvalidField {
+                source_name,
+                field,
+                value,
+                reason,
+            } => StoreError::InvalidField {
+                source_name: format!("{file} (workload `{source_name}`)"),
+                field,
+                value,
+                reason,
+            },
+            StoreError::Parse { message, .. } => StoreError::Parse {
+                source_name: file.to_string(),
+                message,
+            },
+            other => other,
+        }
+    }
+}

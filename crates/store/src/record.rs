@@ -1,0 +1,389 @@
+//! The measurement record: what was run (workload identity and its fingerprint), where
+//! (device context), with what (software context), how (harness settings), and what
+//! happened (raw latency samples, statistics, throughput, peak allocation). Records are
+//! evidence of the *measurement* kind and never carry model predictions. Two records are
+//! comparable only when their fingerprints match. The record does not model clock
+//! frequency scaling, thermal state or co-tenant load: it states the context it knows.
+
+use crate::error::StoreError;
+use crate::stats::LatencyStats;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Version of the record JSON; bumped on any incompatible change.
+pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// What was run: kind plus canonical parameters plus dtype. The display `name` is not part
+/// of the identity, so a preset and a file describing the same work compare equal.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadIdentity {
+    /// Workload kind, e.g. `gemm`, `conv2d`, `kernel`, `graph`, `attention`.
+    pub kind: String,
+    /// Human-readable name (not part of the fingerprint).
+    pub name: String,
+    /// Canonical parameters (e.g. `{"m":128,"n":128,"k":128,"batch":1}`); keys sorted.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Element type, e.g. `f32`.
+    pub dtype: String,
+}
+
+impl WorkloadIdentity {
+    /// The canonical JSON of (kind, params, dtype): keys sorted, no whitespace.
+    pub fn canonical_json(&self) -> String {
+        // serde_json maps are BTreeMaps (no preserve_order feature), so keys are sorted at
+        // every depth; numbers print in their shortest round-trip form.
+        let v = serde_json::json!({
+            "dtype": self.dtype,
+            "kind": self.kind,
+            "params": canonicalize(&serde_json::to_value(&self.params).unwrap_or_default()),
+        });
+        serde_json::to_string(&v).unwrap_or_default()
+    }
+
+    /// `sha256(canonical_json)` as 64 lowercase hex digits.
+    pub fn fingerprint(&self) -> String {
+        let digest = Sha256::digest(self.canonical_json().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn canonicalize(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let sorted: BTreeMap<String, Value> = m
+                .iter()
+                .map(|(k, v)| (k.clone(), canonicalize(v)))
+                .collect();
+            serde_json::to_value(sorted).unwrap_or_default()
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonicalize).collect()),
+        other => other.clone(),
+    }
+}
+
+/// GPU part of the device context (for ingested GPU records).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GpuContext {
+    /// Device name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Device index on its host.
+    pub index: u32,
+    /// Driver version string.
+    pub driver: Option<String>,
+    /// Compute capability, e.g. `9.0`.
+    pub compute_capability: Option<String>,
+    /// Device memory in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// Where the measurement ran.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceContext {
+    /// `cpu` or `gpu`.
+    pub kind: String,
+    /// CPU model string (from /proc/cpuinfo on Linux).
+    pub cpu_model: String,
+    /// Logical CPUs on the host.
+    pub logical_cores: u32,
+    /// Threads the harness used.
+    pub threads_used: u32,
+    /// Host memory in bytes, when known.
+    pub memory_bytes: Option<u64>,
+    /// Operating system, e.g. `linux`.
+    pub os: String,
+    /// Kernel release, when known.
+    pub kernel: Option<String>,
+    /// Host name is deliberately not recorded; `machine_id` is a stable hash of the
+    /// (cpu_model, logical_cores, memory_bytes, os) tuple used to select "this machine".
+    pub machine_id: String,
+    /// GPU context for GPU records.
+    pub gpu: Option<GpuContext>,
+}
+
+/// What software produced the measurement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SoftwareContext {
+    /// TensorForge version.
+    pub tensorforge_version: String,
+    /// Git commit of the build, when known.
+    pub git_commit: Option<String>,
+    /// rustc version of the build, when known.
+    pub rustc_version: Option<String>,
+    /// Key crate versions (faer, rayon...).
+    pub crates: BTreeMap<String, String>,
+    /// Framework versions for ingested records (torch, cuda...).
+    pub frameworks: BTreeMap<String, String>,
+}
+
+/// How the harness ran.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessSettings {
+    /// Untimed warm-up iterations.
+    pub warmup_iterations: u64,
+    /// Minimum timed iterations.
+    pub min_iterations: u64,
+    /// Minimum total timed duration in ns.
+    pub time_budget_ns: u64,
+    /// Threads used.
+    pub threads: u32,
+    /// Whether inputs rotated across buffers to defeat cache residency.
+    pub rotating_buffers: bool,
+    /// Free-text note (e.g. "working set fits in LLC; results are cache-warm").
+    pub note: Option<String>,
+}
+
+/// Throughput derived from the p50 latency.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Throughput {
+    /// Iterations per second = 1e9 / p50_ns.
+    pub iterations_per_s: f64,
+    /// FLOP/s = flops / p50 seconds, when the workload has a FLOP count.
+    pub flops_per_s: Option<f64>,
+    /// Bytes/s = bytes moved / p50 seconds, when the workload has a byte count.
+    pub bytes_per_s: Option<f64>,
+}
+
+/// One measured workload in one run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Always [`RECORD_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The run this record belongs to (all records of one invocation share it).
+    pub run_id: String,
+    /// What was run.
+    pub workload: WorkloadIdentity,
+    /// `workload.fingerprint()`, stored so a tampered identity is detectable.
+    pub fingerprint: String,
+    /// Where.
+    pub device: DeviceContext,
+    /// With what.
+    pub software: SoftwareContext,
+    /// How.
+    pub harness: HarnessSettings,
+    /// Raw per-iteration latencies in ns.
+    pub samples_ns: Vec<f64>,
+    /// Statistics of `samples_ns`.
+    pub stats: LatencyStats,
+    /// Throughput from p50.
+    pub throughput: Throughput,
+    /// FLOPs per iteration, when known.
+    pub flops: Option<f64>,
+    /// Bytes moved per iteration (compulsory), when known.
+    pub bytes: Option<f64>,
+    /// Peak bytes allocated during the timed region (counting allocator), when known.
+    pub peak_alloc_bytes: Option<u64>,
+    /// Seconds since the Unix epoch at the end of the measurement.
+    pub timestamp_unix_s: i64,
+    /// Labels: commit, branch, run id, anything the user passes.
+    pub labels: BTreeMap<String, String>,
+    /// Where it came from: `harness`, or `ingest:criterion`, `ingest:hyperfine`...
+    pub source: String,
+}
+
+impl Record {
+    /// Build a record from raw samples, computing statistics and throughput; rejects empty,
+    /// non-finite or negative samples and a fingerprint that does not match the identity.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        run_id: String,
+        workload: WorkloadIdentity,
+        device: DeviceContext,
+        software: SoftwareContext,
+        harness: HarnessSettings,
+        samples_ns: Vec<f64>,
+        flops: Option<f64>,
+        bytes: Option<f64>,
+        peak_alloc_bytes: Option<u64>,
+        timestamp_unix_s: i64,
+        labels: BTreeMap<String, String>,
+        source: String,
+    ) -> Result<Record, StoreError> {
+        let stats = LatencyStats::from_samples(&samples_ns)?;
+        let throughput = Throughput::from_p50(stats.p50_ns, flops, bytes);
+        let fingerprint = workload.fingerprint();
+        Ok(Record {
+            schema_version: RECORD_SCHEMA_VERSION,
+            run_id,
+            workload,
+            fingerprint,
+            device,
+            software,
+            harness,
+            samples_ns,
+            stats,
+            throughput,
+            flops,
+            bytes,
+            peak_alloc_bytes,
+            timestamp_unix_s,
+            labels,
+            source,
+        })
+    }
+
+    /// Check invariants of a record read from outside: schema version, fingerprint matches
+    /// identity, samples finite and non-negative, statistics consistent with the samples.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let name = &self.workload.name;
+        if self.schema_version != RECORD_SCHEMA_VERSION {
+            return Err(StoreError::invalid(
+                name,
+                "schema_version",
+                self.schema_version.to_string(),
+                format!("this build reads schema_version {RECORD_SCHEMA_VERSION}"),
+            ));
+        }
+        let fp = self.workload.fingerprint();
+        if fp != self.fingerprint {
+            return Err(StoreError::invalid(
+                name,
+                "fingerprint",
+                self.fingerprint.clone(),
+                format!("does not match the workload identity (expected {fp})"),
+            ));
+        }
+        let recomputed = LatencyStats::from_samples(&self.samples_ns)
+            .map_err(|e| StoreError::invalid(name, "samples_ns", "…", e.to_string()))?;
+        if recomputed.count != self.stats.count {
+            return Err(StoreError::invalid(
+                name,
+                "stats.count",
+                self.stats.count.to_string(),
+                format!("samples_ns holds {} samples", recomputed.count),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parse one record from JSON and validate it; `source_name` names the file in errors.
+    pub fn from_json_str(text: &str, source_name: &str) -> Result<Record, StoreError> {
+        let r: Record = serde_json::from_str(text).map_err(|e| StoreError::Parse {
+            source_name: source_name.to_string(),
+            message: e.to_string(),
+        })?;
+        r.validate().map_err(|e| e.with_source(source_name))?;
+        Ok(r)
+    }
+}
+
+impl Throughput {
+    /// Throughput from a p50 latency in ns and optional per-iteration FLOPs and bytes.
+    pub fn from_p50(p50_ns: f64, flops: Option<f64>, bytes: Option<f64>) -> Throughput {
+        let s = p50_ns * 1e-9;
+        let per_s = |x: f64| if s > 0.0 { x / s } else { f64::INFINITY };
+        Throughput {
+            iterations_per_s: per_s(1.0),
+            flops_per_s: flops.map(per_s),
+            bytes_per_s: bytes.map(per_s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemm(m: u64, dtype: &str) -> WorkloadIdentity {
+        let mut params = BTreeMap::new();
+        params.insert("m".into(), serde_json::json!(m));
+        params.insert("n".into(), serde_json::json!(64));
+        params.insert("k".into(), serde_json::json!(32));
+        WorkloadIdentity {
+            kind: "gemm".into(),
+            name: "g".into(),
+            params,
+            dtype: dtype.into(),
+        }
+    }
+
+    #[test]
+    fn fingerprint_is_sha256_of_canonical_json() {
+        let w = gemm(128, "f32");
+        assert_eq!(
+            w.canonical_json(),
+            r#"{"dtype":"f32","kind":"gemm","params":{"k":32,"m":128,"n":64}}"#
+        );
+        // Independent check: sha256 of that exact string, computed with sha2 directly.
+        let expect: String =
+            Sha256::digest(br#"{"dtype":"f32","kind":"gemm","params":{"k":32,"m":128,"n":64}}"#)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+        assert_eq!(w.fingerprint(), expect);
+        assert_eq!(w.fingerprint().len(), 64);
+    }
+
+    #[test]
+    fn fingerprint_ignores_name_and_differs_on_every_identity_field() {
+        let a = gemm(128, "f32");
+        let mut renamed = a.clone();
+        renamed.name = "other".into();
+        assert_eq!(a.fingerprint(), renamed.fingerprint());
+        assert_ne!(a.fingerprint(), gemm(129, "f32").fingerprint());
+        assert_ne!(a.fingerprint(), gemm(128, "f64").fingerprint());
+        let mut kind = a.clone();
+        kind.kind = "conv2d".into();
+        assert_ne!(a.fingerprint(), kind.fingerprint());
+        let mut extra = a.clone();
+        extra.params.insert("batch".into(), serde_json::json!(1));
+        assert_ne!(a.fingerprint(), extra.fingerprint());
+    }
+
+    #[test]
+    fn record_round_trips_and_rejects_tampering() {
+        let r = Record::new(
+            "run-1".into(),
+            gemm(8, "f32"),
+            DeviceContext::default(),
+            SoftwareContext::default(),
+            HarnessSettings::default(),
+            vec![10.0, 20.0, 30.0],
+            Some(1000.0),
+            None,
+            None,
+            0,
+            BTreeMap::new(),
+            "harness".into(),
+        )
+        .unwrap();
+        // p50 of [10,20,30] = 20 ns -> 1000 flops / 20e-9 s = 5e10 FLOP/s.
+        assert_eq!(r.throughput.flops_per_s, Some(5e10));
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(Record::from_json_str(&text, "r.json").unwrap(), r);
+        let tampered = text.replace("\"m\":8", "\"m\":9");
+        let err = Record::from_json_str(&tampered, "r.json").unwrap_err();
+        assert!(err.to_string().contains("r.json"), "{err}");
+        assert!(err.to_string().contains("fingerprint"), "{err}");
+        let missing = text.replace(",\"source\":\"harness\"", "");
+        assert_ne!(missing, text);
+        assert!(Record::from_json_str(&missing, "r.json").is_err());
+    }
+
+    #[test]
+    fn nan_samples_are_rejected() {
+        let r = Record::new(
+            "run".into(),
+            gemm(8, "f32"),
+            DeviceContext::default(),
+            SoftwareContext::default(),
+            HarnessSettings::default(),
+            vec![1.0, f64::NAN],
+            None,
+            None,
+            None,
+            0,
+            BTreeMap::new(),
+            "harness".into(),
+        );
+        assert!(r.is_err());
+    }
+}
