@@ -9,6 +9,10 @@ mod render;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[global_allocator]
+static GLOBAL: tensorforge_measure::alloc::CountingAlloc =
+    tensorforge_measure::alloc::CountingAlloc;
+
 /// Make accelerator performance reasoning explicit: model, measure, gate.
 #[derive(Parser, Debug)]
 #[command(name = "tensorforge", version, about, long_about = None)]

@@ -1,6 +1,6 @@
 //! Sweep of fused RMSNorm+SwiGLU block sizes (rows per block × F tile) against the unfused
-//! path at D = 4096, F = 11008. Run: `cargo run --release -p tensorforge-kernels --example
-//! fused_tiles -- T` (T tokens, default 1).
+//! path (default D = 4096, F = 11008). Run: `cargo run --release -p tensorforge-kernels --example
+//! fused_tiles -- T [D F]` (T tokens, default 1; D = 4096, F = 11008 by default).
 
 use std::time::Instant;
 use tensorforge_kernels::fused::{rmsnorm_swiglu_fused_tiled, rmsnorm_swiglu_unfused, SwigluShape};
@@ -31,7 +31,13 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let (d, f) = (4096, 11008);
+    let arg = |i: usize, v: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(v)
+    };
+    let (d, f) = (arg(2, 4096), arg(3, 11008));
     let s = SwigluShape {
         tokens: t,
         d_model: d,
@@ -47,8 +53,8 @@ fn main() {
         rmsnorm_swiglu_unfused(&x, &g, &wg, &wu, s, 1e-6, &mut y).unwrap();
     });
     println!("T={t} unfused {:.3} ms", tu * 1e3);
-    for &rb in &[64usize, 128, 512] {
-        for &tf in &[256usize, 1024, 2752, 11008] {
+    for &rb in &[64usize, 128, 256, 512] {
+        for &tf in &[256usize, 512, 1024, 2048, f] {
             if rb > t.max(64) {
                 continue;
             }

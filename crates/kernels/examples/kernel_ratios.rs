@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 use tensorforge_kernels::fused::{rmsnorm_swiglu_fused, rmsnorm_swiglu_unfused, SwigluShape};
-use tensorforge_kernels::{logaddexp_slice, naive, quant, softmax, Shape2};
+use tensorforge_kernels::{log_softmax, logaddexp_slice, logsumexp, naive, quant, softmax, Shape2};
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed;
@@ -43,7 +43,11 @@ fn run(threads: usize, small: bool) {
         let bw = (n * 8) as f64 / t_copy;
         let t_stable = best(3, || logaddexp_slice(&a, &b, &mut out).unwrap());
         let t_naive = best(3, || naive::logaddexp_slice(&a, &b, &mut out).unwrap());
-        let t_soft = best(3, || softmax(&a, Shape2::new(n / 4096, 4096), &mut out).unwrap());
+        let sh = Shape2::new(n / 4096, 4096);
+        let t_soft = best(3, || softmax(&a, sh, &mut out).unwrap());
+        let t_lsm = best(3, || log_softmax(&a, sh, &mut out).unwrap());
+        let mut lse = vec![0.0f32; n / 4096];
+        let t_lse = best(3, || logsumexp(&a, sh, &mut lse).unwrap());
         let t_q = best(3, || quant::quantize(&a, 0.05, 128, &mut q).unwrap());
         println!("threads = {threads}, n = {n} f32 ({} MiB per buffer)", (n * 4) >> 20);
         println!("  copy bandwidth (read+write)      {:8.2} GB/s", bw / 1e9);
@@ -53,23 +57,41 @@ fn run(threads: usize, small: bool) {
             t_stable / n as f64 * 1e9,
             t_naive / n as f64 * 1e9
         );
-        let sb = (n * 8) as f64 / t_soft;
-        println!(
-            "  softmax rows of 4096 vs copy     {:8.1} %  ({:.2} GB/s)",
-            100.0 * sb / bw,
-            sb / 1e9
-        );
+        // bytes: softmax / log_softmax read x and write out (8 B per element); logsumexp
+        // reads x and writes one f32 per row (4·n + 4·rows B)
+        for (name, bytes, t) in [
+            ("softmax    ", n * 8, t_soft),
+            ("log_softmax", n * 8, t_lsm),
+            ("logsumexp  ", n * 4 + 4 * (n / 4096), t_lse),
+        ] {
+            let sb = bytes as f64 / t;
+            println!(
+                "  {name} rows of 4096 vs copy {:8.1} %  ({:.2} GB/s)",
+                100.0 * sb / bw,
+                sb / 1e9
+            );
+        }
         let qb = (n * 5) as f64 / t_q;
         println!(
             "  quantize f32->u8 vs copy         {:8.1} %  ({:.2} GB/s)",
             100.0 * qb / bw,
             qb / 1e9
         );
-        let (d, f) = if small { (512, 1408) } else { (4096, 11008) };
-        let gm = data(d, 5);
-        let wg = data(d * f, 6);
-        let wu = data(d * f, 7);
-        for &t in &[1usize, 8, 512] {
+        let shapes: &[(usize, usize, usize)] = if small {
+            &[(1, 512, 1408), (8, 512, 1408), (64, 512, 1408)]
+        } else {
+            &[
+                (1, 4096, 11008),
+                (8, 4096, 11008),
+                (512, 4096, 11008),
+                (64, 1024, 2816),
+                (512, 1024, 2816),
+            ]
+        };
+        for &(t, d, f) in shapes {
+            let gm = data(d, 5);
+            let wg = data(d * f, 6);
+            let wu = data(d * f, 7);
             let s = SwigluShape {
                 tokens: t,
                 d_model: d,
@@ -87,7 +109,7 @@ fn run(threads: usize, small: bool) {
             let rf = rmsnorm_swiglu_fused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
             let ru = rmsnorm_swiglu_unfused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
             println!(
-                "  rmsnorm+swiglu T={t:<4} D={d} F={f}: fused {:9.3} ms, unfused {:9.3} ms, fused/unfused {:.3}; intermediates {} vs {} bytes",
+                "  rmsnorm+swiglu T={t:<4} D={d:<4} F={f:<5}: fused {:9.3} ms, unfused {:9.3} ms, fused/unfused {:.3}; intermediates {} vs {} bytes",
                 tf * 1e3,
                 tu * 1e3,
                 tf / tu,

@@ -6,9 +6,10 @@
 //! tensor, one operation at a time: 1/rms [T], x/rms [T, D], h [T, D], h·W_gate [T, F],
 //! h·W_up [T, F], SiLU(h·W_gate) [T, F]. The **fused** path walks the tokens in blocks of
 //! [`FUSED_ROW_BLOCK`] rows: it computes the norm once per row into an h block of at most
-//! 128 × D, then for each tile of [`FUSED_TILE_F`] columns of F runs the two products
-//! h_block · W[:, tile] with faer into two 128 × tile buffers (one pair per worker thread;
-//! tiles run in parallel on rayon above a size threshold) and applies the SwiGLU epilogue
+//! 256 × D, then for each tile of [`FUSED_TILE_F`] columns of F runs the two products
+//! h_block · W[:, tile] back to back with faer (sequential inside a tile) into two 256 × 512
+//! buffers (one pair per worker thread; tiles run in parallel on rayon above a size
+//! threshold) and applies the SwiGLU epilogue (the 8-lane SiLU of [`crate::simd::silu_mul`])
 //! while those are in cache, writing only `out`. So h, h·W_gate and h·W_up never exist as
 //! full tensors. Both report the bytes of intermediates they materialized. Sums of squares
 //! are accumulated in f64. Not covered: bias terms, the down projection, other dtypes.
@@ -20,9 +21,12 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Tokens per block in the fused path (decode shapes fit one block).
-pub const FUSED_ROW_BLOCK: usize = 128;
+pub const FUSED_ROW_BLOCK: usize = 256;
 /// Columns of F per tile in the fused path.
-pub const FUSED_TILE_F: usize = 2048;
+pub const FUSED_TILE_F: usize = 512;
+/// Up to this many tokens the fused path uses one wide F tile per worker
+/// ([`default_tile_f`]).
+pub const FUSED_SMALL_T: usize = 16;
 /// Work (T·D·F multiply-adds) above which the products run on all rayon threads.
 pub const PAR_MIN_MACS: usize = 1 << 22;
 
@@ -104,11 +108,6 @@ fn par_for(s: SwigluShape) -> Par {
     }
 }
 
-#[inline]
-fn silu(g: f32) -> f32 {
-    g / (1.0 + (-g).exp())
-}
-
 /// 1 / sqrt(mean(row²) + eps), the square sum accumulated in f64.
 #[inline]
 fn inv_rms(row: &[f32], eps: f32) -> f32 {
@@ -169,11 +168,9 @@ pub fn rmsnorm_swiglu_unfused(
             par,
         );
     }
-    // 6. SiLU(g)
+    // 6. SiLU(g) (the same vector SiLU as the fused epilogue)
     let mut sg = vec![0.0f32; tf];
-    for (s, &gv) in sg.iter_mut().zip(&g) {
-        *s = silu(gv);
-    }
+    crate::simd::silu_mul(&g, None, &mut sg);
     // 7. out = SiLU(g) ⊙ u
     for ((o, &s), &uv) in out.iter_mut().zip(&sg).zip(&u) {
         *o = s * uv;
@@ -186,8 +183,9 @@ pub fn rmsnorm_swiglu_unfused(
     })
 }
 
-/// Fused path: per block of ≤ 128 rows, h once; per 2048-column tile of F, both products into
-/// small buffers and the SwiGLU epilogue straight into `out`.
+/// Fused path: per block of ≤ 256 rows, h once; per F tile ([`default_tile_f`]: 512 columns,
+/// or ⌈F / workers⌉ for ≤ 16 tokens), both products into small buffers and the SwiGLU
+/// epilogue straight into `out`.
 pub fn rmsnorm_swiglu_fused(
     x: &[f32],
     gamma: &[f32],
@@ -206,8 +204,25 @@ pub fn rmsnorm_swiglu_fused(
         eps,
         out,
         FUSED_ROW_BLOCK,
-        FUSED_TILE_F,
+        default_tile_f(shape),
     )
+}
+
+/// Default F tile: [`FUSED_TILE_F`] columns, except for decode-sized blocks (≤
+/// [`FUSED_SMALL_T`] tokens), where the products are matrix-vector-like and bound by streaming
+/// the weights: there each worker takes one contiguous tile of ⌈F / workers⌉ columns (at least
+/// [`FUSED_TILE_F`]), so that every weight row is read in long runs.
+pub fn default_tile_f(shape: SwigluShape) -> usize {
+    if shape.tokens <= FUSED_SMALL_T {
+        let w = if par_for(shape) == Par::Seq {
+            1
+        } else {
+            rayon::current_num_threads().max(1)
+        };
+        shape.d_ff.div_ceil(w).max(FUSED_TILE_F)
+    } else {
+        FUSED_TILE_F
+    }
 }
 
 /// [`rmsnorm_swiglu_fused`] with explicit block sizes (rows per block, columns per F tile;
@@ -274,9 +289,7 @@ pub fn rmsnorm_swiglu_fused_tiled(
                 let orow = unsafe {
                     std::slice::from_raw_parts_mut(out_ptr.get().add((r0 + i) * f + c0), tw)
                 };
-                for ((o, &gv), &uv) in orow.iter_mut().zip(grow).zip(urow) {
-                    *o = silu(gv) * uv;
-                }
+                crate::simd::silu_mul(grow, Some(urow), orow);
             }
         };
         if workers == 1 {
@@ -366,11 +379,11 @@ mod tests {
 
     #[test]
     fn fused_and_unfused_match_the_f64_definition() {
-        // Shapes straddling the block sizes: 130 rows = 128 + 2, 2100 columns = 2048 + 52.
+        // Shapes straddling the block sizes: 258 rows = 256 + 2, 530 columns = 512 + 18.
         for &(t, d, f) in &[
             (1, 48, 2100),
-            (8, 64, 2048),
-            (130, 8, 2100),
+            (8, 64, 512),
+            (258, 8, 530),
             (3, 1, 5),
             (2, 256, 8292),
         ] {
@@ -408,17 +421,17 @@ mod tests {
                 assert!(((a[i] - b[i]) as f64).abs() <= tol * scale);
             }
             // Bytes: unfused = 4·(T + 2TD + 3TF); fused (small shapes run on one worker)
-            // = 4·(min(T,128)·D + 2·min(T,128)·min(F,2048)).
+            // = 4·(min(T,256)·D + 2·min(T,256)·min(F, tile)).
             assert_eq!(
                 ra.intermediate_bytes,
                 4 * (t + 2 * t * d + 3 * t * f) as u64
             );
-            let (tb, tw) = (t.min(FUSED_ROW_BLOCK), f.min(FUSED_TILE_F));
+            let (tb, tw) = (t.min(FUSED_ROW_BLOCK), f.min(default_tile_f(s)));
             if t * d * f < PAR_MIN_MACS {
                 assert_eq!(rb.intermediate_bytes, 4 * (tb * d + 2 * tb * tw) as u64);
             } else {
-                // (2, 256, 8292) runs its 5 tiles on the rayon workers, one g/u pair each.
-                let w = rayon::current_num_threads().min(5) as u64;
+                // (2, 256, 8292) runs its tiles on the rayon workers, one g/u pair each.
+                let w = rayon::current_num_threads().min(f.div_ceil(default_tile_f(s))) as u64;
                 assert_eq!(
                     rb.intermediate_bytes,
                     4 * (tb * d) as u64 + w * 8 * (tb * tw) as u64

@@ -1,1 +1,33 @@
-//! Placeholder; see the crate description.
+//! TensorForge measurement: a CPU harness that times workloads (GEMM, batched GEMM, Conv2D
+//! via im2col + GEMM, attention and transformer blocks from the Core's decomposition, each
+//! kernel of the kernels crate) and produces versioned [`tensorforge_store::Record`]s;
+//! calibration probes that measure this CPU's ceilings (memory bandwidth, FMA peak, GEMM
+//! rate) into a device profile; and validation that predicts a holdout suite from that
+//! profile with the pure roofline and compares the prediction with measurement.
+//!
+//! Measurements are evidence of the *measurement* kind; predictions come from the Core and
+//! are reported beside them, never blended in. The Core does not depend on this crate.
+
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod calibrate;
+pub mod context;
+pub mod error;
+pub mod exec;
+pub mod harness;
+pub mod plots;
+pub mod probes;
+pub mod validate;
+pub mod workload;
+
+pub use calibrate::{calibrate, CalibrateOptions, Calibration, Provenance};
+pub use error::{MeasureError, Result};
+pub use harness::{run_suite, HarnessOptions};
+pub use plots::{predicted_vs_measured_svg, roofline_svg};
+pub use validate::{
+    embedded_holdout_suite, measure_and_validate, validate, ValidationReport, ValidationRow,
+};
+pub use workload::{
+    parse_workload, parse_workload_file, parse_workload_name, WorkloadKind, WorkloadSpec,
+};

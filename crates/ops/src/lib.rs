@@ -1,1 +1,30 @@
-//! Placeholder; see the crate description.
+//! Policy evidence over measurements: a regression gate (baseline vs candidate under a TOML
+//! policy, with Mann–Whitney U tests, seeded bootstrap intervals and Benjamini–Hochberg
+//! control across the suite), an impact report (Markdown, self-contained HTML with inline
+//! SVG, JSON) that adds the analytical model's roofline as labelled *context*, and the
+//! history of one metric over runs with change points from a penalized step fit.
+//!
+//! Everything here works on plain `&[Record]` slices; reading files and the store is the
+//! caller's job. The model context never changes a verdict: only measurements and the
+//! policy decide.
+
+pub mod date;
+pub mod error;
+pub mod gate;
+pub mod history;
+pub mod markup;
+pub mod policy;
+pub mod report;
+pub mod rng;
+pub mod stats;
+pub mod svg;
+
+pub use date::Date;
+pub use error::OpsError;
+pub use gate::{gate, GateResult, MetricRow, Verdict, WorkloadComparison, GATE_SCHEMA_VERSION};
+pub use history::{fit_steps, history, History, StepFit};
+pub use policy::{
+    Direction, IdentityRule, Metric, MetricPolicy, Policy, Statistic, TestKind, Waiver,
+    DEFAULT_POLICY_TOML,
+};
+pub use report::{render_html, render_markdown, HtmlBody, HtmlSection, Report};

@@ -4,12 +4,20 @@
 //! prediction and the Core never depends on it.
 
 pub mod error;
+pub mod ingest;
+pub mod jsonl;
 pub mod record;
 pub mod stats;
+pub mod store;
 
 pub use error::StoreError;
+pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
+pub use jsonl::{parse_records_text, read_records_jsonl, write_atomic, write_records_jsonl};
 pub use record::{
     DeviceContext, GpuContext, HarnessSettings, Record, SoftwareContext, Throughput,
     WorkloadIdentity, RECORD_SCHEMA_VERSION,
 };
 pub use stats::LatencyStats;
+pub use store::{
+    default_store_path, new_run_id, RunInfo, RunWorkload, Store, BUSY_TIMEOUT, STORE_SCHEMA_VERSION,
+};

@@ -323,6 +323,32 @@ mod tests {
     }
 
     #[test]
+    fn fingerprint_matches_python_canonical_json() {
+        // Computed with python3 (the expression tools/torch_gemm_suite.py uses):
+        // python3 -c 'import json,hashlib; print(hashlib.sha256(json.dumps({"dtype":"bf16",
+        //   "kind":"gemm","params":{"batch":1,"k":4096,"m":4096,"n":4096,
+        //   "transpose_b":False,"layout":"row_major"}}, sort_keys=True,
+        //   separators=(",",":")).encode()).hexdigest())'
+        let mut params = BTreeMap::new();
+        params.insert("m".into(), serde_json::json!(4096));
+        params.insert("n".into(), serde_json::json!(4096));
+        params.insert("k".into(), serde_json::json!(4096));
+        params.insert("batch".into(), serde_json::json!(1));
+        params.insert("layout".into(), serde_json::json!("row_major"));
+        params.insert("transpose_b".into(), serde_json::json!(false));
+        let w = WorkloadIdentity {
+            kind: "gemm".into(),
+            name: "from python".into(),
+            params,
+            dtype: "bf16".into(),
+        };
+        assert_eq!(
+            w.fingerprint(),
+            "b79bc6965d8c8b1873ad5e4ce5f0d6ca84cef44f9fc1776fd951833c892e3135"
+        );
+    }
+
+    #[test]
     fn fingerprint_ignores_name_and_differs_on_every_identity_field() {
         let a = gemm(128, "f32");
         let mut renamed = a.clone();

@@ -1,40 +1,515 @@
-//! Placeholder, filled in by its issue.
+//! Graph compiler commands: `fuse`, `plan-memory`, `run` and `memory-traffic`. Parsing,
+//! file reading and printing only; the work is in `tensorforge-graph`.
 
-use anyhow::{bail, Result};
+use super::{print_json, read_text, HwArgs};
+use crate::fmt;
+use crate::render::Table;
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use tensorforge_core::DType;
+use tensorforge_graph::exec::{
+    compare, execute, execute_pooled, fill_inputs, ExecResult, Pool, ATOL, RTOL,
+};
+use tensorforge_graph::fusion::compile;
+use tensorforge_graph::planner::{check_capacity, plan, DEFAULT_ALIGN_BYTES};
+use tensorforge_graph::traffic::{fuse_report, program_traffic};
+use tensorforge_graph::{mlp, Graph, SCHEMA_VERSION};
+use tensorforge_kernels::npy::{parse_npy, NpyData};
 
-/// Arguments (placeholder).
-#[derive(Args, Debug)]
-pub struct FuseArgs {}
-
-/// Run (placeholder).
-pub fn run_fuse(_a: FuseArgs) -> Result<()> {
-    bail!("not implemented yet")
+/// Load a graph file (JSON). The single place that decides how a path is read.
+pub fn load_graph(path: &str) -> Result<Graph> {
+    if path.to_ascii_lowercase().ends_with(".onnx") {
+        return tensorforge_graph::onnx::import_onnx_file(path)
+            .map(|i| i.graph)
+            .map_err(|e| anyhow!("{e}"));
+    }
+    let text = read_text(path)?;
+    Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))
 }
 
-/// Arguments (placeholder).
+/// Arguments of `fuse`.
 #[derive(Args, Debug)]
-pub struct PlanMemoryArgs {}
-
-/// Run (placeholder).
-pub fn run_plan_memory(_a: PlanMemoryArgs) -> Result<()> {
-    bail!("not implemented yet")
+pub struct FuseArgs {
+    /// Graph file (JSON; see docs/graph.md).
+    pub graph: String,
+    /// Print every rewrite and fusion decision with its reason.
+    #[arg(long)]
+    pub explain: bool,
+    #[command(flatten)]
+    pub hw: HwArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Arguments (placeholder).
-#[derive(Args, Debug)]
-pub struct RunArgs {}
-
-/// Run (placeholder).
-pub fn run_graph(_a: RunArgs) -> Result<()> {
-    bail!("not implemented yet")
+/// Fuse a graph and report kernels, reasons and traffic.
+pub fn run_fuse(a: FuseArgs) -> Result<()> {
+    let g = load_graph(&a.graph)?;
+    let hw = a.hw.load()?;
+    let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let r = fuse_report(&c, &hw)?;
+    if a.json {
+        return print_json(&r);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graph `{}` on {} (evidence: model)",
+        r.graph, r.hardware
+    );
+    let mut t = Table::new(&[
+        "kernel", "kind", "pattern", "nodes", "read", "write", "FLOPs", "time", "bound",
+    ]);
+    for k in &r.kernels {
+        t.row(vec![
+            k.name.clone(),
+            format!("{:?}", k.kind).to_lowercase(),
+            k.pattern.clone().unwrap_or_else(|| "-".into()),
+            k.nodes.join(","),
+            fmt::bytes(k.read_bytes as f64),
+            fmt::bytes(k.write_bytes as f64),
+            fmt::count(k.flops as f64, "FLOP"),
+            fmt::time(k.time_ns * 1e-9),
+            k.bound.clone(),
+        ]);
+    }
+    out.push_str(&t.render());
+    let s = &r.traffic;
+    let _ = writeln!(
+        out,
+        "traffic: unfused {} ({} kernels, {}) -> fused {} ({} kernels, {}): {:.2}x less, {:.1} % saved",
+        fmt::bytes(s.unfused_bytes as f64),
+        r.unfused_kernels.len(),
+        fmt::time(s.unfused_time_ns * 1e-9),
+        fmt::bytes(s.fused_bytes as f64),
+        r.kernels.len(),
+        fmt::time(s.fused_time_ns * 1e-9),
+        s.reduction_ratio,
+        s.saved_percent
+    );
+    if a.explain {
+        let _ = writeln!(out, "decisions ([+] accepted, [-] refused):");
+        for d in &r.decisions {
+            let _ = writeln!(
+                out,
+                "  [{}] {} {}{}: ({}) {}",
+                if d.accepted { "+" } else { "-" },
+                d.stage,
+                d.node,
+                d.target
+                    .as_ref()
+                    .map(|t| format!(" -> {t}"))
+                    .unwrap_or_default(),
+                d.rule,
+                d.reason
+            );
+        }
+    } else {
+        let _ = writeln!(out, "(--explain prints the reason for every decision)");
+    }
+    print!("{out}");
+    Ok(())
 }
 
-/// Arguments (placeholder).
+/// Arguments of `plan-memory`.
 #[derive(Args, Debug)]
-pub struct MemoryTrafficArgs {}
+pub struct PlanMemoryArgs {
+    /// Graph file (JSON).
+    pub graph: String,
+    /// Fail (exit 2) when the plan needs more than this many bytes.
+    #[arg(long, value_name = "N")]
+    pub capacity_bytes: Option<u64>,
+    /// Offset alignment in bytes (a power of two).
+    #[arg(long, default_value_t = DEFAULT_ALIGN_BYTES, value_name = "N")]
+    pub align: u64,
+    /// Plan the unfused program (one kernel per op) instead of the fused one.
+    #[arg(long)]
+    pub unfused: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-/// Run (placeholder).
-pub fn run_memory_traffic(_a: MemoryTrafficArgs) -> Result<()> {
-    bail!("not implemented yet")
+/// Plan a graph's static memory.
+pub fn run_plan_memory(a: PlanMemoryArgs) -> Result<()> {
+    let g = load_graph(&a.graph)?;
+    let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let prog = if a.unfused { &c.unfused } else { &c.fused };
+    let p = plan(prog, a.align).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    if let Some(cap) = a.capacity_bytes {
+        check_capacity(&p, cap).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    }
+    if a.json {
+        return print_json(&p);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graph `{}`: {} steps ({} program), alignment {} B",
+        p.graph,
+        p.steps,
+        if a.unfused { "unfused" } else { "fused" },
+        p.align_bytes
+    );
+    let mut t = Table::new(&["tensor", "bytes", "offset", "steps"]);
+    for x in &p.tensors {
+        t.row(vec![
+            x.name.clone(),
+            fmt::bytes(x.aligned_bytes as f64),
+            x.offset_bytes.to_string(),
+            format!("{}..={}", x.first_step, x.last_step),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
+        "planned peak {} ({}), lower bound {} (step {}: {}), ratio {:.3}, no reuse {}",
+        fmt::bytes(p.peak_bytes as f64),
+        p.algorithm,
+        fmt::bytes(p.lower_bound_bytes as f64),
+        p.peak_step,
+        p.peak_live_tensors.join(", "),
+        p.peak_to_lower_bound,
+        fmt::bytes(p.no_reuse_bytes as f64)
+    );
+    let _ = writeln!(
+        out,
+        "greedy by size {} B, lifetime ordered {} B; verified: no two live tensors overlap",
+        p.greedy_by_size_bytes, p.lifetime_ordered_bytes
+    );
+    print!("{out}");
+    Ok(())
+}
+
+/// Arguments of `run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Graph file (JSON).
+    pub graph: String,
+    /// Run one op at a time with every tensor materialized.
+    #[arg(long)]
+    pub unfused: bool,
+    /// Directory with `<tensor>.npy` for inputs and weights (missing ones are random).
+    #[arg(long, value_name = "DIR")]
+    pub inputs: Option<String>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run both, check agreement, and print the measured fused/unfused time ratio beside
+    /// the predicted traffic ratio.
+    #[arg(long)]
+    pub bench: bool,
+    /// Repetitions per path for --bench (the best time is kept).
+    #[arg(long, default_value_t = 5)]
+    pub reps: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct OutputSummary {
+    name: String,
+    shape: Vec<usize>,
+    min: f32,
+    max: f32,
+    mean: f64,
+    non_finite: usize,
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    schema_version: u32,
+    evidence: String,
+    graph: String,
+    path: String,
+    measured_read_bytes: u64,
+    measured_write_bytes: u64,
+    measured_bytes: u64,
+    model_bytes: u64,
+    counts_match_model: bool,
+    elapsed_ns: u64,
+    outputs: Vec<OutputSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bench: Option<BenchReport>,
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    unfused_ns: u64,
+    fused_ns: u64,
+    measured_speedup: f64,
+    predicted_traffic_ratio: f64,
+    unfused_bytes: u64,
+    fused_bytes: u64,
+    agree: bool,
+    max_abs_diff: f32,
+    tolerance: String,
+}
+
+fn summarize(r: &ExecResult) -> Vec<OutputSummary> {
+    r.outputs
+        .iter()
+        .map(|(n, s, v)| {
+            let fin: Vec<f32> = v.iter().copied().filter(|x| x.is_finite()).collect();
+            OutputSummary {
+                name: n.clone(),
+                shape: s.clone(),
+                min: fin.iter().copied().fold(f32::INFINITY, f32::min),
+                max: fin.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                mean: fin.iter().map(|&x| x as f64).sum::<f64>() / fin.len().max(1) as f64,
+                non_finite: v.len() - fin.len(),
+            }
+        })
+        .collect()
+}
+
+fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<String, Vec<f32>>> {
+    let mut m = HashMap::new();
+    for t in &g.tensors {
+        let p = std::path::Path::new(dir).join(format!("{}.npy", t.name));
+        if !p.exists() {
+            continue;
+        }
+        let ps = p.display().to_string();
+        let bytes = std::fs::read(&p).with_context(|| format!("{ps}: cannot read file"))?;
+        let a = parse_npy(&bytes).with_context(|| format!("{ps}: malformed .npy input"))?;
+        if a.data.len() as u64 != t.numel {
+            bail!(
+                "{ps}: tensor `{}` has shape {:?} in the file, the graph declares {:?}",
+                t.name,
+                a.shape,
+                t.shape
+            );
+        }
+        let v: Vec<f32> = match a.data {
+            NpyData::F32(v) => v,
+            NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
+            NpyData::U8(v) => v.into_iter().map(|x| x as f32).collect(),
+            NpyData::I8(v) => v.into_iter().map(|x| x as f32).collect(),
+        };
+        m.insert(t.name.clone(), v);
+    }
+    Ok(m)
+}
+
+/// Execute a graph on the CPU.
+pub fn run_graph(a: RunArgs) -> Result<()> {
+    let g = load_graph(&a.graph)?;
+    let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let mut ins = match &a.inputs {
+        Some(d) => read_inputs(d, &c.unfused.graph)?,
+        None => HashMap::new(),
+    };
+    fill_inputs(&c.unfused.graph, &mut ins, a.seed)?;
+    let hw = tensorforge_core::presets::hardware(super::DEFAULT_HW)?;
+    let model_u = program_traffic(&c.unfused, &hw).total_bytes;
+    let model_f = program_traffic(&c.fused, &hw).total_bytes;
+    let (prog, model) = if a.unfused {
+        (&c.unfused, model_u)
+    } else {
+        (&c.fused, model_f)
+    };
+    let r = execute(prog, &ins).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let mut bench = None;
+    if a.bench {
+        let reps = a.reps.max(1);
+        let best = |p| -> Result<(u64, ExecResult)> {
+            let mut b = u64::MAX;
+            let mut last = None;
+            let mut pool = Pool::default();
+            for _ in 0..reps {
+                let x =
+                    execute_pooled(p, &ins, &mut pool).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+                b = b.min(x.elapsed_ns);
+                last = Some(x);
+            }
+            Ok((b, last.ok_or_else(|| anyhow!("no run"))?))
+        };
+        let (tu, ru) = best(&c.unfused)?;
+        let (tf, rf) = best(&c.fused)?;
+        let (ok, worst, _) = compare(&rf, &ru);
+        bench = Some(BenchReport {
+            unfused_ns: tu,
+            fused_ns: tf,
+            measured_speedup: tu as f64 / tf.max(1) as f64,
+            predicted_traffic_ratio: model_u as f64 / model_f.max(1) as f64,
+            unfused_bytes: model_u,
+            fused_bytes: model_f,
+            agree: ok,
+            max_abs_diff: worst,
+            tolerance: format!("|fused - unfused| <= {ATOL} + {RTOL} * max|unfused| per output"),
+        });
+    }
+    let rep = RunReport {
+        schema_version: SCHEMA_VERSION,
+        evidence: "measurement".into(),
+        graph: c.fused.graph.name.clone(),
+        path: if a.unfused { "unfused" } else { "fused" }.into(),
+        measured_read_bytes: r.read_bytes,
+        measured_write_bytes: r.write_bytes,
+        measured_bytes: r.total_bytes(),
+        model_bytes: model,
+        counts_match_model: r.total_bytes() == model,
+        elapsed_ns: r.elapsed_ns,
+        outputs: summarize(&r),
+        bench,
+    };
+    if a.json {
+        return print_json(&rep);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graph `{}`, {} path: {} ({} kernels)",
+        rep.graph,
+        rep.path,
+        fmt::time(rep.elapsed_ns as f64 * 1e-9),
+        prog.kernels.len()
+    );
+    let _ = writeln!(
+        out,
+        "bytes moved: measured {} (read {}, write {}), model {} -> {}",
+        rep.measured_bytes,
+        rep.measured_read_bytes,
+        rep.measured_write_bytes,
+        rep.model_bytes,
+        if rep.counts_match_model {
+            "equal"
+        } else {
+            "DIFFERENT"
+        }
+    );
+    let mut t = Table::new(&["output", "shape", "min", "max", "mean", "non-finite"]);
+    for o in &rep.outputs {
+        t.row(vec![
+            o.name.clone(),
+            format!("{:?}", o.shape),
+            format!("{:.6}", o.min),
+            format!("{:.6}", o.max),
+            format!("{:.6}", o.mean),
+            o.non_finite.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if let Some(b) = &rep.bench {
+        let _ = writeln!(
+            out,
+            "bench (best of {}): unfused {}, fused {}: measured speed-up {:.2}x vs predicted traffic ratio {:.2}x ({} -> {})",
+            a.reps.max(1),
+            fmt::time(b.unfused_ns as f64 * 1e-9),
+            fmt::time(b.fused_ns as f64 * 1e-9),
+            b.measured_speedup,
+            b.predicted_traffic_ratio,
+            fmt::bytes(b.unfused_bytes as f64),
+            fmt::bytes(b.fused_bytes as f64)
+        );
+        let _ = writeln!(
+            out,
+            "fused vs unfused: {} (max |diff| {}; {})",
+            if b.agree { "agree" } else { "DISAGREE" },
+            b.max_abs_diff,
+            b.tolerance
+        );
+    }
+    print!("{out}");
+    if rep.bench.as_ref().is_some_and(|b| !b.agree) {
+        bail!("fused and unfused results disagree beyond the tolerance");
+    }
+    Ok(())
+}
+
+/// Arguments of `memory-traffic`.
+#[derive(Args, Debug)]
+pub struct MemoryTrafficArgs {
+    /// Tokens (rows of x).
+    #[arg(long, default_value_t = 4096)]
+    pub seq: u64,
+    /// Model width.
+    #[arg(long, default_value_t = 8192)]
+    pub dim: u64,
+    /// FFN width (default: the model width, as in the seed accounting).
+    #[arg(long)]
+    pub ffn: Option<u64>,
+    /// Element type.
+    #[arg(long, default_value = "fp16")]
+    pub dtype: String,
+    #[command(flatten)]
+    pub hw: HwArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// DRAM traffic of RMSNorm -> SwiGLU, seed and full accounting.
+pub fn run_memory_traffic(a: MemoryTrafficArgs) -> Result<()> {
+    let dtype = DType::parse(&a.dtype)?;
+    let hw = a.hw.load()?;
+    let r = mlp::memory_traffic(a.seq, a.dim, a.ffn, dtype, &hw)?;
+    if a.json {
+        return print_json(&r);
+    }
+    let s = &r.seed_accounting;
+    let f = &r.full_accounting;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "RMSNorm -> SwiGLU, seq {} x dim {}, {} (evidence: model)",
+        r.seq, r.dim, dtype
+    );
+    let _ = writeln!(
+        out,
+        "seed accounting (activations only, FFN = dim): {} per tensor; unfused {} transfers = {}, fused {} = {}: {:.2}x, {:.1} % saved",
+        fmt::bytes(s.tensor_bytes as f64),
+        s.unfused_transfers.len(),
+        fmt::bytes(s.unfused_bytes as f64),
+        s.fused_transfers.len(),
+        fmt::bytes(s.fused_bytes as f64),
+        s.reduction_ratio,
+        s.saved_percent
+    );
+    let _ = writeln!(out, "  unfused: {}", s.unfused_transfers.join("; "));
+    let _ = writeln!(out, "  fused:   {}", s.fused_transfers.join("; "));
+    let _ = writeln!(
+        out,
+        "full accounting (weights included, FFN {}, on {}): unfused {} -> fused {} ({:.2}x; weights {}), {} ",
+        f.ffn,
+        r.hardware,
+        fmt::bytes(f.unfused_bytes as f64),
+        fmt::bytes(f.fused_bytes as f64),
+        f.traffic.reduction_ratio,
+        fmt::bytes(f.weight_bytes as f64),
+        fmt::count(f.flops as f64, "FLOP")
+    );
+    let mut t = Table::new(&[
+        "program", "kernel", "nodes", "bytes", "FLOPs", "time", "bound",
+    ]);
+    for (label, p) in [("unfused", &f.unfused), ("fused", &f.fused)] {
+        for k in &p.kernels {
+            t.row(vec![
+                label.into(),
+                k.name.clone(),
+                k.nodes.join(","),
+                fmt::bytes(k.total_bytes as f64),
+                fmt::count(k.flops as f64, "FLOP"),
+                fmt::time(k.time_ns * 1e-9),
+                k.bound.clone(),
+            ]);
+        }
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
+        "roofline time: unfused {} ({}-bound) -> fused {} ({}-bound)",
+        fmt::time(f.traffic.unfused_time_ns * 1e-9),
+        f.unfused_bound,
+        fmt::time(f.traffic.fused_time_ns * 1e-9),
+        f.fused_bound
+    );
+    let _ = writeln!(out, "reading: {}", f.note);
+    print!("{out}");
+    Ok(())
 }

@@ -1,31 +1,504 @@
-//! Placeholder, filled in by its issue.
+//! `bench`, `calibrate` and `validate`: thin wrappers over `tensorforge-measure`. Every
+//! argument and input file is checked before anything runs, and files, store rows and plots
+//! are written only after the work succeeded (files atomically), so bad input writes nothing.
 
-use anyhow::{bail, Result};
+use super::print_json;
+use crate::fmt;
+use crate::render::Table;
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tensorforge_measure::calibrate::{calibrate, CalibrateOptions, Calibration};
+use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
+use tensorforge_measure::harness::{progress_bar, run_suite, HarnessOptions};
+use tensorforge_measure::plots;
+use tensorforge_measure::validate::{
+    embedded_holdout_suite, measure_and_validate, ValidationReport, ROOFLINE_PLUS_FLOOR,
+};
+use tensorforge_measure::workload::{parse_workload, WorkloadSpec};
+use tensorforge_store::{default_store_path, write_atomic, Record, Store};
 
-/// Arguments (placeholder).
+/// Version of the JSON that `bench --json` and `calibrate --json` print.
+const JSON_SCHEMA_VERSION: u32 = 1;
+
+/// Time workloads on this machine's CPU.
 #[derive(Args, Debug)]
-pub struct BenchArgs {}
-
-/// Run (placeholder).
-pub fn run_bench(_a: BenchArgs) -> Result<()> {
-    bail!("not implemented yet")
+pub struct BenchArgs {
+    /// Workloads: Core presets (gemm_tiny, conv_spatial, transformer_small,
+    /// attention:transformer_small...), `gemm:m=M:n=N:k=K[:batch=B]`,
+    /// `kernel:softmax:rows=R:cols=C` (see docs/measurement.md), `empty`, or a workload file (.toml).
+    #[arg(required = true, num_args = 1..)]
+    pub workloads: Vec<String>,
+    /// Worker threads (default: every logical core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Minimum timed iterations.
+    #[arg(long, default_value_t = 10)]
+    pub iterations: u64,
+    /// Minimum timed duration per workload, ms (both minimums must be met).
+    #[arg(long, default_value_t = 200)]
+    pub time_budget_ms: u64,
+    /// Untimed warm-up iterations.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// Do not rotate input buffers (results may be cache-warm; the record says so).
+    #[arg(long)]
+    pub no_rotate: bool,
+    /// Insert the records into the store as one run.
+    #[arg(long)]
+    pub record: bool,
+    /// Store path (implies --record; default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Label K=V added to every record (repeatable).
+    #[arg(long = "label", value_name = "K=V")]
+    pub labels: Vec<String>,
+    /// Print the records as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Arguments (placeholder).
+/// Measure this CPU's ceilings and write a device profile.
 #[derive(Args, Debug)]
-pub struct CalibrateArgs {}
-
-/// Run (placeholder).
-pub fn run_calibrate(_a: CalibrateArgs) -> Result<()> {
-    bail!("not implemented yet")
+pub struct CalibrateArgs {
+    /// Threads of the profile (default: every logical core); probes also run on 1 thread.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write the profile (hardware-file TOML) here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Store path (default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Fewer, shorter samples (about 10 s instead of about 40 s on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Do not insert the profile into the store (only --out).
+    #[arg(long)]
+    pub no_store: bool,
+    /// Print profile and provenance as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Arguments (placeholder).
+/// Predict a holdout suite from a calibrated profile and compare with measurement.
 #[derive(Args, Debug)]
-pub struct ValidateArgs {}
+pub struct ValidateArgs {
+    /// Profile TOML written by `calibrate` (default: the store's latest for this machine).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Holdout workload file (default: the embedded examples/holdout.toml).
+    #[arg(long)]
+    pub workloads: Option<PathBuf>,
+    /// Store path for the default profile and --record.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Insert the measured records into the store as one run.
+    #[arg(long)]
+    pub record: bool,
+    /// Minimum timed iterations per workload.
+    #[arg(long, default_value_t = 10)]
+    pub iterations: u64,
+    /// Minimum timed duration per workload, ms.
+    #[arg(long, default_value_t = 200)]
+    pub time_budget_ms: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write roofline.svg and predicted_vs_measured.svg into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+}
 
-/// Run (placeholder).
-pub fn run_validate(_a: ValidateArgs) -> Result<()> {
-    bail!("not implemented yet")
+fn threads_arg(t: Option<usize>) -> Result<usize> {
+    match t {
+        Some(0) => bail!("invalid `--threads` = `0`: must be at least 1"),
+        Some(n) if n > 4096 => bail!("invalid `--threads` = `{n}`: must be at most 4096"),
+        Some(n) => Ok(n),
+        None => Ok(host_logical_cores().max(1) as usize),
+    }
+}
+
+fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut m = BTreeMap::new();
+    for l in labels {
+        match l.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                m.insert(k.trim().to_string(), v.to_string());
+            }
+            _ => bail!("invalid `--label` = `{l}`: expected KEY=VALUE with a non-empty key"),
+        }
+    }
+    Ok(m)
+}
+
+fn check_parent(path: &Path, flag: &str) -> Result<()> {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => bail!(
+            "invalid `{flag}` = `{}`: directory {} does not exist",
+            path.display(),
+            d.display()
+        ),
+        _ if path.is_dir() => bail!("invalid `{flag}` = `{}`: is a directory", path.display()),
+        _ => Ok(()),
+    }
+}
+
+fn store_path(p: &Option<PathBuf>) -> PathBuf {
+    p.clone().unwrap_or_else(default_store_path)
+}
+
+fn open_store(path: &Path) -> Result<Store> {
+    if let Some(d) = path.parent() {
+        if !d.as_os_str().is_empty() && !d.exists() {
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("cannot create store directory {}", d.display()))?;
+        }
+    }
+    Ok(Store::open(path)?)
+}
+
+fn parse_all(args: &[String]) -> Result<Vec<WorkloadSpec>> {
+    let mut v = Vec::new();
+    for a in args {
+        v.extend(parse_workload(a)?);
+    }
+    Ok(v)
+}
+
+fn opt_rate(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+fn records_table(records: &[Record]) -> String {
+    let mut t = Table::new(&[
+        "workload",
+        "p50",
+        "p90",
+        "min",
+        "iters",
+        "FLOP/s",
+        "bytes/s",
+        "peak alloc",
+        "rotating",
+    ]);
+    for r in records {
+        t.row(vec![
+            r.workload.name.clone(),
+            fmt::time(r.stats.p50_ns * 1e-9),
+            fmt::time(r.stats.p90_ns * 1e-9),
+            fmt::time(r.stats.min_ns * 1e-9),
+            r.stats.count.to_string(),
+            opt_rate(r.throughput.flops_per_s, |v| fmt::rate(v, "FLOP")),
+            opt_rate(r.throughput.bytes_per_s, fmt::bandwidth),
+            opt_rate(r.peak_alloc_bytes.map(|b| b as f64), fmt::bytes),
+            if r.harness.rotating_buffers {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ]);
+    }
+    t.render()
+}
+
+#[derive(Serialize)]
+struct BenchJson<'a> {
+    schema_version: u32,
+    run_id: &'a str,
+    stored_in: Option<String>,
+    records: &'a [Record],
+}
+
+/// Run `tensorforge bench`.
+pub fn run_bench(a: BenchArgs) -> Result<()> {
+    let threads = threads_arg(a.threads)?;
+    let labels = parse_labels(&a.labels)?;
+    if a.iterations == 0 {
+        bail!("invalid `--iterations` = `0`: must be at least 1");
+    }
+    let suite = parse_all(&a.workloads)?;
+    let record = a.record || a.store.is_some();
+    let opts = HarnessOptions {
+        warmup_iterations: a.warmup,
+        min_iterations: a.iterations,
+        time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
+        max_iterations: a.iterations.max(100_000),
+        rotate: !a.no_rotate,
+        labels,
+        ..HarnessOptions::new(threads)
+    };
+    let records = run_suite(&suite, &opts, &mut |_| {})?;
+    let mut stored_in = None;
+    if record {
+        let path = store_path(&a.store);
+        open_store(&path)?.insert_run(&records)?;
+        stored_in = Some(path.display().to_string());
+    }
+    if a.json {
+        return print_json(&BenchJson {
+            schema_version: JSON_SCHEMA_VERSION,
+            run_id: &opts.run_id,
+            stored_in,
+            records: &records,
+        });
+    }
+    let d = &records[0].device;
+    println!(
+        "{} ({} logical cores), {threads} thread(s), run {}",
+        d.cpu_model, d.logical_cores, opts.run_id
+    );
+    print!("{}", records_table(&records));
+    for r in &records {
+        if let Some(n) = &r.harness.note {
+            println!("note [{}]: {n}", r.workload.name);
+        }
+    }
+    if let Some(p) = stored_in {
+        println!("recorded {} record(s) in {p}", records.len());
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct CalibrateJson<'a> {
+    schema_version: u32,
+    profile_id: &'a str,
+    stored_in: Option<String>,
+    written_to: Option<String>,
+    calibration: &'a Calibration,
+}
+
+/// Run `tensorforge calibrate`.
+pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
+    let threads = threads_arg(a.threads)?;
+    if let Some(o) = &a.out {
+        check_parent(o, "--out")?;
+    }
+    if a.no_store && a.out.is_none() {
+        bail!("invalid `--no-store` without `--out`: the profile would be written nowhere");
+    }
+    let bar = progress_bar(if threads > 1 { 6 } else { 3 }, true);
+    let cal = calibrate(&CalibrateOptions::new(threads, a.quick), &mut |m| {
+        bar.set_message(m.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let toml = cal.to_toml()?;
+    // Parse back what we are about to write: the file must be a valid hardware file.
+    Calibration::from_toml_str(&toml, "calibrated profile")?;
+    let profile_id = format!("{}-{}", cal.profile.name, tensorforge_store::new_run_id());
+    let mut written_to = None;
+    if let Some(o) = &a.out {
+        write_atomic(o, toml.as_bytes())?;
+        written_to = Some(o.display().to_string());
+    }
+    let mut stored_in = None;
+    if !a.no_store {
+        let path = store_path(&a.store);
+        open_store(&path)?.insert_profile(
+            &profile_id,
+            &cal.provenance.machine_id,
+            &toml,
+            &cal.provenance_json()?,
+        )?;
+        stored_in = Some(path.display().to_string());
+    }
+    if a.json {
+        return print_json(&CalibrateJson {
+            schema_version: JSON_SCHEMA_VERSION,
+            profile_id: &profile_id,
+            stored_in,
+            written_to,
+            calibration: &cal,
+        });
+    }
+    let p = &cal.provenance;
+    println!(
+        "{} — {} ({} logical cores), machine_id {}, {} mode, {:.1} s",
+        cal.profile.name,
+        p.device.cpu_model,
+        p.device.logical_cores,
+        p.machine_id,
+        p.mode,
+        p.duration_s
+    );
+    let mut t = Table::new(&["probe", "threads", "best", "median", "samples"]);
+    for pr in &p.probes {
+        let f = |v: f64| {
+            if pr.unit == "bytes_per_s" {
+                fmt::bandwidth(v)
+            } else {
+                fmt::rate(v, "FLOP")
+            }
+        };
+        t.row(vec![
+            pr.probe.clone(),
+            pr.threads.to_string(),
+            f(pr.best),
+            f(pr.median),
+            pr.samples.len().to_string(),
+        ]);
+    }
+    print!("{}", t.render());
+    for n in cal
+        .profile
+        .notes
+        .iter()
+        .filter(|n| !n.starts_with("provenance_json"))
+    {
+        println!("note: {n}");
+    }
+    if let Some(w) = written_to {
+        println!("profile written to {w}");
+    }
+    if let Some(s) = stored_in {
+        println!("profile {profile_id} stored in {s}");
+    }
+    Ok(())
+}
+
+fn load_profile(a: &ValidateArgs) -> Result<(Calibration, String)> {
+    if let Some(p) = &a.profile {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read profile {}", p.display()))?;
+        let src = p.display().to_string();
+        return Ok((Calibration::from_toml_str(&text, &src)?, src));
+    }
+    let path = store_path(&a.store);
+    let machine = device_context(1).machine_id;
+    let missing = || {
+        anyhow::anyhow!(
+            "no calibrated profile for this machine (machine_id {machine}) in store {}; run `tensorforge calibrate` first (or pass --profile FILE)",
+            path.display()
+        )
+    };
+    if !path.is_file() {
+        return Err(missing());
+    }
+    let store = Store::open(&path)?;
+    let (id, text) = store.latest_profile(&machine)?.ok_or_else(missing)?;
+    let src = format!("{id} (store {})", path.display());
+    Ok((Calibration::from_toml_str(&text, &src)?, src))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:+.1} %"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn report_text(r: &ValidationReport) -> String {
+    let mut out = format!(
+        "validation of {} ({} threads): fp32 peak {}, DRAM {}, floor {}\n",
+        r.profile,
+        r.threads,
+        fmt::rate(r.peak_flops_per_s, "FLOP"),
+        fmt::bandwidth(r.dram_bandwidth_bytes_per_s),
+        r.floor_s.map(fmt::time).unwrap_or_else(|| "-".into())
+    );
+    let mut t = Table::new(&[
+        "workload",
+        "predicted",
+        "measured p50",
+        "signed err",
+        "APE",
+        "measured/pred",
+        "bound",
+        "pred+floor",
+        "APE+floor",
+    ]);
+    for row in &r.rows {
+        t.row(vec![
+            row.workload.clone(),
+            fmt::time(row.predicted_s),
+            fmt::time(row.measured_p50_s),
+            format!("{:+.1} %", row.signed_error_pct),
+            format!("{:.1} %", row.ape_pct),
+            format!("{:.2}", row.ratio),
+            row.predicted_bound.clone(),
+            row.predicted_with_floor_s
+                .map(fmt::time)
+                .unwrap_or_else(|| "-".into()),
+            pct(row.ape_with_floor_pct).replace('+', ""),
+        ]);
+    }
+    out.push_str(&t.render());
+    out.push_str("summary (absolute percentage error):\n");
+    for v in &r.variants {
+        out.push_str(&format!(
+            "  {:<15} median {:.1} %, mean {:.1} %, max {:.1} %  — {}\n",
+            v.label, v.median_ape_pct, v.mean_ape_pct, v.max_ape_pct, v.description
+        ));
+    }
+    if !r.variants.iter().any(|v| v.label == ROOFLINE_PLUS_FLOOR) {
+        out.push_str("  (no floor measured: roofline+floor variant omitted)\n");
+    }
+    out.push_str("limitations (what the roofline omits):\n");
+    for l in &r.limitations {
+        out.push_str(&format!("  - {l}\n"));
+    }
+    out
+}
+
+/// Run `tensorforge validate`.
+pub fn run_validate(a: ValidateArgs) -> Result<()> {
+    if let Some(d) = &a.plots {
+        if d.exists() && !d.is_dir() {
+            bail!("invalid `--plots` = `{}`: not a directory", d.display());
+        }
+    }
+    if a.iterations == 0 {
+        bail!("invalid `--iterations` = `0`: must be at least 1");
+    }
+    let suite = match &a.workloads {
+        Some(p) => parse_workload(&p.display().to_string())?,
+        None => embedded_holdout_suite()?,
+    };
+    let (cal, src) = load_profile(&a)?;
+    // Refuse a foreign profile or an overlapping suite before measuring anything.
+    cal.check_compatible(
+        &device_context(cal.provenance.threads),
+        &software_context(),
+        &src,
+    )?;
+    cal.check_no_overlap(&suite)?;
+    let opts = HarnessOptions {
+        min_iterations: a.iterations,
+        time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
+        max_iterations: a.iterations.max(100_000),
+        ..HarnessOptions::new(cal.provenance.threads as usize)
+    };
+    let (report, records) = measure_and_validate(&cal, &src, &suite, &opts, &mut |_| {})?;
+    let svgs = if a.plots.is_some() {
+        Some((
+            plots::roofline_svg(&report)?,
+            plots::predicted_vs_measured_svg(&report)?,
+        ))
+    } else {
+        None
+    };
+    if a.record {
+        open_store(&store_path(&a.store))?.insert_run(&records)?;
+    }
+    let mut written = Vec::new();
+    if let (Some(dir), Some((roof, pvm))) = (&a.plots, svgs) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create plot directory {}", dir.display()))?;
+        for (name, svg) in [("roofline.svg", roof), ("predicted_vs_measured.svg", pvm)] {
+            let p = dir.join(name);
+            write_atomic(&p, svg.as_bytes())?;
+            written.push(p.display().to_string());
+        }
+    }
+    if a.json {
+        return print_json(&report);
+    }
+    print!("{}", report_text(&report));
+    for w in written {
+        println!("plot written to {w}");
+    }
+    Ok(())
 }

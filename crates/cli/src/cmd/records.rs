@@ -1,22 +1,513 @@
-//! Placeholder, filled in by its issue.
+//! `tensorforge records list|show|export|import` over the embedded store, and
+//! `tensorforge ingest`, which turns a pytest-benchmark, Google Benchmark, criterion or
+//! hyperfine file into one record (the user supplies the workload identity the file lacks).
+//! Parsing, validation and storage live in `tensorforge-store`; this module only wires
+//! arguments to it and prints. It does not delete runs or edit stored records.
 
-use anyhow::{bail, Result};
-use clap::Args;
+use super::print_json;
+use crate::fmt;
+use crate::render::Table;
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tensorforge_store::{
+    default_store_path, ingest_record, new_run_id, read_records_jsonl, write_records_jsonl,
+    GpuContext, IngestContext, IngestFormat, Record, RunInfo, Store, WorkloadIdentity,
+};
 
-/// Arguments (placeholder).
+/// Version of the JSON printed by `records` and `ingest`.
+pub const RECORDS_JSON_SCHEMA_VERSION: u32 = 1;
+
+/// `records` arguments: the store and a subcommand.
 #[derive(Args, Debug)]
-pub struct RecordsArgs {}
-
-/// Run (placeholder).
-pub fn run_records(_a: RecordsArgs) -> Result<()> {
-    bail!("not implemented yet")
+pub struct RecordsArgs {
+    /// Store file (default: $TENSORFORGE_STORE, else $XDG_DATA_HOME/tensorforge/tensorforge.sqlite,
+    /// else ~/.local/share/tensorforge/tensorforge.sqlite).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub store: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: RecordsCommand,
 }
 
-/// Arguments (placeholder).
-#[derive(Args, Debug)]
-pub struct IngestArgs {}
+/// `records` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum RecordsCommand {
+    /// List stored runs, newest first.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run's records: a run id, unique run-id prefix, `latest`, `label:NAME=VALUE`
+    /// or a value of label `label`.
+    Show {
+        /// Run selector.
+        run: String,
+        /// Print JSON (the run summary and its full records).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export runs (all when none given) as JSON lines.
+    Export {
+        /// Run selectors (as for `show`).
+        runs: Vec<String>,
+        /// Output file (written whole via a temporary file, then renamed).
+        #[arg(long, value_name = "FILE.jsonl")]
+        out: PathBuf,
+    },
+    /// Import a JSON-lines (or JSON array) records file: every record is validated first,
+    /// then all runs are written in one transaction, or nothing is.
+    Import {
+        /// Records file.
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
-/// Run (placeholder).
-pub fn run_ingest(_a: IngestArgs) -> Result<()> {
-    bail!("not implemented yet")
+fn open_store(path: Option<&Path>) -> Result<Store> {
+    let p = path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(default_store_path);
+    Ok(Store::open(&p)?)
+}
+
+#[derive(Serialize)]
+struct ListJson<'a> {
+    schema_version: u32,
+    store: String,
+    runs: &'a [RunInfo],
+}
+
+#[derive(Serialize)]
+struct ShowJson<'a> {
+    schema_version: u32,
+    run: &'a RunInfo,
+    records: &'a [Record],
+}
+
+#[derive(Serialize)]
+struct ImportJson {
+    schema_version: u32,
+    store: String,
+    file: String,
+    runs: Vec<String>,
+    records: usize,
+}
+
+/// Run `records`.
+pub fn run_records(a: RecordsArgs) -> Result<()> {
+    let store = open_store(a.store.as_deref())?;
+    match a.command {
+        RecordsCommand::List { json } => {
+            let runs = store.list_runs()?;
+            if json {
+                return print_json(&ListJson {
+                    schema_version: RECORDS_JSON_SCHEMA_VERSION,
+                    store: store.path().display().to_string(),
+                    runs: &runs,
+                });
+            }
+            if runs.is_empty() {
+                println!("no runs in {}", store.path().display());
+                return Ok(());
+            }
+            let mut t = Table::new(&[
+                "run", "created", "machine", "records", "samples", "source", "labels",
+            ]);
+            for r in &runs {
+                t.row(vec![
+                    r.run_id.clone(),
+                    utc(r.created_unix_s),
+                    r.machine_id.clone(),
+                    r.record_count.to_string(),
+                    r.sample_count.to_string(),
+                    r.sources.join(","),
+                    labels_text(&r.labels),
+                ]);
+            }
+            print!("{}", t.render());
+            println!("{} run(s) in {}", runs.len(), store.path().display());
+            Ok(())
+        }
+        RecordsCommand::Show { run, json } => {
+            let info = store.find_run(&run, None)?;
+            let records = store.run_records(&info.run_id)?;
+            if json {
+                return print_json(&ShowJson {
+                    schema_version: RECORDS_JSON_SCHEMA_VERSION,
+                    run: &info,
+                    records: &records,
+                });
+            }
+            println!(
+                "run {}  created {}  machine {}  {} record(s)",
+                info.run_id,
+                utc(info.created_unix_s),
+                info.machine_id,
+                info.record_count
+            );
+            if !info.labels.is_empty() {
+                println!("labels: {}", labels_text(&info.labels));
+            }
+            let mut t = Table::new(&[
+                "workload",
+                "kind",
+                "dtype",
+                "fingerprint",
+                "device",
+                "n",
+                "p50",
+                "p90",
+                "min",
+                "source",
+            ]);
+            for r in &records {
+                t.row(vec![
+                    r.workload.name.clone(),
+                    r.workload.kind.clone(),
+                    r.workload.dtype.clone(),
+                    r.fingerprint.chars().take(12).collect(),
+                    device_text(r),
+                    r.stats.count.to_string(),
+                    fmt::time(r.stats.p50_ns * 1e-9),
+                    fmt::time(r.stats.p90_ns * 1e-9),
+                    fmt::time(r.stats.min_ns * 1e-9),
+                    r.source.clone(),
+                ]);
+            }
+            print!("{}", t.render());
+            Ok(())
+        }
+        RecordsCommand::Export { runs, out } => {
+            let infos: Vec<RunInfo> = if runs.is_empty() {
+                store.list_runs()?
+            } else {
+                runs.iter()
+                    .map(|s| store.find_run(s, None))
+                    .collect::<std::result::Result<_, _>>()?
+            };
+            if infos.is_empty() {
+                bail!("store {}: no runs to export", store.path().display());
+            }
+            let mut all = Vec::new();
+            // Oldest first, so an import replays history in order.
+            for info in infos.iter().rev() {
+                all.extend(store.run_records(&info.run_id)?);
+            }
+            write_records_jsonl(&out, &all)?;
+            println!(
+                "exported {} record(s) of {} run(s) to {}",
+                all.len(),
+                infos.len(),
+                out.display()
+            );
+            Ok(())
+        }
+        RecordsCommand::Import { file, json } => {
+            let records = read_records_jsonl(&file)?;
+            let groups = group_by_run(records);
+            let n: usize = groups.iter().map(Vec::len).sum();
+            let ids = store.insert_runs(&groups)?;
+            if json {
+                return print_json(&ImportJson {
+                    schema_version: RECORDS_JSON_SCHEMA_VERSION,
+                    store: store.path().display().to_string(),
+                    file: file.display().to_string(),
+                    runs: ids,
+                    records: n,
+                });
+            }
+            println!(
+                "imported {n} record(s) in {} run(s) from {} into {}: {}",
+                ids.len(),
+                file.display(),
+                store.path().display(),
+                ids.join(", ")
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Records grouped by run id, in first-seen order.
+fn group_by_run(records: Vec<Record>) -> Vec<Vec<Record>> {
+    let mut order: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    for r in records {
+        if !map.contains_key(&r.run_id) {
+            order.push(r.run_id.clone());
+        }
+        map.entry(r.run_id.clone()).or_default().push(r);
+    }
+    order.into_iter().filter_map(|id| map.remove(&id)).collect()
+}
+
+fn labels_text(l: &BTreeMap<String, String>) -> String {
+    l.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn device_text(r: &Record) -> String {
+    match &r.device.gpu {
+        Some(g) => format!("gpu {}", g.name),
+        None => r.device.kind.clone(),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds.
+fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `ingest` arguments.
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    /// File format: pytest-benchmark, google-benchmark, criterion (sample.json) or hyperfine.
+    pub format: String,
+    /// The file to read.
+    pub file: PathBuf,
+    /// Workload kind (e.g. gemm, conv2d, kernel).
+    #[arg(long)]
+    pub workload_kind: String,
+    /// Workload display name (not part of the fingerprint).
+    #[arg(long)]
+    pub workload_name: String,
+    /// Identity parameter KEY=VALUE (repeatable); integers, floats and true/false become
+    /// JSON numbers and booleans, anything else a string.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Element type (e.g. f32, bf16).
+    #[arg(long)]
+    pub dtype: String,
+    /// Device kind the file was measured on.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "gpu"])]
+    pub device_kind: String,
+    /// GPU name for --device-kind gpu (e.g. "NVIDIA H100 80GB HBM3").
+    #[arg(long)]
+    pub gpu_name: Option<String>,
+    /// Machine id to record instead of this host's (when the file was measured elsewhere).
+    #[arg(long)]
+    pub machine_id: Option<String>,
+    /// Which benchmark of the file (test name, run name or command) when it holds several.
+    #[arg(long, value_name = "NAME")]
+    pub select: Option<String>,
+    /// FLOPs per iteration (for FLOP/s).
+    #[arg(long)]
+    pub flops: Option<f64>,
+    /// Bytes moved per iteration (for bytes/s).
+    #[arg(long)]
+    pub bytes: Option<f64>,
+    /// Label NAME=VALUE (repeatable); `label=X` makes the run selectable as plain `X`.
+    #[arg(long = "label", value_name = "NAME=VALUE")]
+    pub labels: Vec<String>,
+    /// Run id (default: a new one).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Store the record as a new run.
+    #[arg(long)]
+    pub record: bool,
+    /// Store file for --record (default as for `records`).
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+    /// Also write the record as JSON lines to this file.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub out: Option<PathBuf>,
+    /// Print the record as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct IngestJson<'a> {
+    schema_version: u32,
+    stored_in: Option<String>,
+    out: Option<String>,
+    record: &'a Record,
+}
+
+/// Parse a `KEY=VALUE` identity parameter into a JSON value.
+fn param_value(v: &str) -> serde_json::Value {
+    if let Ok(i) = v.parse::<i64>() {
+        return serde_json::json!(i);
+    }
+    if let Ok(u) = v.parse::<u64>() {
+        return serde_json::json!(u);
+    }
+    match v {
+        "true" => return serde_json::json!(true),
+        "false" => return serde_json::json!(false),
+        _ => {}
+    }
+    match v.parse::<f64>() {
+        Ok(f) if f.is_finite() => serde_json::json!(f),
+        _ => serde_json::json!(v),
+    }
+}
+
+fn split_kv<'a>(s: &'a str, flag: &str) -> Result<(&'a str, &'a str)> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim(), v)),
+        _ => bail!("invalid value for `{flag}`: `{s}` (expected KEY=VALUE with a non-empty KEY)"),
+    }
+}
+
+/// Run `ingest`.
+pub fn run_ingest(a: IngestArgs) -> Result<()> {
+    let format = IngestFormat::parse(&a.format)?;
+    for (flag, v) in [
+        ("--workload-kind", &a.workload_kind),
+        ("--workload-name", &a.workload_name),
+        ("--dtype", &a.dtype),
+    ] {
+        if v.trim().is_empty() {
+            bail!("invalid value for `{flag}`: `` (must not be empty)");
+        }
+    }
+    let mut params = BTreeMap::new();
+    for p in &a.params {
+        let (k, v) = split_kv(p, "--param")?;
+        if params.insert(k.to_string(), param_value(v)).is_some() {
+            bail!("invalid value for `--param`: `{p}` (key `{k}` given twice)");
+        }
+    }
+    let mut labels = BTreeMap::new();
+    for l in &a.labels {
+        let (k, v) = split_kv(l, "--label")?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    for (flag, v) in [("--flops", a.flops), ("--bytes", a.bytes)] {
+        if let Some(x) = v {
+            if !x.is_finite() || x < 0.0 {
+                bail!("invalid value for `{flag}`: `{x}` (expected a finite, non-negative number)");
+            }
+        }
+    }
+    if a.gpu_name.is_some() && a.device_kind != "gpu" {
+        bail!("invalid value for `--gpu-name`: it needs `--device-kind gpu`");
+    }
+    let file = a.file.display().to_string();
+    let bytes = std::fs::read(&a.file).with_context(|| format!("{file}: cannot read file"))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{file}: file is not valid UTF-8"))?;
+    let mut device = tensorforge_measure::context::device_context(1);
+    device.kind = a.device_kind.clone();
+    if a.device_kind == "gpu" {
+        device.gpu = Some(GpuContext {
+            name: a.gpu_name.clone().unwrap_or_else(|| "unspecified".into()),
+            ..Default::default()
+        });
+    }
+    if let Some(m) = &a.machine_id {
+        if m.trim().is_empty() {
+            bail!("invalid value for `--machine-id`: `` (must not be empty)");
+        }
+        device.machine_id = m.clone();
+    }
+    let software = tensorforge_measure::context::software_context();
+    let ctx = IngestContext {
+        run_id: a.run_id.clone().unwrap_or_else(new_run_id),
+        workload: WorkloadIdentity {
+            kind: a.workload_kind.clone(),
+            name: a.workload_name.clone(),
+            params,
+            dtype: a.dtype.clone(),
+        },
+        device,
+        software,
+        labels,
+        timestamp_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0),
+        flops: a.flops,
+        bytes: a.bytes,
+    };
+    let record = ingest_record(format, &text, &file, a.select.as_deref(), ctx)?;
+    // Write the file first: it is atomic, and a store failure afterwards leaves no run.
+    if let Some(out) = &a.out {
+        write_records_jsonl(out, std::slice::from_ref(&record))?;
+    }
+    let stored_in = if a.record {
+        let store = open_store(a.store.as_deref())?;
+        store.insert_run(std::slice::from_ref(&record))?;
+        Some(store.path().display().to_string())
+    } else {
+        None
+    };
+    if a.json {
+        return print_json(&IngestJson {
+            schema_version: RECORDS_JSON_SCHEMA_VERSION,
+            stored_in,
+            out: a.out.as_ref().map(|p| p.display().to_string()),
+            record: &record,
+        });
+    }
+    let s = &record.stats;
+    println!(
+        "{} `{}` from {file}: {} samples, p50 {}, p90 {}, min {}, max {}",
+        record.source,
+        record.workload.name,
+        s.count,
+        fmt::time(s.p50_ns * 1e-9),
+        fmt::time(s.p90_ns * 1e-9),
+        fmt::time(s.min_ns * 1e-9),
+        fmt::time(s.max_ns * 1e-9),
+    );
+    println!("fingerprint {}  run {}", record.fingerprint, record.run_id);
+    if let Some(note) = &record.harness.note {
+        println!("note: {note}");
+    }
+    match (&stored_in, &a.out) {
+        (None, None) => {
+            println!("not stored (pass --record to store it, --out FILE.jsonl to write it)")
+        }
+        _ => {
+            if let Some(p) = &stored_in {
+                println!("stored in {p}");
+            }
+            if let Some(o) = &a.out {
+                println!("written to {}", o.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_parse_to_json_types() {
+        assert_eq!(param_value("1024"), serde_json::json!(1024));
+        assert_eq!(param_value("0.5"), serde_json::json!(0.5));
+        assert_eq!(param_value("true"), serde_json::json!(true));
+        assert_eq!(param_value("nn"), serde_json::json!("nn"));
+        assert_eq!(param_value("NaN"), serde_json::json!("NaN"));
+        assert!(split_kv("=3", "--param").is_err());
+        assert!(split_kv("m", "--param").is_err());
+        assert_eq!(utc(1_709_210_096), "2024-02-29 12:34:56Z");
+    }
 }

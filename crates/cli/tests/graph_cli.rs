@@ -1,0 +1,302 @@
+//! End-to-end runs of the graph commands (`fuse`, `plan-memory`, `run`, `memory-traffic`):
+//! the JSON contract, hand-checked numbers, the example graphs, and bad input (one-line
+//! error, exit 2, never a panic).
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn tf() -> Command {
+    Command::cargo_bin("tensorforge").unwrap()
+}
+
+fn example(name: &str) -> String {
+    format!(
+        "{}/../../examples/graphs/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = tf()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
+fn fails(args: &[&str], needles: &[&str]) {
+    let out = tf().args(args).assert().code(2).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`:\n{err}");
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf_graph_cli_{tag}_{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+const CHAIN: &str = r#"{"name":"chain","nodes":[
+  {"name":"x","op":"Input","attrs":{"shape":[1024],"dtype":"fp32"}},
+  {"name":"e","op":"Exp","inputs":["x"]},
+  {"name":"y","op":"Neg","inputs":["e"]}]}"#;
+
+#[test]
+fn fuse_json_contract_and_hand_checked_traffic() {
+    let d = tmpdir("fuse");
+    let g = write(&d, "chain.json", CHAIN);
+    let v = json(&["fuse", &g, "--json"]);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["kernels"].as_array().unwrap().len(), 1);
+    // [1024] fp32 = 4096 B. Unfused: Exp reads x + writes e, Neg reads e + writes y = 16384 B.
+    // Fused: read x, write y = 8192 B.
+    assert_eq!(v["traffic"]["unfused_bytes"], 16384);
+    assert_eq!(v["traffic"]["fused_bytes"], 8192);
+    assert_eq!(v["traffic"]["reduction_ratio"], 2.0);
+    assert!(v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["rule"] == "elementwise_chain"));
+    for name in [
+        "rmsnorm_swiglu_mlp",
+        "attention_softmax",
+        "logaddexp_chain",
+        "residual_layernorm",
+    ] {
+        let v = json(&["fuse", &example(name), "--json", "--hw", "h100"]);
+        let (u, f) = (
+            v["traffic"]["unfused_bytes"].as_u64().unwrap(),
+            v["traffic"]["fused_bytes"].as_u64().unwrap(),
+        );
+        assert!(f < u, "{name}: {f} >= {u}");
+        assert!(v["kernels"][0]["time_ns"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn explain_prints_reasons_and_the_overflow_example() {
+    let out = tf()
+        .args(["fuse", &example("logaddexp_chain"), "--explain"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    assert!(s.contains("LogAddExp"), "{s}");
+    assert!(
+        s.contains("log(inf) = inf") && s.contains("100.6931"),
+        "{s}"
+    );
+    let out = tf()
+        .args(["fuse", &example("attention_softmax"), "--explain"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    assert!(
+        s.contains("[-]") && s.contains("[+]"),
+        "refusals and acceptances: {s}"
+    );
+    assert!(s.contains("inf / inf = NaN"), "{s}");
+}
+
+#[test]
+fn plan_memory_json_contract_and_hand_checked_plan() {
+    let d = tmpdir("plan");
+    let g = write(&d, "chain.json", CHAIN);
+    // Unfused: x (4096 B, step 0), e (4096 B, steps 0-1), y (4096 B, step 1): live 8192 at
+    // both steps, so the lower bound is 8192; best fit reuses x's slot for y.
+    let v = json(&["plan-memory", &g, "--unfused", "--json"]);
+    assert_eq!(v["lower_bound_bytes"], 8192);
+    assert_eq!(v["peak_bytes"], 8192);
+    assert_eq!(v["no_reuse_bytes"], 12288);
+    assert_eq!(v["verified_no_overlap"], true);
+    for name in [
+        "rmsnorm_swiglu_mlp",
+        "attention_softmax",
+        "logaddexp_chain",
+        "residual_layernorm",
+    ] {
+        let v = json(&["plan-memory", &example(name), "--json", "--align", "128"]);
+        let (p, lb) = (
+            v["peak_bytes"].as_u64().unwrap(),
+            v["lower_bound_bytes"].as_u64().unwrap(),
+        );
+        assert!(
+            p >= lb && (p as f64) <= 1.05 * lb as f64,
+            "{name}: {p} vs {lb}"
+        );
+        assert!(v["no_reuse_bytes"].as_u64().unwrap() >= p);
+    }
+}
+
+#[test]
+fn capacity_exceeded_names_the_step_and_tensors() {
+    // residual_layernorm fused: one step with x, r, resid, y live (4 × 256 KiB).
+    fails(
+        &[
+            "plan-memory",
+            &example("residual_layernorm"),
+            "--capacity-bytes",
+            "1000000",
+        ],
+        &["does not fit", "step 0", "kernel `k0`", "resid (262144 B)"],
+    );
+    tf().args([
+        "plan-memory",
+        &example("residual_layernorm"),
+        "--capacity-bytes",
+        "1048576",
+    ])
+    .assert()
+    .success();
+}
+
+#[test]
+fn malformed_and_invalid_graphs_exit_2_with_a_named_error() {
+    let d = tmpdir("bad");
+    let bad = write(&d, "bad.json", r#"{"nodes":[{"name":"x","op":"Input""#);
+    fails(&["fuse", &bad], &["malformed graph JSON", "bad.json"]);
+    fails(&["plan-memory", &bad], &["malformed graph JSON"]);
+    fails(&["run", &bad], &["malformed graph JSON"]);
+    let dangling = write(
+        &d,
+        "dangling.json",
+        r#"{"nodes":[{"name":"y","op":"Exp","inputs":["nope"]}]}"#,
+    );
+    fails(&["fuse", &dangling], &["`y`", "`nope`", "dangling"]);
+    let shape = write(
+        &d,
+        "shape.json",
+        r#"{"nodes":[{"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+           {"name":"b","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},
+           {"name":"c","op":"Add","inputs":["a","b"]}]}"#,
+    );
+    fails(&["fuse", &shape], &["`c`", "`b`", "[3]", "broadcast"]);
+    fails(&["fuse", "/nonexistent/graph.json"], &["cannot read"]);
+}
+
+#[test]
+fn memory_traffic_reproduces_the_seed_numbers_and_the_full_accounting() {
+    let v = json(&[
+        "memory-traffic",
+        "--seq",
+        "4096",
+        "--dim",
+        "8192",
+        "--dtype",
+        "fp16",
+        "--hw",
+        "h100",
+        "--json",
+    ]);
+    // 4096 · 8192 · 2 B = 64 MiB per tensor; 9 transfers = 576 MiB, 2 = 128 MiB.
+    assert_eq!(v["seed_accounting"]["unfused_bytes"], 603_979_776u64);
+    assert_eq!(v["seed_accounting"]["fused_bytes"], 134_217_728u64);
+    assert_eq!(v["seed_accounting"]["reduction_ratio"], 4.5);
+    let full = &v["full_accounting"];
+    assert!(full["unfused_bytes"].as_u64().unwrap() > full["fused_bytes"].as_u64().unwrap());
+    assert_eq!(full["fused_bound"], "compute");
+    let out = tf()
+        .args(["memory-traffic", "--seq", "4096", "--dim", "8192"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    assert!(
+        s.contains("576.00 MiB")
+            && s.contains("128.00 MiB")
+            && s.contains("4.50x")
+            && s.contains("77.8 %"),
+        "{s}"
+    );
+    assert!(
+        s.contains("compute-bound") || s.contains("memory-bound"),
+        "{s}"
+    );
+    fails(&["memory-traffic", "--seq", "0"], &["--seq"]);
+}
+
+#[test]
+fn run_counts_equal_the_model_and_paths_agree() {
+    for name in [
+        "rmsnorm_swiglu_mlp",
+        "attention_softmax",
+        "logaddexp_chain",
+        "residual_layernorm",
+    ] {
+        for extra in [&[][..], &["--unfused"][..]] {
+            let mut args = vec!["run", &*Box::leak(example(name).into_boxed_str()), "--json"];
+            args.extend_from_slice(extra);
+            let v = json(&args);
+            assert_eq!(v["counts_match_model"], true, "{name} {extra:?}");
+            assert_eq!(v["measured_bytes"], v["model_bytes"]);
+        }
+    }
+    let v = json(&[
+        "run",
+        &example("attention_softmax"),
+        "--bench",
+        "--reps",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(v["bench"]["agree"], true);
+    assert!(v["bench"]["predicted_traffic_ratio"].as_f64().unwrap() > 2.9);
+}
+
+#[test]
+fn run_reads_npy_inputs_and_shows_the_naive_overflow() {
+    use tensorforge_kernels::npy::{to_npy, NpyArray, NpyData};
+    let d = tmpdir("npy");
+    for (n, v) in [("a", 100.0f32), ("b", 100.0), ("c", -5.0)] {
+        let a = NpyArray::new(vec![4096], NpyData::F32(vec![v; 4096])).unwrap();
+        std::fs::write(d.join(format!("{n}.npy")), to_npy(&a).unwrap()).unwrap();
+    }
+    let dir = d.display().to_string();
+    let fused = json(&[
+        "run",
+        &example("logaddexp_chain"),
+        "--inputs",
+        &dir,
+        "--json",
+    ]);
+    // logaddexp(logaddexp(100, 100), -5) = 100 + ln 2 (+ e^-105.7) = 100.693147.
+    assert_eq!(fused["outputs"][0]["non_finite"], 0);
+    assert!((fused["outputs"][0]["max"].as_f64().unwrap() - 100.693_147).abs() < 1e-4);
+    let naive = json(&[
+        "run",
+        &example("logaddexp_chain"),
+        "--inputs",
+        &dir,
+        "--unfused",
+        "--json",
+    ]);
+    assert_eq!(naive["outputs"][0]["non_finite"], 4096);
+    let wrong = NpyArray::new(vec![3], NpyData::F32(vec![0.0; 3])).unwrap();
+    std::fs::write(d.join("a.npy"), to_npy(&wrong).unwrap()).unwrap();
+    fails(
+        &["run", &example("logaddexp_chain"), "--inputs", &dir],
+        &["a.npy", "[3]", "[4096]"],
+    );
+}

@@ -1,0 +1,312 @@
+//! `bench`, `calibrate` and `validate` through the binary: structure, errors and invariants
+//! only (never timings: the machine is shared and noisy). Stores and files live in temp dirs.
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+fn tf() -> Command {
+    let mut c = Command::cargo_bin("tensorforge").unwrap();
+    // Never touch the user's default store.
+    c.env("TENSORFORGE_STORE", "/nonexistent-dir/never.sqlite");
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf-measure-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn dir_is_empty(d: &Path) -> bool {
+    std::fs::read_dir(d).unwrap().next().is_none()
+}
+
+const TINY_SUITE: &str = r#"
+[[workload]]
+name = "g16"
+kind = "gemm"
+m = 16
+n = 16
+k = 16
+
+[[workload]]
+name = "sm"
+kind = "kernel"
+kernel = "softmax"
+rows = 4
+cols = 64
+"#;
+
+#[test]
+fn bench_unknown_workload_lists_names_and_writes_nothing() {
+    let d = tmp("unknown");
+    let store = d.join("s.sqlite");
+    let out = tf()
+        .args(["bench", "gemm_huge", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("gemm_huge") && e.contains("gemm_tiny") && e.contains("kernel:softmax"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(dir_is_empty(&d));
+}
+
+#[test]
+fn bench_malformed_file_names_file_entry_and_field() {
+    let d = tmp("malformed");
+    let f = d.join("w.toml");
+    std::fs::write(&f, TINY_SUITE.replace("m = 16", "m = 0")).unwrap();
+    let out = tf().arg("bench").arg(&f).arg("--record").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("w.toml") && e.contains("workload[0]") && e.contains('m'),
+        "{e}"
+    );
+    std::fs::write(&f, "[[workload]\nkind=").unwrap();
+    let out = tf().arg("bench").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("w.toml"));
+    let out = tf()
+        .args(["bench", "gemm_tiny", "--label", "novalue"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("--label"));
+    let out = tf()
+        .args(["bench", "gemm_tiny", "--threads", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // Only the workload file itself exists.
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+}
+
+#[test]
+fn bench_json_records_and_store() {
+    let d = tmp("bench");
+    let store = d.join("s.sqlite");
+    let out = tf()
+        .args([
+            "bench",
+            "gemm:m=8:n=8:k=8:batch=2",
+            "kernel:logaddexp:n=256",
+            "empty",
+            "--threads",
+            "1",
+            "--iterations",
+            "3",
+            "--time-budget-ms",
+            "1",
+            "--label",
+            "branch=test",
+            "--json",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let recs = v["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 3);
+    for r in recs {
+        assert_eq!(r["schema_version"], 1);
+        assert_eq!(r["labels"]["branch"], "test");
+        assert_eq!(r["harness"]["threads"], 1);
+        assert!(r["samples_ns"].as_array().unwrap().len() >= 3);
+        assert!(r["harness"]["note"].is_string());
+        // The CLI installs the counting allocator.
+        assert!(r["peak_alloc_bytes"].is_u64());
+        assert_eq!(r["workload"]["dtype"], "f32");
+    }
+    // 2 GEMMs of 2·8³ FLOPs each.
+    assert_eq!(recs[0]["flops"], 2048.0);
+    assert!(recs[2]["flops"].is_null());
+    assert!(store.is_file());
+}
+
+#[test]
+fn calibrate_then_validate_and_refusals() {
+    let d = tmp("loop");
+    let store = d.join("s.sqlite");
+    let profile = d.join("p.toml");
+    let suite = d.join("suite.toml");
+    std::fs::write(&suite, TINY_SUITE).unwrap();
+
+    // validate with an empty store: a clear error, nothing created.
+    let out = tf()
+        .args(["validate", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("tensorforge calibrate"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(!store.exists());
+
+    // calibrate --out into a missing directory: error, nothing written.
+    let out = tf()
+        .args(["calibrate", "--quick", "--out"])
+        .arg(d.join("missing/p.toml"))
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!store.exists());
+
+    let out = tf()
+        .args(["calibrate", "--quick", "--json", "--out"])
+        .arg(&profile)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let machine = v["calibration"]["provenance"]["machine_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let probes = v["calibration"]["provenance"]["probes"].as_array().unwrap();
+    assert!(probes.iter().any(|p| p["probe"] == "stream_triad"));
+    assert!(probes.iter().any(|p| p["probe"] == "fma_peak"));
+    let text = std::fs::read_to_string(&profile).unwrap();
+    // The profile is a plain hardware file too.
+    let hw = tf()
+        .args(["hw", "show", "--file"])
+        .arg(&profile)
+        .args(["--json"])
+        .output()
+        .unwrap();
+    assert_eq!(hw.status.code(), Some(0), "{}", stderr_of(&hw));
+
+    // validate from the store's latest profile, with plots and JSON.
+    let plots = d.join("plots");
+    let out = tf()
+        .args([
+            "validate",
+            "--iterations",
+            "3",
+            "--time-budget-ms",
+            "1",
+            "--json",
+            "--store",
+        ])
+        .arg(&store)
+        .arg("--workloads")
+        .arg(&suite)
+        .arg("--plots")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["rows"].as_array().unwrap().len(), 2);
+    assert_eq!(r["variants"][0]["label"], "roofline");
+    assert_eq!(r["variants"][1]["label"], "roofline+floor");
+    assert!(!r["limitations"].as_array().unwrap().is_empty());
+    for f in ["roofline.svg", "predicted_vs_measured.svg"] {
+        let s = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(s.contains("<svg") && s.contains("</svg>"));
+    }
+
+    // Human table from an explicit profile.
+    let out = tf()
+        .args([
+            "validate",
+            "--iterations",
+            "2",
+            "--time-budget-ms",
+            "1",
+            "--profile",
+        ])
+        .arg(&profile)
+        .arg("--workloads")
+        .arg(&suite)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("measured p50") && s.contains("median") && s.contains("limitations"),
+        "{s}"
+    );
+
+    // A holdout equal to the calibration GEMM probe (896³ in quick mode) is refused.
+    let clash = d.join("clash.toml");
+    std::fs::write(
+        &clash,
+        "[[workload]]\nkind = \"gemm\"\nm = 896\nn = 896\nk = 896\n",
+    )
+    .unwrap();
+    let out = tf()
+        .args(["validate", "--profile"])
+        .arg(&profile)
+        .arg("--workloads")
+        .arg(&clash)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("overlap"), "{}", stderr_of(&out));
+
+    // A profile from another machine is refused, naming both machine ids.
+    let foreign = d.join("foreign.toml");
+    std::fs::write(&foreign, text.replace(&machine, "0123456789abcdef")).unwrap();
+    let out = tf()
+        .args(["validate", "--profile"])
+        .arg(&foreign)
+        .arg("--workloads")
+        .arg(&suite)
+        .arg("--plots")
+        .arg(d.join("foreign-plots"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("0123456789abcdef") && e.contains(&machine) && e.contains("calibrate"),
+        "{e}"
+    );
+    assert!(!d.join("foreign-plots").exists());
+
+    // A plain hardware preset is not a calibrated profile.
+    let plain = d.join("plain.toml");
+    std::fs::write(
+        &plain,
+        text.lines()
+            .filter(|l| !l.contains("provenance_json"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    let out = tf()
+        .args(["validate", "--profile"])
+        .arg(&plain)
+        .arg("--workloads")
+        .arg(&suite)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("plain.toml"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -1,0 +1,275 @@
+//! End-to-end runs of `tensorforge gate`, `report` and `history` on JSON-lines record files
+//! written here with `Record::new`: every gate exit code (0 pass, 1 fail, 2 error,
+//! 3 inconclusive), HTML well-formedness with a hostile workload name, and change points.
+
+use assert_cmd::Command;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tensorforge_store::{
+    DeviceContext, HarnessSettings, Record, SoftwareContext, WorkloadIdentity,
+};
+
+fn tf() -> Command {
+    Command::cargo_bin("tensorforge").unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf-ops-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rec(name: &str, dtype: &str, run: &str, samples: Vec<f64>, ts: i64) -> Record {
+    let mut params = BTreeMap::new();
+    params.insert("m".into(), serde_json::json!(64));
+    let w = WorkloadIdentity {
+        kind: "gemm".into(),
+        name: name.into(),
+        params,
+        dtype: dtype.into(),
+    };
+    let d = DeviceContext {
+        kind: "cpu".into(),
+        cpu_model: "test cpu".into(),
+        machine_id: "m1".into(),
+        ..Default::default()
+    };
+    Record::new(
+        run.into(),
+        w,
+        d,
+        SoftwareContext::default(),
+        HarnessSettings::default(),
+        samples,
+        None,
+        None,
+        None,
+        ts,
+        BTreeMap::new(),
+        "harness".into(),
+    )
+    .unwrap()
+}
+
+fn ramp(base: f64, n: usize) -> Vec<f64> {
+    (0..n).map(|i| base * (1.0 + i as f64 / 1000.0)).collect()
+}
+
+fn write(path: &Path, recs: &[Record]) -> String {
+    let text: String = recs
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect();
+    std::fs::write(path, text).unwrap();
+    path.display().to_string()
+}
+
+fn gate_code(dir: &Path, b: &[Record], c: &[Record], extra: &[&str]) -> (i32, String) {
+    let bf = write(&dir.join("b.jsonl"), b);
+    let cf = write(&dir.join("c.jsonl"), c);
+    let out = tf()
+        .args([
+            "gate",
+            "--baseline",
+            &bf,
+            "--candidate",
+            &cf,
+            "--today",
+            "2025-01-01",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("panicked"), "{text}");
+    (out.status.code().unwrap(), text)
+}
+
+#[test]
+fn gate_exit_codes_end_to_end() {
+    let d = tmp("codes");
+    let base = vec![rec("g", "f32", "b", ramp(1000.0, 30), 1)];
+    // 0: the same build twice.
+    let (code, out) = gate_code(&d, &base, &base, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("PASS"));
+    // 1: a 2x slowdown.
+    let slow = vec![rec("g", "f32", "c", ramp(2000.0, 30), 2)];
+    let (code, out) = gate_code(&d, &base, &slow, &["--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["overall"], "FAIL");
+    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["schema_version"], 1);
+    // 2: identity mismatch (same name, other dtype) is ERROR, never FAIL or PASS.
+    let other = vec![rec("g", "f16", "c", ramp(1000.0, 30), 2)];
+    let (code, out) = gate_code(&d, &base, &other, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("identity mismatch"), "{out}");
+    // 2: a workload missing on one side.
+    let two = vec![
+        rec("g", "f32", "b", ramp(1000.0, 30), 1),
+        rec("h", "bf16", "b", ramp(1000.0, 30), 1),
+    ];
+    let (code, out) = gate_code(&d, &two, &base, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("missing in the candidate"), "{out}");
+    // 3: too few samples to test.
+    let few = vec![rec("g", "f32", "b", ramp(1000.0, 4), 1)];
+    let (code, out) = gate_code(&d, &few, &few, &[]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("INCONCLUSIVE"));
+}
+
+#[test]
+fn gate_operational_errors_exit_2_with_one_line() {
+    let d = tmp("operr");
+    let base = vec![rec("g", "f32", "b", ramp(1000.0, 30), 1)];
+    let pf = d.join("bad.toml");
+    std::fs::write(
+        &pf,
+        "schema_version = 1\n[metrics.latency_p50]\nmax_relative = -1\n",
+    )
+    .unwrap();
+    let (code, out) = gate_code(&d, &base, &base, &["--policy", &pf.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(
+        out.contains("bad.toml")
+            && out.contains("metrics.latency_p50.max_relative")
+            && out.contains("-1"),
+        "{out}"
+    );
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    let (code, out) = gate_code(&d, &base, &base, &["--today", "2025-02-30"]);
+    assert_eq!(code, 2, "{out}");
+    let missing = d.join("nope.jsonl").display().to_string();
+    let store = d.join("no-store.sqlite").display().to_string();
+    let out = tf()
+        .args([
+            "gate",
+            "--baseline",
+            &missing,
+            "--candidate",
+            &missing,
+            "--store",
+            &store,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nope.jsonl") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn report_writes_three_formats_with_escaped_names() {
+    let d = tmp("report");
+    let evil = "<script>alert('x')</script>";
+    let bf = write(
+        &d.join("b.jsonl"),
+        &[rec(evil, "f32", "b", ramp(1000.0, 30), 1)],
+    );
+    let cf = write(
+        &d.join("c.jsonl"),
+        &[rec(evil, "f32", "c", ramp(1500.0, 30), 2)],
+    );
+    let out_dir = d.join("out");
+    tf().args([
+        "report",
+        "--baseline",
+        &bf,
+        "--candidate",
+        &cf,
+        "--hw",
+        "balanced",
+        "--today",
+        "2025-01-01",
+    ])
+    .arg("--out-dir")
+    .arg(&out_dir)
+    .assert()
+    .success();
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    tensorforge_ops::markup::check_well_formed(&html).unwrap();
+    assert!(!html.contains("<script"), "unescaped user string");
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("**Decision: FAIL**") && !md.contains("<script"),
+        "{md}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["gate"]["overall"], "FAIL");
+    // No leftover temp files next to the outputs.
+    let names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    // Nothing to write is an operational error.
+    tf().args(["report", "--baseline", &bf, "--candidate", &cf])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn history_marks_the_step() {
+    let d = tmp("history");
+    let mut recs = Vec::new();
+    for i in 0..12 {
+        let level = if i < 6 { 1000.0 } else { 1300.0 };
+        let wobble = [0.0, 4.0, -3.0, 2.0, -5.0, 3.0][i % 6];
+        recs.push(rec(
+            "g",
+            "f32",
+            &format!("run{i:02}"),
+            ramp(level + wobble, 10),
+            100 + i as i64,
+        ));
+    }
+    let f = write(&d.join("h.jsonl"), &recs);
+    let svg = d.join("h.svg");
+    let out = tf()
+        .args([
+            "history",
+            "g",
+            "--metric",
+            "latency_p50",
+            "--records",
+            &f,
+            "--json",
+            "--svg",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["points"].as_array().unwrap().len(), 12);
+    let cps = v["change_points"].as_array().unwrap();
+    assert_eq!(cps.len(), 1, "{v}");
+    assert_eq!(cps[0]["index"], 6);
+    assert_eq!(cps[0]["run_id"], "run06");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains("change point"));
+    tensorforge_ops::markup::check_well_formed(&s).unwrap();
+    tf().args(["history", "g", "--metric", "latency_p42", "--records", &f])
+        .assert()
+        .code(2);
+    tf().args(["history", "nope", "--records", &f])
+        .assert()
+        .code(2);
+}

@@ -1,0 +1,1019 @@
+//! CPU executor for a [`Program`]. The unfused program runs one op per kernel with every
+//! tensor materialized; the fused program evaluates each fused kernel in blocks (about
+//! [`BLOCK_ELEMS`] elements, so that a kernel's scratch fits L1, whole rows for row and matmul kernels) with rayon over blocks,
+//! every node of the kernel computed op by op into small per-thread scratch buffers that
+//! stay in L1/L2, and only the kernel's outputs stored to full-size buffers. Numerics come
+//! from the Kernels crate where it has them (softmax, log-softmax, logsumexp, logaddexp,
+//! the fused RMSNorm+SwiGLU). The executor counts the bytes it reads from and writes to
+//! full-size buffers: each kernel's input buffers once and its outputs once, in the
+//! declared dtype's size, which is exactly the analytical traffic. Values are held in f32
+//! whatever the declared dtype (Cast to bf16 rounds; other casts keep f32). Views are
+//! materialized on demand as uncounted copies (the model treats them as strided aliases).
+//! Not executable: Opaque ops.
+
+use crate::error::{GraphError, Result};
+use crate::fusion::{Kernel, KernelKind, Program};
+use crate::ir::{norm_axis, DType, Op, TypedGraph};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use tensorforge_kernels::Shape2;
+
+/// Target elements per block of the fused evaluator.
+pub const BLOCK_ELEMS: usize = 2048;
+/// Block size: [`BLOCK_ELEMS`], or `TF_BLOCK_ELEMS` from the environment (for tuning runs).
+fn block_elems() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("TF_BLOCK_ELEMS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v: &usize| v > 0)
+            .unwrap_or(BLOCK_ELEMS)
+    })
+}
+
+/// Relative tolerance (of the tensor's largest magnitude) for fused vs unfused agreement.
+pub const RTOL: f32 = 1e-4;
+/// Absolute tolerance for fused vs unfused agreement.
+pub const ATOL: f32 = 1e-5;
+
+/// Result of one execution.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    /// Graph outputs: name, shape, values.
+    pub outputs: Vec<(String, Vec<usize>, Vec<f32>)>,
+    /// Bytes read from full-size buffers.
+    pub read_bytes: u64,
+    /// Bytes written to full-size buffers.
+    pub write_bytes: u64,
+    /// Wall time of the kernels, ns.
+    pub elapsed_ns: u64,
+}
+
+impl ExecResult {
+    /// read + write.
+    pub fn total_bytes(&self) -> u64 {
+        self.read_bytes + self.write_bytes
+    }
+}
+
+/// Deterministic uniform values in [−1, 1) (splitmix64), for inputs not supplied.
+pub fn random_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Seeded random values for every Input and Weight of `tg` not already in `given`.
+pub fn fill_inputs(
+    tg: &TypedGraph,
+    given: &mut HashMap<String, Vec<f32>>,
+    seed: u64,
+) -> Result<()> {
+    for (i, n) in tg.nodes.iter().enumerate() {
+        if matches!(n.op, Op::Input { .. } | Op::Weight { .. }) {
+            let t = &tg.tensors[tg.node_outputs[i][0]];
+            if let Some(v) = given.get(&t.name) {
+                if v.len() as u64 != t.numel {
+                    return Err(GraphError::Input {
+                        tensor: t.name.clone(),
+                        detail: format!(
+                            "has {} elements, the graph declares {:?} ({} elements)",
+                            v.len(),
+                            t.shape,
+                            t.numel
+                        ),
+                    });
+                }
+                continue;
+            }
+            let n = usize::try_from(t.numel).map_err(|_| GraphError::Input {
+                tensor: t.name.clone(),
+                detail: "too large for this machine".into(),
+            })?;
+            let h = t
+                .name
+                .bytes()
+                .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+            given.insert(t.name.clone(), random_values(n, h));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: blocks write disjoint ranges of each output buffer (see `run_blocks`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+struct State<'a> {
+    tg: &'a TypedGraph,
+    bufs: Vec<Option<Vec<f32>>>,
+    pool: Pool,
+}
+
+/// Recycled full-size buffers by length, so that repeated runs (benchmarks) do not pay
+/// first-touch page faults on every fresh allocation, as a runtime with a preallocated arena
+/// would not.
+#[derive(Debug, Default)]
+pub struct Pool {
+    free: HashMap<usize, Vec<Vec<f32>>>,
+}
+
+impl Pool {
+    /// A buffer of exactly `n` elements (contents unspecified).
+    fn take(&mut self, n: usize) -> Vec<f32> {
+        match self.free.get_mut(&n).and_then(|v| v.pop()) {
+            Some(b) => b,
+            None => vec![0f32; n],
+        }
+    }
+
+    fn put(&mut self, b: Vec<f32>) {
+        self.free.entry(b.len()).or_default().push(b);
+    }
+}
+
+fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> GraphError {
+    GraphError::Exec {
+        node: tg.nodes[n].name.clone(),
+        op: tg.nodes[n].op.name().into(),
+        detail: detail.into(),
+    }
+}
+
+impl State<'_> {
+    /// Make tensor `t` available (views materialized on demand, uncounted).
+    fn ensure(&mut self, t: usize) -> Result<()> {
+        if self.bufs[t].is_some() {
+            return Ok(());
+        }
+        let tg = self.tg;
+        let p = tg.producer[t];
+        match &tg.nodes[p].op {
+            Op::Reshape { .. } => {
+                let s = tg.node_inputs[p][0];
+                self.ensure(s)?;
+                self.bufs[t] = self.bufs[s].clone();
+            }
+            Op::Transpose { perm } => {
+                let s = tg.node_inputs[p][0];
+                self.ensure(s)?;
+                let src = self.bufs[s].as_deref().unwrap_or(&[]);
+                let v = transpose(src, &tg.tensors[s].shape, perm);
+                self.bufs[t] = Some(v);
+            }
+            _ => {
+                return Err(exec_err(
+                    tg,
+                    p,
+                    format!(
+                        "tensor `{}` was read before it was written",
+                        tg.tensors[t].name
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn transpose(src: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    let r = shape.len();
+    let mut strides = vec![1usize; r];
+    for i in (0..r.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; r];
+    for _ in 0..n {
+        let off: usize = idx.iter().zip(&out_strides).map(|(a, b)| a * b).sum();
+        out.push(src.get(off).copied().unwrap_or(0.0));
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Execute a program on the given Input / Weight values (by tensor name).
+pub fn execute(p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<ExecResult> {
+    execute_pooled(p, inputs, &mut Pool::default())
+}
+
+/// [`execute`] with buffers taken from and returned to `pool`.
+pub fn execute_pooled(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    pool: &mut Pool,
+) -> Result<ExecResult> {
+    let tg = &p.graph;
+    let mut st = State {
+        tg,
+        bufs: vec![None; tg.tensors.len()],
+        pool: std::mem::take(pool),
+    };
+    let r = run_program(p, inputs, &mut st);
+    for b in st.bufs.iter_mut() {
+        if let Some(v) = b.take() {
+            st.pool.put(v);
+        }
+    }
+    *pool = std::mem::take(&mut st.pool);
+    r
+}
+
+fn run_program(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    st: &mut State,
+) -> Result<ExecResult> {
+    let tg = &p.graph;
+    for (i, n) in tg.nodes.iter().enumerate() {
+        let t = tg.node_outputs[i][0];
+        match &n.op {
+            Op::Input { .. } | Op::Weight { .. } => {
+                let v = inputs
+                    .get(&tg.tensors[t].name)
+                    .ok_or_else(|| GraphError::Input {
+                        tensor: tg.tensors[t].name.clone(),
+                        detail: "no values supplied".into(),
+                    })?;
+                if v.len() as u64 != tg.tensors[t].numel {
+                    return Err(GraphError::Input {
+                        tensor: tg.tensors[t].name.clone(),
+                        detail: format!(
+                            "has {} elements, expected {}",
+                            v.len(),
+                            tg.tensors[t].numel
+                        ),
+                    });
+                }
+                let mut b = st.pool.take(v.len());
+                b.copy_from_slice(v);
+                st.bufs[t] = Some(b);
+            }
+            Op::Constant { value, .. } => {
+                st.bufs[t] = Some(vec![*value as f32; tg.tensors[t].numel as usize]);
+            }
+            _ => {}
+        }
+    }
+    let (mut rb, mut wb) = (0u64, 0u64);
+    let t0 = std::time::Instant::now();
+    for k in &p.kernels {
+        // Views the kernel reads from outside.
+        for &n in &k.nodes {
+            for &t in &tg.node_inputs[n] {
+                if !k.nodes.contains(&tg.producer[tg.base(t)]) {
+                    st.ensure(t)?;
+                }
+            }
+        }
+        for &t in &k.inputs {
+            rb += tg.tensors[t].bytes;
+        }
+        run_kernel(st, k)?;
+        for &t in &k.outputs {
+            wb += tg.tensors[t].bytes;
+        }
+    }
+    let elapsed_ns = t0.elapsed().as_nanos() as u64;
+    let mut outputs = vec![];
+    for &t in &tg.outputs {
+        st.ensure(t)?;
+        outputs.push((
+            tg.tensors[t].name.clone(),
+            tg.tensors[t].shape.clone(),
+            st.bufs[t].clone().unwrap_or_default(),
+        ));
+    }
+    Ok(ExecResult {
+        outputs,
+        read_bytes: rb,
+        write_bytes: wb,
+        elapsed_ns,
+    })
+}
+
+fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
+    let tg = st.tg;
+    match k.kind {
+        KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k),
+        KernelKind::Reduction => {
+            let n = k.nodes[0];
+            let x = tg.node_inputs[n][0];
+            let (axis, kind) = match &tg.nodes[n].op {
+                Op::ReduceSum { axis, .. } => (*axis, 0),
+                Op::ReduceMax { axis, .. } => (*axis, 1),
+                Op::ReduceMean { axis, .. } => (*axis, 2),
+                _ => return Err(exec_err(tg, n, "not a reduction")),
+            };
+            let s = &tg.tensors[x].shape;
+            let a = norm_axis(axis, s.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+            let outer: usize = s[..a].iter().product();
+            let len = s[a];
+            let inner: usize = s[a + 1..].iter().product();
+            let src = st.bufs[x].as_deref().unwrap_or(&[]);
+            let mut out = vec![0f32; outer * inner];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = if kind == 1 { f64::NEG_INFINITY } else { 0.0 };
+                    for j in 0..len {
+                        let v = src[(o * len + j) * inner + i] as f64;
+                        acc = if kind == 1 { acc.max(v) } else { acc + v };
+                    }
+                    if kind == 2 {
+                        acc /= len as f64;
+                    }
+                    out[o * inner + i] = acc as f32;
+                }
+            }
+            st.bufs[tg.node_outputs[n][0]] = Some(out);
+            Ok(())
+        }
+        KernelKind::Pattern => {
+            let n = k.nodes[0];
+            let eps = match &tg.nodes[n].op {
+                Op::RmsNormSwiGlu { eps } => *eps as f32,
+                _ => return Err(exec_err(tg, n, "not a pattern op")),
+            };
+            let ins = &tg.node_inputs[n];
+            let x = &tg.tensors[ins[0]];
+            let d = *x.shape.last().unwrap_or(&1);
+            let f = tg.tensors[ins[2]].shape[1];
+            let shape = tensorforge_kernels::fused::SwigluShape {
+                tokens: x.numel as usize / d.max(1),
+                d_model: d,
+                d_ff: f,
+            };
+            let o = tg.node_outputs[n][0];
+            let mut out = vec![0f32; tg.tensors[o].numel as usize];
+            let get = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+            tensorforge_kernels::fused::rmsnorm_swiglu_fused(
+                get(ins[0]),
+                get(ins[1]),
+                get(ins[2]),
+                get(ins[3]),
+                shape,
+                eps,
+                &mut out,
+            )
+            .map_err(|e| exec_err(tg, n, e.to_string()))?;
+            st.bufs[o] = Some(out);
+            Ok(())
+        }
+        KernelKind::Opaque => {
+            let n = k.nodes[0];
+            match &tg.nodes[n].op {
+                Op::Concat { axis } => {
+                    let o = tg.node_outputs[n][0];
+                    let os = &tg.tensors[o].shape;
+                    let a =
+                        norm_axis(*axis, os.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let outer: usize = os[..a].iter().product();
+                    let mut out = Vec::with_capacity(tg.tensors[o].numel as usize);
+                    for ob in 0..outer {
+                        for &t in &tg.node_inputs[n] {
+                            let s = &tg.tensors[t].shape;
+                            let chunk: usize = s[a..].iter().product();
+                            let src = st.bufs[t].as_deref().unwrap_or(&[]);
+                            out.extend_from_slice(&src[ob * chunk..(ob + 1) * chunk]);
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Opaque { name, .. } => Err(exec_err(
+                    tg,
+                    n,
+                    format!("opaque op `{name}` has no CPU implementation"),
+                )),
+                _ => Err(exec_err(tg, n, "no implementation")),
+            }
+        }
+    }
+}
+
+/// Where a node input comes from inside a block.
+#[derive(Clone)]
+enum Bind {
+    /// Internal: scratch of kernel node position `pos`; `rows` true when one value per row.
+    Internal { pos: usize, per_row: bool },
+    /// External buffer of the same element count as the node output (flat slice).
+    Flat(usize),
+    /// External scalar.
+    Scalar(usize),
+    /// External, one value per row (shape = out[..-1] + [1]) of a full node.
+    PerRow(usize),
+    /// External, general NumPy broadcast: buffer and its strides over the output shape.
+    Gather(usize, Vec<usize>),
+}
+
+struct NodePlan {
+    node: usize,
+    per_row: bool,
+    binds: Vec<Bind>,
+    out_shape: Vec<usize>,
+    /// Index into the kernel output list when the node's value is stored.
+    store: Option<usize>,
+}
+
+fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
+    let pos_of: HashMap<usize, usize> = k.nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let full = k.rows.saturating_mul(k.cols);
+    let mut plans: Vec<NodePlan> = vec![];
+    for &n in &k.nodes {
+        let o = tg.node_outputs[n][0];
+        let out = &tg.tensors[o];
+        let per_row = k.cols > 1 && out.numel != full && out.numel == k.rows;
+        let mut binds = vec![];
+        for &t in &tg.node_inputs[n] {
+            let b = tg.base(t);
+            let bind = if let Some(&p) = pos_of.get(&tg.producer[b]) {
+                Bind::Internal {
+                    pos: p,
+                    per_row: plans[p].per_row,
+                }
+            } else {
+                let ti = &tg.tensors[t];
+                let mut row_shape = out.shape.clone();
+                if let Some(l) = row_shape.last_mut() {
+                    *l = 1;
+                }
+                if ti.numel == out.numel {
+                    Bind::Flat(t)
+                } else if ti.numel == 1 {
+                    Bind::Scalar(t)
+                } else if !per_row && k.cols > 1 && ti.shape == row_shape {
+                    Bind::PerRow(t)
+                } else {
+                    // Strides of the input over the output's axes (0 where broadcast).
+                    let r = out.shape.len();
+                    let off = r - ti.shape.len();
+                    let mut strides = vec![0usize; r];
+                    let mut acc = 1usize;
+                    for d in (0..ti.shape.len()).rev() {
+                        if ti.shape[d] != 1 {
+                            strides[off + d] = acc;
+                        }
+                        acc *= ti.shape[d];
+                    }
+                    Bind::Gather(t, strides)
+                }
+            };
+            binds.push(bind);
+        }
+        plans.push(NodePlan {
+            node: n,
+            per_row,
+            binds,
+            out_shape: out.shape.clone(),
+            store: k.outputs.iter().position(|&x| x == o),
+        });
+    }
+    Ok(plans)
+}
+
+struct Scratch {
+    vals: Vec<Vec<f32>>,
+    tmp: Vec<Vec<f32>>,
+}
+
+fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
+    let tg = st.tg;
+    let plans = plan_nodes(tg, k)?;
+    let rows = k.rows as usize;
+    let cols = (k.cols as usize).max(1);
+    let rows_per_block = (block_elems() / cols).max(1);
+    let nblocks = rows.div_ceil(rows_per_block);
+    let mut outs: Vec<Vec<f32>> = k
+        .outputs
+        .iter()
+        .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
+        .collect();
+    let ptrs: Vec<(SendPtr, usize)> = outs
+        .iter_mut()
+        .map(|v| (SendPtr(v.as_mut_ptr()), v.len()))
+        .collect();
+    let bufs = &st.bufs;
+    let max_in = plans.iter().map(|p| p.binds.len()).max().unwrap_or(0);
+    let cap = rows_per_block * cols;
+    let work = |s: &mut Scratch, b: usize| -> Result<()> {
+        let r0 = b * rows_per_block;
+        let r1 = (r0 + rows_per_block).min(rows);
+        eval_block(tg, bufs, &plans, s, r0, r1, cols)?;
+        for (pi, p) in plans.iter().enumerate() {
+            if let Some(oi) = p.store {
+                let (ptr, len) = ptrs[oi];
+                let (f0, f1) = if p.per_row {
+                    (r0, r1)
+                } else {
+                    (r0 * cols, r1 * cols)
+                };
+                if f1 > len {
+                    return Err(exec_err(tg, p.node, "block outside the output buffer"));
+                }
+                // SAFETY: block b owns rows [r0, r1) of every output; ranges of different
+                // blocks are disjoint and inside the buffer (checked above), and `outs`
+                // outlives the parallel loop.
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(f0), f1 - f0) };
+                dst.copy_from_slice(&s.vals[pi][..f1 - f0]);
+            }
+        }
+        Ok(())
+    };
+    let init = || Scratch {
+        vals: vec![Vec::with_capacity(cap); plans.len()],
+        tmp: vec![Vec::with_capacity(cap); max_in.max(1)],
+    };
+    if rows.saturating_mul(cols) >= 1 << 16 && nblocks > 1 {
+        (0..nblocks)
+            .into_par_iter()
+            .with_min_len(16)
+            .try_for_each_init(init, work)?;
+    } else {
+        let mut s = init();
+        for b in 0..nblocks {
+            work(&mut s, b)?;
+        }
+    }
+    for (t, v) in k.outputs.iter().zip(outs) {
+        st.bufs[*t] = Some(v);
+    }
+    Ok(())
+}
+
+enum Src<'a> {
+    S(&'a [f32]),
+    C(f32),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eval_block(
+    tg: &TypedGraph,
+    bufs: &[Option<Vec<f32>>],
+    plans: &[NodePlan],
+    s: &mut Scratch,
+    r0: usize,
+    r1: usize,
+    cols: usize,
+) -> Result<()> {
+    let nb = r1 - r0;
+    for (pi, p) in plans.iter().enumerate() {
+        let len = if p.per_row { nb } else { nb * cols };
+        let (f0, f1) = if p.per_row {
+            (r0, r1)
+        } else {
+            (r0 * cols, r1 * cols)
+        };
+        let n = p.node;
+        let op = &tg.nodes[n].op;
+        // Resolve inputs into temp buffers where needed.
+        let (done, rest) = s.vals.split_at_mut(pi);
+        let out = &mut rest[0];
+        if out.len() != len {
+            out.resize(len, 0.0);
+        }
+        let buf = |t: usize| bufs[t].as_deref().unwrap_or(&[]);
+        let is_norm = matches!(op, Op::RmsNorm { .. } | Op::LayerNorm { .. });
+        for (j, bind) in p.binds.iter().enumerate() {
+            if is_norm && j > 0 {
+                continue; // parameters are read whole, never expanded
+            }
+            let tmp = &mut s.tmp[j];
+            match bind {
+                Bind::Internal { pos, per_row } if *per_row && !p.per_row => {
+                    tmp.clear();
+                    for &v in &done[*pos][..nb] {
+                        tmp.extend(std::iter::repeat(v).take(cols));
+                    }
+                }
+                Bind::PerRow(t) => {
+                    tmp.clear();
+                    for &v in &buf(*t)[r0..r1] {
+                        tmp.extend(std::iter::repeat(v).take(cols));
+                    }
+                }
+                Bind::Gather(t, strides) => {
+                    tmp.clear();
+                    let src = buf(*t);
+                    let shape = &p.out_shape;
+                    let r = shape.len();
+                    let mut idx = vec![0usize; r];
+                    let mut rem = f0;
+                    for d in (0..r).rev() {
+                        let dim = shape[d].max(1);
+                        idx[d] = rem % dim;
+                        rem /= dim;
+                    }
+                    let mut off: usize = idx.iter().zip(strides).map(|(a, b)| a * b).sum();
+                    for _ in f0..f1 {
+                        tmp.push(src.get(off).copied().unwrap_or(0.0));
+                        for d in (0..r).rev() {
+                            idx[d] += 1;
+                            off += strides[d];
+                            if idx[d] < shape[d] {
+                                break;
+                            }
+                            off -= strides[d] * shape[d];
+                            idx[d] = 0;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let src = |j: usize| -> Src {
+            match &p.binds[j] {
+                Bind::Internal { pos, per_row } => {
+                    if *per_row && !p.per_row {
+                        Src::S(&s.tmp[j][..len])
+                    } else {
+                        Src::S(&done[*pos][..len])
+                    }
+                }
+                Bind::Flat(t) => Src::S(&buf(*t)[f0..f1]),
+                Bind::Scalar(t) => Src::C(buf(*t).first().copied().unwrap_or(0.0)),
+                Bind::PerRow(_) | Bind::Gather(..) => Src::S(&s.tmp[j][..len]),
+            }
+        };
+        match op {
+            o if o.is_unary() => match src(0) {
+                Src::S(x) => unary_apply(o, x, out),
+                Src::C(c) => {
+                    let mut one = [0f32];
+                    unary_apply(o, &[c], &mut one);
+                    out.fill(one[0]);
+                }
+            },
+            o if o.is_binary() => binary_apply(o, src(0), src(1), out),
+            Op::Broadcast { .. } => match src(0) {
+                Src::S(x) => out.copy_from_slice(&x[..len]),
+                Src::C(c) => out.fill(c),
+            },
+            Op::ReduceSum { .. } | Op::ReduceMax { .. } | Op::ReduceMean { .. } => {
+                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                for (r, y) in out.iter_mut().enumerate() {
+                    let row = &x[r * cols..(r + 1) * cols];
+                    *y = match op {
+                        Op::ReduceMax { .. } => {
+                            row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                        }
+                        Op::ReduceSum { .. } => row.iter().map(|&v| v as f64).sum::<f64>() as f32,
+                        _ => (row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64) as f32,
+                    };
+                }
+            }
+            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. } => {
+                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                let sh = Shape2::new(nb, cols);
+                let r = match op {
+                    Op::Softmax { .. } => tensorforge_kernels::softmax(x, sh, out),
+                    Op::LogSoftmax { .. } => tensorforge_kernels::log_softmax(x, sh, out),
+                    _ => tensorforge_kernels::logsumexp(x, sh, out),
+                };
+                r.map_err(|e| exec_err(tg, n, e.to_string()))?;
+            }
+            Op::RmsNorm { eps } | Op::LayerNorm { eps } => {
+                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                let param = |j: usize| match &p.binds[j] {
+                    Bind::Gather(t, _) | Bind::Flat(t) | Bind::Scalar(t) | Bind::PerRow(t) => {
+                        Ok(buf(*t))
+                    }
+                    _ => Err(exec_err(tg, n, "norm parameters must come from memory")),
+                };
+                let gamma = param(1)?;
+                let is_ln = matches!(op, Op::LayerNorm { .. });
+                let beta = if is_ln { param(2)? } else { &[][..] };
+                for r in 0..nb {
+                    let row = &x[r * cols..(r + 1) * cols];
+                    let y = &mut out[r * cols..(r + 1) * cols];
+                    if is_ln {
+                        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
+                        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>()
+                            / cols as f64;
+                        let inv = (1.0 / (var + eps).sqrt()) as f32;
+                        let m = mean as f32;
+                        for j in 0..cols {
+                            y[j] = (row[j] - m) * inv * gamma[j] + beta[j];
+                        }
+                    } else {
+                        let ss =
+                            row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / cols as f64;
+                        let inv = (1.0 / (ss + eps).sqrt()) as f32;
+                        for j in 0..cols {
+                            y[j] = row[j] * inv * gamma[j];
+                        }
+                    }
+                }
+            }
+            Op::MatMul => {
+                let (a_t, b_t) = (tg.node_inputs[n][0], tg.node_inputs[n][1]);
+                let a = buf(a_t);
+                let b = buf(b_t);
+                let ash = &tg.tensors[a_t].shape;
+                let kdim = ash[ash.len() - 1];
+                let m = ash[ash.len() - 2].max(1);
+                let batched = tg.tensors[b_t].shape.len() > 2;
+                for r in r0..r1 {
+                    let y = &mut out[(r - r0) * cols..(r - r0 + 1) * cols];
+                    y.fill(0.0);
+                    let arow = &a[r * kdim..(r + 1) * kdim];
+                    let boff = if batched { (r / m) * kdim * cols } else { 0 };
+                    for (kk, &av) in arow.iter().enumerate() {
+                        let brow = &b[boff + kk * cols..boff + (kk + 1) * cols];
+                        for (yv, &bv) in y.iter_mut().zip(brow) {
+                            *yv += av * bv;
+                        }
+                    }
+                }
+            }
+            _ => {
+                return Err(exec_err(tg, n, "not supported inside a blocked kernel"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Row-major [nb, cols] input of a row op: internal scratch or a slice of the buffer.
+fn row_input<'a>(
+    b: &Bind,
+    done: &'a [Vec<f32>],
+    bufs: &'a [Option<Vec<f32>>],
+    r0: usize,
+    r1: usize,
+    cols: usize,
+) -> &'a [f32] {
+    match b {
+        Bind::Internal { pos, .. } => &done[*pos][..(r1 - r0) * cols],
+        Bind::Flat(t) | Bind::Gather(t, _) | Bind::PerRow(t) | Bind::Scalar(t) => {
+            let v = bufs[*t].as_deref().unwrap_or(&[]);
+            &v[(r0 * cols).min(v.len())..(r1 * cols).min(v.len())]
+        }
+    }
+}
+
+fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let b = x.to_bits();
+    let r = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    f32::from_bits(r)
+}
+
+#[inline(always)]
+fn map1_body<F: Fn(f32) -> f32>(x: &[f32], out: &mut [f32], f: F) {
+    for (y, &v) in out.iter_mut().zip(x) {
+        *y = f(v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map1_avx2<F: Fn(f32) -> f32>(x: &[f32], out: &mut [f32], f: F) {
+    map1_body(x, out, f)
+}
+
+/// One elementwise loop; compiled a second time for AVX2 and picked at run time.
+#[inline(always)]
+fn map1<F: Fn(f32) -> f32>(x: &[f32], out: &mut [f32], f: F) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked on the line above).
+            return unsafe { map1_avx2(x, out, f) };
+        }
+    }
+    map1_body(x, out, f)
+}
+
+/// Apply a unary op over a slice; one monomorphic, vectorizable loop per op.
+fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
+    match op {
+        Op::Neg => map1(x, out, |v| -v),
+        Op::Exp => map1(x, out, f32::exp),
+        Op::Log => map1(x, out, f32::ln),
+        Op::Log1p => map1(x, out, f32::ln_1p),
+        Op::Sqrt => map1(x, out, f32::sqrt),
+        Op::Rsqrt => map1(x, out, |v| 1.0 / v.sqrt()),
+        Op::Tanh => map1(x, out, f32::tanh),
+        Op::Sigmoid => map1(x, out, |v| 1.0 / (1.0 + (-v).exp())),
+        Op::Silu => map1(x, out, |v| v / (1.0 + (-v).exp())),
+        Op::Gelu => map1(x, out, |v| {
+            0.5 * v * (1.0 + (0.797_884_6 * (v + 0.044_715 * v * v * v)).tanh())
+        }),
+        Op::Relu => map1(x, out, |v| v.max(0.0)),
+        Op::Pow { exponent } => {
+            let e = *exponent as f32;
+            if e == 2.0 {
+                map1(x, out, |v| v * v)
+            } else {
+                map1(x, out, |v| v.powf(e))
+            }
+        }
+        Op::Cast { to: DType::Bf16 } => map1(x, out, round_bf16),
+        Op::Quantize { scale, zero_point } => {
+            let (s, z) = (*scale as f32, *zero_point as f32);
+            map1(x, out, |v| {
+                ((v / s).round_ties_even() + z).clamp(-128.0, 127.0)
+            })
+        }
+        Op::Dequantize {
+            scale, zero_point, ..
+        } => {
+            let (s, z) = (*scale as f32, *zero_point as f32);
+            map1(x, out, |q| (q - z) * s)
+        }
+        _ => map1(x, out, |v| v),
+    }
+}
+
+#[inline(always)]
+fn map2_body<F: Fn(f32, f32) -> f32>(a: Src, b: Src, out: &mut [f32], f: F) {
+    match (a, b) {
+        (Src::S(a), Src::S(b)) => {
+            for ((y, &x), &z) in out.iter_mut().zip(a).zip(b) {
+                *y = f(x, z);
+            }
+        }
+        (Src::S(a), Src::C(c)) => {
+            for (y, &x) in out.iter_mut().zip(a) {
+                *y = f(x, c);
+            }
+        }
+        (Src::C(c), Src::S(b)) => {
+            for (y, &z) in out.iter_mut().zip(b) {
+                *y = f(c, z);
+            }
+        }
+        (Src::C(a), Src::C(b)) => out.fill(f(a, b)),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map2_avx2<F: Fn(f32, f32) -> f32>(a: Src, b: Src, out: &mut [f32], f: F) {
+    map2_body(a, b, out, f)
+}
+
+/// One binary loop; compiled a second time for AVX2 and picked at run time.
+#[inline(always)]
+fn map2<F: Fn(f32, f32) -> f32>(a: Src, b: Src, out: &mut [f32], f: F) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked on the line above).
+            return unsafe { map2_avx2(a, b, out, f) };
+        }
+    }
+    map2_body(a, b, out, f)
+}
+
+/// Apply a binary op; one monomorphic loop per (op, operand kinds).
+fn binary_apply(op: &Op, a: Src, b: Src, out: &mut [f32]) {
+    match op {
+        Op::Add => map2(a, b, out, |x, y| x + y),
+        Op::Sub => map2(a, b, out, |x, y| x - y),
+        Op::Mul => map2(a, b, out, |x, y| x * y),
+        Op::Div => map2(a, b, out, |x, y| x / y),
+        Op::Max => map2(a, b, out, f32::max),
+        Op::Min => map2(a, b, out, f32::min),
+        _ => map2(a, b, out, tensorforge_kernels::logaddexp::<f32>),
+    }
+}
+
+/// True when every output agrees norm-wise: `|a − b| ≤ ATOL + RTOL · max|b|` over the
+/// tensor's finite values (matmul and reduction sums are reassociated between the paths);
+/// NaN matches NaN and equal infinities match. Returns the worst absolute difference and where.
+pub fn compare(a: &ExecResult, b: &ExecResult) -> (bool, f32, String) {
+    let mut ok = true;
+    let mut worst = 0.0f32;
+    let mut at = String::new();
+    for ((n, _, x), (_, _, y)) in a.outputs.iter().zip(&b.outputs) {
+        if x.len() != y.len() {
+            return (false, f32::INFINITY, n.clone());
+        }
+        let scale = y
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f32, |m, v| m.max(v.abs()));
+        for (i, (&u, &v)) in x.iter().zip(y).enumerate() {
+            let same = (u.is_nan() && v.is_nan()) || u == v;
+            if same {
+                continue;
+            }
+            let d = (u - v).abs();
+            if d.is_nan() || d > ATOL + RTOL * scale {
+                ok = false;
+            }
+            if d.is_nan() || d > worst {
+                worst = d;
+                at = format!("{n}[{i}]");
+            }
+        }
+    }
+    (ok, worst, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::compile;
+    use crate::ir::Graph;
+    use crate::traffic::program_traffic;
+
+    fn load(name: &str) -> Graph {
+        let p = format!(
+            "{}/../../examples/graphs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        Graph::from_json_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_example_agrees_and_counts_match_the_model() {
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        for name in [
+            "rmsnorm_swiglu_mlp",
+            "attention_softmax",
+            "logaddexp_chain",
+            "residual_layernorm",
+        ] {
+            let c = compile(&load(name)).unwrap();
+            let mut ins = HashMap::new();
+            fill_inputs(&c.unfused.graph, &mut ins, 7).unwrap();
+            let u = execute(&c.unfused, &ins).unwrap();
+            let f = execute(&c.fused, &ins).unwrap();
+            let (ok, worst, at) = compare(&f, &u);
+            assert!(ok, "{name}: worst {worst} at {at}");
+            assert_eq!(
+                u.total_bytes(),
+                program_traffic(&c.unfused, &hw).total_bytes,
+                "{name} unfused"
+            );
+            assert_eq!(
+                f.total_bytes(),
+                program_traffic(&c.fused, &hw).total_bytes,
+                "{name} fused"
+            );
+            assert!(f.total_bytes() < u.total_bytes(), "{name}");
+        }
+    }
+
+    #[test]
+    fn naive_overflows_rewritten_does_not() {
+        let c = compile(&load("logaddexp_chain")).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("a".to_string(), vec![100.0f32; 4096]);
+        ins.insert("b".to_string(), vec![100.0f32; 4096]);
+        ins.insert("c".to_string(), vec![-5.0f32; 4096]);
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        // Naive: exp(100) = inf in f32, log(inf + ...) = inf.
+        assert!(u.outputs[0].2[0].is_infinite());
+        // Rewritten: logaddexp(logaddexp(100, 100), -5) = 100 + ln 2 + ~e^-105.7 = 100.693147.
+        assert!(
+            (f.outputs[0].2[0] - 100.693_15).abs() < 1e-4,
+            "{}",
+            f.outputs[0].2[0]
+        );
+    }
+
+    #[test]
+    fn softmax_rewrite_survives_large_logits() {
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[2,2],"dtype":"fp32"}},
+          {"name":"e","op":"Exp","inputs":["x"]},
+          {"name":"s","op":"ReduceSum","attrs":{"axis":-1},"inputs":["e"]},
+          {"name":"y","op":"Div","inputs":["e","s"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![100.0, 100.0, 0.0, 0.0]);
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        assert!(u.outputs[0].2[0].is_nan(), "inf / inf");
+        assert_eq!(f.outputs[0].2, vec![0.5, 0.5, 0.5, 0.5]);
+    }
+}

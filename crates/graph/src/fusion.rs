@@ -1,0 +1,939 @@
+//! Fusion: groups the nodes of a validated graph into kernels, greedily in topological
+//! order, and records a reason for every decision, accepted or refused (as XLA's fusion
+//! decisions and TVM's FuseOps pass do). Rules: elementwise and broadcast chains fuse;
+//! elementwise producers fuse into a last-axis reduction; a last-axis reduction may be
+//! followed by a broadcast elementwise epilogue in the same kernel (the RMSNorm / softmax
+//! shape); a kernel holds at most one independent reduction (later reductions must depend
+//! on an earlier one over the same rows); a matmul takes an elementwise epilogue (bias,
+//! activation) and the SwiGLU gate ⊙ up pair when both matmuls read the same input; no
+//! merge may create a cycle between kernels; views (Reshape, Transpose) are aliases and cost
+//! nothing. Left out: matmul prologues, horizontal fusion of unrelated ops, tiling choices,
+//! recomputation (a fused value read outside its kernel is written once).
+
+use crate::error::Result;
+use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
+use crate::rewrite::{rewrite, Decision};
+use serde::{Deserialize, Serialize};
+
+/// What kind of loop nest a kernel is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelKind {
+    /// A flat elementwise loop over one domain.
+    Elementwise,
+    /// Row-wise: prologue, last-axis reduction(s), broadcast epilogue.
+    Row,
+    /// Matrix product with an elementwise epilogue.
+    Matmul,
+    /// A reduction over a non-last axis, alone.
+    Reduction,
+    /// A named fused pattern (RMSNorm+SwiGLU).
+    Pattern,
+    /// Concat or an opaque op, alone.
+    Opaque,
+}
+
+/// One kernel of a program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// `k0`, `k1`, ...
+    pub name: String,
+    /// Loop-nest kind.
+    pub kind: KernelKind,
+    /// Node indices into the program's graph, in topological order.
+    pub nodes: Vec<usize>,
+    /// Rows of the iteration domain (elementwise: the element count).
+    pub rows: u64,
+    /// Columns of the iteration domain (1 for elementwise; the reduced or N axis otherwise).
+    pub cols: u64,
+    /// Storage tensors read from memory (ids, deduplicated, views resolved).
+    pub inputs: Vec<usize>,
+    /// Tensors written to memory (ids).
+    pub outputs: Vec<usize>,
+    /// Named pattern, when recognized.
+    pub pattern: Option<String>,
+}
+
+/// A validated graph cut into kernels, in execution order.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// The graph the kernels index into.
+    pub graph: TypedGraph,
+    /// Kernels in a dependency-respecting order.
+    pub kernels: Vec<Kernel>,
+    /// Fusion decisions (empty for the unfused program).
+    pub decisions: Vec<Decision>,
+}
+
+/// The original graph unfused, and the rewritten graph fused, with every decision.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// One kernel per op of the original graph.
+    pub unfused: Program,
+    /// Rewritten and fused.
+    pub fused: Program,
+    /// Rewrite, pattern and fusion decisions, in order.
+    pub decisions: Vec<Decision>,
+}
+
+/// Validate, rewrite and fuse.
+pub fn compile(g: &Graph) -> Result<Compiled> {
+    let tg = g.validate()?;
+    let (rg, mut decisions) = rewrite(&tg)?;
+    let rtg = rg.validate()?;
+    let unfused = Program::unfused(tg);
+    let fused = Program::fused(rtg);
+    decisions.extend(fused.decisions.iter().cloned());
+    Ok(Compiled {
+        unfused,
+        fused,
+        decisions,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    kind: KernelKind,
+    nodes: Vec<usize>,
+    /// Elementwise: [numel]; Row: the row domain R; Matmul: the output shape.
+    domain: Vec<usize>,
+    reductions: Vec<usize>,
+    matmuls: Vec<usize>,
+    alive: bool,
+}
+
+fn numel(s: &[usize]) -> u64 {
+    s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
+}
+
+impl Program {
+    /// Every non-source, non-view node as its own kernel.
+    pub fn unfused(tg: TypedGraph) -> Program {
+        let mut groups = vec![];
+        for i in 0..tg.nodes.len() {
+            let c = tg.class(i);
+            if c == OpClass::Source || c == OpClass::View {
+                continue;
+            }
+            groups.push(new_group(&tg, i));
+        }
+        let kernels = finalize(&tg, groups);
+        Program {
+            graph: tg,
+            kernels,
+            decisions: vec![],
+        }
+    }
+
+    /// Greedy fusion with a decision per node.
+    pub fn fused(tg: TypedGraph) -> Program {
+        let n = tg.nodes.len();
+        let mut group_of: Vec<Option<usize>> = vec![None; n];
+        let mut groups: Vec<Group> = vec![];
+        let mut dec = vec![];
+        for i in 0..n {
+            let c = tg.class(i);
+            let name = tg.nodes[i].name.clone();
+            if c == OpClass::Source {
+                continue;
+            }
+            if c == OpClass::View {
+                dec.push(Decision::new(
+                    "fusion",
+                    &name,
+                    None,
+                    true,
+                    "view",
+                    format!(
+                        "{} is a view: it aliases `{}`, needs no kernel and moves no bytes",
+                        tg.nodes[i].op.name(),
+                        tg.tensors[tg.node_inputs[i][0]].name
+                    ),
+                ));
+                continue;
+            }
+            // Candidate producer kernels, in input order.
+            let mut cands: Vec<usize> = vec![];
+            for &t in &tg.node_inputs[i] {
+                let b = tg.base(t);
+                if let Some(g) = group_of[tg.producer[b]] {
+                    if !cands.contains(&g) {
+                        cands.push(g);
+                    }
+                }
+            }
+            let mut joined = None;
+            // SwiGLU gate ⊙ up: merge two matmul kernels that share their input.
+            if matches!(tg.nodes[i].op, Op::Mul) && cands.len() == 2 {
+                let (g1, g2) = (cands[0], cands[1]);
+                if let Some(reason) = swiglu_merge(&tg, &groups, &group_of, i, g1, g2) {
+                    match reason {
+                        Ok(r) => {
+                            let (keep, drop) = (g1.min(g2), g1.max(g2));
+                            let moved = std::mem::take(&mut groups[drop].nodes);
+                            let mm = std::mem::take(&mut groups[drop].matmuls);
+                            groups[drop].alive = false;
+                            for &m in &moved {
+                                group_of[m] = Some(keep);
+                            }
+                            groups[keep].nodes.extend(moved);
+                            groups[keep].nodes.sort();
+                            groups[keep].matmuls.extend(mm);
+                            groups[keep].nodes.push(i);
+                            group_of[i] = Some(keep);
+                            dec.push(Decision::new(
+                                "fusion",
+                                &name,
+                                Some(&kname(keep)),
+                                true,
+                                "swiglu_pair",
+                                r,
+                            ));
+                            joined = Some(keep);
+                        }
+                        Err(r) => {
+                            dec.push(Decision::new(
+                                "fusion",
+                                &name,
+                                Some(&kname(g1)),
+                                false,
+                                "swiglu_pair",
+                                r,
+                            ));
+                        }
+                    }
+                }
+            }
+            if joined.is_none() {
+                for &g in &cands {
+                    let verdict = rules(&tg, &groups[g], &group_of, g, i).and_then(|ok| {
+                        for &h in &cands {
+                            if h != g && reaches(&tg, &group_of, &groups, g, h) {
+                                return Err(format!(
+                                    "would create a cycle: kernel {} depends on kernel {} and also feeds `{name}`",
+                                    kname(h),
+                                    kname(g)
+                                ));
+                            }
+                        }
+                        Ok(ok)
+                    });
+                    match verdict {
+                        Ok((rule, reason)) => {
+                            if rule == "producer_into_reduction" {
+                                let r = tg.tensors[tg.node_inputs[i][0]].shape.clone();
+                                groups[g].kind = KernelKind::Row;
+                                groups[g].domain = r;
+                            }
+                            if tg.class(i) == OpClass::Reduction {
+                                groups[g].reductions.push(i);
+                            }
+                            groups[g].nodes.push(i);
+                            group_of[i] = Some(g);
+                            dec.push(Decision::new(
+                                "fusion",
+                                &name,
+                                Some(&kname(g)),
+                                true,
+                                rule,
+                                reason,
+                            ));
+                            joined = Some(g);
+                            break;
+                        }
+                        Err(reason) => {
+                            dec.push(Decision::new(
+                                "fusion",
+                                &name,
+                                Some(&kname(g)),
+                                false,
+                                "refused",
+                                reason,
+                            ));
+                        }
+                    }
+                }
+            }
+            if joined.is_none() {
+                let g = groups.len();
+                groups.push(new_group(&tg, i));
+                group_of[i] = Some(g);
+                let why = if cands.is_empty() {
+                    "every input comes from memory (a graph input, weight or constant)".to_string()
+                } else {
+                    "no producer kernel accepted it (see the refusals above)".to_string()
+                };
+                dec.push(Decision::new(
+                    "fusion",
+                    &name,
+                    Some(&kname(g)),
+                    true,
+                    "new_kernel",
+                    format!("starts kernel {} ({:?}): {why}", kname(g), groups[g].kind)
+                        .to_lowercase(),
+                ));
+            }
+        }
+        let (kernels, order) = finalize_with_order(&tg, groups);
+        // Decisions named kernels by creation index (g<i>); rename to the final k<j>.
+        let names: std::collections::HashMap<usize, usize> =
+            order.iter().enumerate().map(|(ki, &g)| (g, ki)).collect();
+        for d in &mut dec {
+            d.reason = rename_kernels(&d.reason, &names);
+            if let Some(t) = &d.target {
+                if let Some(g) = t.strip_prefix('g').and_then(|x| x.parse::<usize>().ok()) {
+                    if let Some(k) = names.get(&g) {
+                        d.target = Some(format!("k{k}"));
+                    }
+                }
+            }
+        }
+        Program {
+            graph: tg,
+            kernels,
+            decisions: dec,
+        }
+    }
+
+    /// Kernel index running each node (None for sources and views).
+    pub fn kernel_of_node(&self) -> Vec<Option<usize>> {
+        let mut v = vec![None; self.graph.nodes.len()];
+        for (k, kr) in self.kernels.iter().enumerate() {
+            for &n in &kr.nodes {
+                v[n] = Some(k);
+            }
+        }
+        v
+    }
+}
+
+/// Replace every `kernel g<i>` in `text` by `kernel k<j>` per `names` (creation → final).
+fn rename_kernels(text: &str, names: &std::collections::HashMap<usize, usize>) -> String {
+    const PAT: &str = "kernel g";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(p) = rest.find(PAT) {
+        out.push_str(&rest[..p]);
+        let after = &rest[p + PAT.len()..];
+        let digits = after.bytes().take_while(|b| b.is_ascii_digit()).count();
+        match after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|g| names.get(&g))
+        {
+            Some(k) => out.push_str(&format!("kernel k{k}")),
+            None => out.push_str(&rest[p..p + PAT.len() + digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn kname(g: usize) -> String {
+    format!("g{g}")
+}
+
+fn new_group(tg: &TypedGraph, i: usize) -> Group {
+    let out = tg.tensors[tg.node_outputs[i][0]].shape.clone();
+    let op = &tg.nodes[i].op;
+    let (kind, domain) = match tg.class(i) {
+        OpClass::Elementwise | OpClass::Broadcast => {
+            (KernelKind::Elementwise, vec![numel(&out) as usize])
+        }
+        OpClass::Matmul => (KernelKind::Matmul, out),
+        OpClass::Reduction => {
+            let x = &tg.tensors[tg.node_inputs[i][0]].shape;
+            if is_last_axis_reduction(op, x.len()) {
+                (KernelKind::Row, x.clone())
+            } else {
+                (KernelKind::Reduction, x.clone())
+            }
+        }
+        _ => match op {
+            Op::RmsNormSwiGlu { .. } => (KernelKind::Pattern, out),
+            _ => (KernelKind::Opaque, out),
+        },
+    };
+    Group {
+        kind,
+        nodes: vec![i],
+        domain,
+        reductions: if tg.class(i) == OpClass::Reduction {
+            vec![i]
+        } else {
+            vec![]
+        },
+        matmuls: if kind == KernelKind::Matmul {
+            vec![i]
+        } else {
+            vec![]
+        },
+        alive: true,
+    }
+}
+
+/// True when `op` reduces (or normalizes) the last axis of a rank-`rank` input.
+pub fn is_last_axis_reduction(op: &Op, rank: usize) -> bool {
+    match op {
+        Op::ReduceSum { axis, .. } | Op::ReduceMax { axis, .. } | Op::ReduceMean { axis, .. } => {
+            rank > 0 && norm_axis(*axis, rank) == Some(rank - 1)
+        }
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LogSumExp { .. }
+        | Op::RmsNorm { .. }
+        | Op::LayerNorm { .. } => rank > 0,
+        _ => false,
+    }
+}
+
+/// Does the node `i` depend (inside group `g`) on any node in `targets`?
+fn depends_within(
+    tg: &TypedGraph,
+    group_of: &[Option<usize>],
+    g: usize,
+    i: usize,
+    targets: &[usize],
+) -> bool {
+    let mut stack: Vec<usize> = vec![i];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(n) = stack.pop() {
+        for &t in &tg.node_inputs[n] {
+            let p = tg.producer[tg.base(t)];
+            if group_of[p] == Some(g) && seen.insert(p) {
+                if targets.contains(&p) {
+                    return true;
+                }
+                stack.push(p);
+            }
+        }
+    }
+    false
+}
+
+/// Is group `to` reachable from group `from` through at least one edge? Edges go from
+/// lower to higher topological positions, so the search never visits a node after the last
+/// node of `to`.
+fn reaches(
+    tg: &TypedGraph,
+    group_of: &[Option<usize>],
+    groups: &[Group],
+    from: usize,
+    to: usize,
+) -> bool {
+    let limit = groups[to].nodes.iter().copied().max().unwrap_or(0);
+    let mut seen = vec![false; groups.len()];
+    seen[from] = true;
+    let mut stack: Vec<usize> = groups[from].nodes.clone();
+    while let Some(n) = stack.pop() {
+        for &t in &tg.node_outputs[n] {
+            for r in readers(tg, t) {
+                if r > limit {
+                    continue;
+                }
+                if let Some(h) = group_of[r] {
+                    if h == to {
+                        return true;
+                    }
+                    if !seen[h] {
+                        seen[h] = true;
+                        stack.extend(groups[h].nodes.iter().copied().filter(|&m| m <= limit));
+                    }
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Non-view nodes reading `t`, directly or through views.
+pub fn readers(tg: &TypedGraph, t: usize) -> Vec<usize> {
+    let mut out = vec![];
+    let mut stack = vec![t];
+    while let Some(x) = stack.pop() {
+        for &c in &tg.consumers[x] {
+            if tg.nodes[c].op.base_class() == OpClass::View {
+                stack.extend(tg.node_outputs[c].iter().copied());
+            } else if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// True when `t` or a view of it is a graph output.
+pub fn exposed(tg: &TypedGraph, t: usize) -> bool {
+    if tg.is_output(t) {
+        return true;
+    }
+    tg.consumers[t].iter().any(|&c| {
+        tg.nodes[c].op.base_class() == OpClass::View
+            && tg.node_outputs[c].iter().any(|&o| exposed(tg, o))
+    })
+}
+
+type Verdict = std::result::Result<(&'static str, String), String>;
+
+fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: usize) -> Verdict {
+    let k = kname(g);
+    let op = &tg.nodes[i].op;
+    let out = &tg.tensors[tg.node_outputs[i][0]].shape;
+    let class = tg.class(i);
+    match grp.kind {
+        KernelKind::Reduction | KernelKind::Pattern | KernelKind::Opaque => {
+            return Err(format!(
+                "kernel {k} is a {:?} kernel; nothing fuses into it",
+                grp.kind
+            )
+            .to_lowercase())
+        }
+        _ => {}
+    }
+    if matches!(class, OpClass::Opaque) {
+        return Err(format!("{} runs as its own kernel", op.name()));
+    }
+    if class == OpClass::Matmul {
+        return Err(format!(
+            "MatMul reads its operands from memory; prologue fusion into a matmul is not modelled (kernel {k} is stored first)"
+        ));
+    }
+    // Inputs that are internal to the candidate group.
+    let mut internal = vec![];
+    for (pos, &t) in tg.node_inputs[i].iter().enumerate() {
+        let b = tg.base(t);
+        if group_of[tg.producer[b]] == Some(g) {
+            if t != b {
+                let via = &tg.nodes[tg.producer[t]].op;
+                if matches!(via, Op::Transpose { .. }) || grp.kind != KernelKind::Elementwise {
+                    return Err(format!(
+                        "input `{}` reaches it through a {} view of kernel {k}'s value; fusing across it would change the element order",
+                        tg.tensors[t].name,
+                        via.name()
+                    ));
+                }
+            }
+            internal.push((pos, t));
+        }
+    }
+    let n_out = numel(out);
+    let dom = &grp.domain;
+    let dom_n = numel(dom);
+    match (grp.kind, class) {
+        (KernelKind::Elementwise, OpClass::Elementwise | OpClass::Broadcast) => {
+            if n_out != dom_n {
+                return Err(format!(
+                    "output {out:?} has {n_out} elements, kernel {k} iterates over {dom_n}; a broadcast out of a fused value is not fused"
+                ));
+            }
+            for &(_, t) in &internal {
+                if tg.tensors[t].numel != dom_n {
+                    return Err(format!(
+                        "input `{}` does not cover kernel {k}'s domain",
+                        tg.tensors[t].name
+                    ));
+                }
+            }
+            let t = &tg.tensors[internal[0].1].name;
+            let rule = if class == OpClass::Broadcast {
+                "broadcast_chain"
+            } else {
+                "elementwise_chain"
+            };
+            let what = if class == OpClass::Broadcast {
+                "broadcast elementwise"
+            } else {
+                "elementwise"
+            };
+            Ok((
+                rule,
+                format!("{what} op on kernel {k}'s {dom_n}-element domain: `{t}` stays in registers instead of a DRAM round trip"),
+            ))
+        }
+        (KernelKind::Row, OpClass::Elementwise | OpClass::Broadcast) => {
+            let cols = *dom.last().unwrap_or(&1) as u64;
+            let rows = dom_n.checked_div(cols).unwrap_or(0);
+            let mut row_scalar = dom.clone();
+            if let Some(l) = row_scalar.last_mut() {
+                *l = 1;
+            }
+            if out == dom {
+                for &(_, t) in &internal {
+                    let s = &tg.tensors[t].shape;
+                    if s != dom && *s != row_scalar {
+                        return Err(format!(
+                            "input `{}` {s:?} is neither the row domain {dom:?} nor one value per row {row_scalar:?}",
+                            tg.tensors[t].name
+                        ));
+                    }
+                }
+                let after = depends_within(tg, group_of, g, i, &grp.reductions);
+                if after {
+                    Ok((
+                        "reduction_epilogue",
+                        format!(
+                            "broadcast elementwise epilogue after kernel {k}'s last-axis reduction, applied while the row is in cache (the RMSNorm / softmax shape)"
+                        ),
+                    ))
+                } else {
+                    Ok((
+                        "row_prologue",
+                        format!("elementwise on kernel {k}'s row domain {dom:?}, computed per row"),
+                    ))
+                }
+            } else if n_out == rows && internal.iter().all(|&(_, t)| tg.tensors[t].numel == rows) {
+                Ok((
+                    "row_scalar_epilogue",
+                    format!("one value per row of kernel {k} (on the reduction's output), no extra pass"),
+                ))
+            } else {
+                Err(format!(
+                    "output {out:?} is neither kernel {k}'s row domain {dom:?} nor one value per row"
+                ))
+            }
+        }
+        (KernelKind::Matmul, OpClass::Elementwise | OpClass::Broadcast) => {
+            if out != dom {
+                return Err(format!(
+                    "output {out:?} differs from the matmul output {dom:?}; not an epilogue"
+                ));
+            }
+            for &(_, t) in &internal {
+                if &tg.tensors[t].shape != dom {
+                    return Err(format!(
+                        "input `{}` is not a full matmul output tile",
+                        tg.tensors[t].name
+                    ));
+                }
+            }
+            Ok((
+                "matmul_epilogue",
+                format!("elementwise epilogue (bias / activation) applied to kernel {k}'s output tile before it is stored"),
+            ))
+        }
+        (_, OpClass::Reduction) => {
+            let x = &tg.tensors[tg.node_inputs[i][0]];
+            if !is_last_axis_reduction(op, x.shape.len()) {
+                return Err(format!(
+                    "{} does not reduce the last axis of `{}`; only last-axis (row) reductions fuse",
+                    op.name(),
+                    x.name
+                ));
+            }
+            if internal.iter().any(|&(pos, _)| pos != 0) {
+                return Err(format!(
+                    "a parameter of {} comes from kernel {k}; only the reduced operand fuses",
+                    op.name()
+                ));
+            }
+            if internal.is_empty() {
+                return Err(format!(
+                    "the reduced operand `{}` is not computed in kernel {k}",
+                    x.name
+                ));
+            }
+            match grp.kind {
+                KernelKind::Elementwise => {
+                    if x.numel != dom_n {
+                        return Err(format!("`{}` does not cover kernel {k}'s domain", x.name));
+                    }
+                    Ok((
+                        "producer_into_reduction",
+                        format!(
+                            "kernel {k}'s elementwise producers of `{}` fuse into the last-axis {}: computed per row, never stored",
+                            x.name,
+                            op.name()
+                        ),
+                    ))
+                }
+                KernelKind::Row => {
+                    if &x.shape != dom {
+                        return Err(format!("`{}` {:?} is not kernel {k}'s row domain {dom:?}", x.name, x.shape));
+                    }
+                    if !depends_within(tg, group_of, g, i, &grp.reductions) {
+                        let r = &tg.nodes[grp.reductions[0]].name;
+                        return Err(format!(
+                            "kernel {k} already holds the independent reduction `{r}`; at most one independent reduction per kernel"
+                        ));
+                    }
+                    Ok((
+                        "dependent_reduction",
+                        format!("depends on kernel {k}'s reduction over the same rows: one more pass over a row in cache (e.g. max then sum)"),
+                    ))
+                }
+                _ => Err(format!(
+                    "a reduction does not fuse into matmul kernel {k}: a row would span several output tiles"
+                )),
+            }
+        }
+        _ => Err(format!("no rule fuses {} into kernel {k}", op.name())),
+    }
+}
+
+fn swiglu_merge(
+    tg: &TypedGraph,
+    groups: &[Group],
+    group_of: &[Option<usize>],
+    i: usize,
+    g1: usize,
+    g2: usize,
+) -> Option<std::result::Result<String, String>> {
+    let (a, b) = (&groups[g1], &groups[g2]);
+    if a.kind != KernelKind::Matmul || b.kind != KernelKind::Matmul {
+        return None;
+    }
+    let out = &tg.tensors[tg.node_outputs[i][0]].shape;
+    if a.matmuls.len() != 1 || b.matmuls.len() != 1 {
+        return Some(Err("a kernel holds at most the gate and up matmuls".into()));
+    }
+    let ia = tg.base(tg.node_inputs[a.matmuls[0]][0]);
+    let ib = tg.base(tg.node_inputs[b.matmuls[0]][0]);
+    if ia != ib {
+        return Some(Err(format!(
+            "the two matmuls read different inputs (`{}`, `{}`); gate ⊙ up fuses only when they share one",
+            tg.tensors[ia].name, tg.tensors[ib].name
+        )));
+    }
+    if &a.domain != out || &b.domain != out {
+        return Some(Err(
+            "the Mul output is not the shape of both matmul outputs".into(),
+        ));
+    }
+    for &(x, y) in &[(g1, g2), (g2, g1)] {
+        if reaches(tg, group_of, groups, x, y) {
+            return Some(Err(format!(
+                "would create a cycle: kernel {} feeds kernel {}",
+                kname(x),
+                kname(y)
+            )));
+        }
+    }
+    Some(Ok(format!(
+        "SwiGLU gate ⊙ up: both matmuls read `{}`, so one kernel computes the two products per tile and multiplies them before storing",
+        tg.tensors[ia].name
+    )))
+}
+
+fn finalize(tg: &TypedGraph, groups: Vec<Group>) -> Vec<Kernel> {
+    finalize_with_order(tg, groups).0
+}
+
+/// Kernels in execution order and, for each, the index of the group it came from
+/// (dead groups, emptied by a merge, are skipped).
+fn finalize_with_order(tg: &TypedGraph, groups: Vec<Group>) -> (Vec<Kernel>, Vec<usize>) {
+    let ng = groups.len();
+    let mut gof = vec![usize::MAX; tg.nodes.len()];
+    for (g, gr) in groups.iter().enumerate() {
+        for &n in &gr.nodes {
+            gof[n] = g;
+        }
+    }
+    // Group DAG and a topological order (ties: smallest first node).
+    let mut succ: Vec<Vec<usize>> = vec![vec![]; ng];
+    let mut indeg = vec![0usize; ng];
+    for (g, gr) in groups.iter().enumerate() {
+        for &n in &gr.nodes {
+            for &t in &tg.node_outputs[n] {
+                for r in readers(tg, t) {
+                    let h = gof[r];
+                    if h != usize::MAX && h != g && !succ[g].contains(&h) {
+                        succ[g].push(h);
+                        indeg[h] += 1;
+                    }
+                }
+            }
+        }
+    }
+    let key = |g: usize| groups[g].nodes.iter().copied().min().unwrap_or(0);
+    let mut ready: std::collections::BTreeSet<(usize, usize)> = (0..ng)
+        .filter(|&g| indeg[g] == 0 && groups[g].alive)
+        .map(|g| (key(g), g))
+        .collect();
+    let mut order = vec![];
+    while let Some(&(k0, g)) = ready.iter().next() {
+        ready.remove(&(k0, g));
+        order.push(g);
+        for &h in &succ[g] {
+            indeg[h] -= 1;
+            if indeg[h] == 0 {
+                ready.insert((key(h), h));
+            }
+        }
+    }
+    // A cycle cannot occur (the fuser checks), but never drop kernels if it did.
+    let mut placed = vec![false; ng];
+    for &g in &order {
+        placed[g] = true;
+    }
+    for (g, gr) in groups.iter().enumerate() {
+        if gr.alive && !placed[g] {
+            order.push(g);
+        }
+    }
+    let mut kernels = vec![];
+    for (ki, &g) in order.iter().enumerate() {
+        let gr = &groups[g];
+        let mut nodes = gr.nodes.clone();
+        nodes.sort();
+        let mut inputs = vec![];
+        let mut outputs = vec![];
+        for &n in &nodes {
+            for &t in &tg.node_inputs[n] {
+                let b = tg.base(t);
+                if gof[tg.producer[b]] != g && !inputs.contains(&b) {
+                    inputs.push(b);
+                }
+            }
+            for &t in &tg.node_outputs[n] {
+                let outside = readers(tg, t).iter().any(|&r| gof[r] != g);
+                if outside || exposed(tg, t) {
+                    outputs.push(t);
+                }
+            }
+        }
+        let (rows, cols) = match gr.kind {
+            KernelKind::Row | KernelKind::Matmul => {
+                let c = *gr.domain.last().unwrap_or(&1) as u64;
+                (numel(&gr.domain).checked_div(c).unwrap_or(0), c)
+            }
+            _ => (numel(&gr.domain), 1),
+        };
+        let mut pattern = None;
+        for &n in &nodes {
+            match &tg.nodes[n].op {
+                Op::RmsNormSwiGlu { .. } => pattern = Some("rmsnorm_swiglu".to_string()),
+                Op::LayerNorm { .. } => {
+                    let x = tg.base(tg.node_inputs[n][0]);
+                    let p = tg.producer[x];
+                    if gof[p] == g && matches!(tg.nodes[p].op, Op::Add) {
+                        pattern = Some("add_layernorm".to_string());
+                    }
+                }
+                Op::RmsNorm { .. } if pattern.is_none() => pattern = Some("rmsnorm".to_string()),
+                Op::Softmax { .. } if pattern.is_none() => pattern = Some("softmax".to_string()),
+                _ => {}
+            }
+        }
+        if gr.matmuls.len() == 2 {
+            pattern = Some("swiglu_gate_up".to_string());
+        }
+        kernels.push(Kernel {
+            name: format!("k{ki}"),
+            kind: gr.kind,
+            nodes,
+            rows,
+            cols,
+            inputs,
+            outputs,
+            pattern,
+        });
+    }
+    (kernels, order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(text: &str) -> Graph {
+        Graph::from_json_str(text).unwrap()
+    }
+
+    #[test]
+    fn elementwise_chain_is_one_kernel() {
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[8],"dtype":"fp32"}},
+          {"name":"a","op":"Add","inputs":["x","b"]},
+          {"name":"t","op":"Tanh","inputs":["a"]},
+          {"name":"r","op":"Reshape","attrs":{"shape":[32]},"inputs":["t"]},
+          {"name":"y","op":"Neg","inputs":["r"]}]}"#))
+        .unwrap();
+        assert_eq!(c.unfused.kernels.len(), 3);
+        assert_eq!(c.fused.kernels.len(), 1, "{:#?}", c.decisions);
+        let k = &c.fused.kernels[0];
+        assert_eq!(k.inputs.len(), 2);
+        assert_eq!(k.outputs.len(), 1);
+        assert!(c.decisions.iter().any(|d| d.rule == "view"));
+    }
+
+    #[test]
+    fn softmax_shape_is_one_row_kernel_and_independent_reductions_split() {
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"m","op":"ReduceMax","attrs":{"axis":-1},"inputs":["x"]},
+          {"name":"d","op":"Sub","inputs":["x","m"]},
+          {"name":"e","op":"Exp","inputs":["d"]},
+          {"name":"s","op":"ReduceSum","attrs":{"axis":-1},"inputs":["e"]},
+          {"name":"y","op":"Div","inputs":["e","s"]}]}"#))
+        .unwrap();
+        assert_eq!(c.fused.kernels.len(), 1, "{:#?}", c.decisions);
+        assert_eq!(c.fused.kernels[0].kind, KernelKind::Row);
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"e","op":"Exp","inputs":["x"]},
+          {"name":"m","op":"ReduceMax","attrs":{"axis":-1},"inputs":["e"]},
+          {"name":"s","op":"ReduceSum","attrs":{"axis":-1},"inputs":["e"]}]}"#))
+        .unwrap();
+        assert_eq!(c.fused.kernels.len(), 2);
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| !d.accepted && d.reason.contains("at most one independent reduction")));
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    fn load(name: &str) -> Compiled {
+        let p = format!(
+            "{}/../../examples/graphs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        compile(&Graph::from_json_str(&text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn example_graphs_fuse_as_documented() {
+        let c = load("rmsnorm_swiglu_mlp");
+        let pats: Vec<_> = c
+            .fused
+            .kernels
+            .iter()
+            .filter_map(|k| k.pattern.clone())
+            .collect();
+        assert!(
+            pats.contains(&"rmsnorm_swiglu".to_string()),
+            "{:#?}",
+            c.decisions
+        );
+        // RMSNormSwiGLU kernel, then MatMul down + residual Add epilogue.
+        assert_eq!(c.fused.kernels.len(), 2);
+        let c = load("attention_softmax");
+        assert_eq!(c.fused.kernels.len(), 2, "{:#?}", c.decisions);
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| d.rule == "softmax" && d.accepted));
+        let c = load("logaddexp_chain");
+        assert_eq!(c.fused.kernels.len(), 1);
+        assert_eq!(
+            c.decisions
+                .iter()
+                .filter(|d| d.rule == "logaddexp" && d.accepted)
+                .count(),
+            2
+        );
+        let c = load("residual_layernorm");
+        assert_eq!(c.fused.kernels.len(), 1);
+        assert_eq!(c.fused.kernels[0].pattern.as_deref(), Some("add_layernorm"));
+        assert_eq!(c.fused.kernels[0].outputs.len(), 2);
+        let c = load("elementwise_chain");
+        assert_eq!(c.fused.kernels.len(), 1);
+        assert_eq!(c.unfused.kernels.len(), 8);
+    }
+}

@@ -1,0 +1,1230 @@
+//! The graph IR: tensors (name, shape, dtype) and single-assignment nodes (op, inputs,
+//! outputs, attributes), its JSON form, and validation with shape and dtype inference.
+//! Broadcasting follows NumPy: shapes align at the trailing axis, and two dims are
+//! compatible when equal or when one is 1. Validation rejects cycles, dangling inputs and
+//! duplicate names. Not modelled: dynamic shapes, strides (views are aliases), control flow,
+//! integer arithmetic semantics (the executor computes in f32 whatever the declared dtype).
+
+use crate::error::{GraphError, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+pub use tensorforge_core::DType;
+
+/// Version of every JSON object this crate writes (and of the graph format).
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn yes() -> bool {
+    true
+}
+fn minus_one() -> i64 {
+    -1
+}
+fn eps_rms() -> f64 {
+    1e-6
+}
+fn eps_ln() -> f64 {
+    1e-5
+}
+fn fp32() -> DType {
+    DType::Fp32
+}
+
+/// Shape and dtype of one tensor, used by [`Op::Opaque`] to declare its outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// Dimensions, outermost first (empty for a scalar).
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+/// An operation with its attributes. JSON: `"op": "Name"` and, when the op has any,
+/// `"attrs": {...}` beside it in the node object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", content = "attrs")]
+pub enum Op {
+    /// A graph input (activation), supplied at run time.
+    Input {
+        /// Shape.
+        shape: Vec<usize>,
+        /// Dtype.
+        dtype: DType,
+    },
+    /// A parameter tensor resident in device memory (not planned by the arena planner).
+    Weight {
+        /// Shape.
+        shape: Vec<usize>,
+        /// Dtype.
+        dtype: DType,
+    },
+    /// A tensor filled with one value (a parameter, like a weight).
+    Constant {
+        /// Shape (often `[]` or `[1]`).
+        shape: Vec<usize>,
+        /// Dtype.
+        dtype: DType,
+        /// Fill value.
+        value: f64,
+    },
+    /// `[.., M, K] × [K, N]` or batched `[B.., M, K] × [B.., K, N]` (equal batch dims).
+    MatMul,
+    /// a + b (broadcast).
+    Add,
+    /// a − b (broadcast).
+    Sub,
+    /// a · b (broadcast).
+    Mul,
+    /// a / b (broadcast).
+    Div,
+    /// −x.
+    Neg,
+    /// eˣ.
+    Exp,
+    /// ln x.
+    Log,
+    /// ln(1 + x).
+    Log1p,
+    /// √x.
+    Sqrt,
+    /// 1/√x.
+    Rsqrt,
+    /// tanh x.
+    Tanh,
+    /// 1/(1+e⁻ˣ).
+    Sigmoid,
+    /// x·sigmoid(x).
+    #[serde(rename = "SiLU")]
+    Silu,
+    /// GELU, tanh approximation.
+    #[serde(rename = "GELU")]
+    Gelu,
+    /// max(x, 0).
+    #[serde(rename = "ReLU")]
+    Relu,
+    /// max(a, b) (broadcast).
+    Max,
+    /// min(a, b) (broadcast).
+    Min,
+    /// x^exponent with a constant exponent.
+    Pow {
+        /// The exponent.
+        exponent: f64,
+    },
+    /// Sum over one axis.
+    ReduceSum {
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// Keep the reduced axis as size 1 (default true, as ONNX).
+        #[serde(default = "yes")]
+        keepdims: bool,
+    },
+    /// Maximum over one axis.
+    ReduceMax {
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// Keep the reduced axis as size 1.
+        #[serde(default = "yes")]
+        keepdims: bool,
+    },
+    /// Mean over one axis.
+    ReduceMean {
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// Keep the reduced axis as size 1.
+        #[serde(default = "yes")]
+        keepdims: bool,
+    },
+    /// Overflow-safe softmax over the last axis.
+    Softmax {
+        /// Must be the last axis (−1 or rank−1).
+        #[serde(default = "minus_one")]
+        axis: i64,
+    },
+    /// Overflow-safe log-softmax over the last axis.
+    LogSoftmax {
+        /// Must be the last axis.
+        #[serde(default = "minus_one")]
+        axis: i64,
+    },
+    /// Overflow-safe ln Σ eˣ over the last axis.
+    LogSumExp {
+        /// Must be the last axis.
+        #[serde(default = "minus_one")]
+        axis: i64,
+        /// Keep the reduced axis as size 1.
+        #[serde(default = "yes")]
+        keepdims: bool,
+    },
+    /// Overflow-safe ln(eᵃ + eᵇ) (broadcast).
+    LogAddExp,
+    /// x / √(mean(x²) + eps) ⊙ γ over the last axis; inputs `[x, gamma]`.
+    #[serde(rename = "RMSNorm")]
+    RmsNorm {
+        /// Epsilon (default 1e-6).
+        #[serde(default = "eps_rms")]
+        eps: f64,
+    },
+    /// (x − mean)/√(var + eps) ⊙ γ + β over the last axis; inputs `[x, gamma, beta]`.
+    LayerNorm {
+        /// Epsilon (default 1e-5).
+        #[serde(default = "eps_ln")]
+        eps: f64,
+    },
+    /// A view with a new shape of equal element count (one dim may be −1).
+    Reshape {
+        /// Target shape.
+        shape: Vec<i64>,
+    },
+    /// A view with permuted axes.
+    Transpose {
+        /// Permutation of the axes.
+        perm: Vec<usize>,
+    },
+    /// Materialize a NumPy broadcast to `shape`.
+    Broadcast {
+        /// Target shape.
+        shape: Vec<usize>,
+    },
+    /// Concatenate along one axis.
+    Concat {
+        /// Axis (negative counts from the end).
+        axis: i64,
+    },
+    /// Change the dtype (values kept in f32 by the executor).
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// Saturating affine quantization to int8: clamp(round(x/scale) + zero_point, −128, 127).
+    Quantize {
+        /// Scale (> 0).
+        scale: f64,
+        /// Zero point in [−128, 127].
+        zero_point: i64,
+    },
+    /// (q − zero_point) · scale.
+    Dequantize {
+        /// Scale (> 0).
+        scale: f64,
+        /// Zero point.
+        zero_point: i64,
+        /// Output dtype (default fp32).
+        #[serde(default = "fp32")]
+        to: DType,
+    },
+    /// The Kernels crate's fused RMSNorm + SwiGLU: inputs `[x, gamma, w_gate, w_up]`,
+    /// SiLU(RMSNorm(x)·W_gate) ⊙ (RMSNorm(x)·W_up). Produced by the pattern rewrite.
+    #[serde(rename = "RMSNormSwiGLU")]
+    RmsNormSwiGlu {
+        /// RMSNorm epsilon.
+        #[serde(default = "eps_rms")]
+        eps: f64,
+    },
+    /// An op this crate does not model (for importers): never fused, never executed.
+    Opaque {
+        /// The foreign op name.
+        name: String,
+        /// Shape and dtype of each output, in order.
+        output_specs: Vec<TensorSpec>,
+    },
+}
+
+/// How the fuser treats an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpClass {
+    /// Input, Weight, Constant: data already in memory, no kernel.
+    Source,
+    /// One output element from the same-index input elements.
+    Elementwise,
+    /// Elementwise with a NumPy broadcast of an input, or an explicit Broadcast.
+    Broadcast,
+    /// Reshape / Transpose: an alias, no data moves.
+    View,
+    /// Reduces (or normalizes) along an axis.
+    Reduction,
+    /// Matrix product.
+    Matmul,
+    /// Anything else: its own kernel.
+    Opaque,
+}
+
+impl Op {
+    /// The op's name as written in JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "Input",
+            Op::Weight { .. } => "Weight",
+            Op::Constant { .. } => "Constant",
+            Op::MatMul => "MatMul",
+            Op::Add => "Add",
+            Op::Sub => "Sub",
+            Op::Mul => "Mul",
+            Op::Div => "Div",
+            Op::Neg => "Neg",
+            Op::Exp => "Exp",
+            Op::Log => "Log",
+            Op::Log1p => "Log1p",
+            Op::Sqrt => "Sqrt",
+            Op::Rsqrt => "Rsqrt",
+            Op::Tanh => "Tanh",
+            Op::Sigmoid => "Sigmoid",
+            Op::Silu => "SiLU",
+            Op::Gelu => "GELU",
+            Op::Relu => "ReLU",
+            Op::Max => "Max",
+            Op::Min => "Min",
+            Op::Pow { .. } => "Pow",
+            Op::ReduceSum { .. } => "ReduceSum",
+            Op::ReduceMax { .. } => "ReduceMax",
+            Op::ReduceMean { .. } => "ReduceMean",
+            Op::Softmax { .. } => "Softmax",
+            Op::LogSoftmax { .. } => "LogSoftmax",
+            Op::LogSumExp { .. } => "LogSumExp",
+            Op::LogAddExp => "LogAddExp",
+            Op::RmsNorm { .. } => "RMSNorm",
+            Op::LayerNorm { .. } => "LayerNorm",
+            Op::Reshape { .. } => "Reshape",
+            Op::Transpose { .. } => "Transpose",
+            Op::Broadcast { .. } => "Broadcast",
+            Op::Concat { .. } => "Concat",
+            Op::Cast { .. } => "Cast",
+            Op::Quantize { .. } => "Quantize",
+            Op::Dequantize { .. } => "Dequantize",
+            Op::RmsNormSwiGlu { .. } => "RMSNormSwiGLU",
+            Op::Opaque { .. } => "Opaque",
+        }
+    }
+
+    /// True for the two-input elementwise ops.
+    pub fn is_binary(&self) -> bool {
+        matches!(
+            self,
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min | Op::LogAddExp
+        )
+    }
+
+    /// True for the one-input elementwise ops.
+    pub fn is_unary(&self) -> bool {
+        matches!(
+            self,
+            Op::Neg
+                | Op::Exp
+                | Op::Log
+                | Op::Log1p
+                | Op::Sqrt
+                | Op::Rsqrt
+                | Op::Tanh
+                | Op::Sigmoid
+                | Op::Silu
+                | Op::Gelu
+                | Op::Relu
+                | Op::Pow { .. }
+                | Op::Cast { .. }
+                | Op::Quantize { .. }
+                | Op::Dequantize { .. }
+        )
+    }
+
+    /// Class without shapes; [`TypedGraph::class`] refines elementwise into broadcast.
+    pub fn base_class(&self) -> OpClass {
+        match self {
+            Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } => OpClass::Source,
+            Op::MatMul => OpClass::Matmul,
+            Op::Reshape { .. } | Op::Transpose { .. } => OpClass::View,
+            Op::Broadcast { .. } => OpClass::Broadcast,
+            Op::ReduceSum { .. }
+            | Op::ReduceMax { .. }
+            | Op::ReduceMean { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LogSumExp { .. }
+            | Op::RmsNorm { .. }
+            | Op::LayerNorm { .. } => OpClass::Reduction,
+            Op::Concat { .. } | Op::RmsNormSwiGlu { .. } | Op::Opaque { .. } => OpClass::Opaque,
+            _ => OpClass::Elementwise,
+        }
+    }
+}
+
+/// One node: an op reading named tensors and producing named tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Unique node name.
+    pub name: String,
+    /// The op and its attributes (flattened: `"op"` and `"attrs"` keys).
+    #[serde(flatten)]
+    pub op: Op,
+    /// Input tensor names, in the op's order.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Output tensor names; when empty the single output is named after the node.
+    #[serde(default)]
+    pub outputs: Vec<String>,
+}
+
+impl Node {
+    /// A node with explicit inputs and one output named after the node.
+    pub fn new(name: impl Into<String>, op: Op, inputs: &[&str]) -> Self {
+        Node {
+            name: name.into(),
+            op,
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![],
+        }
+    }
+
+    /// Output names, with the default (the node name) applied.
+    pub fn output_names(&self) -> Vec<String> {
+        if self.outputs.is_empty() {
+            vec![self.name.clone()]
+        } else {
+            self.outputs.clone()
+        }
+    }
+}
+
+/// A graph as written in JSON: nodes in any order and the graph outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Graph {
+    /// Format version (1).
+    #[serde(default = "schema_v")]
+    pub schema_version: u32,
+    /// Graph name.
+    #[serde(default)]
+    pub name: String,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The nodes.
+    pub nodes: Vec<Node>,
+    /// Graph outputs; when empty, every tensor no node reads.
+    #[serde(default)]
+    pub outputs: Vec<String>,
+}
+
+fn schema_v() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// Shape and dtype of a validated tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorInfo {
+    /// Tensor name.
+    pub name: String,
+    /// Inferred shape.
+    pub shape: Vec<usize>,
+    /// Inferred dtype.
+    pub dtype: DType,
+    /// Element count.
+    pub numel: u64,
+    /// Storage bytes (`ceil(numel · bits / 8)`).
+    pub bytes: u64,
+}
+
+/// A validated graph: nodes in topological order, tensors by id, producer and consumers.
+#[derive(Debug, Clone)]
+pub struct TypedGraph {
+    /// Graph name.
+    pub name: String,
+    /// Nodes in a topological order.
+    pub nodes: Vec<Node>,
+    /// Every tensor, by id.
+    pub tensors: Vec<TensorInfo>,
+    /// Input tensor ids of each node.
+    pub node_inputs: Vec<Vec<usize>>,
+    /// Output tensor ids of each node.
+    pub node_outputs: Vec<Vec<usize>>,
+    /// Producing node of each tensor.
+    pub producer: Vec<usize>,
+    /// Consuming nodes of each tensor (a node reading it twice is listed once).
+    pub consumers: Vec<Vec<usize>>,
+    /// Graph output tensor ids.
+    pub outputs: Vec<usize>,
+    index: HashMap<String, usize>,
+    out_flag: Vec<bool>,
+}
+
+impl Graph {
+    /// Parse the JSON form.
+    pub fn from_json_str(text: &str) -> Result<Graph> {
+        let g: Graph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        if g.schema_version != SCHEMA_VERSION {
+            return Err(GraphError::Json(format!(
+                "schema_version {} is not supported (expected {SCHEMA_VERSION})",
+                g.schema_version
+            )));
+        }
+        Ok(g)
+    }
+
+    /// Pretty JSON.
+    pub fn to_json_string(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// A graph from nodes (outputs inferred).
+    pub fn new(name: impl Into<String>, nodes: Vec<Node>) -> Graph {
+        Graph {
+            schema_version: SCHEMA_VERSION,
+            name: name.into(),
+            description: String::new(),
+            nodes,
+            outputs: vec![],
+        }
+    }
+
+    /// Validate: unique names, no dangling inputs, no cycles, shapes and dtypes inferred.
+    pub fn validate(&self) -> Result<TypedGraph> {
+        validate(self)
+    }
+}
+
+/// Normalize a possibly negative axis for a tensor of `rank`.
+pub fn norm_axis(axis: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        None
+    } else {
+        Some(a as usize)
+    }
+}
+
+/// NumPy broadcast of two shapes, or `None` when incompatible.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i < n - a.len() {
+            1
+        } else {
+            a[i - (n - a.len())]
+        };
+        let db = if i < n - b.len() {
+            1
+        } else {
+            b[i - (n - b.len())]
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}
+
+/// Element count, checked.
+pub fn numel(shape: &[usize]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+}
+
+fn validate(g: &Graph) -> Result<TypedGraph> {
+    // Names.
+    let mut node_names: HashMap<&str, usize> = HashMap::new();
+    let mut producer_of: HashMap<String, usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.name.is_empty() {
+            return Err(GraphError::Invalid {
+                node: format!("#{i}"),
+                op: n.op.name().into(),
+                detail: "node name must not be empty".into(),
+            });
+        }
+        if node_names.insert(&n.name, i).is_some() {
+            return Err(GraphError::Duplicate {
+                kind: "node".into(),
+                name: n.name.clone(),
+            });
+        }
+        for o in n.output_names() {
+            if producer_of.insert(o.clone(), i).is_some() {
+                return Err(GraphError::Duplicate {
+                    kind: "tensor".into(),
+                    name: o,
+                });
+            }
+        }
+    }
+    for n in &g.nodes {
+        for t in &n.inputs {
+            if !producer_of.contains_key(t) {
+                return Err(GraphError::Dangling {
+                    node: n.name.clone(),
+                    tensor: t.clone(),
+                });
+            }
+        }
+    }
+    // Kahn's topological order (stable: original order among ready nodes).
+    let nn = g.nodes.len();
+    let mut indeg = vec![0usize; nn];
+    let mut succ: Vec<Vec<usize>> = vec![vec![]; nn];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for t in &n.inputs {
+            let p = producer_of[t];
+            succ[p].push(i);
+            indeg[i] += 1;
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..nn).filter(|&i| indeg[i] == 0).collect();
+    let mut order = Vec::with_capacity(nn);
+    while let Some(&i) = ready.iter().next() {
+        ready.remove(&i);
+        order.push(i);
+        for &s in &succ[i] {
+            indeg[s] -= 1;
+            if indeg[s] == 0 {
+                ready.insert(s);
+            }
+        }
+    }
+    if order.len() < nn {
+        let left: Vec<&str> = (0..nn)
+            .filter(|&i| indeg[i] > 0)
+            .map(|i| g.nodes[i].name.as_str())
+            .collect();
+        return Err(GraphError::Cycle {
+            node: left[0].to_string(),
+            nodes: left.join(", "),
+        });
+    }
+    // Inference in order.
+    let mut tg = TypedGraph {
+        name: g.name.clone(),
+        nodes: Vec::with_capacity(nn),
+        tensors: vec![],
+        node_inputs: vec![],
+        node_outputs: vec![],
+        producer: vec![],
+        consumers: vec![],
+        outputs: vec![],
+        index: HashMap::new(),
+        out_flag: vec![],
+    };
+    for &i in &order {
+        let n = &g.nodes[i];
+        let ins: Vec<usize> = n.inputs.iter().map(|t| tg.index[t]).collect();
+        let infos: Vec<&TensorInfo> = ins.iter().map(|&t| &tg.tensors[t]).collect();
+        let outs = infer(n, &infos)?;
+        let names = n.output_names();
+        if names.len() != outs.len() {
+            return Err(GraphError::Invalid {
+                node: n.name.clone(),
+                op: n.op.name().into(),
+                detail: format!(
+                    "has {} outputs, the op produces {}",
+                    names.len(),
+                    outs.len()
+                ),
+            });
+        }
+        let ni = tg.nodes.len();
+        let mut out_ids = vec![];
+        for (name, (shape, dtype)) in names.into_iter().zip(outs) {
+            let ne = numel(&shape).ok_or_else(|| overflow(n, &name, &shape))?;
+            let bytes = dtype
+                .bytes_for(ne)
+                .map_err(|_| overflow(n, &name, &shape))?;
+            let id = tg.tensors.len();
+            tg.index.insert(name.clone(), id);
+            tg.tensors.push(TensorInfo {
+                name,
+                shape,
+                dtype,
+                numel: ne,
+                bytes,
+            });
+            tg.producer.push(ni);
+            tg.consumers.push(vec![]);
+            out_ids.push(id);
+        }
+        for &t in &ins {
+            if !tg.consumers[t].contains(&ni) {
+                tg.consumers[t].push(ni);
+            }
+        }
+        tg.nodes.push(n.clone());
+        tg.node_inputs.push(ins);
+        tg.node_outputs.push(out_ids);
+    }
+    if g.outputs.is_empty() {
+        tg.outputs = (0..tg.tensors.len())
+            .filter(|&t| tg.consumers[t].is_empty())
+            .collect();
+    } else {
+        for o in &g.outputs {
+            let id = *tg
+                .index
+                .get(o)
+                .ok_or_else(|| GraphError::UnknownOutput { tensor: o.clone() })?;
+            if !tg.outputs.contains(&id) {
+                tg.outputs.push(id);
+            }
+        }
+    }
+    tg.out_flag = vec![false; tg.tensors.len()];
+    for &o in &tg.outputs {
+        tg.out_flag[o] = true;
+    }
+    Ok(tg)
+}
+
+fn overflow(n: &Node, t: &str, shape: &[usize]) -> GraphError {
+    GraphError::Shape {
+        node: n.name.clone(),
+        op: n.op.name().into(),
+        tensor: t.into(),
+        detail: format!("shape {shape:?} overflows the addressable size"),
+    }
+}
+
+fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
+    let op = n.op.name();
+    let inv = |detail: String| GraphError::Invalid {
+        node: n.name.clone(),
+        op: op.into(),
+        detail,
+    };
+    let shape_err = |t: &TensorInfo, detail: String| GraphError::Shape {
+        node: n.name.clone(),
+        op: op.into(),
+        tensor: t.name.clone(),
+        detail,
+    };
+    let arity = |k: usize| -> Result<()> {
+        if ins.len() != k {
+            Err(inv(format!("expects {k} inputs, got {}", ins.len())))
+        } else {
+            Ok(())
+        }
+    };
+    let same_dtype = |a: &TensorInfo, b: &TensorInfo| -> Result<()> {
+        if a.dtype != b.dtype {
+            Err(GraphError::Dtype {
+                node: n.name.clone(),
+                op: op.into(),
+                tensor: b.name.clone(),
+                expected: format!("{} (the dtype of `{}`)", a.dtype, a.name),
+                got: b.dtype.to_string(),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let float = |t: &TensorInfo| -> Result<()> {
+        if matches!(t.dtype, DType::Int8 | DType::Int4) {
+            Err(GraphError::Dtype {
+                node: n.name.clone(),
+                op: op.into(),
+                tensor: t.name.clone(),
+                expected: "a floating-point dtype".into(),
+                got: t.dtype.to_string(),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let last_axis = |t: &TensorInfo, axis: i64| -> Result<usize> {
+        let a = norm_axis(axis, t.shape.len()).ok_or_else(|| {
+            shape_err(
+                t,
+                format!("axis {axis} is out of range for rank {}", t.shape.len()),
+            )
+        })?;
+        if a + 1 != t.shape.len() {
+            return Err(shape_err(
+                t,
+                format!(
+                    "axis {axis} must be the last axis ({}) for this op",
+                    t.shape.len() - 1
+                ),
+            ));
+        }
+        Ok(a)
+    };
+    let source = |shape: &Vec<usize>, dtype: DType| -> Result<Vec<(Vec<usize>, DType)>> {
+        arity(0)?;
+        Ok(vec![(shape.clone(), dtype)])
+    };
+    let out = match &n.op {
+        Op::Input { shape, dtype } | Op::Weight { shape, dtype } => source(shape, *dtype)?,
+        Op::Constant { shape, dtype, .. } => source(shape, *dtype)?,
+        Op::MatMul => {
+            arity(2)?;
+            let (a, b) = (ins[0], ins[1]);
+            same_dtype(a, b)?;
+            if a.shape.len() < 2 {
+                return Err(shape_err(
+                    a,
+                    format!("MatMul needs rank >= 2, got shape {:?}", a.shape),
+                ));
+            }
+            if b.shape.len() != 2 && b.shape.len() != a.shape.len() {
+                return Err(shape_err(
+                    b,
+                    format!(
+                        "right operand must be rank 2 or the left operand's rank {}, got shape {:?}",
+                        a.shape.len(),
+                        b.shape
+                    ),
+                ));
+            }
+            let ra = a.shape.len();
+            let rb = b.shape.len();
+            let k = a.shape[ra - 1];
+            if b.shape[rb - 2] != k {
+                return Err(shape_err(
+                    b,
+                    format!(
+                        "contraction mismatch: left {:?} has K = {k}, right {:?} has K = {}",
+                        a.shape,
+                        b.shape,
+                        b.shape[rb - 2]
+                    ),
+                ));
+            }
+            if rb > 2 && a.shape[..ra - 2] != b.shape[..rb - 2] {
+                return Err(shape_err(
+                    b,
+                    format!(
+                        "batch dims {:?} differ from the left operand's {:?} (no batch broadcast)",
+                        &b.shape[..rb - 2],
+                        &a.shape[..ra - 2]
+                    ),
+                ));
+            }
+            let mut s = a.shape[..ra - 1].to_vec();
+            s.push(b.shape[rb - 1]);
+            vec![(s, a.dtype)]
+        }
+        o if o.is_binary() => {
+            arity(2)?;
+            let (a, b) = (ins[0], ins[1]);
+            same_dtype(a, b)?;
+            let s = broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| {
+                shape_err(
+                    b,
+                    format!(
+                        "shape {:?} does not broadcast with `{}` {:?} (NumPy rules: trailing dims equal or 1)",
+                        b.shape, a.name, a.shape
+                    ),
+                )
+            })?;
+            vec![(s, a.dtype)]
+        }
+        Op::Cast { to } => {
+            arity(1)?;
+            vec![(ins[0].shape.clone(), *to)]
+        }
+        Op::Quantize { scale, zero_point } => {
+            arity(1)?;
+            float(ins[0])?;
+            if !(scale.is_finite() && *scale > 0.0) {
+                return Err(inv(format!("scale {scale} must be finite and > 0")));
+            }
+            if !(-128..=127).contains(zero_point) {
+                return Err(inv(format!(
+                    "zero_point {zero_point} is outside [-128, 127] of int8"
+                )));
+            }
+            vec![(ins[0].shape.clone(), DType::Int8)]
+        }
+        Op::Dequantize {
+            scale,
+            zero_point,
+            to,
+        } => {
+            arity(1)?;
+            if ins[0].dtype != DType::Int8 {
+                return Err(GraphError::Dtype {
+                    node: n.name.clone(),
+                    op: op.into(),
+                    tensor: ins[0].name.clone(),
+                    expected: "int8".into(),
+                    got: ins[0].dtype.to_string(),
+                });
+            }
+            if !(scale.is_finite() && *scale > 0.0) {
+                return Err(inv(format!("scale {scale} must be finite and > 0")));
+            }
+            if !(-128..=127).contains(zero_point) {
+                return Err(inv(format!(
+                    "zero_point {zero_point} is outside [-128, 127] of int8"
+                )));
+            }
+            vec![(ins[0].shape.clone(), *to)]
+        }
+        Op::Pow { exponent } => {
+            arity(1)?;
+            float(ins[0])?;
+            if exponent.is_nan() {
+                return Err(inv("exponent must not be NaN".into()));
+            }
+            vec![(ins[0].shape.clone(), ins[0].dtype)]
+        }
+        o if o.is_unary() => {
+            arity(1)?;
+            float(ins[0])?;
+            vec![(ins[0].shape.clone(), ins[0].dtype)]
+        }
+        Op::ReduceSum { axis, keepdims }
+        | Op::ReduceMax { axis, keepdims }
+        | Op::ReduceMean { axis, keepdims } => {
+            arity(1)?;
+            let t = ins[0];
+            let a = norm_axis(*axis, t.shape.len()).ok_or_else(|| {
+                shape_err(
+                    t,
+                    format!("axis {axis} is out of range for rank {}", t.shape.len()),
+                )
+            })?;
+            let mut s = t.shape.clone();
+            if *keepdims {
+                s[a] = 1;
+            } else {
+                s.remove(a);
+            }
+            vec![(s, t.dtype)]
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            arity(1)?;
+            float(ins[0])?;
+            last_axis(ins[0], *axis)?;
+            vec![(ins[0].shape.clone(), ins[0].dtype)]
+        }
+        Op::LogSumExp { axis, keepdims } => {
+            arity(1)?;
+            float(ins[0])?;
+            let a = last_axis(ins[0], *axis)?;
+            let mut s = ins[0].shape.clone();
+            if *keepdims {
+                s[a] = 1;
+            } else {
+                s.remove(a);
+            }
+            vec![(s, ins[0].dtype)]
+        }
+        Op::RmsNorm { eps } | Op::LayerNorm { eps } => {
+            let k = if matches!(n.op, Op::RmsNorm { .. }) {
+                2
+            } else {
+                3
+            };
+            arity(k)?;
+            if !(eps.is_finite() && *eps >= 0.0) {
+                return Err(inv(format!("eps {eps} must be finite and >= 0")));
+            }
+            let x = ins[0];
+            float(x)?;
+            let d = *x
+                .shape
+                .last()
+                .ok_or_else(|| shape_err(x, "needs rank >= 1 (normalizes the last axis)".into()))?;
+            if d == 0 {
+                return Err(shape_err(x, "last axis is empty".into()));
+            }
+            for p in &ins[1..] {
+                same_dtype(x, p)?;
+                if p.shape != [d] {
+                    return Err(shape_err(
+                        p,
+                        format!(
+                            "must have shape [{d}] (the last dim of `{}`), got {:?}",
+                            x.name, p.shape
+                        ),
+                    ));
+                }
+            }
+            vec![(x.shape.clone(), x.dtype)]
+        }
+        Op::RmsNormSwiGlu { eps } => {
+            arity(4)?;
+            if !(eps.is_finite() && *eps >= 0.0) {
+                return Err(inv(format!("eps {eps} must be finite and >= 0")));
+            }
+            let (x, g, wg, wu) = (ins[0], ins[1], ins[2], ins[3]);
+            for p in [g, wg, wu] {
+                same_dtype(x, p)?;
+            }
+            let d = *x
+                .shape
+                .last()
+                .ok_or_else(|| shape_err(x, "needs rank >= 1".into()))?;
+            if d == 0 {
+                return Err(shape_err(x, "last axis is empty".into()));
+            }
+            if g.shape != [d] {
+                return Err(shape_err(
+                    g,
+                    format!("must have shape [{d}], got {:?}", g.shape),
+                ));
+            }
+            if wg.shape.len() != 2 || wg.shape[0] != d {
+                return Err(shape_err(
+                    wg,
+                    format!("must have shape [{d}, F], got {:?}", wg.shape),
+                ));
+            }
+            if wu.shape != wg.shape {
+                return Err(shape_err(
+                    wu,
+                    format!(
+                        "must have the gate weight's shape {:?}, got {:?}",
+                        wg.shape, wu.shape
+                    ),
+                ));
+            }
+            let mut s = x.shape.clone();
+            let last = s.len() - 1;
+            s[last] = wg.shape[1];
+            vec![(s, x.dtype)]
+        }
+        Op::Reshape { shape } => {
+            arity(1)?;
+            let t = ins[0];
+            let mut unknown = None;
+            let mut known: u64 = 1;
+            for (i, &d) in shape.iter().enumerate() {
+                if d == -1 {
+                    if unknown.is_some() {
+                        return Err(inv("at most one -1 in the target shape".into()));
+                    }
+                    unknown = Some(i);
+                } else if d < 0 {
+                    return Err(inv(format!("invalid target dim {d}")));
+                } else {
+                    known = known
+                        .checked_mul(d as u64)
+                        .ok_or_else(|| inv(format!("target shape {shape:?} overflows")))?;
+                }
+            }
+            let mut s: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+            if let Some(u) = unknown {
+                if known == 0 || t.numel % known != 0 {
+                    return Err(shape_err(
+                        t,
+                        format!("{} elements cannot be reshaped to {shape:?}", t.numel),
+                    ));
+                }
+                s[u] = (t.numel / known) as usize;
+                known = t.numel;
+            }
+            if known != t.numel {
+                return Err(shape_err(
+                    t,
+                    format!(
+                        "reshape of {:?} ({} elements) to {shape:?} ({known} elements) changes the element count",
+                        t.shape, t.numel
+                    ),
+                ));
+            }
+            vec![(s, t.dtype)]
+        }
+        Op::Transpose { perm } => {
+            arity(1)?;
+            let t = ins[0];
+            let mut seen = vec![false; t.shape.len()];
+            if perm.len() != t.shape.len() {
+                return Err(shape_err(
+                    t,
+                    format!(
+                        "perm {perm:?} has {} axes, the tensor has rank {}",
+                        perm.len(),
+                        t.shape.len()
+                    ),
+                ));
+            }
+            for &p in perm {
+                if p >= seen.len() || seen[p] {
+                    return Err(inv(format!("perm {perm:?} is not a permutation")));
+                }
+                seen[p] = true;
+            }
+            vec![(perm.iter().map(|&p| t.shape[p]).collect(), t.dtype)]
+        }
+        Op::Broadcast { shape } => {
+            arity(1)?;
+            let t = ins[0];
+            match broadcast_shapes(&t.shape, shape) {
+                Some(s) if &s == shape => vec![(s, t.dtype)],
+                _ => {
+                    return Err(shape_err(
+                        t,
+                        format!(
+                            "shape {:?} does not broadcast to {shape:?} (NumPy rules)",
+                            t.shape
+                        ),
+                    ))
+                }
+            }
+        }
+        Op::Concat { axis } => {
+            if ins.is_empty() {
+                return Err(inv("expects at least 1 input".into()));
+            }
+            let f = ins[0];
+            let a = norm_axis(*axis, f.shape.len()).ok_or_else(|| {
+                shape_err(
+                    f,
+                    format!("axis {axis} is out of range for rank {}", f.shape.len()),
+                )
+            })?;
+            let mut s = f.shape.clone();
+            for t in &ins[1..] {
+                same_dtype(f, t)?;
+                let ok = t.shape.len() == f.shape.len()
+                    && t.shape
+                        .iter()
+                        .zip(&f.shape)
+                        .enumerate()
+                        .all(|(i, (x, y))| i == a || x == y);
+                if !ok {
+                    return Err(shape_err(
+                        t,
+                        format!(
+                            "shape {:?} differs from {:?} outside axis {a}",
+                            t.shape, f.shape
+                        ),
+                    ));
+                }
+                s[a] = s[a]
+                    .checked_add(t.shape[a])
+                    .ok_or_else(|| shape_err(t, "concatenated dim overflows".into()))?;
+            }
+            vec![(s, f.dtype)]
+        }
+        Op::Opaque { output_specs, .. } => {
+            if output_specs.is_empty() {
+                return Err(inv(
+                    "an opaque op must declare at least one output spec".into()
+                ));
+            }
+            output_specs
+                .iter()
+                .map(|s| (s.shape.clone(), s.dtype))
+                .collect()
+        }
+        _ => return Err(inv("unhandled op".into())),
+    };
+    Ok(out)
+}
+
+impl TypedGraph {
+    /// Tensor id by name.
+    pub fn tensor_id(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// The class of node `i`: elementwise ops whose inputs need a NumPy broadcast are
+    /// `broadcast`.
+    pub fn class(&self, i: usize) -> OpClass {
+        let c = self.nodes[i].op.base_class();
+        if c == OpClass::Elementwise {
+            let out = &self.tensors[self.node_outputs[i][0]].shape;
+            if self.node_inputs[i]
+                .iter()
+                .any(|&t| &self.tensors[t].shape != out)
+            {
+                return OpClass::Broadcast;
+            }
+        }
+        c
+    }
+
+    /// The storage tensor behind `t`: follows views (Reshape / Transpose) to their source.
+    pub fn base(&self, mut t: usize) -> usize {
+        loop {
+            let p = self.producer[t];
+            if self.nodes[p].op.base_class() == OpClass::View {
+                t = self.node_inputs[p][0];
+            } else {
+                return t;
+            }
+        }
+    }
+
+    /// True when tensor `t` is a graph output.
+    pub fn is_output(&self, t: usize) -> bool {
+        self.out_flag.get(t).copied().unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<TypedGraph> {
+        Graph::from_json_str(s)?.validate()
+    }
+
+    #[test]
+    fn json_round_trip_and_inference() {
+        let text = r#"{"name":"t","nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[8],"dtype":"fp32"}},
+          {"name":"y","op":"Add","inputs":["x","b"]},
+          {"name":"s","op":"ReduceSum","attrs":{"axis":-1},"inputs":["y"]},
+          {"name":"e","op":"Exp","inputs":["s"]}
+        ]}"#;
+        let g = parse(text).unwrap();
+        let s = g.tensor_id("s").unwrap();
+        assert_eq!(g.tensors[s].shape, vec![4, 1]);
+        // [4,8] fp32 = 32 elements · 4 B = 128 B.
+        assert_eq!(g.tensors[g.tensor_id("y").unwrap()].bytes, 128);
+        assert_eq!(g.class(2), OpClass::Broadcast);
+        assert_eq!(g.outputs, vec![g.tensor_id("e").unwrap()]);
+        let back =
+            Graph::from_json_str(&Graph::from_json_str(text).unwrap().to_json_string()).unwrap();
+        assert_eq!(back.nodes.len(), 5);
+    }
+
+    #[test]
+    fn errors_name_node_tensor_and_mismatch() {
+        let bad = r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"w","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},
+          {"name":"y","op":"Add","inputs":["x","w"]}]}"#;
+        let e = parse(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("`y`") && e.contains("`w`") && e.contains("[3]"),
+            "{e}"
+        );
+        let dt = r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"w","op":"Input","attrs":{"shape":[4],"dtype":"fp16"}},
+          {"name":"y","op":"Mul","inputs":["x","w"]}]}"#;
+        let e = parse(dt).unwrap_err().to_string();
+        assert!(e.contains("fp16") && e.contains("`w`"), "{e}");
+        let dangling = r#"{"nodes":[{"name":"y","op":"Exp","inputs":["nope"]}]}"#;
+        assert!(matches!(parse(dangling), Err(GraphError::Dangling { .. })));
+        let cyc = r#"{"nodes":[{"name":"a","op":"Exp","inputs":["b"]},{"name":"b","op":"Exp","inputs":["a"]}]}"#;
+        assert!(matches!(parse(cyc), Err(GraphError::Cycle { .. })));
+        let dup = r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"x","op":"Exp","inputs":["x"]}]}"#;
+        assert!(matches!(parse(dup), Err(GraphError::Duplicate { .. })));
+        assert!(matches!(parse("{nodes"), Err(GraphError::Json(_))));
+        let mm = r#"{"nodes":[
+          {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"b","op":"Input","attrs":{"shape":[7,2],"dtype":"fp32"}},
+          {"name":"c","op":"MatMul","inputs":["a","b"]}]}"#;
+        let e = parse(mm).unwrap_err().to_string();
+        assert!(e.contains("K = 8") && e.contains("`b`"), "{e}");
+        let big = r#"{"nodes":[{"name":"a","op":"Input","attrs":{"shape":[4294967296,4294967296,16],"dtype":"fp32"}}]}"#;
+        assert!(parse(big).is_err());
+    }
+
+    #[test]
+    fn broadcasting_is_numpy() {
+        assert_eq!(broadcast_shapes(&[4, 1, 3], &[5, 1]), Some(vec![4, 5, 3]));
+        assert_eq!(broadcast_shapes(&[], &[2]), Some(vec![2]));
+        assert_eq!(broadcast_shapes(&[4], &[3]), None);
+    }
+}

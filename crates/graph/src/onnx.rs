@@ -1,0 +1,1310 @@
+//! ONNX import: reads an `.onnx` file (protobuf, decoded in pure Rust with prost and
+//! hand-written messages, see [`proto`]) into a [`Graph`] of the IR's ops.
+//!
+//! - Graph inputs (that are not initializers) become [`Op::Input`] with static shapes; a
+//!   symbolic dim is an error naming the input and the dim.
+//! - Initializers and `Constant` nodes read as runtime tensors become [`Op::Weight`] (a
+//!   one-element tensor becomes [`Op::Constant`] with its value). The IR keeps no weight
+//!   data. Constants read as parameters (reduce axes, reshape targets, `Pow` exponents,
+//!   quantization scales) are folded into the op's attributes and create no node.
+//! - Ops the IR models are mapped (see docs/onnx.md for the table). Every other node, and
+//!   every mapped node the IR rejects (for example a MatMul with broadcast batch dims),
+//!   becomes [`Op::Opaque`] with the output shapes declared in the model's `value_info`,
+//!   and is listed in [`OnnxImport::opaque`] with the reason. Nothing is dropped silently:
+//!   approximations and renamings are listed in [`OnnxImport::notes`].
+//! - Refused: external-data tensors, files over [`MAX_FILE_BYTES`], more than
+//!   [`MAX_NODES`] nodes, ranks over [`MAX_RANK`], tensors over [`MAX_ELEMENTS`] elements,
+//!   names over [`MAX_NAME_BYTES`], and models whose decoded form would exceed
+//!   [`MAX_DECODED_BYTES`] (checked by a wire-format pre-pass before decoding). A truncated
+//!   or malformed file is a [`GraphError::Onnx`] naming the file, never a panic.
+
+pub mod proto;
+mod scan;
+
+use crate::error::{GraphError, Result};
+use crate::ir::{DType, Graph, Node, Op, TensorSpec};
+use proto::tensor_shape_proto::dimension::Value as DimValue;
+use proto::type_proto::Value as TypeValue;
+use proto::{
+    dt, AttributeProto, GraphProto, Message, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::path::Path;
+
+/// Largest file accepted (2 GiB, the protobuf message limit).
+pub const MAX_FILE_BYTES: u64 = 2 << 30;
+/// Most nodes in the graph.
+pub const MAX_NODES: u64 = 1_000_000;
+/// Most elements of one tensor (2^40).
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+/// Highest tensor rank.
+pub const MAX_RANK: usize = 16;
+/// Longest name (node, tensor, op type) in bytes.
+pub const MAX_NAME_BYTES: usize = 4096;
+/// Most values read from one constant tensor used as a parameter (axes, shapes, scalars).
+pub const MAX_PARAM_VALUES: u64 = 1 << 20;
+/// Most bytes the decoded protobuf messages may occupy (estimated before decoding).
+pub const MAX_DECODED_BYTES: u64 = 4 << 30;
+
+/// A node imported as [`Op::Opaque`] (or, when none of its outputs has an IR dtype, left
+/// out of the graph), with the reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpaqueNode {
+    /// Node name in the IR graph (the ONNX name, or `OpType_index` when it had none).
+    pub name: String,
+    /// ONNX op type (`domain::OpType` outside the default domain).
+    pub op_type: String,
+    /// Why it is not mapped to an IR op.
+    pub reason: String,
+}
+
+/// The result of an import.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OnnxImport {
+    /// The imported graph (validated).
+    pub graph: Graph,
+    /// Every node imported as opaque, in model order.
+    pub opaque: Vec<OpaqueNode>,
+    /// The default-domain opset version the model imports.
+    pub opset: i64,
+    /// `producer_name producer_version` of the model.
+    pub producer: String,
+    /// Approximations and renamings the import made (e.g. exact GELU mapped to the tanh
+    /// form, a graph output that is an `Identity` of another tensor).
+    pub notes: Vec<String>,
+}
+
+/// Read and import an ONNX file (at most [`MAX_FILE_BYTES`] are read).
+pub fn import_onnx_file(path: impl AsRef<Path>) -> Result<OnnxImport> {
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let err = |detail: String| GraphError::Onnx {
+        file: name.clone(),
+        detail,
+    };
+    let file = std::fs::File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| err(format!("cannot read: {e}")))?;
+    import_onnx_bytes(&bytes, &name)
+}
+
+/// Import an ONNX model from its bytes; `source_name` names it in errors.
+pub fn import_onnx_bytes(bytes: &[u8], source_name: &str) -> Result<OnnxImport> {
+    let err = |detail: String| GraphError::Onnx {
+        file: source_name.to_string(),
+        detail,
+    };
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(err(format!(
+            "file is larger than {MAX_FILE_BYTES} bytes (the import limit; ONNX files over 2 GiB use external data, which is refused)"
+        )));
+    }
+    if bytes.is_empty() {
+        return Err(err("file is empty (not an ONNX model)".into()));
+    }
+    scan::scan_model(bytes, MAX_NODES, MAX_DECODED_BYTES)
+        .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
+    let model = ModelProto::decode(bytes)
+        .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
+    import_model(&model, source_name)
+}
+
+/// Import a decoded model.
+pub fn import_model(model: &ModelProto, source_name: &str) -> Result<OnnxImport> {
+    let err = |detail: String| GraphError::Onnx {
+        file: source_name.to_string(),
+        detail,
+    };
+    let opset = model
+        .opset_import
+        .iter()
+        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .max()
+        .ok_or_else(|| {
+            err("the model imports no opset of the default ONNX domain (opset_import is empty or truncated)".into())
+        })?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| err("the model has no graph".into()))?;
+    let producer = format!("{} {}", model.producer_name, model.producer_version)
+        .trim()
+        .to_string();
+    check_names(graph).map_err(err)?;
+    let mut imp = Importer::new(source_name, opset, graph);
+    imp.run()?;
+    let name = if graph.name.is_empty() {
+        Path::new(source_name)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        graph.name.clone()
+    };
+    let g = Graph {
+        description: format!(
+            "Imported from ONNX `{source_name}` (producer `{producer}`, opset {opset}); {} opaque node(s).",
+            imp.opaque.len()
+        ),
+        outputs: imp.outputs.clone(),
+        ..Graph::new(name, std::mem::take(&mut imp.nodes))
+    };
+    g.validate()
+        .map_err(|e| err(format!("the imported graph does not validate: {e}")))?;
+    Ok(OnnxImport {
+        graph: g,
+        opaque: imp.opaque,
+        opset,
+        producer,
+        notes: imp.notes,
+    })
+}
+
+fn check_names(g: &GraphProto) -> std::result::Result<(), String> {
+    let check = |what: &str, s: &str| {
+        if s.len() > MAX_NAME_BYTES {
+            Err(format!(
+                "{what} `{}…` is {} bytes long (limit {MAX_NAME_BYTES})",
+                s.chars().take(40).collect::<String>(),
+                s.len()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    check("graph name", &g.name)?;
+    for n in &g.node {
+        check("node name", &n.name)?;
+        check("op type", &n.op_type)?;
+        check("domain", &n.domain)?;
+        for t in n.input.iter().chain(&n.output) {
+            check("tensor name", t)?;
+        }
+    }
+    for t in &g.initializer {
+        check("initializer name", &t.name)?;
+    }
+    for v in g.input.iter().chain(&g.output).chain(&g.value_info) {
+        check("value name", &v.name)?;
+    }
+    Ok(())
+}
+
+/// The IR dtype of an ONNX data type code, if the IR has one.
+pub fn dtype_of(code: i32) -> Option<DType> {
+    Some(match code {
+        dt::FLOAT => DType::Fp32,
+        dt::FLOAT16 => DType::Fp16,
+        dt::BFLOAT16 => DType::Bf16,
+        dt::FLOAT8E4M3FN | dt::FLOAT8E4M3FNUZ | dt::FLOAT8E5M2 | dt::FLOAT8E5M2FNUZ => DType::Fp8,
+        dt::INT8 => DType::Int8,
+        dt::INT4 => DType::Int4,
+        _ => return None,
+    })
+}
+
+fn check_dims(dims: &[i64]) -> std::result::Result<Vec<usize>, String> {
+    if dims.len() > MAX_RANK {
+        return Err(format!("rank {} exceeds the limit {MAX_RANK}", dims.len()));
+    }
+    let mut n: u64 = 1;
+    let mut out = Vec::with_capacity(dims.len());
+    for (i, &d) in dims.iter().enumerate() {
+        if d < 0 {
+            return Err(format!("dim {i} is negative ({d})"));
+        }
+        n = n
+            .checked_mul(d as u64)
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| {
+                format!("dims {dims:?} exceed {MAX_ELEMENTS} elements (the import limit)")
+            })?;
+        out.push(usize::try_from(d).map_err(|_| format!("dim {i} ({d}) does not fit in usize"))?);
+    }
+    Ok(out)
+}
+
+/// Shape of a tensor proto, refusing external data and checking the limits.
+fn tensor_shape(t: &TensorProto) -> std::result::Result<Vec<usize>, String> {
+    if t.data_location == 1 || !t.external_data.is_empty() {
+        let loc = t
+            .external_data
+            .iter()
+            .find(|e| e.key == "location")
+            .map(|e| format!(" (location `{}`)", e.value))
+            .unwrap_or_default();
+        return Err(format!(
+            "tensor `{}` keeps its data in an external file{loc}; external data is refused \
+             (re-save the model with all tensors inside the .onnx file, e.g. \
+             onnx.save_model(m, path, save_as_external_data=False))",
+            t.name
+        ));
+    }
+    check_dims(&t.dims).map_err(|e| format!("tensor `{}`: {e}", t.name))
+}
+
+fn shape_of_value_info(vi: &ValueInfoProto) -> std::result::Result<(Vec<usize>, i32), String> {
+    let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(TypeValue::TensorType(tt)) => tt,
+        None => return Err(format!("`{}` has no tensor type", vi.name)),
+    };
+    let shape = tt
+        .shape
+        .as_ref()
+        .ok_or_else(|| format!("`{}` has no shape (unknown rank)", vi.name))?;
+    let mut dims = Vec::with_capacity(shape.dim.len().min(MAX_RANK + 1));
+    if shape.dim.len() > MAX_RANK {
+        return Err(format!(
+            "`{}` has rank {} (limit {MAX_RANK})",
+            vi.name,
+            shape.dim.len()
+        ));
+    }
+    for (i, d) in shape.dim.iter().enumerate() {
+        match &d.value {
+            Some(DimValue::DimValue(v)) => dims.push(*v),
+            Some(DimValue::DimParam(p)) => {
+                return Err(format!(
+                    "`{}` dim {i} is symbolic (`{p}`); the IR needs static shapes: fix the dim \
+                     before importing (e.g. onnxruntime's `make_dynamic_shape_fixed` or \
+                     `onnx.tools.update_model_dims`)",
+                    vi.name
+                ))
+            }
+            None => return Err(format!("`{}` dim {i} has no value (unknown size)", vi.name)),
+        }
+    }
+    let dims = check_dims(&dims).map_err(|e| format!("`{}`: {e}", vi.name))?;
+    Ok((dims, tt.elem_type))
+}
+
+/// Values of a constant tensor read as a parameter.
+#[derive(Debug, Clone)]
+enum Vals {
+    Int(Vec<i64>),
+    Float(Vec<f64>),
+}
+
+impl Vals {
+    fn len(&self) -> usize {
+        match self {
+            Vals::Int(v) => v.len(),
+            Vals::Float(v) => v.len(),
+        }
+    }
+    fn f64_at(&self, i: usize) -> f64 {
+        match self {
+            Vals::Int(v) => v[i] as f64,
+            Vals::Float(v) => v[i],
+        }
+    }
+    fn ints(self) -> std::result::Result<Vec<i64>, String> {
+        match self {
+            Vals::Int(v) => Ok(v),
+            Vals::Float(_) => Err("must be an integer tensor".into()),
+        }
+    }
+}
+
+/// IEEE binary16 bits to f32.
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = (u32::from(h) & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1f;
+    let man = u32::from(h & 0x3ff);
+    let bits = match exp {
+        0 if man == 0 => sign,
+        0 => {
+            // Subnormal: normalize.
+            let mut e: i32 = -14;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | (((e + 127) as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+        31 => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((u32::from(exp) + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// Decode a (small) constant tensor's values.
+fn tensor_values(t: &TensorProto) -> std::result::Result<Vals, String> {
+    let shape = tensor_shape(t)?;
+    let n = shape.iter().product::<usize>() as u64;
+    if n > MAX_PARAM_VALUES {
+        return Err(format!(
+            "tensor `{}` has {n} elements; at most {MAX_PARAM_VALUES} are read as a parameter",
+            t.name
+        ));
+    }
+    let n = n as usize;
+    let d = t.data_type;
+    let unsupported = || {
+        format!(
+            "tensor `{}` has data type {}, which is not read as a parameter",
+            t.name,
+            dt::name(d)
+        )
+    };
+    let vals = if !t.raw_data.is_empty() {
+        let size = match d {
+            dt::FLOAT | dt::INT32 => 4,
+            dt::DOUBLE | dt::INT64 => 8,
+            dt::INT8 | dt::UINT8 | dt::BOOL => 1,
+            dt::INT16 | dt::UINT16 | dt::FLOAT16 | dt::BFLOAT16 => 2,
+            _ => return Err(unsupported()),
+        };
+        if t.raw_data.len() != n * size {
+            return Err(format!(
+                "tensor `{}`: raw_data has {} bytes, its dims {:?} of {} need {}",
+                t.name,
+                t.raw_data.len(),
+                t.dims,
+                dt::name(d),
+                n * size
+            ));
+        }
+        let c = t.raw_data.chunks_exact(size);
+        match d {
+            dt::FLOAT => Vals::Float(
+                c.map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+                    .collect(),
+            ),
+            dt::DOUBLE => Vals::Float(
+                c.map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                    .collect(),
+            ),
+            dt::INT64 => Vals::Int(
+                c.map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                    .collect(),
+            ),
+            dt::INT32 => Vals::Int(
+                c.map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .collect(),
+            ),
+            dt::INT8 => Vals::Int(c.map(|b| i64::from(b[0] as i8)).collect()),
+            dt::UINT8 | dt::BOOL => Vals::Int(c.map(|b| i64::from(b[0])).collect()),
+            dt::INT16 => Vals::Int(
+                c.map(|b| i64::from(i16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            ),
+            dt::UINT16 => Vals::Int(
+                c.map(|b| i64::from(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            ),
+            dt::FLOAT16 => Vals::Float(
+                c.map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])) as f64)
+                    .collect(),
+            ),
+            _ => Vals::Float(
+                c.map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16) as f64)
+                    .collect(),
+            ),
+        }
+    } else {
+        match d {
+            dt::FLOAT => Vals::Float(t.float_data.iter().map(|&v| v as f64).collect()),
+            dt::DOUBLE => Vals::Float(t.double_data.clone()),
+            dt::INT64 => Vals::Int(t.int64_data.clone()),
+            dt::INT32 | dt::INT8 | dt::UINT8 | dt::INT16 | dt::UINT16 | dt::BOOL => {
+                Vals::Int(t.int32_data.iter().map(|&v| i64::from(v)).collect())
+            }
+            dt::FLOAT16 => Vals::Float(
+                t.int32_data
+                    .iter()
+                    .map(|&v| f16_to_f32(v as u16) as f64)
+                    .collect(),
+            ),
+            dt::BFLOAT16 => Vals::Float(
+                t.int32_data
+                    .iter()
+                    .map(|&v| f32::from_bits(u32::from(v as u16) << 16) as f64)
+                    .collect(),
+            ),
+            _ => return Err(unsupported()),
+        }
+    };
+    if vals.len() != n {
+        return Err(format!(
+            "tensor `{}`: holds {} values, its dims {:?} need {n}",
+            t.name,
+            vals.len(),
+            t.dims
+        ));
+    }
+    Ok(vals)
+}
+
+fn attr<'n>(np: &'n NodeProto, name: &str) -> Option<&'n AttributeProto> {
+    np.attribute.iter().find(|a| a.name == name)
+}
+fn attr_i(np: &NodeProto, name: &str) -> Option<i64> {
+    attr(np, name).map(|a| a.i)
+}
+fn attr_f(np: &NodeProto, name: &str) -> Option<f64> {
+    attr(np, name).map(|a| f64::from(a.f))
+}
+fn attr_s(np: &NodeProto, name: &str) -> Option<String> {
+    attr(np, name).map(|a| String::from_utf8_lossy(&a.s).into_owned())
+}
+fn attr_ints<'n>(np: &'n NodeProto, name: &str) -> Option<&'n [i64]> {
+    attr(np, name).map(|a| a.ints.as_slice())
+}
+
+/// A constant input read as a parameter: its values and ONNX data type, or why not.
+type Param = std::result::Result<(Vals, i32), String>;
+
+/// How one ONNX node lowers.
+enum Lowering<'a> {
+    /// IR nodes; the last produces the ONNX node's first output.
+    Nodes(Vec<Node>),
+    /// The output is another name for this tensor.
+    Alias(String),
+    /// The output is a constant tensor (a `Constant` node).
+    Static(Cow<'a, TensorProto>),
+    /// Not mapped: the reason.
+    Opaque(String),
+}
+
+/// Early return of an opaque lowering from inside `lower`.
+macro_rules! opaque {
+    ($($t:tt)*) => {
+        return Ok(Lowering::Opaque(format!($($t)*)))
+    };
+}
+
+struct Importer<'a> {
+    src: String,
+    opset: i64,
+    g: &'a GraphProto,
+    nodes: Vec<Node>,
+    outputs: Vec<String>,
+    used: HashSet<String>,
+    /// Runtime tensors present in `nodes`.
+    specs: HashMap<String, TensorSpec>,
+    /// Constant tensors (initializers, `Constant` outputs), materialized on first runtime use.
+    statics: HashMap<String, Cow<'a, TensorProto>>,
+    /// Tensors that exist in the model but not in the IR, with the reason.
+    unavailable: HashMap<String, String>,
+    alias: HashMap<String, String>,
+    declared: HashMap<&'a str, &'a ValueInfoProto>,
+    opaque: Vec<OpaqueNode>,
+    notes: Vec<String>,
+}
+
+impl<'a> Importer<'a> {
+    fn new(src: &str, opset: i64, g: &'a GraphProto) -> Self {
+        let mut declared = HashMap::new();
+        for v in g.value_info.iter().chain(&g.output).chain(&g.input) {
+            declared.entry(v.name.as_str()).or_insert(v);
+        }
+        Importer {
+            src: src.to_string(),
+            opset,
+            g,
+            nodes: vec![],
+            outputs: vec![],
+            used: HashSet::new(),
+            specs: HashMap::new(),
+            statics: HashMap::new(),
+            unavailable: HashMap::new(),
+            alias: HashMap::new(),
+            declared,
+            opaque: vec![],
+            notes: vec![],
+        }
+    }
+
+    fn err(&self, detail: String) -> GraphError {
+        GraphError::Onnx {
+            file: self.src.clone(),
+            detail,
+        }
+    }
+
+    fn unique(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut k = 1;
+        while self.used.contains(&name) {
+            name = format!("{base}#{k}");
+            k += 1;
+        }
+        self.used.insert(name.clone());
+        name
+    }
+
+    fn resolve(&self, n: &str) -> String {
+        self.alias.get(n).cloned().unwrap_or_else(|| n.to_string())
+    }
+
+    fn is_defined(&self, n: &str) -> bool {
+        self.specs.contains_key(n)
+            || self.statics.contains_key(n)
+            || self.unavailable.contains_key(n)
+    }
+
+    fn define_check(&self, n: &str) -> Result<()> {
+        if self.is_defined(n) || self.alias.contains_key(n) {
+            return Err(self.err(format!(
+                "tensor `{n}` is produced twice (ONNX graphs are single-assignment)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let g = self.g;
+        for t in &g.initializer {
+            if t.name.is_empty() {
+                return Err(self.err("an initializer has no name".into()));
+            }
+            tensor_shape(t).map_err(|e| self.err(e))?;
+            self.define_check(&t.name)?;
+            self.statics.insert(t.name.clone(), Cow::Borrowed(t));
+        }
+        for vi in &g.input {
+            if self.statics.contains_key(&vi.name) {
+                continue; // An initializer also listed as an input (IR version < 4 style).
+            }
+            let (shape, code) =
+                shape_of_value_info(vi).map_err(|e| self.err(format!("graph input {e}")))?;
+            let dtype = dtype_of(code).ok_or_else(|| {
+                self.err(format!(
+                    "graph input `{}` has data type {}, which the IR cannot represent",
+                    vi.name,
+                    dt::name(code)
+                ))
+            })?;
+            self.define_check(&vi.name)?;
+            let name = self.unique(&vi.name);
+            self.nodes.push(Node {
+                name,
+                op: Op::Input {
+                    shape: shape.clone(),
+                    dtype,
+                },
+                inputs: vec![],
+                outputs: vec![vi.name.clone()],
+            });
+            self.specs
+                .insert(vi.name.clone(), TensorSpec { shape, dtype });
+        }
+        for (idx, np) in g.node.iter().enumerate() {
+            self.node(idx, np)?;
+        }
+        for vi in &g.output {
+            let r = self.resolve(&vi.name);
+            if r != vi.name {
+                self.notes.push(format!(
+                    "graph output `{}` is an Identity of `{r}` and is named `{r}` in the IR",
+                    vi.name
+                ));
+            }
+            match self.runtime(&r, "the graph outputs")? {
+                Ok(_) => {
+                    if !self.outputs.contains(&r) {
+                        self.outputs.push(r);
+                    }
+                }
+                Err(why) => self.notes.push(format!(
+                    "graph output `{}` is not in the IR graph: {why}",
+                    vi.name
+                )),
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime spec of tensor `n` (already resolved), materializing a constant as a
+    /// Weight/Constant node on first use. `Ok(Err(reason))`: the tensor exists but has no
+    /// IR form.
+    fn runtime(
+        &mut self,
+        n: &str,
+        reader: &str,
+    ) -> Result<std::result::Result<TensorSpec, String>> {
+        if let Some(s) = self.specs.get(n) {
+            return Ok(Ok(s.clone()));
+        }
+        if let Some(why) = self.unavailable.get(n) {
+            return Ok(Err(why.clone()));
+        }
+        let Some(t) = self.statics.get(n) else {
+            return Err(self.err(format!(
+                "{reader} read tensor `{n}`, which no earlier node, graph input or initializer produces \
+                 (ONNX requires nodes in topological order)"
+            )));
+        };
+        let shape = tensor_shape(t).map_err(|e| self.err(e))?;
+        let Some(dtype) = dtype_of(t.data_type) else {
+            let why = format!(
+                "constant `{n}` has data type {}, which the IR cannot represent",
+                dt::name(t.data_type)
+            );
+            self.unavailable.insert(n.to_string(), why.clone());
+            return Ok(Err(why));
+        };
+        let numel: usize = shape.iter().product();
+        let op = match (numel, tensor_values(t)) {
+            (1, Ok(v)) => Op::Constant {
+                shape: shape.clone(),
+                dtype,
+                value: v.f64_at(0),
+            },
+            _ => Op::Weight {
+                shape: shape.clone(),
+                dtype,
+            },
+        };
+        let name = self.unique(n);
+        self.nodes.push(Node {
+            name,
+            op,
+            inputs: vec![],
+            outputs: vec![n.to_string()],
+        });
+        let spec = TensorSpec { shape, dtype };
+        self.specs.insert(n.to_string(), spec.clone());
+        Ok(Ok(spec))
+    }
+
+    /// Values of input `i` of `np` when it is a constant: `None` when absent,
+    /// `Some(Err(reason))` when it is not a readable constant.
+    fn param(&self, np: &NodeProto, i: usize) -> Option<Param> {
+        let raw = np.input.get(i).filter(|s| !s.is_empty())?;
+        let n = self.resolve(raw);
+        Some(match self.statics.get(&n) {
+            Some(t) => tensor_values(t).map(|v| (v, t.data_type)),
+            None => Err(format!(
+                "input `{raw}` is not a constant (initializer or Constant node)"
+            )),
+        })
+    }
+
+    fn node(&mut self, idx: usize, np: &'a NodeProto) -> Result<()> {
+        let base = if np.name.is_empty() {
+            format!("{}_{idx}", np.op_type)
+        } else {
+            np.name.clone()
+        };
+        let name = self.unique(&base);
+        let outs: Vec<&str> = np
+            .output
+            .iter()
+            .map(|s| s.as_str())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if outs.is_empty() {
+            return Err(self.err(format!("node `{name}` ({}) has no outputs", np.op_type)));
+        }
+        for o in &outs {
+            self.define_check(o)?;
+        }
+        let lowering = if !(np.domain.is_empty() || np.domain == "ai.onnx") {
+            Lowering::Opaque(format!(
+                "op domain `{}` is not the default ONNX domain",
+                np.domain
+            ))
+        } else {
+            self.lower(np, &name, outs[0])?
+        };
+        let lowering = match lowering {
+            Lowering::Nodes(_)
+                if outs.len() > 1 || !np.output.first().is_some_and(|s| !s.is_empty()) =>
+            {
+                Lowering::Opaque(format!(
+                    "uses optional output(s) {:?} that the IR op does not produce",
+                    &outs[1.min(outs.len())..]
+                ))
+            }
+            l => l,
+        };
+        match lowering {
+            Lowering::Alias(to) => {
+                self.alias.insert(outs[0].to_string(), to);
+                Ok(())
+            }
+            Lowering::Static(t) => {
+                tensor_shape(&t).map_err(|e| self.err(format!("node `{name}`: {e}")))?;
+                self.statics.insert(outs[0].to_string(), t);
+                Ok(())
+            }
+            Lowering::Nodes(v) => match self.check(&v) {
+                Ok(specs) => {
+                    self.nodes.extend(v);
+                    self.specs.extend(specs);
+                    Ok(())
+                }
+                Err(e) => self.push_opaque(np, name, format!("the IR rejects the mapped op: {e}")),
+            },
+            Lowering::Opaque(reason) => self.push_opaque(np, name, reason),
+        }
+    }
+
+    /// Validate lowered nodes against the specs of their inputs; returns their output specs.
+    fn check(&self, v: &[Node]) -> Result<Vec<(String, TensorSpec)>> {
+        let produced: HashSet<String> = v.iter().flat_map(|n| n.output_names()).collect();
+        let mut seen = HashSet::new();
+        let mut nodes = vec![];
+        for n in v {
+            for i in &n.inputs {
+                if produced.contains(i) || !seen.insert(i.clone()) {
+                    continue;
+                }
+                let s = self
+                    .specs
+                    .get(i)
+                    .ok_or_else(|| self.err(format!("internal: tensor `{i}` has no spec")))?;
+                nodes.push(Node {
+                    name: format!("__onnx_source_{}", nodes.len()),
+                    op: Op::Input {
+                        shape: s.shape.clone(),
+                        dtype: s.dtype,
+                    },
+                    inputs: vec![],
+                    outputs: vec![i.clone()],
+                });
+            }
+        }
+        nodes.extend(v.iter().cloned());
+        let tg = Graph::new("check", nodes).validate()?;
+        Ok(tg
+            .tensors
+            .iter()
+            .filter(|t| produced.contains(&t.name))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    TensorSpec {
+                        shape: t.shape.clone(),
+                        dtype: t.dtype,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    fn push_opaque(&mut self, np: &NodeProto, name: String, reason: String) -> Result<()> {
+        let op_type = if np.domain.is_empty() || np.domain == "ai.onnx" {
+            np.op_type.clone()
+        } else {
+            format!("{}::{}", np.domain, np.op_type)
+        };
+        let mut inputs = vec![];
+        let mut omitted = vec![];
+        for raw in np.input.iter().filter(|s| !s.is_empty()) {
+            let r = self.resolve(raw);
+            match self.runtime(&r, &format!("node `{name}` ({op_type})"))? {
+                Ok(_) => {
+                    if !inputs.contains(&r) {
+                        inputs.push(r)
+                    }
+                }
+                Err(why) => omitted.push(format!("`{raw}` ({why})")),
+            }
+        }
+        let mut specs = vec![];
+        let mut outputs = vec![];
+        let mut dropped = vec![];
+        for o in np.output.iter().filter(|s| !s.is_empty()) {
+            let (shape, code) = self
+                .declared
+                .get(o.as_str())
+                .ok_or_else(|| format!("`{o}` is not declared in value_info or the graph outputs"))
+                .and_then(|vi| shape_of_value_info(vi))
+                .map_err(|e| {
+                    self.err(format!(
+                        "node `{name}` ({op_type}) is imported as opaque ({reason}), which needs the \
+                         static shape of each output, but {e}; run ONNX shape inference \
+                         (onnx.shape_inference.infer_shapes) with static input shapes first"
+                    ))
+                })?;
+            match dtype_of(code) {
+                Some(dtype) => {
+                    specs.push(TensorSpec { shape, dtype });
+                    outputs.push(o.clone());
+                }
+                None => {
+                    let why = format!(
+                        "output of opaque node `{name}` with data type {}, which the IR cannot represent",
+                        dt::name(code)
+                    );
+                    self.unavailable.insert(o.clone(), why);
+                    dropped.push(o.clone());
+                }
+            }
+        }
+        let mut full = reason;
+        if !omitted.is_empty() {
+            full.push_str(&format!(
+                "; inputs left out of the IR node: {}",
+                omitted.join(", ")
+            ));
+        }
+        if outputs.is_empty() {
+            full.push_str(&format!(
+                "; not added to the graph: none of its outputs ({}) has an IR dtype",
+                dropped.join(", ")
+            ));
+        } else {
+            if !dropped.is_empty() {
+                full.push_str(&format!(
+                    "; outputs without an IR dtype left out: {}",
+                    dropped.join(", ")
+                ));
+            }
+            for (o, s) in outputs.iter().zip(&specs) {
+                self.specs.insert(o.clone(), s.clone());
+            }
+            self.nodes.push(Node {
+                name: name.clone(),
+                op: Op::Opaque {
+                    name: op_type.clone(),
+                    output_specs: specs,
+                },
+                inputs,
+                outputs,
+            });
+        }
+        self.opaque.push(OpaqueNode {
+            name,
+            op_type,
+            reason: full,
+        });
+        Ok(())
+    }
+
+    /// Runtime inputs `idx` of `np`, resolved; `Err(reason)` when one is missing or has no
+    /// IR form.
+    fn rt_inputs(
+        &mut self,
+        np: &NodeProto,
+        idx: impl IntoIterator<Item = usize>,
+    ) -> Result<std::result::Result<Vec<String>, String>> {
+        let mut v = vec![];
+        for i in idx {
+            let Some(raw) = np.input.get(i).filter(|s| !s.is_empty()) else {
+                return Ok(Err(format!("input {i} is missing")));
+            };
+            let r = self.resolve(raw);
+            if let Err(why) = self.runtime(&r, &format!("node `{}` ({})", np.name, np.op_type))? {
+                return Ok(Err(why));
+            }
+            v.push(r);
+        }
+        Ok(Ok(v))
+    }
+
+    fn lower(&mut self, np: &'a NodeProto, name: &str, out: &str) -> Result<Lowering<'a>> {
+        let op_type = np.op_type.as_str();
+        let n_in = np.input.iter().filter(|s| !s.is_empty()).count();
+        let one = |op: Op, inputs: Vec<String>| {
+            Lowering::Nodes(vec![Node {
+                name: name.to_string(),
+                op,
+                inputs,
+                outputs: vec![out.to_string()],
+            }])
+        };
+        macro_rules! inputs {
+            ($it:expr) => {
+                match self.rt_inputs(np, $it)? {
+                    Ok(v) => v,
+                    Err(why) => opaque!("{why}"),
+                }
+            };
+        }
+        macro_rules! arity {
+            ($k:expr) => {
+                if n_in != $k || np.input.len() != $k {
+                    opaque!("expects {} input(s), has {}", $k, np.input.len());
+                }
+            };
+        }
+        let unary = match op_type {
+            "Neg" => Some(Op::Neg),
+            "Exp" => Some(Op::Exp),
+            "Log" => Some(Op::Log),
+            "Sqrt" => Some(Op::Sqrt),
+            "Tanh" => Some(Op::Tanh),
+            "Sigmoid" => Some(Op::Sigmoid),
+            "Relu" => Some(Op::Relu),
+            _ => None,
+        };
+        if let Some(op) = unary {
+            arity!(1);
+            return Ok(one(op, inputs!([0])));
+        }
+        let binary = match op_type {
+            "Add" => Some(Op::Add),
+            "Sub" => Some(Op::Sub),
+            "Mul" => Some(Op::Mul),
+            "Div" => Some(Op::Div),
+            "MatMul" => Some(Op::MatMul),
+            _ => None,
+        };
+        if let Some(op) = binary {
+            arity!(2);
+            return Ok(one(op, inputs!([0, 1])));
+        }
+        Ok(match op_type {
+            "Identity" => {
+                arity!(1);
+                Lowering::Alias(self.resolve(&np.input[0]))
+            }
+            "Constant" => {
+                let t = if let Some(t) = attr(np, "value").and_then(|a| a.t.as_ref()) {
+                    Cow::Borrowed(t)
+                } else {
+                    let mk = |data_type: i32, dims: Vec<i64>| TensorProto {
+                        dims,
+                        data_type,
+                        name: out.to_string(),
+                        ..Default::default()
+                    };
+                    if let Some(a) = attr(np, "value_float") {
+                        Cow::Owned(TensorProto {
+                            float_data: vec![a.f],
+                            ..mk(dt::FLOAT, vec![])
+                        })
+                    } else if let Some(a) = attr(np, "value_int") {
+                        Cow::Owned(TensorProto {
+                            int64_data: vec![a.i],
+                            ..mk(dt::INT64, vec![])
+                        })
+                    } else if let Some(a) = attr(np, "value_floats") {
+                        Cow::Owned(TensorProto {
+                            float_data: a.floats.clone(),
+                            ..mk(dt::FLOAT, vec![a.floats.len() as i64])
+                        })
+                    } else if let Some(a) = attr(np, "value_ints") {
+                        Cow::Owned(TensorProto {
+                            int64_data: a.ints.clone(),
+                            ..mk(dt::INT64, vec![a.ints.len() as i64])
+                        })
+                    } else {
+                        opaque!("Constant without a value, value_float(s) or value_int(s) attribute (sparse and string constants are not supported)")
+                    }
+                };
+                Lowering::Static(t)
+            }
+            "Max" | "Min" => {
+                if n_in != np.input.len() || n_in == 0 {
+                    opaque!("expects 1 or more non-empty inputs");
+                }
+                let ins = inputs!(0..n_in);
+                if ins.len() == 1 {
+                    return Ok(Lowering::Alias(ins[0].clone()));
+                }
+                let mk = || if op_type == "Max" { Op::Max } else { Op::Min };
+                let mut v = vec![];
+                let mut acc = ins[0].clone();
+                for (k, b) in ins.iter().enumerate().skip(1) {
+                    let last = k + 1 == ins.len();
+                    let (nm, o) = if last {
+                        (name.to_string(), out.to_string())
+                    } else {
+                        (format!("{name}#{k}"), format!("{out}#{op_type}{k}"))
+                    };
+                    v.push(Node {
+                        name: nm,
+                        op: mk(),
+                        inputs: vec![acc, b.clone()],
+                        outputs: vec![o.clone()],
+                    });
+                    acc = o;
+                }
+                Lowering::Nodes(v)
+            }
+            "Gelu" => {
+                arity!(1);
+                let approx = attr_s(np, "approximate").unwrap_or_else(|| "none".into());
+                match approx.as_str() {
+                    "tanh" => {}
+                    "none" => self.notes.push(format!(
+                        "node `{name}`: exact (erf) GELU is mapped to the IR's tanh-approximation GELU \
+                         (they differ by at most about 5e-4)"
+                    )),
+                    other => opaque!("unknown GELU approximation `{other}`"),
+                }
+                one(Op::Gelu, inputs!([0]))
+            }
+            "Pow" => {
+                arity!(2);
+                let exponent = match self.param(np, 1) {
+                    Some(Ok((v, _))) if v.len() == 1 => v.f64_at(0),
+                    Some(Ok(_)) => opaque!("the exponent is not a scalar"),
+                    Some(Err(why)) => opaque!("the exponent must be a constant scalar: {why}"),
+                    None => opaque!("no exponent"),
+                };
+                one(Op::Pow { exponent }, inputs!([0]))
+            }
+            "ReduceSum" | "ReduceMax" | "ReduceMean" => {
+                if np.input.is_empty() || np.input.len() > 2 {
+                    opaque!("expects 1 or 2 inputs, has {}", np.input.len());
+                }
+                let keepdims = attr_i(np, "keepdims").unwrap_or(1) != 0;
+                let mut axes: Vec<i64> = if let Some(a) = attr_ints(np, "axes") {
+                    a.to_vec()
+                } else {
+                    match self.param(np, 1) {
+                        None => vec![],
+                        Some(Ok((v, _))) => match v.ints() {
+                            Ok(a) => a,
+                            Err(e) => opaque!("axes {e}"),
+                        },
+                        Some(Err(why)) => opaque!("the axes must be constant: {why}"),
+                    }
+                };
+                let x = inputs!([0]);
+                if axes.is_empty() {
+                    if attr_i(np, "noop_with_empty_axes").unwrap_or(0) != 0 {
+                        return Ok(Lowering::Alias(x[0].clone()));
+                    }
+                    let rank = self.specs[&x[0]].shape.len();
+                    if rank != 1 {
+                        opaque!("reduces over all {rank} axes; the IR reduces one axis per node");
+                    }
+                    axes = vec![0];
+                }
+                if axes.len() > 1 {
+                    opaque!("reduces over axes {axes:?}; the IR reduces one axis per node");
+                }
+                let axis = axes[0];
+                let op = match op_type {
+                    "ReduceSum" => Op::ReduceSum { axis, keepdims },
+                    "ReduceMax" => Op::ReduceMax { axis, keepdims },
+                    _ => Op::ReduceMean { axis, keepdims },
+                };
+                one(op, x)
+            }
+            "Softmax" | "LogSoftmax" => {
+                arity!(1);
+                let axis = attr_i(np, "axis").unwrap_or(if self.opset < 13 { 1 } else { -1 });
+                // Before opset 13 the op flattens to 2-D at `axis`; that equals the IR's
+                // last-axis op exactly when `axis` is the last axis, which the IR checks.
+                let op = if op_type == "Softmax" {
+                    Op::Softmax { axis }
+                } else {
+                    Op::LogSoftmax { axis }
+                };
+                one(op, inputs!([0]))
+            }
+            "Reshape" => {
+                if n_in == 0 || np.input.len() > 2 {
+                    opaque!("expects 1 or 2 inputs");
+                }
+                let target = match self.param(np, 1) {
+                    Some(Ok((v, _))) => match v.ints() {
+                        Ok(s) => s,
+                        Err(e) => opaque!("target shape {e}"),
+                    },
+                    Some(Err(why)) => opaque!("the target shape must be constant: {why}"),
+                    None => match attr_ints(np, "shape") {
+                        Some(s) => s.to_vec(),
+                        None => opaque!("no target shape"),
+                    },
+                };
+                if target.len() > MAX_RANK {
+                    opaque!("target rank {} exceeds {MAX_RANK}", target.len());
+                }
+                let x = inputs!([0]);
+                let xs = &self.specs[&x[0]].shape;
+                let allowzero = attr_i(np, "allowzero").unwrap_or(0) != 0;
+                let mut shape = Vec::with_capacity(target.len());
+                for (i, &d) in target.iter().enumerate() {
+                    if d == 0 && !allowzero {
+                        match xs.get(i) {
+                            Some(&k) => shape.push(k as i64),
+                            None => opaque!("target dim {i} is 0 (copy the input dim) but the input has rank {}", xs.len()),
+                        }
+                    } else {
+                        shape.push(d);
+                    }
+                }
+                one(Op::Reshape { shape }, x)
+            }
+            "Transpose" => {
+                arity!(1);
+                let x = inputs!([0]);
+                let rank = self.specs[&x[0]].shape.len();
+                let perm: Vec<usize> = match attr_ints(np, "perm") {
+                    Some(p) => match p.iter().map(|&a| usize::try_from(a)).collect() {
+                        Ok(p) => p,
+                        Err(_) => opaque!("perm {p:?} has a negative axis"),
+                    },
+                    None => (0..rank).rev().collect(),
+                };
+                one(Op::Transpose { perm }, x)
+            }
+            "Cast" => {
+                arity!(1);
+                let to_code = attr_i(np, "to").unwrap_or(0);
+                let Some(to) = i32::try_from(to_code).ok().and_then(dtype_of) else {
+                    opaque!(
+                        "casts to {}, which the IR cannot represent",
+                        dt::name(i32::try_from(to_code).unwrap_or(-1))
+                    )
+                };
+                one(Op::Cast { to }, inputs!([0]))
+            }
+            "Concat" => {
+                if n_in == 0 || n_in != np.input.len() {
+                    opaque!("expects 1 or more non-empty inputs");
+                }
+                let Some(axis) = attr_i(np, "axis") else {
+                    opaque!("no axis attribute")
+                };
+                one(Op::Concat { axis }, inputs!(0..n_in))
+            }
+            "QuantizeLinear" | "DequantizeLinear" => {
+                if np.input.len() < 2 || np.input.len() > 3 {
+                    opaque!("expects 2 or 3 inputs");
+                }
+                let scale_code;
+                let scale = match self.param(np, 1) {
+                    Some(Ok((v, code))) if v.len() == 1 => {
+                        scale_code = code;
+                        v.f64_at(0)
+                    }
+                    Some(Ok(_)) => opaque!("per-axis or blocked quantization (the scale is not a scalar); the IR quantizes per tensor"),
+                    Some(Err(why)) => opaque!("the scale must be a constant scalar: {why}"),
+                    None => opaque!("no scale"),
+                };
+                let zero_point = match self.param(np, 2) {
+                    Some(Ok((v, code))) if v.len() == 1 => {
+                        if code != dt::INT8 {
+                            opaque!(
+                                "the zero point has data type {}; the IR quantizes to int8 only",
+                                dt::name(code)
+                            );
+                        }
+                        v.f64_at(0) as i64
+                    }
+                    Some(Ok(_)) => {
+                        opaque!("the zero point is not a scalar; the IR quantizes per tensor")
+                    }
+                    Some(Err(why)) => opaque!("the zero point must be a constant scalar: {why}"),
+                    None => {
+                        let out_dt = attr_i(np, "output_dtype").unwrap_or(0);
+                        if op_type == "QuantizeLinear" && out_dt != i64::from(dt::INT8) {
+                            opaque!("no zero point, so the output is uint8; the IR quantizes to int8 only");
+                        }
+                        0
+                    }
+                };
+                let x = inputs!([0]);
+                if op_type == "QuantizeLinear" {
+                    one(Op::Quantize { scale, zero_point }, x)
+                } else {
+                    let Some(to) = dtype_of(scale_code) else {
+                        opaque!(
+                            "the scale has data type {}, which the IR cannot represent",
+                            dt::name(scale_code)
+                        )
+                    };
+                    one(
+                        Op::Dequantize {
+                            scale,
+                            zero_point,
+                            to,
+                        },
+                        x,
+                    )
+                }
+            }
+            "LayerNormalization" | "RMSNormalization" => {
+                let rms = op_type == "RMSNormalization";
+                let max_in = if rms { 2 } else { 3 };
+                if np.input.len() < 2 || np.input.len() > max_in {
+                    opaque!("expects 2 to {max_in} inputs, has {}", np.input.len());
+                }
+                let mut ins = inputs!([0, 1]);
+                let x = self.specs[&ins[0]].clone();
+                let axis = attr_i(np, "axis").unwrap_or(-1);
+                let rank = x.shape.len() as i64;
+                if !(axis == -1 || (rank > 0 && axis == rank - 1)) {
+                    opaque!("normalizes over the axes from {axis} of rank {rank}; the IR normalizes the last axis only");
+                }
+                let eps = attr_f(np, "epsilon").unwrap_or(1e-5);
+                let mut v = vec![];
+                if rms {
+                    return Ok(one(Op::RmsNorm { eps }, ins));
+                }
+                if np.input.get(2).is_some_and(|s| !s.is_empty()) {
+                    ins.extend(inputs!([2]));
+                } else {
+                    // No bias: a zero Constant of the normalized width.
+                    let d = x.shape.last().copied().unwrap_or(0);
+                    let zero = format!("{out}#zero_bias");
+                    v.push(Node {
+                        name: format!("{name}#zero_bias"),
+                        op: Op::Constant {
+                            shape: vec![d],
+                            dtype: x.dtype,
+                            value: 0.0,
+                        },
+                        inputs: vec![],
+                        outputs: vec![zero.clone()],
+                    });
+                    ins.push(zero);
+                }
+                v.push(Node {
+                    name: name.to_string(),
+                    op: Op::LayerNorm { eps },
+                    inputs: ins,
+                    outputs: vec![out.to_string()],
+                });
+                Lowering::Nodes(v)
+            }
+            _ => Lowering::Opaque(format!("op `{op_type}` has no IR equivalent")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_precision_decodes() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert!(f16_to_f32(0x7c00).is_infinite());
+        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
+    }
+
+    #[test]
+    fn dims_are_bounded() {
+        assert!(check_dims(&[1 << 20, 1 << 20]).is_ok());
+        assert!(check_dims(&[1 << 21, 1 << 20])
+            .unwrap_err()
+            .contains("exceed"));
+        assert!(check_dims(&[i64::MAX, i64::MAX]).is_err());
+        assert!(check_dims(&[-1]).unwrap_err().contains("negative"));
+        assert!(check_dims(&[1; 17]).unwrap_err().contains("rank"));
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        for bytes in [
+            &[0xffu8; 16][..],
+            &[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f],
+            &[0x3a, 0x05, 0x0a],
+        ] {
+            let e = import_onnx_bytes(bytes, "junk.onnx")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("junk.onnx"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Property tests over random valid graphs: fused and unfused results agree, the executor's
+//! byte counts equal the model, fused traffic never exceeds unfused traffic, and memory
+//! plans never overlap live tensors and never beat the lower bound.
+
+use crate::exec::{compare, execute, fill_inputs};
+use crate::fusion::compile;
+use crate::planner::plan;
+use crate::synth::random_graph;
+use crate::traffic::program_traffic;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_graphs_fuse_run_and_plan_consistently(
+        r in 1usize..6,
+        c in 1usize..24,
+        steps in prop::collection::vec((0u8..11, any::<u16>(), any::<u16>()), 1..14),
+    ) {
+        let g = random_graph(r, c, &steps);
+        let comp = compile(&g).expect("random graphs are valid");
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        let tu = program_traffic(&comp.unfused, &hw).total_bytes;
+        let tf = program_traffic(&comp.fused, &hw).total_bytes;
+        prop_assert!(tf <= tu, "fused {} > unfused {}", tf, tu);
+        let mut ins = HashMap::new();
+        fill_inputs(&comp.unfused.graph, &mut ins, 3).unwrap();
+        let u = execute(&comp.unfused, &ins).unwrap();
+        let f = execute(&comp.fused, &ins).unwrap();
+        prop_assert_eq!(u.total_bytes(), tu);
+        prop_assert_eq!(f.total_bytes(), tf);
+        let (ok, worst, at) = compare(&f, &u);
+        prop_assert!(ok, "disagree: {} at {}", worst, at);
+        for p in [&comp.unfused, &comp.fused] {
+            for align in [1u64, 64] {
+                let pl = plan(p, align).expect("plans verify");
+                prop_assert!(pl.peak_bytes >= pl.lower_bound_bytes);
+                prop_assert!(pl.peak_bytes <= pl.no_reuse_bytes);
+                prop_assert!(pl.verified_no_overlap);
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Graph rewrites applied before fusion, each recorded as a [`Decision`] with its reason.
+//! Numerics ("zero-overflow reformulation"): Log(Add(Exp a, Exp b)) → LogAddExp(a, b);
+//! Log(ReduceSum(Exp x)) → LogSumExp(x); Div(Exp x, ReduceSum(Exp x)) → Softmax(x). Named
+//! pattern: RMSNorm → (MatMul gate, MatMul up) → SiLU → Mul → the Kernels crate's fused
+//! RMSNorm+SwiGLU. Rewrites replace the root node and drop nodes left without readers; a
+//! pattern whose intermediates are read elsewhere (or are graph outputs) is refused.
+//! Not covered: algebraic simplification, constant folding, commuted or scaled variants.
+
+use crate::error::Result;
+use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
+use serde::{Deserialize, Serialize};
+
+/// One accepted or refused decision of a rewrite or of the fuser, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `rewrite`, `pattern` or `fusion`.
+    pub stage: String,
+    /// The node decided about.
+    pub node: String,
+    /// The kernel (or rewrite result) it joined or would have joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Whether the fusion / rewrite was done.
+    pub accepted: bool,
+    /// Short rule name.
+    pub rule: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl Decision {
+    pub(crate) fn new(
+        stage: &str,
+        node: &str,
+        target: Option<&str>,
+        accepted: bool,
+        rule: &str,
+        reason: impl Into<String>,
+    ) -> Self {
+        Decision {
+            stage: stage.into(),
+            node: node.into(),
+            target: target.map(|s| s.to_string()),
+            accepted,
+            rule: rule.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Naive vs rewritten value at an input where the naive f32 form overflows (for reasons).
+pub fn overflow_demo(rule: &str) -> String {
+    match rule {
+        "logaddexp" => {
+            let (a, b) = (100.0f32, 100.0f32);
+            let naive = (a.exp() + b.exp()).ln();
+            let safe = tensorforge_kernels::logaddexp(a, b);
+            format!("at a = b = 100 (f32) the naive form gives exp(100) = {} and log(inf) = {naive}; LogAddExp gives {safe:.6}", a.exp())
+        }
+        "logsumexp" => {
+            let x = [100.0f32, 100.0];
+            let naive = (x[0].exp() + x[1].exp()).ln();
+            let mut out = [0.0f32];
+            let safe = tensorforge_kernels::logsumexp(
+                &x,
+                tensorforge_kernels::Shape2::new(1, 2),
+                &mut out,
+            )
+            .map(|_| out[0])
+            .unwrap_or(f32::NAN);
+            format!("at x = [100, 100] (f32) the naive form gives log(inf) = {naive}; LogSumExp gives {safe:.6}")
+        }
+        _ => {
+            let x = [100.0f32, 100.0];
+            let s = x[0].exp() + x[1].exp();
+            let naive = x[0].exp() / s;
+            let mut out = [0.0f32; 2];
+            let safe =
+                tensorforge_kernels::softmax(&x, tensorforge_kernels::Shape2::new(1, 2), &mut out)
+                    .map(|_| out[0])
+                    .unwrap_or(f32::NAN);
+            format!("at x = [100, 100] (f32) the naive form gives inf / inf = {naive}; Softmax gives {safe}")
+        }
+    }
+}
+
+/// Apply every rewrite; returns the rewritten graph (outputs made explicit) and the
+/// decisions. The result is re-validated by the caller.
+pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
+    let mut nodes = tg.nodes.clone();
+    let mut dec = vec![];
+    let prod = |t: usize| tg.producer[t];
+    let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
+    let tname = |t: usize| tg.tensors[t].name.clone();
+    for i in 0..tg.nodes.len() {
+        let n = &tg.nodes[i];
+        let ins = &tg.node_inputs[i];
+        match &n.op {
+            Op::Log => {
+                let t = ins[0];
+                match op_of(t) {
+                    Op::Add => {
+                        let p = prod(t);
+                        let (u, v) = (tg.node_inputs[p][0], tg.node_inputs[p][1]);
+                        if matches!(op_of(u), Op::Exp) && matches!(op_of(v), Op::Exp) {
+                            let a = tg.node_inputs[prod(u)][0];
+                            let b = tg.node_inputs[prod(v)][0];
+                            nodes[i].op = Op::LogAddExp;
+                            nodes[i].inputs = vec![tname(a), tname(b)];
+                            dec.push(Decision::new(
+                                "rewrite",
+                                &n.name,
+                                Some("LogAddExp"),
+                                true,
+                                "logaddexp",
+                                format!(
+                                    "Log(Add(Exp({}), Exp({}))) -> LogAddExp: exp overflows f32 above 88.72, \
+                                     max(a,b) + log1p(exp(-|a-b|)) never does; {}",
+                                    tname(a),
+                                    tname(b),
+                                    overflow_demo("logaddexp")
+                                ),
+                            ));
+                        }
+                    }
+                    Op::ReduceSum { axis, keepdims } => {
+                        let p = prod(t);
+                        let u = tg.node_inputs[p][0];
+                        if matches!(op_of(u), Op::Exp) {
+                            let x = tg.node_inputs[prod(u)][0];
+                            let rank = tg.tensors[x].shape.len();
+                            if norm_axis(*axis, rank) == Some(rank.saturating_sub(1)) {
+                                nodes[i].op = Op::LogSumExp {
+                                    axis: -1,
+                                    keepdims: *keepdims,
+                                };
+                                nodes[i].inputs = vec![tname(x)];
+                                dec.push(Decision::new(
+                                    "rewrite",
+                                    &n.name,
+                                    Some("LogSumExp"),
+                                    true,
+                                    "logsumexp",
+                                    format!(
+                                        "Log(ReduceSum(Exp({}))) -> LogSumExp: subtracting the row max first keeps exp <= 1; {}",
+                                        tname(x),
+                                        overflow_demo("logsumexp")
+                                    ),
+                                ));
+                            } else {
+                                dec.push(Decision::new(
+                                    "rewrite",
+                                    &n.name,
+                                    Some("LogSumExp"),
+                                    false,
+                                    "logsumexp",
+                                    format!("Log(ReduceSum(Exp)) reduces axis {axis}, not the last axis; the LogSumExp kernel reduces the last axis only"),
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Op::Div => {
+                let (e, s) = (ins[0], ins[1]);
+                if let (Op::Exp, Op::ReduceSum { axis, keepdims }) = (op_of(e), op_of(s)) {
+                    let x = tg.node_inputs[prod(e)][0];
+                    let e2 = tg.node_inputs[prod(s)][0];
+                    let same = e2 == e
+                        || (matches!(op_of(e2), Op::Exp) && tg.node_inputs[prod(e2)][0] == x);
+                    let rank = tg.tensors[x].shape.len();
+                    let last = norm_axis(*axis, rank) == Some(rank.saturating_sub(1));
+                    let shape_ok = tg.tensors[tg.node_outputs[i][0]].shape == tg.tensors[x].shape;
+                    if same && last && *keepdims && shape_ok {
+                        nodes[i].op = Op::Softmax { axis: -1 };
+                        nodes[i].inputs = vec![tname(x)];
+                        dec.push(Decision::new(
+                            "rewrite",
+                            &n.name,
+                            Some("Softmax"),
+                            true,
+                            "softmax",
+                            format!(
+                                "Div(Exp({x}), ReduceSum(Exp({x}))) -> Softmax: exp(x - max) cannot overflow; {}",
+                                overflow_demo("softmax"),
+                                x = tname(x)
+                            ),
+                        ));
+                    } else if same {
+                        dec.push(Decision::new(
+                            "rewrite",
+                            &n.name,
+                            Some("Softmax"),
+                            false,
+                            "softmax",
+                            "Div(Exp, ReduceSum(Exp)) matched but the sum is not over the last axis with keepdims; the Softmax kernel needs both",
+                        ));
+                    }
+                }
+            }
+            Op::Mul => {
+                if let Some(d) = swiglu_pattern(tg, i, &mut nodes) {
+                    dec.push(d);
+                }
+            }
+            _ => {}
+        }
+    }
+    // Drop nodes left without readers (sources are kept: they are the interface).
+    let outputs: Vec<String> = tg.outputs.iter().map(|&t| tname(t)).collect();
+    loop {
+        let mut read: std::collections::HashSet<String> = nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter().cloned())
+            .collect();
+        read.extend(outputs.iter().cloned());
+        let before = nodes.len();
+        nodes.retain(|n| {
+            n.op.base_class() == OpClass::Source
+                || n.output_names().iter().any(|o| read.contains(o))
+        });
+        if nodes.len() == before {
+            break;
+        }
+    }
+    let mut g = Graph::new(tg.name.clone(), nodes);
+    g.outputs = outputs;
+    Ok((g, dec))
+}
+
+fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+    let ins = &tg.node_inputs[i];
+    let name = &tg.nodes[i].name;
+    let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
+    for (s, u) in [(ins[0], ins[1]), (ins[1], ins[0])] {
+        if !matches!(op_of(s), Op::Silu) {
+            continue;
+        }
+        let g = tg.node_inputs[tg.producer[s]][0];
+        if !(matches!(op_of(g), Op::MatMul) && matches!(op_of(u), Op::MatMul)) {
+            continue;
+        }
+        let (mg, mu) = (tg.producer[g], tg.producer[u]);
+        let (h, wg) = (tg.node_inputs[mg][0], tg.node_inputs[mg][1]);
+        let (h2, wu) = (tg.node_inputs[mu][0], tg.node_inputs[mu][1]);
+        let eps = match op_of(h) {
+            Op::RmsNorm { eps } => *eps,
+            _ => continue,
+        };
+        let refuse = |why: String| {
+            Some(Decision::new(
+                "pattern",
+                name,
+                Some("RMSNormSwiGLU"),
+                false,
+                "rmsnorm_swiglu",
+                why,
+            ))
+        };
+        if h != h2 {
+            return refuse(format!(
+                "gate and up MatMuls read different tensors (`{}` vs `{}`); the fused kernel needs one RMSNorm output",
+                tg.tensors[h].name, tg.tensors[h2].name
+            ));
+        }
+        if tg.tensors[wg].shape.len() != 2 || tg.tensors[wu].shape != tg.tensors[wg].shape {
+            return refuse("the weights must be two matrices [D, F] of one shape".into());
+        }
+        let mut readers = tg.consumers[h].clone();
+        readers.sort();
+        let mut want = vec![mg, mu];
+        want.sort();
+        let inner = [
+            (h, want.clone()),
+            (g, vec![tg.producer[s]]),
+            (s, vec![i]),
+            (u, vec![i]),
+        ];
+        for (t, w) in inner {
+            let mut r = tg.consumers[t].clone();
+            r.sort();
+            if r != w || tg.is_output(t) {
+                return refuse(format!(
+                    "intermediate `{}` is read outside the pattern or is a graph output; the fused kernel never materializes it",
+                    tg.tensors[t].name
+                ));
+            }
+        }
+        let rn = tg.producer[h];
+        let x = &tg.tensors[tg.node_inputs[rn][0]].name;
+        let gamma = &tg.tensors[tg.node_inputs[rn][1]].name;
+        nodes[i].op = Op::RmsNormSwiGlu { eps };
+        nodes[i].inputs = vec![
+            x.clone(),
+            gamma.clone(),
+            tg.tensors[wg].name.clone(),
+            tg.tensors[wu].name.clone(),
+        ];
+        return Some(Decision::new(
+            "pattern",
+            name,
+            Some("RMSNormSwiGLU"),
+            true,
+            "rmsnorm_swiglu",
+            format!(
+                "RMSNorm({x}) -> MatMul gate / MatMul up -> SiLU -> Mul matches the Kernels crate's fused RMSNorm+SwiGLU: \
+                 h, gate, up and SiLU(gate) stay in row blocks and never reach DRAM"
+            ),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numerics_rewrites_fire_and_show_overflow() {
+        let text = r#"{"nodes":[
+          {"name":"a","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"b","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"ea","op":"Exp","inputs":["a"]},
+          {"name":"eb","op":"Exp","inputs":["b"]},
+          {"name":"s","op":"Add","inputs":["ea","eb"]},
+          {"name":"y","op":"Log","inputs":["s"]}]}"#;
+        let tg = Graph::from_json_str(text).unwrap().validate().unwrap();
+        let (g, d) = rewrite(&tg).unwrap();
+        assert_eq!(g.nodes.len(), 3, "Exp, Exp, Add dropped: {:?}", g.nodes);
+        assert!(d[0].accepted && d[0].reason.contains("inf"), "{:?}", d);
+        assert!(g.nodes.iter().any(|n| n.op == Op::LogAddExp));
+        assert!(overflow_demo("softmax").contains("NaN"));
+        assert!(overflow_demo("logsumexp").contains("100.693"));
+    }
+}

@@ -1,0 +1,783 @@
+//! What the harness can run, how it is named, what it is (its identity and fingerprint) and
+//! what the Core model says it costs (FLOPs and compulsory DRAM bytes per iteration, per
+//! operation). Every workload is measured in f32 on the CPU; the Core presets, which are
+//! fp16, are re-typed to fp32 so the model counts the bytes the harness actually moves.
+//!
+//! Names accepted on the command line:
+//! * Core presets: `gemm_tiny`, `gemm_tall`, `gemm_wide`, `gemm_large_square`, `conv_pointwise`,
+//!   `conv_spatial`, `conv_downsample`, `transformer_small`, `transformer_medium`,
+//!   `transformer_long_sequence` (a whole block), and `attention:<transformer preset>` (its
+//!   attention part: q/k/v projections, scores, softmax, values, output projection).
+//! * `gemm:m=M:n=N:k=K[:batch=B]` for any (batched) GEMM.
+//! * `kernel:NAME:key=value...` for the kernels crate: `logaddexp:n=N`, `logsumexp:rows=R:cols=C`,
+//!   `softmax:rows=R:cols=C`, `quantize:n=N` (f32 → int8, per tensor),
+//!   `rmsnorm_swiglu_fused:tokens=T:d_model=D:d_ff=F`, `rmsnorm_swiglu_unfused:...`.
+//! * `empty`: an empty call through the same harness path (the fixed floor).
+//! * A path to a workload file (TOML, `[[workload]]` entries, see examples/holdout.toml).
+//!
+//! Left out: dtypes other than f32, data-dependent cost (all inputs are dense pseudo-random
+//! numbers), and the causal mask's skipped work (GEMMs and softmax run dense, as the Core
+//! decomposition charges them).
+
+use crate::error::{MeasureError, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tensorforge_core::conv::{conv2d_preset, Conv2d, CONV2D_PRESET_NAMES};
+use tensorforge_core::presets::GEMM_PRESETS;
+use tensorforge_core::transformer::{
+    transformer_preset, TransformerBlock, RMSNORM_FLOPS_PER_ELEMENT, SOFTMAX_FLOPS_PER_ELEMENT,
+    SWIGLU_FLOPS_PER_ELEMENT, TRANSFORMER_PRESET_NAMES,
+};
+use tensorforge_core::{DType, Gemm};
+use tensorforge_store::WorkloadIdentity;
+
+/// The dtype string of every harness workload's identity.
+pub const DTYPE: &str = "f32";
+
+/// A kernel of the kernels crate with its problem size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kernel", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KernelWorkload {
+    /// `out[i] = logaddexp(a[i], b[i])` over `n` elements.
+    Logaddexp {
+        /// Elements.
+        n: usize,
+    },
+    /// Row-wise logsumexp of a `rows × cols` matrix.
+    Logsumexp {
+        /// Rows.
+        rows: usize,
+        /// Row length.
+        cols: usize,
+    },
+    /// Row-wise softmax of a `rows × cols` matrix.
+    Softmax {
+        /// Rows.
+        rows: usize,
+        /// Row length.
+        cols: usize,
+    },
+    /// Per-tensor saturating quantization of `n` f32 values to int8.
+    Quantize {
+        /// Elements.
+        n: usize,
+    },
+    /// Fused RMSNorm + SwiGLU input projection.
+    RmsnormSwigluFused {
+        /// Tokens T.
+        tokens: usize,
+        /// Model width D.
+        d_model: usize,
+        /// Hidden width F.
+        d_ff: usize,
+    },
+    /// Unfused RMSNorm + SwiGLU (every intermediate materialized).
+    RmsnormSwigluUnfused {
+        /// Tokens T.
+        tokens: usize,
+        /// Model width D.
+        d_model: usize,
+        /// Hidden width F.
+        d_ff: usize,
+    },
+}
+
+/// The kinds of work the harness runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadKind {
+    /// A (batched) f32 GEMM `C = A·B` with faer.
+    Gemm {
+        /// Rows of A and C.
+        m: u64,
+        /// Columns of B and C.
+        n: u64,
+        /// Reduction dimension.
+        k: u64,
+        /// Independent GEMMs.
+        batch: u64,
+    },
+    /// A 2-D convolution (NCHW) by im2col + faer GEMM; dtype is fp32.
+    Conv2d(Conv2d),
+    /// The attention part of a transformer block; dtype is fp32.
+    Attention(TransformerBlock),
+    /// A whole transformer block; dtype is fp32.
+    Transformer(TransformerBlock),
+    /// One kernel of the kernels crate.
+    Kernel(KernelWorkload),
+    /// An empty call (measures the harness floor).
+    Empty,
+}
+
+/// A named workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    /// Display name (not part of the identity).
+    pub name: String,
+    /// What to run.
+    pub kind: WorkloadKind,
+}
+
+/// One operation of a workload as the Core model counts it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelOp {
+    /// Operation name, e.g. `q_proj`, `softmax`.
+    pub name: String,
+    /// FLOPs per iteration, when the model counts them (None for kernels it does not model).
+    pub flops: Option<f64>,
+    /// Compulsory DRAM bytes per iteration.
+    pub bytes: f64,
+}
+
+fn bad(src: &str, field: &str, value: impl ToString, reason: &str) -> MeasureError {
+    MeasureError::invalid(src, field, value, reason)
+}
+
+fn fp32_gemm(m: u64, n: u64, k: u64, batch: u64) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        batch,
+        dtype: DType::Fp32,
+        accumulate: false,
+    }
+}
+
+impl WorkloadSpec {
+    /// A GEMM workload (batch 1 unless given), validated by the Core.
+    pub fn gemm(name: &str, m: u64, n: u64, k: u64, batch: u64) -> Result<WorkloadSpec> {
+        let s = WorkloadSpec {
+            name: name.into(),
+            kind: WorkloadKind::Gemm { m, n, k, batch },
+        };
+        s.validate(name)?;
+        Ok(s)
+    }
+
+    /// The empty call used as the fixed floor.
+    pub fn empty() -> WorkloadSpec {
+        WorkloadSpec {
+            name: "empty".into(),
+            kind: WorkloadKind::Empty,
+        }
+    }
+
+    /// Check sizes with the Core's validators and the harness's own limits; `src` names the
+    /// file or argument in errors.
+    pub fn validate(&self, src: &str) -> Result<()> {
+        let wrap = |e: tensorforge_core::CoreError| bad(src, &self.name, "", &e.to_string());
+        match &self.kind {
+            WorkloadKind::Gemm { m, n, k, batch } => {
+                fp32_gemm(*m, *n, *k, *batch).validate().map_err(wrap)?;
+            }
+            WorkloadKind::Conv2d(c) => c.validate().map_err(wrap)?,
+            WorkloadKind::Attention(b) | WorkloadKind::Transformer(b) => {
+                b.validate().map_err(wrap)?;
+                b.decompose().map_err(wrap)?;
+            }
+            WorkloadKind::Kernel(k) => {
+                let dims: Vec<(&str, usize)> = match k {
+                    KernelWorkload::Logaddexp { n } | KernelWorkload::Quantize { n } => {
+                        vec![("n", *n)]
+                    }
+                    KernelWorkload::Logsumexp { rows, cols }
+                    | KernelWorkload::Softmax { rows, cols } => {
+                        vec![("rows", *rows), ("cols", *cols)]
+                    }
+                    KernelWorkload::RmsnormSwigluFused {
+                        tokens,
+                        d_model,
+                        d_ff,
+                    }
+                    | KernelWorkload::RmsnormSwigluUnfused {
+                        tokens,
+                        d_model,
+                        d_ff,
+                    } => vec![("tokens", *tokens), ("d_model", *d_model), ("d_ff", *d_ff)],
+                };
+                for (f, v) in &dims {
+                    if *v == 0 {
+                        return Err(bad(src, f, v, "must be at least 1"));
+                    }
+                }
+            }
+            WorkloadKind::Empty => {}
+        }
+        // The working set must be allocatable: refuse above 16 GiB rather than abort.
+        let ws = self.working_set_bytes();
+        if ws > (16u64 << 30) {
+            return Err(bad(
+                src,
+                &self.name,
+                format!("{ws} bytes"),
+                "working set exceeds the harness limit of 16 GiB",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The identity: kind, canonical parameters and dtype `f32`.
+    pub fn identity(&self) -> WorkloadIdentity {
+        let (kind, params): (&str, BTreeMap<String, serde_json::Value>) = match &self.kind {
+            WorkloadKind::Gemm { m, n, k, batch } => (
+                "gemm",
+                [("m", *m), ("n", *n), ("k", *k), ("batch", *batch)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                    .collect(),
+            ),
+            WorkloadKind::Conv2d(c) => ("conv2d", object_without_dtype(c)),
+            WorkloadKind::Attention(b) => ("attention", object_without_dtype(b)),
+            WorkloadKind::Transformer(b) => ("transformer", object_without_dtype(b)),
+            WorkloadKind::Kernel(k) => ("kernel", object_without_dtype(k)),
+            WorkloadKind::Empty => ("empty", BTreeMap::new()),
+        };
+        WorkloadIdentity {
+            kind: kind.into(),
+            name: self.name.clone(),
+            params,
+            dtype: DTYPE.into(),
+        }
+    }
+
+    /// The Core model's operations for one iteration (FLOPs and compulsory bytes in f32).
+    pub fn model_ops(&self) -> Result<Vec<ModelOp>> {
+        let op = |name: &str, flops: Option<f64>, bytes: f64| ModelOp {
+            name: name.into(),
+            flops,
+            bytes,
+        };
+        Ok(match &self.kind {
+            WorkloadKind::Gemm { m, n, k, batch } => {
+                let g = fp32_gemm(*m, *n, *k, *batch);
+                vec![op(
+                    "gemm",
+                    Some(g.flops()? as f64),
+                    g.compulsory_bytes()? as f64,
+                )]
+            }
+            WorkloadKind::Conv2d(c) => {
+                let c = fp32_conv(c);
+                let bytes = c.input_bytes()? + c.weight_bytes()? + c.output_bytes()?;
+                vec![op("conv2d", Some(c.flops()? as f64), bytes as f64)]
+            }
+            WorkloadKind::Attention(b) | WorkloadKind::Transformer(b) => {
+                let attention_only = matches!(self.kind, WorkloadKind::Attention(_));
+                let d = fp32_block(b).decompose()?;
+                let mut ops = Vec::new();
+                for g in &d.gemms {
+                    if attention_only && !ATTENTION_GEMMS.contains(&g.name.as_str()) {
+                        continue;
+                    }
+                    ops.push(op(
+                        &g.name,
+                        Some(g.gemm.flops()? as f64),
+                        g.gemm.compulsory_bytes()? as f64,
+                    ));
+                }
+                for e in &d.non_gemm {
+                    if attention_only && e.op != "softmax" {
+                        continue;
+                    }
+                    ops.push(op(
+                        &e.name,
+                        (e.flops > 0).then_some(e.flops as f64),
+                        (e.bytes_read + e.bytes_written) as f64,
+                    ));
+                }
+                ops
+            }
+            WorkloadKind::Kernel(k) => {
+                let f = 4.0f64;
+                match *k {
+                    KernelWorkload::Logaddexp { n } => {
+                        vec![op("logaddexp", None, 3.0 * f * n as f64)]
+                    }
+                    KernelWorkload::Logsumexp { rows, cols } => vec![op(
+                        "logsumexp",
+                        None,
+                        f * (rows as f64 * cols as f64 + rows as f64),
+                    )],
+                    KernelWorkload::Softmax { rows, cols } => {
+                        let e = rows as f64 * cols as f64;
+                        vec![op(
+                            "softmax",
+                            Some(SOFTMAX_FLOPS_PER_ELEMENT as f64 * e),
+                            2.0 * f * e,
+                        )]
+                    }
+                    KernelWorkload::Quantize { n } => vec![op("quantize", None, 5.0 * n as f64)],
+                    KernelWorkload::RmsnormSwigluFused {
+                        tokens,
+                        d_model,
+                        d_ff,
+                    }
+                    | KernelWorkload::RmsnormSwigluUnfused {
+                        tokens,
+                        d_model,
+                        d_ff,
+                    } => {
+                        let (t, d, ff) = (tokens as f64, d_model as f64, d_ff as f64);
+                        let flops = 4.0 * t * d * ff
+                            + RMSNORM_FLOPS_PER_ELEMENT as f64 * t * d
+                            + SWIGLU_FLOPS_PER_ELEMENT as f64 * t * ff;
+                        let bytes = f * (t * d + d + 2.0 * d * ff + t * ff);
+                        vec![op("rmsnorm_swiglu", Some(flops), bytes)]
+                    }
+                }
+            }
+            WorkloadKind::Empty => vec![],
+        })
+    }
+
+    /// Total FLOPs per iteration (None when no operation has a FLOP count).
+    pub fn flops(&self) -> Result<Option<f64>> {
+        let ops = self.model_ops()?;
+        let with: Vec<f64> = ops.iter().filter_map(|o| o.flops).collect();
+        Ok((!with.is_empty()).then(|| with.iter().sum()))
+    }
+
+    /// Total compulsory bytes per iteration (None for the empty call).
+    pub fn bytes(&self) -> Result<Option<f64>> {
+        let ops = self.model_ops()?;
+        Ok((!ops.is_empty()).then(|| ops.iter().map(|o| o.bytes).sum()))
+    }
+
+    /// Bytes of every buffer one instance of the workload allocates (its working set).
+    pub fn working_set_bytes(&self) -> u64 {
+        crate::exec::buffer_elements(&self.kind).saturating_mul(4)
+    }
+}
+
+/// GEMMs of the decomposition that belong to the attention part.
+pub const ATTENTION_GEMMS: &[&str] = &[
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "attn_scores",
+    "attn_values",
+    "o_proj",
+];
+
+pub(crate) fn fp32_conv(c: &Conv2d) -> Conv2d {
+    Conv2d {
+        dtype: DType::Fp32,
+        ..c.clone()
+    }
+}
+
+pub(crate) fn fp32_block(b: &TransformerBlock) -> TransformerBlock {
+    TransformerBlock {
+        dtype: DType::Fp32,
+        ..b.clone()
+    }
+}
+
+fn object_without_dtype<T: Serialize>(v: &T) -> BTreeMap<String, serde_json::Value> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .filter(|(k, v)| k != "dtype" && !v.is_null())
+            .collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+/// Every name form accepted by [`parse_workload`], for error messages and `--help`.
+pub fn valid_names() -> Vec<String> {
+    let mut v: Vec<String> = GEMM_PRESETS.iter().map(|p| p.0.to_string()).collect();
+    v.extend(CONV2D_PRESET_NAMES.iter().map(|s| s.to_string()));
+    v.extend(TRANSFORMER_PRESET_NAMES.iter().map(|s| s.to_string()));
+    v.extend(
+        TRANSFORMER_PRESET_NAMES
+            .iter()
+            .map(|s| format!("attention:{s}")),
+    );
+    v.push("gemm:m=M:n=N:k=K[:batch=B]".into());
+    v.extend(
+        [
+            "kernel:logaddexp:n=N",
+            "kernel:logsumexp:rows=R:cols=C",
+            "kernel:softmax:rows=R:cols=C",
+            "kernel:quantize:n=N",
+            "kernel:rmsnorm_swiglu_fused:tokens=T:d_model=D:d_ff=F",
+            "kernel:rmsnorm_swiglu_unfused:tokens=T:d_model=D:d_ff=F",
+            "empty",
+            "a workload file (.toml)",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    v
+}
+
+fn unknown(name: &str) -> MeasureError {
+    MeasureError::UnknownWorkload {
+        name: name.into(),
+        valid: valid_names().join(", "),
+    }
+}
+
+/// `key=value` pairs of a colon form into a TOML table (values parsed as integers).
+fn kv_table(name: &str, parts: &[&str]) -> Result<toml::Table> {
+    let mut t = toml::Table::new();
+    for p in parts {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| bad(name, p, p, "expected key=value"))?;
+        let n: i64 = v
+            .trim()
+            .parse()
+            .map_err(|_| bad(name, k, v, "must be a non-negative integer"))?;
+        if n < 0 {
+            return Err(bad(name, k, v, "must be a non-negative integer"));
+        }
+        t.insert(k.trim().to_string(), toml::Value::Integer(n));
+    }
+    Ok(t)
+}
+
+/// Parse one command-line workload name (not a file); errors list the valid names.
+pub fn parse_workload_name(name: &str) -> Result<WorkloadSpec> {
+    let n = name.trim();
+    if let Some(&(p, m, nn, k)) = GEMM_PRESETS.iter().find(|p| p.0 == n) {
+        return WorkloadSpec::gemm(p, m, nn, k, 1);
+    }
+    if CONV2D_PRESET_NAMES.contains(&n) {
+        let c = conv2d_preset(n)?;
+        return Ok(WorkloadSpec {
+            name: n.into(),
+            kind: WorkloadKind::Conv2d(fp32_conv(&c)),
+        });
+    }
+    if TRANSFORMER_PRESET_NAMES.contains(&n) {
+        return Ok(WorkloadSpec {
+            name: n.into(),
+            kind: WorkloadKind::Transformer(fp32_block(&transformer_preset(n)?)),
+        });
+    }
+    if n == "empty" {
+        return Ok(WorkloadSpec::empty());
+    }
+    let parts: Vec<&str> = n.split(':').collect();
+    match parts.as_slice() {
+        ["attention", p] if TRANSFORMER_PRESET_NAMES.contains(p) => Ok(WorkloadSpec {
+            name: n.into(),
+            kind: WorkloadKind::Attention(fp32_block(&transformer_preset(p)?)),
+        }),
+        ["gemm", rest @ ..] if !rest.is_empty() => {
+            let mut t = kv_table(n, rest)?;
+            t.insert("kind".into(), "gemm".into());
+            spec_from_table(n, n, t)
+        }
+        ["kernel", kernel, rest @ ..] => {
+            let mut t = kv_table(n, rest)?;
+            t.insert("kind".into(), "kernel".into());
+            t.insert("kernel".into(), toml::Value::String(kernel.to_string()));
+            spec_from_table(n, n, t)
+        }
+        _ => Err(unknown(n)),
+    }
+}
+
+/// Parse a name or, when it names an existing file, every workload in that file.
+pub fn parse_workload(arg: &str) -> Result<Vec<WorkloadSpec>> {
+    let p = std::path::Path::new(arg);
+    if p.is_file() || arg.ends_with(".toml") {
+        let text = std::fs::read_to_string(p).map_err(|e| MeasureError::Io {
+            path: arg.into(),
+            message: e.to_string(),
+        })?;
+        return parse_workload_file(&text, arg);
+    }
+    Ok(vec![parse_workload_name(arg)?])
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GemmEntry {
+    m: u64,
+    n: u64,
+    k: u64,
+    #[serde(default = "one")]
+    batch: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn from_toml<T: serde::de::DeserializeOwned>(src: &str, t: toml::Table) -> Result<T> {
+    toml::Value::Table(t)
+        .try_into()
+        .map_err(|e: toml::de::Error| MeasureError::Parse {
+            source_name: src.into(),
+            message: e.to_string().trim().replace('\n', " "),
+        })
+}
+
+/// Strip a `dtype` key, accepting only fp32 (the harness measures f32).
+fn take_dtype(src: &str, t: &mut toml::Table) -> Result<()> {
+    if let Some(v) = t.remove("dtype") {
+        let s = v.as_str().unwrap_or_default();
+        if DType::parse(s).ok() != Some(DType::Fp32) {
+            return Err(bad(src, "dtype", v, "the CPU harness measures fp32 only"));
+        }
+    }
+    Ok(())
+}
+
+/// Build a spec from one TOML table with a `kind` key; `src` names the entry in errors.
+fn spec_from_table(src: &str, name: &str, mut t: toml::Table) -> Result<WorkloadSpec> {
+    let kind = match t.remove("kind") {
+        Some(toml::Value::String(s)) => s,
+        Some(v) => return Err(bad(src, "kind", v, "must be a string")),
+        None => {
+            return Err(bad(
+                src,
+                "kind",
+                "(missing)",
+                "one of gemm, conv2d, attention, transformer, kernel",
+            ))
+        }
+    };
+    let kind = match kind.as_str() {
+        "gemm" => {
+            take_dtype(src, &mut t)?;
+            let g: GemmEntry = from_toml(src, t)?;
+            WorkloadKind::Gemm {
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                batch: g.batch,
+            }
+        }
+        "conv2d" => {
+            take_dtype(src, &mut t)?;
+            let c: Conv2d = from_toml(src, t)?;
+            WorkloadKind::Conv2d(fp32_conv(&c))
+        }
+        "attention" | "transformer" => {
+            take_dtype(src, &mut t)?;
+            let b: TransformerBlock = from_toml(src, t)?;
+            if kind == "attention" {
+                WorkloadKind::Attention(fp32_block(&b))
+            } else {
+                WorkloadKind::Transformer(fp32_block(&b))
+            }
+        }
+        "kernel" => WorkloadKind::Kernel(from_toml(src, t)?),
+        other => {
+            return Err(bad(
+                src,
+                "kind",
+                other,
+                "one of gemm, conv2d, attention, transformer, kernel",
+            ))
+        }
+    };
+    let s = WorkloadSpec {
+        name: name.into(),
+        kind,
+    };
+    s.validate(src)?;
+    Ok(s)
+}
+
+/// Parse a workload file: `[[workload]]` entries, each either `preset = "NAME"` (any name
+/// [`parse_workload_name`] accepts) or `kind = ...` with that kind's fields, plus an optional
+/// `name`. `source` (the file name) prefixes errors; an empty file is an error.
+pub fn parse_workload_file(text: &str, source: &str) -> Result<Vec<WorkloadSpec>> {
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| MeasureError::Parse {
+            source_name: source.into(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+    let entries = match doc.remove("workload") {
+        Some(toml::Value::Array(a)) => a,
+        Some(v) => {
+            return Err(bad(
+                source,
+                "workload",
+                v.type_str(),
+                "must be an array of tables ([[workload]])",
+            ))
+        }
+        None => {
+            return Err(bad(
+                source,
+                "workload",
+                "(missing)",
+                "the file needs at least one [[workload]] entry",
+            ))
+        }
+    };
+    if let Some(k) = doc.keys().next() {
+        return Err(bad(
+            source,
+            k,
+            k,
+            "unknown top-level key; only [[workload]] is read",
+        ));
+    }
+    if entries.is_empty() {
+        return Err(bad(source, "workload", "[]", "no workloads"));
+    }
+    let mut out = Vec::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        let src = format!("{source}: workload[{i}]");
+        let mut t = match e {
+            toml::Value::Table(t) => t,
+            v => return Err(bad(&src, "workload", v.type_str(), "must be a table")),
+        };
+        let name = match t.remove("name") {
+            Some(toml::Value::String(s)) if !s.trim().is_empty() => Some(s),
+            Some(v) => return Err(bad(&src, "name", v, "must be a non-empty string")),
+            None => None,
+        };
+        let spec = if let Some(p) = t.remove("preset") {
+            let p = p
+                .as_str()
+                .ok_or_else(|| bad(&src, "preset", &p, "must be a string"))?
+                .to_string();
+            if let Some(k) = t.keys().next() {
+                return Err(bad(
+                    &src,
+                    k,
+                    k,
+                    "a preset entry takes only `preset` and `name`",
+                ));
+            }
+            let mut s =
+                parse_workload_name(&p).map_err(|e| bad(&src, "preset", &p, &e.to_string()))?;
+            if let Some(n) = name {
+                s.name = n;
+            }
+            s
+        } else {
+            let n = name.unwrap_or_else(|| format!("workload{i}"));
+            spec_from_table(&src, &n, t)?
+        };
+        out.push(spec);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_forms_parse() {
+        for n in [
+            "gemm_tiny",
+            "conv_spatial",
+            "transformer_small",
+            "attention:transformer_small",
+            "gemm:m=4:n=5:k=6:batch=2",
+            "kernel:softmax:rows=2:cols=8",
+            "kernel:rmsnorm_swiglu_fused:tokens=2:d_model=4:d_ff=8",
+            "empty",
+        ] {
+            let s = parse_workload_name(n).unwrap_or_else(|e| panic!("{n}: {e}"));
+            assert_eq!(s.identity().dtype, "f32");
+        }
+    }
+
+    #[test]
+    fn gemm_identity_and_model() {
+        let s = parse_workload_name("gemm_tiny").unwrap();
+        let id = s.identity();
+        assert_eq!(
+            id.canonical_json(),
+            r#"{"dtype":"f32","kind":"gemm","params":{"batch":1,"k":128,"m":128,"n":128}}"#
+        );
+        // 2·128³ = 4194304 FLOPs; 3·128²·4 B = 196608 bytes.
+        assert_eq!(s.flops().unwrap(), Some(4194304.0));
+        assert_eq!(s.bytes().unwrap(), Some(196608.0));
+        // The same GEMM by form has the same fingerprint, whatever its name.
+        let t = parse_workload_name("gemm:m=128:n=128:k=128").unwrap();
+        assert_eq!(t.identity().fingerprint(), id.fingerprint());
+    }
+
+    #[test]
+    fn unknown_and_bad_forms_error() {
+        let e = parse_workload_name("gemm_huge").unwrap_err().to_string();
+        assert!(
+            e.contains("gemm_huge") && e.contains("gemm_tiny") && e.contains("kernel:softmax"),
+            "{e}"
+        );
+        let e = parse_workload_name("kernel:softmax:rows=0:cols=4")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rows") && e.contains('0'), "{e}");
+        let e = parse_workload_name("kernel:softmax:rows=x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rows") && e.contains('x'), "{e}");
+        let e = parse_workload_name("kernel:softmax:rows=2:cols=3:depth=4")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("depth"), "{e}");
+        assert!(parse_workload_name("kernel:nope:n=1").is_err());
+        assert!(parse_workload_name("gemm:m=0:n=1:k=1").is_err());
+    }
+
+    #[test]
+    fn files_parse_and_errors_name_entry_and_field() {
+        let text = r#"
+[[workload]]
+name = "g"
+kind = "gemm"
+m = 8
+n = 8
+k = 8
+
+[[workload]]
+preset = "conv_pointwise"
+
+[[workload]]
+kind = "kernel"
+kernel = "softmax"
+rows = 2
+cols = 4
+"#;
+        let v = parse_workload_file(text, "w.toml").unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[1].name, "conv_pointwise");
+        let e = parse_workload_file(&text.replace("m = 8", "m = 0"), "w.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("w.toml") && e.contains("workload[0]") && e.contains('m'),
+            "{e}"
+        );
+        let e = parse_workload_file(&text.replace("k = 8", "kk = 8"), "w.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kk"), "{e}");
+        assert!(parse_workload_file("[[workload]\n", "w.toml").is_err());
+        assert!(parse_workload_file("", "w.toml").is_err());
+        let e = parse_workload_file(
+            &text.replace("kind = \"gemm\"", "kind = \"gemm\"\ndtype = \"fp16\""),
+            "w.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dtype") && e.contains("fp16"), "{e}");
+    }
+
+    #[test]
+    fn transformer_ops_come_from_the_decomposition() {
+        let s = parse_workload_name("attention:transformer_small").unwrap();
+        let names: Vec<String> = s.model_ops().unwrap().into_iter().map(|o| o.name).collect();
+        assert!(
+            names.contains(&"softmax".to_string()) && names.contains(&"attn_scores".to_string())
+        );
+        assert!(!names.contains(&"mlp_up".to_string()));
+        let t = parse_workload_name("transformer_small").unwrap();
+        assert!(t.model_ops().unwrap().len() > names.len());
+    }
+}

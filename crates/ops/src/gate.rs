@@ -1,0 +1,1113 @@
+//! The regression gate: match baseline and candidate records by workload fingerprint, check
+//! identity, and decide each gated metric under a [`Policy`]. A metric FAILs when its
+//! change in the regression direction exceeds `allowed = max(max_relative · |baseline|,
+//! max_absolute)` *and* the one-sided test is significant at α (on the Benjamini–Hochberg
+//! adjusted p-value when suite FDR control is on); beyond-allowed but not significant, or
+//! too few samples, is INCONCLUSIVE. Missing evidence is never PASS: a workload on one side
+//! only, an identity mismatch or an invalid record is ERROR. Overall: ERROR over FAIL over
+//! INCONCLUSIVE over PASS. Left out: paired or interleaved designs, drift within a run, and
+//! any use of the analytical model (the report shows it as context only).
+
+use crate::date::Date;
+use crate::policy::{Direction, IdentityRule, Metric, MetricPolicy, Policy, Statistic, TestKind};
+use crate::rng::derive_seed;
+use crate::stats::{self, BootstrapInterval, MwuMethod};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tensorforge_store::Record;
+
+/// Version of the gate result JSON.
+pub const GATE_SCHEMA_VERSION: u32 = 1;
+
+/// Decision for one metric, and overall.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    /// Within the allowed change.
+    Pass,
+    /// Beyond the allowed change and statistically significant.
+    Fail,
+    /// Beyond the allowed change but not significant, or too few samples to test.
+    Inconclusive,
+    /// The policy does not gate this metric, or neither side measured it.
+    NotComparable,
+    /// A FAIL or INCONCLUSIVE accepted by an unexpired waiver.
+    Waived,
+    /// Missing on one side, identity mismatch, or invalid record.
+    Error,
+}
+
+impl Verdict {
+    /// Upper-case label as in the JSON.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "INCONCLUSIVE",
+            Verdict::NotComparable => "NOT_COMPARABLE",
+            Verdict::Waived => "WAIVED",
+            Verdict::Error => "ERROR",
+        }
+    }
+
+    /// Process exit status of an overall verdict: PASS 0, FAIL 1, ERROR 2, INCONCLUSIVE 3
+    /// (per-metric-only verdicts NOT_COMPARABLE and WAIVED map to 0).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Pass | Verdict::NotComparable | Verdict::Waived => 0,
+            Verdict::Fail => 1,
+            Verdict::Error => 2,
+            Verdict::Inconclusive => 3,
+        }
+    }
+}
+
+/// How a waiver was used on a row.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WaiverUse {
+    /// The waiver's reason.
+    pub reason: String,
+    /// Its expiry date.
+    pub expires: Date,
+    /// `applied` (row WAIVED), `expired` (row keeps its verdict) or `not_needed` (row passed).
+    pub status: String,
+}
+
+/// One compared metric of one workload (or one workload-level ERROR, with `metric` =
+/// `workload`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MetricRow {
+    /// Workload display name.
+    pub workload: String,
+    /// Workload fingerprint (baseline side's for a mismatch).
+    pub fingerprint: String,
+    /// Metric name, or `workload` for workload-level rows.
+    pub metric: String,
+    /// Unit of baseline/candidate/allowed.
+    pub unit: String,
+    /// The decision.
+    pub verdict: Verdict,
+    /// Statistic compared (`p50`, `mean`...).
+    pub statistic: Option<String>,
+    /// Baseline statistic.
+    pub baseline: Option<f64>,
+    /// Candidate statistic.
+    pub candidate: Option<f64>,
+    /// `(candidate − baseline) / |baseline|`.
+    pub change_relative: Option<f64>,
+    /// Change in the regression direction, `sign · (candidate − baseline)` (> 0 is worse).
+    pub worse_change: Option<f64>,
+    /// Allowed regression `max(max_relative · |baseline|, max_absolute)`, metric unit.
+    pub allowed: Option<f64>,
+    /// `allowed / |baseline|`.
+    pub allowed_relative: Option<f64>,
+    /// Test used (`mann_whitney`, `bootstrap`, `none`).
+    pub test: Option<String>,
+    /// `exact` or `normal` for Mann–Whitney.
+    pub test_method: Option<String>,
+    /// One-sided p-value in the regression direction.
+    pub p_value: Option<f64>,
+    /// Benjamini–Hochberg adjusted p-value (when suite FDR control is on).
+    pub p_adjusted: Option<f64>,
+    /// Significance level.
+    pub alpha: Option<f64>,
+    /// Bootstrap interval of the relative change.
+    pub interval: Option<BootstrapInterval>,
+    /// Baseline samples.
+    pub n_baseline: usize,
+    /// Candidate samples.
+    pub n_candidate: usize,
+    /// Waiver that matched this row, if any.
+    pub waiver: Option<WaiverUse>,
+    /// Why this verdict, in one sentence.
+    pub reason: String,
+}
+
+/// A field that differs between the two sides.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FieldChange {
+    /// Dotted field name, e.g. `software.git_commit`.
+    pub field: String,
+    /// Baseline value (`—` when absent).
+    pub baseline: String,
+    /// Candidate value.
+    pub candidate: String,
+}
+
+/// Context of one workload compared across the two sides.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WorkloadComparison {
+    /// Display name.
+    pub name: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// Kind (`gemm`...).
+    pub kind: String,
+    /// Dtype.
+    pub dtype: String,
+    /// Records pooled on the baseline side.
+    pub baseline_records: usize,
+    /// Records pooled on the candidate side.
+    pub candidate_records: usize,
+    /// Device model on each side.
+    pub device_baseline: String,
+    /// Device model on the candidate side.
+    pub device_candidate: String,
+    /// Software differences (listed unless the software rule is `ignore`).
+    pub software_changes: Vec<FieldChange>,
+    /// Runtime differences: machine, threads, cores, OS, kernel, harness settings.
+    pub runtime_changes: Vec<FieldChange>,
+}
+
+/// Status of one policy waiver in this gate run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WaiverStatus {
+    /// Workload name or fingerprint.
+    pub workload: String,
+    /// Metric or `*`.
+    pub metric: String,
+    /// Reason.
+    pub reason: String,
+    /// Expiry.
+    pub expires: Date,
+    /// `applied`, `expired` (no longer applies), or `unused` (nothing to waive).
+    pub status: String,
+}
+
+/// Everything the gate decided, serializable as versioned JSON.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GateResult {
+    /// Always [`GATE_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Always `measurement+policy`: the verdicts use measurements only.
+    pub evidence: String,
+    /// Where the policy came from.
+    pub policy_source: String,
+    /// The date waivers were checked against.
+    pub today: Date,
+    /// Overall verdict.
+    pub overall: Verdict,
+    /// Process exit status for `overall`.
+    pub exit_code: u8,
+    /// Why the overall verdict (one line per deciding row).
+    pub reasons: Vec<String>,
+    /// Per-metric rows, grouped by workload in name order.
+    pub rows: Vec<MetricRow>,
+    /// Per-workload context.
+    pub workloads: Vec<WorkloadComparison>,
+    /// Every policy waiver and what became of it.
+    pub waivers: Vec<WaiverStatus>,
+    /// `benjamini_hochberg` or `none`.
+    pub fdr_method: String,
+    /// Number of p-values in the false-discovery family.
+    pub fdr_family_size: usize,
+    /// Rows per verdict label.
+    pub counts: BTreeMap<String, usize>,
+}
+
+impl GateResult {
+    /// Exit status: 0 pass, 1 policy failure, 2 error, 3 inconclusive.
+    pub fn exit_code(&self) -> u8 {
+        self.overall.exit_code()
+    }
+}
+
+fn device_model(r: &Record) -> String {
+    let model = match &r.device.gpu {
+        Some(g) => g.name.clone(),
+        None => r.device.cpu_model.clone(),
+    };
+    format!("{} ({})", model, r.device.kind)
+}
+
+fn opt(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "—".into())
+}
+
+fn diff(out: &mut Vec<FieldChange>, field: &str, a: String, b: String) {
+    if a != b {
+        out.push(FieldChange {
+            field: field.into(),
+            baseline: a,
+            candidate: b,
+        });
+    }
+}
+
+fn map_diff(
+    out: &mut Vec<FieldChange>,
+    prefix: &str,
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+) {
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for k in keys {
+        diff(
+            out,
+            &format!("{prefix}.{k}"),
+            opt(&a.get(k).cloned()),
+            opt(&b.get(k).cloned()),
+        );
+    }
+}
+
+fn software_changes(a: &Record, b: &Record) -> Vec<FieldChange> {
+    let (x, y) = (&a.software, &b.software);
+    let mut v = Vec::new();
+    diff(
+        &mut v,
+        "software.tensorforge_version",
+        x.tensorforge_version.clone(),
+        y.tensorforge_version.clone(),
+    );
+    diff(
+        &mut v,
+        "software.git_commit",
+        opt(&x.git_commit),
+        opt(&y.git_commit),
+    );
+    diff(
+        &mut v,
+        "software.rustc_version",
+        opt(&x.rustc_version),
+        opt(&y.rustc_version),
+    );
+    map_diff(&mut v, "software.crates", &x.crates, &y.crates);
+    map_diff(&mut v, "software.frameworks", &x.frameworks, &y.frameworks);
+    v
+}
+
+fn runtime_changes(a: &Record, b: &Record) -> Vec<FieldChange> {
+    let (x, y) = (&a.device, &b.device);
+    let mut v = Vec::new();
+    diff(
+        &mut v,
+        "device.machine_id",
+        x.machine_id.clone(),
+        y.machine_id.clone(),
+    );
+    diff(
+        &mut v,
+        "device.logical_cores",
+        x.logical_cores.to_string(),
+        y.logical_cores.to_string(),
+    );
+    diff(
+        &mut v,
+        "device.threads_used",
+        x.threads_used.to_string(),
+        y.threads_used.to_string(),
+    );
+    diff(&mut v, "device.os", x.os.clone(), y.os.clone());
+    diff(&mut v, "device.kernel", opt(&x.kernel), opt(&y.kernel));
+    let gpu_driver =
+        |d: &tensorforge_store::DeviceContext| d.gpu.as_ref().and_then(|g| g.driver.clone());
+    diff(
+        &mut v,
+        "device.gpu.driver",
+        opt(&gpu_driver(x)),
+        opt(&gpu_driver(y)),
+    );
+    let (h, k) = (&a.harness, &b.harness);
+    diff(
+        &mut v,
+        "harness.warmup_iterations",
+        h.warmup_iterations.to_string(),
+        k.warmup_iterations.to_string(),
+    );
+    diff(
+        &mut v,
+        "harness.min_iterations",
+        h.min_iterations.to_string(),
+        k.min_iterations.to_string(),
+    );
+    diff(
+        &mut v,
+        "harness.time_budget_ns",
+        h.time_budget_ns.to_string(),
+        k.time_budget_ns.to_string(),
+    );
+    diff(
+        &mut v,
+        "harness.threads",
+        h.threads.to_string(),
+        k.threads.to_string(),
+    );
+    diff(
+        &mut v,
+        "harness.rotating_buffers",
+        h.rotating_buffers.to_string(),
+        k.rotating_buffers.to_string(),
+    );
+    diff(&mut v, "source", a.source.clone(), b.source.clone());
+    v
+}
+
+fn error_row(
+    workload: &str,
+    fingerprint: &str,
+    metric: &str,
+    unit: &str,
+    reason: String,
+) -> MetricRow {
+    MetricRow {
+        workload: workload.into(),
+        fingerprint: fingerprint.into(),
+        metric: metric.into(),
+        unit: unit.into(),
+        verdict: Verdict::Error,
+        statistic: None,
+        baseline: None,
+        candidate: None,
+        change_relative: None,
+        worse_change: None,
+        allowed: None,
+        allowed_relative: None,
+        test: None,
+        test_method: None,
+        p_value: None,
+        p_adjusted: None,
+        alpha: None,
+        interval: None,
+        n_baseline: 0,
+        n_candidate: 0,
+        waiver: None,
+        reason,
+    }
+}
+
+/// Samples of a metric over pooled records: latency ns, `1e9/ns` for throughput, peak
+/// allocation bytes. `Err` names what is missing or invalid.
+fn metric_samples(records: &[&Record], metric: Metric) -> Result<Vec<f64>, String> {
+    match metric {
+        Metric::PeakAlloc => {
+            let v: Vec<f64> = records
+                .iter()
+                .filter_map(|r| r.peak_alloc_bytes.map(|b| b as f64))
+                .collect();
+            if v.len() != records.len() {
+                return Err(format!(
+                    "{} of {} records lack peak_alloc_bytes",
+                    records.len() - v.len(),
+                    records.len()
+                ));
+            }
+            Ok(v)
+        }
+        Metric::Throughput => {
+            let mut v = Vec::new();
+            for r in records {
+                for x in &r.samples_ns {
+                    if *x <= 0.0 {
+                        return Err(format!(
+                            "a latency sample of {x} ns has no finite throughput"
+                        ));
+                    }
+                    v.push(1e9 / x);
+                }
+            }
+            Ok(v)
+        }
+        _ => Ok(records
+            .iter()
+            .flat_map(|r| r.samples_ns.iter().copied())
+            .collect()),
+    }
+}
+
+struct Side<'a> {
+    name: String,
+    records: Vec<&'a Record>,
+}
+
+/// (name, fingerprint, error) of a record that failed validation.
+type Invalid = (String, String, String);
+
+fn group(records: &[Record]) -> (BTreeMap<String, Side<'_>>, Vec<Invalid>) {
+    let mut out: BTreeMap<String, Side<'_>> = BTreeMap::new();
+    let mut invalid = Vec::new();
+    for r in records {
+        if let Err(e) = r.validate() {
+            invalid.push((
+                r.workload.name.clone(),
+                r.fingerprint.clone(),
+                e.to_string(),
+            ));
+            continue;
+        }
+        out.entry(r.fingerprint.clone())
+            .or_insert_with(|| Side {
+                name: r.workload.name.clone(),
+                records: Vec::new(),
+            })
+            .records
+            .push(r);
+    }
+    (out, invalid)
+}
+
+fn identity_differences(a: &Record, b: &Record) -> String {
+    let (x, y) = (&a.workload, &b.workload);
+    let mut parts = Vec::new();
+    if x.kind != y.kind {
+        parts.push(format!("kind `{}` vs `{}`", x.kind, y.kind));
+    }
+    if x.dtype != y.dtype {
+        parts.push(format!("dtype `{}` vs `{}`", x.dtype, y.dtype));
+    }
+    if x.params != y.params {
+        let a = serde_json::to_string(&x.params).unwrap_or_default();
+        let b = serde_json::to_string(&y.params).unwrap_or_default();
+        parts.push(format!("params {a} vs {b}"));
+    }
+    parts.join("; ")
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.1} %", x * 100.0)
+}
+
+/// One-line summary of a row (used in reasons and reports).
+pub fn describe_row(r: &MetricRow) -> String {
+    format!(
+        "{} {}: {} — {}",
+        r.workload,
+        r.metric,
+        r.verdict.label(),
+        r.reason
+    )
+}
+
+/// Decide every metric of every workload; `today` decides which waivers have expired.
+pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: Date) -> GateResult {
+    let (bmap, binvalid) = group(baseline);
+    let (cmap, cinvalid) = group(candidate);
+    let mut rows: Vec<MetricRow> = Vec::new();
+    let mut workloads = Vec::new();
+    for (side, list) in [("baseline", &binvalid), ("candidate", &cinvalid)] {
+        for (name, fp, e) in list {
+            rows.push(error_row(
+                name,
+                fp,
+                "workload",
+                "",
+                format!("invalid {side} record: {e}"),
+            ));
+        }
+    }
+    // Unmatched fingerprints: an identity mismatch when the other side has the same name
+    // under another fingerprint, otherwise missing evidence.
+    let b_only: Vec<&String> = bmap.keys().filter(|k| !cmap.contains_key(*k)).collect();
+    let c_only: Vec<&String> = cmap.keys().filter(|k| !bmap.contains_key(*k)).collect();
+    for fp in &b_only {
+        let s = &bmap[*fp];
+        let twin = c_only.iter().find(|c| cmap[**c].name == s.name);
+        let reason = match twin {
+            Some(c) => format!(
+                "identity mismatch: fingerprint {} in baseline vs {} in candidate ({})",
+                short(fp),
+                short(c),
+                identity_differences(s.records[0], cmap[*c].records[0])
+            ),
+            None => "missing in the candidate: no record with this fingerprint".to_string(),
+        };
+        rows.push(error_row(&s.name, fp, "workload", "", reason));
+    }
+    for fp in &c_only {
+        let s = &cmap[*fp];
+        if b_only.iter().any(|b| bmap[*b].name == s.name) {
+            continue; // reported once, above
+        }
+        rows.push(error_row(
+            &s.name,
+            fp,
+            "workload",
+            "",
+            "missing in the baseline: no record with this fingerprint".into(),
+        ));
+    }
+    // Matched workloads, in name order.
+    let mut matched: Vec<(&String, &Side<'_>, &Side<'_>)> = bmap
+        .iter()
+        .filter_map(|(fp, b)| cmap.get(fp).map(|c| (fp, b, c)))
+        .collect();
+    matched.sort_by(|a, b| (&a.1.name, a.0).cmp(&(&b.1.name, b.0)));
+    let mut pending: Vec<Option<(MetricPolicy, bool)>> = Vec::new();
+    for (fp, b, c) in matched {
+        let (b0, c0) = (b.records[0], c.records[0]);
+        let dev_b: std::collections::BTreeSet<String> =
+            b.records.iter().map(|r| device_model(r)).collect();
+        let dev_c: std::collections::BTreeSet<String> =
+            c.records.iter().map(|r| device_model(r)).collect();
+        let join = |s: &std::collections::BTreeSet<String>| {
+            s.iter().cloned().collect::<Vec<_>>().join(", ")
+        };
+        let sw = software_changes(b0, c0);
+        workloads.push(WorkloadComparison {
+            name: b.name.clone(),
+            fingerprint: fp.clone(),
+            kind: b0.workload.kind.clone(),
+            dtype: b0.workload.dtype.clone(),
+            baseline_records: b.records.len(),
+            candidate_records: c.records.len(),
+            device_baseline: join(&dev_b),
+            device_candidate: join(&dev_c),
+            software_changes: if policy.identity.software == IdentityRule::Ignore {
+                Vec::new()
+            } else {
+                sw.clone()
+            },
+            runtime_changes: runtime_changes(b0, c0),
+        });
+        if dev_b != dev_c && policy.identity.device_model == IdentityRule::MustMatch {
+            rows.push(error_row(&b.name, fp, "workload", "", format!(
+                "identity mismatch: device model `{}` in baseline vs `{}` in candidate (identity.device_model = must_match)",
+                join(&dev_b), join(&dev_c))));
+            pending.resize(rows.len(), None);
+            continue;
+        }
+        if !sw.is_empty() && policy.identity.software == IdentityRule::MustMatch {
+            let fields: Vec<&str> = sw.iter().map(|f| f.field.as_str()).collect();
+            rows.push(error_row(
+                &b.name,
+                fp,
+                "workload",
+                "",
+                format!(
+                    "identity mismatch: software differs in {} (identity.software = must_match)",
+                    fields.join(", ")
+                ),
+            ));
+            pending.resize(rows.len(), None);
+            continue;
+        }
+        for metric in Metric::ALL {
+            let row = metric_row(policy, &b.name, fp, &b.records, &c.records, metric);
+            pending.resize(rows.len(), None);
+            rows.push(row.0);
+            pending.push(row.1);
+        }
+    }
+    pending.resize(rows.len(), None);
+    // Suite-level false-discovery control over every p-value computed.
+    let tested: Vec<usize> = (0..rows.len())
+        .filter(|i| rows[*i].p_value.is_some())
+        .collect();
+    let pvals: Vec<f64> = tested
+        .iter()
+        .map(|i| rows[*i].p_value.unwrap_or(1.0))
+        .collect();
+    if policy.suite.benjamini_hochberg {
+        for (i, q) in tested.iter().zip(stats::benjamini_hochberg(&pvals)) {
+            rows[*i].p_adjusted = Some(q);
+        }
+    }
+    for (row, pend) in rows.iter_mut().zip(&pending) {
+        if let Some((mp, beyond)) = pend {
+            decide(row, mp, *beyond);
+        }
+    }
+    // Waivers.
+    let mut waivers: Vec<WaiverStatus> = policy
+        .waivers
+        .iter()
+        .map(|w| WaiverStatus {
+            workload: w.workload.clone(),
+            metric: w.metric.clone(),
+            reason: w.reason.clone(),
+            expires: w.expires,
+            status: if today > w.expires {
+                "expired".into()
+            } else {
+                "unused".into()
+            },
+        })
+        .collect();
+    for row in rows.iter_mut() {
+        let Some(metric) = Metric::parse(&row.metric) else {
+            continue;
+        };
+        let Some((wi, w)) = policy
+            .waivers
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.matches(&row.workload, &row.fingerprint, metric))
+        else {
+            continue;
+        };
+        let status = if today > w.expires {
+            if matches!(row.verdict, Verdict::Fail | Verdict::Inconclusive) {
+                row.reason = format!(
+                    "{}; the waiver expired on {} and no longer applies",
+                    row.reason, w.expires
+                );
+            }
+            "expired"
+        } else if matches!(row.verdict, Verdict::Fail | Verdict::Inconclusive) {
+            row.reason = format!(
+                "{} (was {}; waived until {}: {})",
+                row.reason,
+                row.verdict.label(),
+                w.expires,
+                w.reason
+            );
+            row.verdict = Verdict::Waived;
+            waivers[wi].status = "applied".into();
+            "applied"
+        } else {
+            "not_needed"
+        };
+        row.waiver = Some(WaiverUse {
+            reason: w.reason.clone(),
+            expires: w.expires,
+            status: status.into(),
+        });
+    }
+    let has = |v: Verdict| rows.iter().any(|r| r.verdict == v);
+    let mut reasons = Vec::new();
+    let overall = if has(Verdict::Error) {
+        Verdict::Error
+    } else if has(Verdict::Fail) {
+        Verdict::Fail
+    } else if has(Verdict::Inconclusive) {
+        Verdict::Inconclusive
+    } else if has(Verdict::Pass) || has(Verdict::Waived) {
+        Verdict::Pass
+    } else {
+        reasons.push(if rows.is_empty() {
+            "no records on either side: nothing was compared (missing evidence is never PASS)".to_string()
+        } else {
+            "no metric of these records is gated by the policy: nothing was compared (missing evidence is never PASS)".to_string()
+        });
+        Verdict::Error
+    };
+    reasons.extend(
+        rows.iter()
+            .filter(|r| r.verdict == overall)
+            .map(describe_row),
+    );
+    if overall == Verdict::Pass {
+        let n = rows.iter().filter(|r| r.verdict == Verdict::Pass).count();
+        reasons.push(format!("{n} metric(s) within the allowed change"));
+        reasons.extend(
+            rows.iter()
+                .filter(|r| r.verdict == Verdict::Waived)
+                .map(describe_row),
+        );
+    }
+    for w in waivers.iter().filter(|w| w.status == "expired") {
+        reasons.push(format!(
+            "waiver for {} {} expired on {} and no longer applies",
+            w.workload, w.metric, w.expires
+        ));
+    }
+    let mut counts = BTreeMap::new();
+    for r in &rows {
+        *counts.entry(r.verdict.label().to_string()).or_insert(0) += 1;
+    }
+    GateResult {
+        schema_version: GATE_SCHEMA_VERSION,
+        evidence: "measurement+policy".into(),
+        policy_source: policy.source.clone(),
+        today,
+        overall,
+        exit_code: overall.exit_code(),
+        reasons,
+        rows,
+        workloads,
+        waivers,
+        fdr_method: if policy.suite.benjamini_hochberg {
+            "benjamini_hochberg".into()
+        } else {
+            "none".into()
+        },
+        fdr_family_size: pvals.len(),
+        counts,
+    }
+}
+
+fn short(fp: &str) -> &str {
+    fp.get(..12).unwrap_or(fp)
+}
+
+/// Build the row for one metric before the suite-level correction; the second value is
+/// `(policy, beyond_allowed)` when the verdict still depends on significance.
+fn metric_row(
+    policy: &Policy,
+    name: &str,
+    fp: &str,
+    b: &[&Record],
+    c: &[&Record],
+    metric: Metric,
+) -> (MetricRow, Option<(MetricPolicy, bool)>) {
+    let mut row = error_row(name, fp, metric.name(), metric.unit(), String::new());
+    let mp = policy.metrics.get(&metric);
+    let (bs, cs) = match (metric_samples(b, metric), metric_samples(c, metric)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (eb, ec) => {
+            if metric == Metric::PeakAlloc
+                && b.iter().all(|r| r.peak_alloc_bytes.is_none())
+                && c.iter().all(|r| r.peak_alloc_bytes.is_none())
+            {
+                row.verdict = Verdict::NotComparable;
+                row.reason = "not measured on either side".into();
+                return (row, None);
+            }
+            if mp.is_none() {
+                row.verdict = Verdict::NotComparable;
+                row.reason = "no policy for this metric".into();
+                return (row, None);
+            }
+            let side = if eb.is_err() { "baseline" } else { "candidate" };
+            let why = eb.err().or(ec.err()).unwrap_or_default();
+            row.reason = format!("missing or invalid on the {side} side: {why}");
+            return (row, None);
+        }
+    };
+    row.n_baseline = bs.len();
+    row.n_candidate = cs.len();
+    let statistic = mp
+        .map(|m| m.statistic)
+        .or(metric.implied_statistic())
+        .unwrap_or(Statistic::P50);
+    row.statistic = Some(statistic.name().into());
+    let bv = statistic.apply(&mut bs.clone());
+    let cv = statistic.apply(&mut cs.clone());
+    row.baseline = Some(bv);
+    row.candidate = Some(cv);
+    if bv != 0.0 {
+        row.change_relative = Some((cv - bv) / bv.abs());
+    }
+    let Some(mp) = mp else {
+        row.verdict = Verdict::NotComparable;
+        row.reason = "no policy for this metric".into();
+        return (row, None);
+    };
+    let mp = mp.clone();
+    let sign = mp.direction.sign();
+    let worse = sign * (cv - bv);
+    let allowed = (mp.max_relative * bv.abs()).max(mp.max_absolute);
+    row.worse_change = Some(worse);
+    row.allowed = Some(allowed);
+    if bv != 0.0 {
+        row.allowed_relative = Some(allowed / bv.abs());
+    }
+    row.test = Some(mp.test.name().into());
+    row.alpha = Some(mp.alpha);
+    let beyond = worse > allowed;
+    if mp.test != TestKind::None && (bs.len() < mp.min_samples || cs.len() < mp.min_samples) {
+        row.verdict = Verdict::Inconclusive;
+        row.reason = format!(
+            "too few samples to test: {} baseline and {} candidate, min_samples = {}",
+            bs.len(),
+            cs.len(),
+            mp.min_samples
+        );
+        return (row, None);
+    }
+    if policy.suite.bootstrap_resamples > 0 && statistic != Statistic::Value {
+        let seed = derive_seed(policy.suite.seed, &format!("{fp}/{}", metric.name()));
+        row.interval = stats::bootstrap_relative_change(
+            &bs,
+            &cs,
+            |s: &mut [f64]| statistic.apply(s),
+            policy.suite.bootstrap_resamples,
+            policy.suite.confidence,
+            seed,
+            sign,
+        );
+    }
+    match mp.test {
+        TestKind::MannWhitney => {
+            let r = match mp.direction {
+                Direction::HigherIsWorse => stats::mann_whitney_greater(&cs, &bs),
+                Direction::LowerIsWorse => stats::mann_whitney_greater(&bs, &cs),
+            };
+            row.p_value = Some(r.p_value);
+            row.test_method = Some(match r.method {
+                MwuMethod::Exact => "exact".into(),
+                MwuMethod::Normal => "normal".into(),
+            });
+        }
+        TestKind::Bootstrap => {
+            row.p_value = Some(row.interval.as_ref().map_or(1.0, |i| i.p_worse));
+            row.test_method = Some("percentile".into());
+        }
+        TestKind::None => {}
+    }
+    (row, Some((mp, beyond)))
+}
+
+fn decide(row: &mut MetricRow, mp: &MetricPolicy, beyond: bool) {
+    let rel = row.change_relative.map(pct).unwrap_or_else(|| "n/a".into());
+    let allowed = match row.allowed_relative {
+        Some(a) if row.allowed.unwrap_or(0.0) > 0.0 => format!("{:.1} %", a * 100.0),
+        _ => format!("{} {}", row.allowed.unwrap_or(0.0), row.unit),
+    };
+    let dir = match mp.direction {
+        Direction::HigherIsWorse => "increase",
+        Direction::LowerIsWorse => "decrease",
+    };
+    let Some(p) = row.p_value else {
+        // No significance test: the allowed change alone decides.
+        if beyond {
+            row.verdict = Verdict::Fail;
+            row.reason = format!("change {rel} is a regression beyond the allowed {dir} of {allowed} (no test: deterministic metric)");
+        } else {
+            row.verdict = Verdict::Pass;
+            row.reason = format!("change {rel} within the allowed {dir} of {allowed}");
+        }
+        return;
+    };
+    let p_eff = row.p_adjusted.unwrap_or(p);
+    let which = if row.p_adjusted.is_some() {
+        "BH-adjusted p"
+    } else {
+        "p"
+    };
+    let significant = p_eff <= mp.alpha;
+    if !beyond {
+        row.verdict = Verdict::Pass;
+        row.reason = format!("change {rel} within the allowed {dir} of {allowed}");
+    } else if significant {
+        row.verdict = Verdict::Fail;
+        row.reason = format!(
+            "change {rel} is beyond the allowed {dir} of {allowed} and significant ({which} = {p_eff:.2e} ≤ α = {})",
+            mp.alpha
+        );
+    } else {
+        row.verdict = Verdict::Inconclusive;
+        row.reason = format!(
+            "change {rel} is beyond the allowed {dir} of {allowed} but not significant ({which} = {p_eff:.2e} > α = {})",
+            mp.alpha
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorforge_store::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
+
+    pub(crate) fn rec(
+        name: &str,
+        m: u64,
+        dtype: &str,
+        samples: Vec<f64>,
+        cpu: &str,
+        peak: Option<u64>,
+    ) -> Record {
+        let mut params = BTreeMap::new();
+        params.insert("m".into(), serde_json::json!(m));
+        let w = WorkloadIdentity {
+            kind: "gemm".into(),
+            name: name.into(),
+            params,
+            dtype: dtype.into(),
+        };
+        let device = DeviceContext {
+            kind: "cpu".into(),
+            cpu_model: cpu.into(),
+            machine_id: "mach".into(),
+            ..Default::default()
+        };
+        Record::new(
+            "run".into(),
+            w,
+            device,
+            SoftwareContext::default(),
+            HarnessSettings::default(),
+            samples,
+            None,
+            None,
+            peak,
+            0,
+            BTreeMap::new(),
+            "harness".into(),
+        )
+        .unwrap()
+    }
+
+    fn day(s: &str) -> Date {
+        Date::parse(s, "t", "t").unwrap()
+    }
+
+    fn row<'a>(g: &'a GateResult, metric: &str) -> &'a MetricRow {
+        g.rows.iter().find(|r| r.metric == metric).unwrap()
+    }
+
+    fn ramp(base: f64, n: usize) -> Vec<f64> {
+        // Distinct values base·(1 + i/1000): a ±1.5 % spread.
+        (0..n)
+            .map(|i| base * (1.0 + (i as f64 - n as f64 / 2.0) / 1000.0))
+            .collect()
+    }
+
+    #[test]
+    fn same_samples_pass_and_2x_fails_with_default_policy() {
+        let p = Policy::default_embedded();
+        let b = vec![rec("g", 8, "f32", ramp(1000.0, 30), "cpu", Some(4096))];
+        let g = gate(&p, &b, &b, day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Pass, "{:#?}", g.reasons);
+        assert_eq!(g.exit_code(), 0);
+        assert_eq!(row(&g, "latency_p95").verdict, Verdict::NotComparable);
+        let c = vec![rec("g", 8, "f32", ramp(2000.0, 30), "cpu", Some(4096))];
+        let g = gate(&p, &b, &c, day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Fail);
+        assert_eq!(g.exit_code(), 1);
+        let r = row(&g, "latency_p50");
+        assert_eq!(r.verdict, Verdict::Fail);
+        // ramp(1000, 30) median = 1000·(1 − 0.5/1000) = 999.5, ramp(2000) median 1999:
+        // +100 %; allowed = 0.25 · 999.5 = 249.875 ns.
+        assert!((r.change_relative.unwrap() - 1.0).abs() < 1e-9);
+        assert!((r.allowed.unwrap() - 249.875).abs() < 1e-9);
+        assert_eq!(r.test_method.as_deref(), Some("exact"));
+        // Complete separation, 30 vs 30, exact: p = 1/C(60,30) ≈ 8.4e-18; BH over the 2
+        // tested metrics keeps it tiny.
+        assert!(r.p_value.unwrap() < 1e-15 && r.p_adjusted.unwrap() < 1e-15);
+        assert_eq!(row(&g, "throughput").verdict, Verdict::Fail);
+        let iv = r.interval.as_ref().unwrap();
+        assert!(iv.low > 0.9 && iv.high < 1.1, "{iv:?}");
+    }
+
+    #[test]
+    fn identity_mismatch_is_always_error() {
+        let p = Policy::default_embedded();
+        let b = vec![rec("g", 8, "f32", ramp(1000.0, 30), "cpu", None)];
+        // Same name, other dtype: a different fingerprint -> identity mismatch, never FAIL/PASS,
+        // even though the candidate is 2x slower or identical.
+        for scale in [1000.0, 2000.0] {
+            let c = vec![rec("g", 8, "f16", ramp(scale, 30), "cpu", None)];
+            let g = gate(&p, &b, &c, day("2025-01-01"));
+            assert_eq!(g.overall, Verdict::Error);
+            assert_eq!(g.exit_code(), 2);
+            assert_eq!(g.rows.len(), 1);
+            assert!(
+                g.rows[0].reason.contains("identity mismatch")
+                    && g.rows[0].reason.contains("dtype `f32` vs `f16`"),
+                "{}",
+                g.rows[0].reason
+            );
+        }
+        // Other device model under the default must_match rule.
+        let c = vec![rec("g", 8, "f32", ramp(1000.0, 30), "other cpu", None)];
+        let g = gate(&p, &b, &c, day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Error);
+        assert!(g.rows.iter().all(|r| r.verdict == Verdict::Error));
+        // With device_model = "report" it is compared and listed instead.
+        let mut q = p.clone();
+        q.identity.device_model = IdentityRule::Report;
+        let g = gate(&q, &b, &c, day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Pass);
+        assert_ne!(
+            g.workloads[0].device_baseline,
+            g.workloads[0].device_candidate
+        );
+        // A tampered fingerprint is an invalid record -> ERROR.
+        let mut t = b[0].clone();
+        t.fingerprint = "00".repeat(32);
+        let g = gate(&p, &b, &[t], day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Error);
+        assert!(g
+            .rows
+            .iter()
+            .any(|r| r.reason.contains("invalid candidate record")));
+    }
+
+    #[test]
+    fn missing_evidence_is_never_pass() {
+        let p = Policy::default_embedded();
+        let b = vec![
+            rec("g", 8, "f32", ramp(1000.0, 30), "cpu", None),
+            rec("h", 9, "f32", ramp(1000.0, 30), "cpu", None),
+        ];
+        let g = gate(&p, &b, &b[..1], day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Error);
+        assert!(g
+            .rows
+            .iter()
+            .any(|r| r.workload == "h" && r.reason.contains("missing in the candidate")));
+        let g = gate(&p, &b[..1], &b, day("2025-01-01"));
+        assert!(g
+            .rows
+            .iter()
+            .any(|r| r.workload == "h" && r.reason.contains("missing in the baseline")));
+        let g = gate(&p, &[], &[], day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Error);
+        // Peak allocation measured on one side only.
+        let c = vec![rec("g", 8, "f32", ramp(1000.0, 30), "cpu", Some(10))];
+        let g = gate(&p, &b[..1], &c, day("2025-01-01"));
+        assert_eq!(row(&g, "peak_alloc").verdict, Verdict::Error);
+        // Too few samples: INCONCLUSIVE, not PASS, even when nothing changed.
+        let s = vec![rec("g", 8, "f32", ramp(1000.0, 4), "cpu", None)];
+        let g = gate(&p, &s, &s, day("2025-01-01"));
+        assert_eq!(g.overall, Verdict::Inconclusive);
+        assert_eq!(g.exit_code(), 3);
+    }
+
+    #[test]
+    fn beyond_allowed_but_not_significant_is_inconclusive() {
+        // 10 vs 10 samples, candidate median +40 % but overlapping heavily: two baseline
+        // values sit above most candidates, so the exact MWU p is not ≤ 0.01.
+        let b: Vec<f64> = vec![
+            100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 300.0, 301.0, 302.0, 303.0,
+        ];
+        let c: Vec<f64> = vec![
+            106.0, 107.0, 108.0, 109.0, 150.0, 151.0, 152.0, 153.0, 154.0, 155.0,
+        ];
+        // p50: base (104+105)/2 = 104.5, cand (150+151)/2 = 150.5 -> +44 % > 25 %.
+        let p = Policy::default_embedded();
+        let g = gate(
+            &p,
+            &[rec("g", 8, "f32", b, "cpu", None)],
+            &[rec("g", 8, "f32", c, "cpu", None)],
+            day("2025-01-01"),
+        );
+        let r = row(&g, "latency_p50");
+        assert!((r.change_relative.unwrap() - 46.0 / 104.5).abs() < 1e-12);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{r:#?}");
+        assert_eq!(g.overall, Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn waivers_apply_until_expiry_and_the_report_says_when_expired() {
+        let text = format!(
+            "{}\n[[waiver]]\nworkload = \"g\"\nmetric = \"*\"\nreason = \"known slowdown\"\nexpires = 2025-03-31\n",
+            crate::policy::DEFAULT_POLICY_TOML
+        );
+        let p = Policy::from_toml_str(&text, "p.toml").unwrap();
+        let b = vec![rec("g", 8, "f32", ramp(1000.0, 30), "cpu", None)];
+        let c = vec![rec("g", 8, "f32", ramp(2000.0, 30), "cpu", None)];
+        let g = gate(&p, &b, &c, day("2025-03-31"));
+        assert_eq!(g.overall, Verdict::Pass);
+        assert_eq!(row(&g, "latency_p50").verdict, Verdict::Waived);
+        assert_eq!(g.waivers[0].status, "applied");
+        let g = gate(&p, &b, &c, day("2025-04-01"));
+        assert_eq!(g.overall, Verdict::Fail);
+        assert_eq!(g.waivers[0].status, "expired");
+        assert!(row(&g, "latency_p50")
+            .reason
+            .contains("expired on 2025-03-31"));
+        assert!(g
+            .reasons
+            .iter()
+            .any(|r| r.contains("expired on 2025-03-31")));
+    }
+
+    #[test]
+    fn bh_can_be_turned_off() {
+        let mut p = Policy::default_embedded();
+        let b = vec![rec("g", 8, "f32", ramp(1000.0, 30), "cpu", None)];
+        let g = gate(&p, &b, &b, day("2025-01-01"));
+        assert_eq!(g.fdr_method, "benjamini_hochberg");
+        assert_eq!(g.fdr_family_size, 2); // p50 and throughput
+        assert!(row(&g, "latency_p50").p_adjusted.is_some());
+        p.suite.benjamini_hochberg = false;
+        let g = gate(&p, &b, &b, day("2025-01-01"));
+        assert_eq!(g.fdr_method, "none");
+        assert!(row(&g, "latency_p50").p_adjusted.is_none());
+        let json = serde_json::to_value(&g).unwrap();
+        assert_eq!(json["schema_version"], 1);
+        assert_eq!(json["overall"], "PASS");
+    }
+}

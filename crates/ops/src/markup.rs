@@ -1,0 +1,165 @@
+//! HTML/XML escaping of user-supplied text and a small well-formedness checker for the
+//! markup this crate writes (tags balanced, attribute values quoted without `<`, every `&`
+//! an entity, no bare `<` or `>` in text). The checker is deliberately stricter than HTML5
+//! in text (a bare `>` is rejected, so unescaped user strings are caught) and more lenient
+//! elsewhere: it does not validate element nesting rules or attribute names.
+
+/// Escape `& < > " '` so text is safe in element content and quoted attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const VOID: &[&str] = &["meta", "br", "hr", "img", "input", "link", "col", "wbr"];
+
+fn entity_ok(rest: &str) -> bool {
+    let Some(end) = rest.find(';') else {
+        return false;
+    };
+    let body = &rest[1..end];
+    if let Some(num) = body.strip_prefix("#x") {
+        !num.is_empty() && num.chars().all(|c| c.is_ascii_hexdigit())
+    } else if let Some(num) = body.strip_prefix('#') {
+        !num.is_empty() && num.chars().all(|c| c.is_ascii_digit())
+    } else {
+        !body.is_empty() && body.len() < 10 && body.chars().all(|c| c.is_ascii_alphanumeric())
+    }
+}
+
+/// Check that `doc` is well formed in the sense above; `Err` says what and at which byte.
+pub fn check_well_formed(doc: &str) -> Result<(), String> {
+    let mut stack: Vec<String> = Vec::new();
+    let b = doc.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'<' => {
+                let rest = &doc[i..];
+                if rest.starts_with("<!--") {
+                    let end = rest
+                        .find("-->")
+                        .ok_or(format!("unterminated comment at byte {i}"))?;
+                    i += end + 3;
+                    continue;
+                }
+                if rest.starts_with("<!") || rest.starts_with("<?") {
+                    let end = rest
+                        .find('>')
+                        .ok_or(format!("unterminated declaration at byte {i}"))?;
+                    i += end + 1;
+                    continue;
+                }
+                let closing = rest.starts_with("</");
+                let name_start = if closing { 2 } else { 1 };
+                let name: String = rest[name_start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == ':')
+                    .collect();
+                if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                    return Err(format!("bare `<` in text at byte {i}"));
+                }
+                // Scan to the closing `>`, honouring quoted attribute values.
+                let mut j = i + name_start + name.len();
+                let mut quote: Option<u8> = None;
+                while j < b.len() {
+                    match (quote, b[j]) {
+                        (None, b'"') | (None, b'\'') => quote = Some(b[j]),
+                        (Some(q), c) if c == q => quote = None,
+                        (Some(_), b'<') => {
+                            return Err(format!(
+                                "`<` inside an attribute value of <{name}> at byte {j}"
+                            ))
+                        }
+                        (None, b'<') => return Err(format!("`<` inside tag <{name}> at byte {j}")),
+                        (None, b'>') => break,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                if j >= b.len() {
+                    return Err(format!("unterminated tag <{name}> at byte {i}"));
+                }
+                let self_closing = b[j - 1] == b'/';
+                let lname = name.to_ascii_lowercase();
+                if closing {
+                    match stack.pop() {
+                        Some(open) if open == lname => {}
+                        Some(open) => return Err(format!("</{name}> at byte {i} closes <{open}>")),
+                        None => return Err(format!("</{name}> at byte {i} closes nothing")),
+                    }
+                } else if !self_closing && !VOID.contains(&lname.as_str()) {
+                    if lname == "script" {
+                        return Err(format!("<script> element at byte {i}"));
+                    }
+                    if lname == "style" {
+                        let end = doc[j..].find("</style>").ok_or("unterminated <style>")?;
+                        i = j + end + "</style>".len();
+                        continue;
+                    }
+                    stack.push(lname);
+                }
+                i = j + 1;
+            }
+            b'>' => return Err(format!("bare `>` in text at byte {i}")),
+            b'&' => {
+                if !entity_ok(&doc[i..]) {
+                    return Err(format!("bare `&` (not an entity) at byte {i}"));
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    match stack.pop() {
+        Some(open) => Err(format!("<{open}> is never closed")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_and_check() {
+        assert_eq!(
+            escape(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert!(check_well_formed(
+            "<!DOCTYPE html><html><body><p a=\"1\">x &amp; y<br></p><svg><g/></svg></body></html>"
+        )
+        .is_ok());
+        assert!(check_well_formed("<p>")
+            .unwrap_err()
+            .contains("never closed"));
+        assert!(check_well_formed("<p></div>")
+            .unwrap_err()
+            .contains("closes <p>"));
+        assert!(check_well_formed("<p>a < b</p>")
+            .unwrap_err()
+            .contains("bare `<`"));
+        assert!(check_well_formed("<p>a > b</p>")
+            .unwrap_err()
+            .contains("bare `>`"));
+        assert!(check_well_formed("<p>a & b</p>")
+            .unwrap_err()
+            .contains("bare `&`"));
+        assert!(check_well_formed("<p><script>x</script></p>")
+            .unwrap_err()
+            .contains("script"));
+        assert!(check_well_formed("<p title=\"<b>\">x</p>").is_err());
+        let hostile = format!("<p>{}</p>", escape("<script>alert('x')</script> & </p>"));
+        assert!(check_well_formed(&hostile).is_ok());
+    }
+}

@@ -1,0 +1,867 @@
+//! The impact report for one baseline/candidate pair: the gate's decision and reasons, the
+//! per-metric table, the analytical model's roofline context per workload (prediction on a
+//! given hardware spec, its bound, the percentage of the roofline each side reached), sizing
+//! feasibility (peak allocation against device memory; a GEMM's tile against the tile
+//! buffer), software and runtime changes, waivers and limitations — rendered as Markdown
+//! (for a CI job summary), one self-contained HTML page with inline SVG, or JSON. The model
+//! context is labelled as such and never changes the decision. Left out: scripts, external
+//! assets, and any plot not derivable from the records.
+
+use crate::gate::{describe_row, GateResult, MetricRow, Verdict};
+use crate::markup::escape;
+use crate::svg::{self, fmt_ns, RoofPoint, Series};
+use serde::{Deserialize, Serialize};
+use tensorforge_core::schedule::{sram_fit, SramFit, Tile};
+use tensorforge_core::{roofline, DType, Gemm, HardwareSpec};
+use tensorforge_store::Record;
+
+/// Version of the report JSON.
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// Limitations stated in every report.
+pub const LIMITATIONS: &[&str] = &[
+    "Verdicts use the measurements and the policy only; the analytical context (roofline, sizing) never changes them.",
+    "Samples are treated as independent draws; drift within a run, autocorrelation and run-to-run machine state are not modelled beyond the allowed relative change.",
+    "Mann-Whitney U tests a shift of the whole distribution; for a percentile other than the median its significance is about the distribution, not that percentile (use test = \"bootstrap\").",
+    "Bootstrap intervals are seeded percentile intervals; with fewer than about 20 samples per side they are too narrow.",
+    "The roofline is an upper bound from the given hardware spec (published or calibrated peaks); a percentage of it is context, not a target.",
+];
+
+/// The model's roofline prediction for one workload (evidence: model).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// Hardware spec name.
+    pub hardware: String,
+    /// `max(flops / peak, bytes / bandwidth)`, seconds.
+    pub time_lower_bound_s: f64,
+    /// `memory`, `compute` or `balanced`.
+    pub bound: String,
+    /// Binding roof (`compute` or a memory level).
+    pub binding_roof: String,
+    /// Attainable FLOP/s `min(peak, AI · bandwidth)`.
+    pub attainable_flops_per_s: f64,
+    /// FLOP per byte.
+    pub arithmetic_intensity: f64,
+    /// Peak FLOP/s for the dtype.
+    pub peak_flops_per_s: f64,
+    /// Every bandwidth roof `(level, bytes/s)`, DRAM first.
+    pub bandwidth_roofs: Vec<(String, f64)>,
+}
+
+/// Peak allocation against device memory capacity.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MemoryFit {
+    /// Baseline peak allocation, bytes.
+    pub baseline_peak_bytes: Option<u64>,
+    /// Candidate peak allocation, bytes.
+    pub candidate_peak_bytes: Option<u64>,
+    /// Capacity checked against, bytes.
+    pub capacity_bytes: u64,
+    /// Where the capacity came from.
+    pub capacity_source: String,
+    /// `max(peaks) ≤ capacity`.
+    pub fits: bool,
+}
+
+/// Analytical and sizing context of one workload.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WorkloadContext {
+    /// Display name.
+    pub name: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// Always `model` for the prediction and fits.
+    pub evidence: String,
+    /// FLOPs per iteration (from the record).
+    pub flops: Option<f64>,
+    /// Bytes per iteration (from the record).
+    pub bytes: Option<f64>,
+    /// Roofline prediction, when hardware, flops, bytes and a peak for the dtype are known.
+    pub prediction: Option<Prediction>,
+    /// `flops / baseline p50 seconds`.
+    pub baseline_flops_per_s: Option<f64>,
+    /// `flops / candidate p50 seconds`.
+    pub candidate_flops_per_s: Option<f64>,
+    /// Baseline achieved / attainable × 100.
+    pub baseline_pct_of_roofline: Option<f64>,
+    /// Candidate achieved / attainable × 100.
+    pub candidate_pct_of_roofline: Option<f64>,
+    /// Peak allocation against device memory.
+    pub memory: Option<MemoryFit>,
+    /// The GEMM's tile (params `tile` = "TMxTNxTK", or `tile_m`/`tile_n`/`tile_k`) against
+    /// the tile buffer.
+    pub tile_fit: Option<SramFit>,
+    /// Why something could not be computed.
+    pub notes: Vec<String>,
+}
+
+/// Latency samples of one workload for the distribution plot.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Distribution {
+    /// Display name.
+    pub workload: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// Baseline samples, ns.
+    pub baseline_ns: Vec<f64>,
+    /// Candidate samples, ns.
+    pub candidate_ns: Vec<f64>,
+}
+
+/// A complete impact report.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Report {
+    /// Always [`REPORT_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The gate's decision (measurement + policy).
+    pub gate: GateResult,
+    /// Hardware spec used for the model context.
+    pub hardware: Option<String>,
+    /// Per-workload model context.
+    pub context: Vec<WorkloadContext>,
+    /// Latency samples per workload.
+    pub distributions: Vec<Distribution>,
+    /// Stated limitations.
+    pub limitations: Vec<String>,
+}
+
+/// Extra HTML section supplied by a caller (e.g. a validation table or plots).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HtmlSection {
+    /// Heading; escaped by [`render_html`].
+    pub title: String,
+    /// Content.
+    pub body: HtmlBody,
+}
+
+/// Content of an [`HtmlSection`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum HtmlBody {
+    /// Plain text; escaped by [`render_html`].
+    Text(String),
+    /// A table of plain-text cells; every header and cell is escaped by [`render_html`].
+    Table {
+        /// Column headers.
+        headers: Vec<String>,
+        /// Rows of cells.
+        rows: Vec<Vec<String>>,
+    },
+    /// Markup inserted verbatim (e.g. an SVG built with [`crate::svg`]): the caller must
+    /// have escaped every user-supplied string in it (use [`crate::markup::escape`]).
+    TrustedHtml(String),
+}
+
+fn pooled<'a>(records: &'a [Record], fp: &str) -> Vec<&'a Record> {
+    records.iter().filter(|r| r.fingerprint == fp).collect()
+}
+
+fn p50_of(recs: &[&Record]) -> Option<f64> {
+    let mut v: Vec<f64> = recs
+        .iter()
+        .flat_map(|r| r.samples_ns.iter().copied())
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    Some(crate::policy::Statistic::P50.apply(&mut v))
+}
+
+fn param_u64(r: &Record, key: &str) -> Option<u64> {
+    r.workload.params.get(key).and_then(|v| v.as_u64())
+}
+
+fn record_tile(r: &Record) -> Option<Tile> {
+    if let Some(s) = r.workload.params.get("tile").and_then(|v| v.as_str()) {
+        return Tile::parse(s).ok();
+    }
+    Some(Tile {
+        tm: param_u64(r, "tile_m")?,
+        tn: param_u64(r, "tile_n")?,
+        tk: param_u64(r, "tile_k")?,
+    })
+}
+
+fn context_for(
+    name: &str,
+    fp: &str,
+    b: &[&Record],
+    c: &[&Record],
+    hw: Option<&HardwareSpec>,
+) -> WorkloadContext {
+    let first = b.first().or(c.first()).copied();
+    let mut ctx = WorkloadContext {
+        name: name.into(),
+        fingerprint: fp.into(),
+        evidence: "model".into(),
+        flops: first.and_then(|r| r.flops),
+        bytes: first.and_then(|r| r.bytes),
+        prediction: None,
+        baseline_flops_per_s: None,
+        candidate_flops_per_s: None,
+        baseline_pct_of_roofline: None,
+        candidate_pct_of_roofline: None,
+        memory: None,
+        tile_fit: None,
+        notes: Vec::new(),
+    };
+    let Some(first) = first else { return ctx };
+    let achieved = |recs: &[&Record]| match (ctx.flops, p50_of(recs)) {
+        (Some(f), Some(p)) if p > 0.0 => Some(f / (p * 1e-9)),
+        _ => None,
+    };
+    ctx.baseline_flops_per_s = achieved(b);
+    ctx.candidate_flops_per_s = achieved(c);
+    let dtype = DType::parse(&first.workload.dtype);
+    match (hw, ctx.flops, ctx.bytes, &dtype) {
+        (None, ..) => ctx
+            .notes
+            .push("no hardware spec given (--hw or --profile): no roofline context".into()),
+        (Some(_), None, _, _) | (Some(_), _, None, _) => ctx
+            .notes
+            .push("the record has no flops or bytes: no roofline context".into()),
+        (Some(_), _, _, Err(e)) => ctx.notes.push(format!("dtype: {e}")),
+        (Some(h), Some(f), Some(by), Ok(d)) => match roofline(h, *d, f, by, &[]) {
+            Ok(r) => {
+                ctx.baseline_pct_of_roofline = ctx
+                    .baseline_flops_per_s
+                    .map(|a| a / r.attainable_flops_per_s * 100.0);
+                ctx.candidate_pct_of_roofline = ctx
+                    .candidate_flops_per_s
+                    .map(|a| a / r.attainable_flops_per_s * 100.0);
+                ctx.prediction = Some(Prediction {
+                    hardware: h.name.clone(),
+                    time_lower_bound_s: r.time_lower_bound_s,
+                    bound: r.bound.label().into(),
+                    binding_roof: r.binding_roof.clone(),
+                    attainable_flops_per_s: r.attainable_flops_per_s,
+                    arithmetic_intensity: r.arithmetic_intensity,
+                    peak_flops_per_s: r.peak_flops_per_s,
+                    bandwidth_roofs: r
+                        .levels
+                        .iter()
+                        .map(|l| (l.level.clone(), l.bandwidth_bytes_per_s))
+                        .collect(),
+                });
+            }
+            Err(e) => ctx.notes.push(format!("roofline: {e}")),
+        },
+    }
+    // Memory feasibility.
+    let peak = |recs: &[&Record]| recs.iter().filter_map(|r| r.peak_alloc_bytes).max();
+    let (pb, pc) = (peak(b), peak(c));
+    let capacity = match hw.and_then(|h| h.dram.total_capacity_bytes()) {
+        Some(cap) => Some((
+            cap,
+            format!("{} DRAM", hw.map(|h| h.name.as_str()).unwrap_or("")),
+        )),
+        None => match first.device.gpu.as_ref().and_then(|g| g.memory_bytes) {
+            Some(cap) => Some((cap, "record device.gpu.memory_bytes".to_string())),
+            None => first
+                .device
+                .memory_bytes
+                .map(|m| (m, "record device.memory_bytes (host)".to_string())),
+        },
+    };
+    if let (Some((cap, src)), true) = (capacity, pb.is_some() || pc.is_some()) {
+        let worst = pb.unwrap_or(0).max(pc.unwrap_or(0));
+        ctx.memory = Some(MemoryFit {
+            baseline_peak_bytes: pb,
+            candidate_peak_bytes: pc,
+            capacity_bytes: cap,
+            capacity_source: src,
+            fits: worst <= cap,
+        });
+    }
+    // Tile feasibility for GEMMs.
+    if first.workload.kind == "gemm" {
+        if let (Some(h), Some(tile), Ok(d)) = (hw, record_tile(first), &dtype) {
+            match (
+                h.tile_buffer(),
+                param_u64(first, "m"),
+                param_u64(first, "n"),
+                param_u64(first, "k"),
+            ) {
+                (Some(buf), Some(m), Some(n), Some(k)) => {
+                    let fit = Gemm::new(m, n, k, *d).and_then(|g| {
+                        sram_fit(&g, Some(tile), buf.capacity_bytes.unwrap_or(0), &buf.name)
+                    });
+                    match fit {
+                        Ok(f) => ctx.tile_fit = Some(f),
+                        Err(e) => ctx.notes.push(format!("tile fit: {e}")),
+                    }
+                }
+                (None, ..) => ctx.notes.push(format!(
+                    "hardware `{}` has no tile buffer: no tile fit",
+                    h.name
+                )),
+                _ => ctx
+                    .notes
+                    .push("gemm record lacks integer params m, n, k: no tile fit".into()),
+            }
+        }
+    }
+    ctx
+}
+
+impl Report {
+    /// Assemble a report from a gate result and the records it judged; `hw` (a calibrated
+    /// profile or preset) adds the model context.
+    pub fn new(
+        gate: GateResult,
+        baseline: &[Record],
+        candidate: &[Record],
+        hw: Option<&HardwareSpec>,
+    ) -> Report {
+        let mut context = Vec::new();
+        let mut distributions = Vec::new();
+        for w in &gate.workloads {
+            let b = pooled(baseline, &w.fingerprint);
+            let c = pooled(candidate, &w.fingerprint);
+            context.push(context_for(&w.name, &w.fingerprint, &b, &c, hw));
+            distributions.push(Distribution {
+                workload: w.name.clone(),
+                fingerprint: w.fingerprint.clone(),
+                baseline_ns: b
+                    .iter()
+                    .flat_map(|r| r.samples_ns.iter().copied())
+                    .collect(),
+                candidate_ns: c
+                    .iter()
+                    .flat_map(|r| r.samples_ns.iter().copied())
+                    .collect(),
+            });
+        }
+        Report {
+            schema_version: REPORT_SCHEMA_VERSION,
+            gate,
+            hardware: hw.map(|h| h.name.clone()),
+            context,
+            distributions,
+            limitations: LIMITATIONS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Format a metric value in its unit.
+pub fn fmt_value(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "—".into(),
+        Some(x) if unit == "ns" => fmt_ns(x),
+        Some(x) if unit == "bytes" => fmt_bytes(x),
+        Some(x) if unit.is_empty() => format!("{x:.4}"),
+        Some(x) => format!("{x:.4e} {unit}"),
+    }
+}
+
+fn fmt_bytes(x: f64) -> String {
+    if x.abs() >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} GiB", x / 1024f64.powi(3))
+    } else if x.abs() >= 1024.0 * 1024.0 {
+        format!("{:.2} MiB", x / 1024f64.powi(2))
+    } else if x.abs() >= 1024.0 {
+        format!("{:.2} KiB", x / 1024.0)
+    } else {
+        format!("{x:.0} B")
+    }
+}
+
+fn fmt_pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{:+.1} %", x * 100.0))
+        .unwrap_or_else(|| "—".into())
+}
+
+fn fmt_p(r: &MetricRow) -> String {
+    match (r.p_value, r.p_adjusted) {
+        (Some(p), Some(q)) => format!("{p:.2e} (BH {q:.2e})"),
+        (Some(p), None) => format!("{p:.2e}"),
+        _ => "—".into(),
+    }
+}
+
+fn fmt_interval(r: &MetricRow) -> String {
+    match &r.interval {
+        Some(i) => format!(
+            "[{:+.1} %, {:+.1} %] ({:.0} %)",
+            i.low * 100.0,
+            i.high * 100.0,
+            i.confidence * 100.0
+        ),
+        None => "—".into(),
+    }
+}
+
+fn fmt_allowed(r: &MetricRow) -> String {
+    match (r.allowed, r.allowed_relative) {
+        (Some(a), Some(rel)) => format!("{} ({:.1} %)", fmt_value(Some(a), &r.unit), rel * 100.0),
+        (Some(a), None) => fmt_value(Some(a), &r.unit),
+        _ => "—".into(),
+    }
+}
+
+/// Cells of the per-metric table (plain text, unescaped).
+fn metric_cells(r: &MetricRow) -> Vec<String> {
+    vec![
+        r.workload.clone(),
+        r.metric.clone(),
+        fmt_value(r.baseline, &r.unit),
+        fmt_value(r.candidate, &r.unit),
+        fmt_pct(r.change_relative),
+        fmt_allowed(r),
+        fmt_p(r),
+        fmt_interval(r),
+        r.verdict.label().into(),
+    ]
+}
+
+const METRIC_HEADERS: [&str; 9] = [
+    "workload",
+    "metric",
+    "baseline",
+    "candidate",
+    "change",
+    "allowed",
+    "p-value",
+    "interval",
+    "verdict",
+];
+
+fn context_cells(c: &WorkloadContext) -> Vec<String> {
+    let pred = c.prediction.as_ref();
+    let mem = c.memory.as_ref().map(|m| {
+        format!(
+            "{} of {} ({}) — {}",
+            fmt_bytes(
+                m.baseline_peak_bytes
+                    .unwrap_or(0)
+                    .max(m.candidate_peak_bytes.unwrap_or(0)) as f64
+            ),
+            fmt_bytes(m.capacity_bytes as f64),
+            m.capacity_source,
+            if m.fits { "fits" } else { "does NOT fit" }
+        )
+    });
+    let tile = c.tile_fit.as_ref().map(|t| {
+        format!(
+            "{} tile {} B in {} ({} B): {}",
+            t.tile.map(|x| x.to_string()).unwrap_or_default(),
+            t.tile_bytes.unwrap_or(0),
+            t.capacity_source,
+            t.capacity_bytes,
+            if t.tile_fits == Some(true) {
+                "fits"
+            } else {
+                "does NOT fit"
+            }
+        )
+    });
+    let pct = |v: Option<f64>| v.map(|x| format!("{x:.1} %")).unwrap_or_else(|| "—".into());
+    vec![
+        c.name.clone(),
+        pred.map(|p| p.hardware.clone())
+            .unwrap_or_else(|| "—".into()),
+        pred.map(|p| format!("{} ({})", p.bound, p.binding_roof))
+            .unwrap_or_else(|| "—".into()),
+        pred.map(|p| fmt_ns(p.time_lower_bound_s * 1e9))
+            .unwrap_or_else(|| "—".into()),
+        pct(c.baseline_pct_of_roofline),
+        pct(c.candidate_pct_of_roofline),
+        mem.unwrap_or_else(|| "—".into()),
+        tile.unwrap_or_else(|| "—".into()),
+        c.notes.join("; "),
+    ]
+}
+
+const CONTEXT_HEADERS: [&str; 9] = [
+    "workload",
+    "hardware",
+    "bound",
+    "predicted lower bound",
+    "baseline % of roofline",
+    "candidate % of roofline",
+    "peak memory vs capacity",
+    "tile vs tile buffer",
+    "notes",
+];
+
+fn md_cell(s: &str) -> String {
+    escape(s).replace('|', "\\|").replace('\n', " ")
+}
+
+fn md_table(out: &mut String, headers: &[&str], rows: &[Vec<String>]) {
+    out.push_str(&format!("| {} |\n", headers.join(" | ")));
+    out.push_str(&format!("|{}\n", "---|".repeat(headers.len())));
+    for r in rows {
+        let cells: Vec<String> = r.iter().map(|c| md_cell(c)).collect();
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+}
+
+fn change_lines(report: &Report) -> Vec<String> {
+    let mut v = Vec::new();
+    for w in &report.gate.workloads {
+        for ch in w.software_changes.iter().chain(&w.runtime_changes) {
+            v.push(format!(
+                "{}: {}: {} → {}",
+                w.name, ch.field, ch.baseline, ch.candidate
+            ));
+        }
+        if w.device_baseline != w.device_candidate {
+            v.push(format!(
+                "{}: device: {} → {}",
+                w.name, w.device_baseline, w.device_candidate
+            ));
+        }
+    }
+    v
+}
+
+fn waiver_lines(report: &Report) -> Vec<String> {
+    report
+        .gate
+        .waivers
+        .iter()
+        .map(|w| {
+            let what = match w.status.as_str() {
+                "expired" => format!("EXPIRED on {} — no longer applies", w.expires),
+                s => format!("{s}, expires {}", w.expires),
+            };
+            format!("{} {}: {} ({})", w.workload, w.metric, what, w.reason)
+        })
+        .collect()
+}
+
+/// The report as Markdown for a CI job summary; every user string is HTML-escaped and `|`
+/// is escaped in table cells (job summaries render inline HTML).
+pub fn render_markdown(report: &Report) -> String {
+    let g = &report.gate;
+    let mut s = String::new();
+    s.push_str("# TensorForge impact report\n\n");
+    s.push_str(&format!(
+        "**Decision: {}** (exit {}) — policy `{}`, waivers checked on {}, false-discovery control: {} over {} test(s).\n\n",
+        g.overall.label(),
+        g.exit_code,
+        md_cell(&g.policy_source),
+        g.today,
+        g.fdr_method,
+        g.fdr_family_size
+    ));
+    s.push_str("Reasons:\n\n");
+    for r in &g.reasons {
+        s.push_str(&format!("- {}\n", md_cell(r)));
+    }
+    s.push_str("\n## Metrics (measurement; decides)\n\n");
+    let rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();
+    md_table(&mut s, &METRIC_HEADERS, &rows);
+    let notable: Vec<&MetricRow> = g
+        .rows
+        .iter()
+        .filter(|r| !matches!(r.verdict, Verdict::Pass | Verdict::NotComparable))
+        .collect();
+    if !notable.is_empty() {
+        s.push('\n');
+        for r in notable {
+            s.push_str(&format!("- {}\n", md_cell(&describe_row(r))));
+        }
+    }
+    s.push_str("\n## Analytical context (model; never changes the decision)\n\n");
+    let rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
+    md_table(&mut s, &CONTEXT_HEADERS, &rows);
+    s.push_str("\n## Software and runtime changes\n\n");
+    let ch = change_lines(report);
+    if ch.is_empty() {
+        s.push_str("None recorded.\n");
+    }
+    for c in ch {
+        s.push_str(&format!("- {}\n", md_cell(&c)));
+    }
+    let wl = waiver_lines(report);
+    if !wl.is_empty() {
+        s.push_str("\n## Waivers\n\n");
+        for w in wl {
+            s.push_str(&format!("- {}\n", md_cell(&w)));
+        }
+    }
+    s.push_str("\n## Limitations\n\n");
+    for l in &report.limitations {
+        s.push_str(&format!("- {}\n", md_cell(l)));
+    }
+    s
+}
+
+fn html_table(headers: &[String], rows: &[Vec<String>], verdict_col: Option<usize>) -> String {
+    let mut s = String::from("<table><thead><tr>");
+    for h in headers {
+        s.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    s.push_str("</tr></thead><tbody>");
+    for r in rows {
+        s.push_str("<tr>");
+        for (i, c) in r.iter().enumerate() {
+            if Some(i) == verdict_col {
+                s.push_str(&format!(
+                    "<td class=\"v-{}\">{}</td>",
+                    escape(&c.to_ascii_lowercase()),
+                    escape(c)
+                ));
+            } else {
+                s.push_str(&format!("<td>{}</td>", escape(c)));
+            }
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
+fn html_list(items: &[String]) -> String {
+    let mut s = String::from("<ul>");
+    for i in items {
+        s.push_str(&format!("<li>{}</li>", escape(i)));
+    }
+    s.push_str("</ul>");
+    s
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}\
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}\
+.v-fail,.v-error{background:#fdd}.v-inconclusive{background:#ffe9b3}.v-pass{background:#e3f6e3}.v-waived{background:#e6e6ff}\
+.decision{font-size:1.3em}.model{border-left:4px solid #999;padding-left:1em}svg{margin:0.5em 1em 0.5em 0}";
+
+/// The report as one self-contained HTML page (inline CSS and SVG, no scripts). Every string
+/// from records, policy or caller is escaped, except [`HtmlBody::TrustedHtml`] in `extra`,
+/// which is inserted verbatim after the report's own sections.
+pub fn render_html(report: &Report, extra: &[HtmlSection]) -> String {
+    let g = &report.gate;
+    let mut s = String::new();
+    s.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>TensorForge impact report</title>");
+    s.push_str(&format!("<style>{STYLE}</style></head><body>"));
+    s.push_str("<h1>TensorForge impact report</h1>");
+    s.push_str(&format!(
+        "<p class=\"decision\">Decision: <strong class=\"v-{}\">{}</strong> (exit {})</p><p>Policy <code>{}</code>; waivers checked on {}; false-discovery control: {} over {} test(s).</p>",
+        escape(&g.overall.label().to_ascii_lowercase()),
+        g.overall.label(),
+        g.exit_code,
+        escape(&g.policy_source),
+        g.today,
+        escape(&g.fdr_method),
+        g.fdr_family_size
+    ));
+    s.push_str("<h2>Reasons</h2>");
+    s.push_str(&html_list(&g.reasons));
+    s.push_str("<h2>Metrics (measurement; decides)</h2>");
+    let headers: Vec<String> = METRIC_HEADERS.iter().map(|h| h.to_string()).collect();
+    let rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();
+    s.push_str(&html_table(&headers, &rows, Some(8)));
+    let notable: Vec<String> = g
+        .rows
+        .iter()
+        .filter(|r| !matches!(r.verdict, Verdict::Pass | Verdict::NotComparable))
+        .map(describe_row)
+        .collect();
+    if !notable.is_empty() {
+        s.push_str(&html_list(&notable));
+    }
+    s.push_str("<h2>Latency distributions</h2>");
+    for d in &report.distributions {
+        s.push_str(&svg::ecdf_plot(
+            &d.workload,
+            &[
+                Series {
+                    label: "baseline",
+                    color: "#1f77b4",
+                    values: &d.baseline_ns,
+                },
+                Series {
+                    label: "candidate",
+                    color: "#d62728",
+                    values: &d.candidate_ns,
+                },
+            ],
+        ));
+    }
+    s.push_str(
+        "<div class=\"model\"><h2>Analytical context (model; never changes the decision)</h2>",
+    );
+    let headers: Vec<String> = CONTEXT_HEADERS.iter().map(|h| h.to_string()).collect();
+    let rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
+    s.push_str(&html_table(&headers, &rows, None));
+    for c in &report.context {
+        let Some(p) = &c.prediction else { continue };
+        let ai = p.arithmetic_intensity;
+        let mut points = Vec::new();
+        let bl = format!("{} baseline", c.name);
+        let cl = format!("{} candidate", c.name);
+        if let Some(f) = c.baseline_flops_per_s {
+            points.push(RoofPoint {
+                label: &bl,
+                color: "#1f77b4",
+                intensity: ai,
+                flops_per_s: f,
+            });
+        }
+        if let Some(f) = c.candidate_flops_per_s {
+            points.push(RoofPoint {
+                label: &cl,
+                color: "#d62728",
+                intensity: ai,
+                flops_per_s: f,
+            });
+        }
+        s.push_str(&svg::roofline_plot(
+            &format!("{} on {}", c.name, p.hardware),
+            p.peak_flops_per_s,
+            &p.bandwidth_roofs,
+            &points,
+        ));
+    }
+    s.push_str("</div>");
+    s.push_str("<h2>Software and runtime changes</h2>");
+    let ch = change_lines(report);
+    if ch.is_empty() {
+        s.push_str("<p>None recorded.</p>");
+    } else {
+        s.push_str(&html_list(&ch));
+    }
+    let wl = waiver_lines(report);
+    if !wl.is_empty() {
+        s.push_str("<h2>Waivers</h2>");
+        s.push_str(&html_list(&wl));
+    }
+    for sec in extra {
+        s.push_str(&format!("<h2>{}</h2>", escape(&sec.title)));
+        match &sec.body {
+            HtmlBody::Text(t) => s.push_str(&format!("<p>{}</p>", escape(t))),
+            HtmlBody::Table { headers, rows } => s.push_str(&html_table(headers, rows, None)),
+            HtmlBody::TrustedHtml(h) => s.push_str(h),
+        }
+    }
+    s.push_str("<h2>Limitations</h2>");
+    s.push_str(&html_list(&report.limitations));
+    s.push_str("</body></html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::markup::check_well_formed;
+    use crate::{gate, Date, Policy};
+    use std::collections::BTreeMap;
+    use tensorforge_store::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
+
+    fn rec(name: &str, scale: f64, commit: &str) -> Record {
+        let mut params = BTreeMap::new();
+        for (k, v) in [("m", 64), ("n", 64), ("k", 64)] {
+            params.insert(k.into(), serde_json::json!(v));
+        }
+        params.insert("tile".into(), serde_json::json!("32x32x32"));
+        let w = WorkloadIdentity {
+            kind: "gemm".into(),
+            name: name.into(),
+            params,
+            dtype: "fp32".into(),
+        };
+        let d = DeviceContext {
+            kind: "cpu".into(),
+            cpu_model: "cpu <x>".into(),
+            ..Default::default()
+        };
+        let sw = SoftwareContext {
+            git_commit: Some(commit.into()),
+            ..Default::default()
+        };
+        let samples: Vec<f64> = (0..30).map(|i| scale * (1000.0 + f64::from(i))).collect();
+        // 2·64³ = 524288 FLOPs; bytes 3·64²·4 = 49152.
+        Record::new(
+            "r".into(),
+            w,
+            d,
+            sw,
+            HarnessSettings::default(),
+            samples,
+            Some(524_288.0),
+            Some(49_152.0),
+            Some(1 << 20),
+            0,
+            BTreeMap::new(),
+            "harness".into(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn html_escapes_every_user_string_and_is_well_formed() {
+        let evil = "<script>alert(1)</script>&\"|";
+        let b = vec![rec(evil, 1.0, "aaa<b>")];
+        let c = vec![rec(evil, 2.0, "bbb")];
+        let g = gate(
+            &Policy::default_embedded(),
+            &b,
+            &c,
+            Date::parse("2025-01-01", "t", "t").unwrap(),
+        );
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        let report = Report::new(g, &b, &c, Some(&hw));
+        let extra = vec![
+            HtmlSection {
+                title: "<i>validation</i>".into(),
+                body: HtmlBody::Table {
+                    headers: vec!["<h>".into()],
+                    rows: vec![vec!["<td>".into()]],
+                },
+            },
+            HtmlSection {
+                title: "note".into(),
+                body: HtmlBody::Text("a < b".into()),
+            },
+            HtmlSection {
+                title: "plot".into(),
+                body: HtmlBody::TrustedHtml("<svg width=\"1\" height=\"1\"></svg>".into()),
+            },
+        ];
+        let html = render_html(&report, &extra);
+        check_well_formed(&html).unwrap();
+        assert!(!html.contains("<script"), "unescaped script tag");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(
+            html.contains("&lt;i&gt;validation&lt;/i&gt;") && html.contains("<svg width=\"1\"")
+        );
+        assert!(
+            html.contains("aaa&lt;b&gt;"),
+            "software change listed and escaped"
+        );
+        assert!(html.contains("never changes the decision"));
+        assert!(
+            html.matches("<svg").count() >= 3,
+            "ECDF, roofline and the caller's plot"
+        );
+        let md = render_markdown(&report);
+        assert!(!md.contains("<script"));
+        assert!(md.contains("&lt;script&gt;") && md.contains("\\|"));
+        assert!(md.contains("**Decision: FAIL** (exit 1)"));
+        // The model context: 524288 FLOPs / 49152 B = 10.667 FLOP/B on `balanced`.
+        let ctx = &report.context[0];
+        let p = ctx.prediction.as_ref().unwrap();
+        assert!((p.arithmetic_intensity - 524_288.0 / 49_152.0).abs() < 1e-9);
+        // Baseline p50 = 1014.5 ns: 524288 / 1.0145e-6 s = 5.168e11 FLOP/s; the candidate at
+        // twice the latency reaches half of that share of the roofline.
+        let (bp, cp) = (
+            ctx.baseline_pct_of_roofline.unwrap(),
+            ctx.candidate_pct_of_roofline.unwrap(),
+        );
+        assert!((bp / cp - 2.0).abs() < 1e-9, "{bp} {cp}");
+        assert!((ctx.baseline_flops_per_s.unwrap() - 524_288.0 / 1.0145e-6).abs() < 1.0);
+        let t = ctx.tile_fit.as_ref().unwrap();
+        // 32×32×32 fp32 tile: 3 · 32·32·4 = 12288 B.
+        assert_eq!(t.tile_bytes, Some(12_288));
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(json["schema_version"], 1);
+        assert_eq!(json["gate"]["overall"], "FAIL");
+        assert_eq!(json["context"][0]["evidence"], "model");
+    }
+}

@@ -1,0 +1,382 @@
+//! The statistics the gate uses: the one-sided Mann–Whitney U test (exact null
+//! distribution by dynamic programming for small tie-free samples, otherwise the normal
+//! approximation with tie and continuity corrections), a seeded percentile bootstrap of the
+//! relative change in a statistic, and Benjamini–Hochberg adjusted p-values. It leaves out
+//! paired designs, autocorrelated samples (each sample is treated as independent) and
+//! multi-modal mixture models.
+
+use crate::rng::SplitMix64;
+use serde::{Deserialize, Serialize};
+
+/// Largest sample size per side for which the exact null distribution is used.
+pub const EXACT_MAX_N: usize = 30;
+
+/// `erfc(x)`: series `erf(x) = 2/√π · e^{−x²} · Σ 2ⁿ x^{2n+1} / (1·3·…·(2n+1))` for
+/// |x| < 2.5 (all terms positive, no cancellation), Lentz continued fraction above.
+pub fn erfc(x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    if x < 0.0 {
+        return 2.0 - erfc(-x);
+    }
+    if x < 2.5 {
+        let x2 = x * x;
+        let mut term = x;
+        let mut sum = x;
+        let mut n = 0.0;
+        while term > 1e-17 * sum {
+            n += 1.0;
+            term *= 2.0 * x2 / (2.0 * n + 1.0);
+            sum += term;
+        }
+        return 1.0 - 2.0 / std::f64::consts::PI.sqrt() * (-x2).exp() * sum;
+    }
+    // erfc(x) = e^{−x²}/√π · 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + 2/(x + …))))).
+    let tiny = 1e-300;
+    let mut f = x;
+    let mut c = x;
+    let mut d = 0.0;
+    for i in 1..300 {
+        let a = i as f64 / 2.0;
+        d = x + a * d;
+        d = if d.abs() < tiny { tiny } else { d };
+        c = x + a / c;
+        c = if c.abs() < tiny { tiny } else { c };
+        d = 1.0 / d;
+        let delta = c * d;
+        f *= delta;
+        if (delta - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    (-x * x).exp() / std::f64::consts::PI.sqrt() / f
+}
+
+/// Upper tail of the standard normal, `P(Z > z) = erfc(z/√2)/2`.
+pub fn normal_sf(z: f64) -> f64 {
+    0.5 * erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// How a Mann–Whitney p-value was obtained.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MwuMethod {
+    /// Exact permutation distribution (no ties, both sides ≤ [`EXACT_MAX_N`]).
+    Exact,
+    /// Normal approximation with tie and continuity corrections.
+    Normal,
+}
+
+/// A one-sided Mann–Whitney U result.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct MwuResult {
+    /// `U = #{(i, j): x_i > y_j} + ½ #{x_i = y_j}` for the first sample.
+    pub u: f64,
+    /// One-sided p-value for "x is stochastically greater than y".
+    pub p_value: f64,
+    /// Exact or normal approximation.
+    pub method: MwuMethod,
+}
+
+/// Exact upper tail `P(U ≥ u)` for sizes (m, n) with no ties, by the recursion
+/// `P_{i,j}(u) = i/(i+j)·P_{i−1,j}(u−j) + j/(i+j)·P_{i,j−1}(u)` (the largest of the i+j
+/// values is an x, beating all j y's, with probability i/(i+j)).
+pub fn mwu_exact_sf(m: usize, n: usize, u: f64) -> f64 {
+    // prev[j] = distribution of U for sizes (i−1, j); cur[j] for (i, j).
+    let mut prev: Vec<Vec<f64>> = (0..=n).map(|_| vec![1.0]).collect();
+    for i in 1..=m {
+        let mut cur: Vec<Vec<f64>> = Vec::with_capacity(n + 1);
+        cur.push(vec![1.0]);
+        for j in 1..=n {
+            let len = i * j + 1;
+            let mut d = vec![0.0; len];
+            let wx = i as f64 / (i + j) as f64;
+            let wy = j as f64 / (i + j) as f64;
+            for (k, p) in prev[j].iter().enumerate() {
+                d[k + j] += wx * p;
+            }
+            for (k, p) in cur[j - 1].iter().enumerate() {
+                d[k] += wy * p;
+            }
+            cur.push(d);
+        }
+        prev = cur;
+    }
+    let dist = &prev[n];
+    let start = u.ceil().max(0.0) as usize;
+    dist.iter().skip(start).sum::<f64>().min(1.0)
+}
+
+/// One-sided Mann–Whitney U test of "x stochastically greater than y". Exact when both
+/// sizes ≤ [`EXACT_MAX_N`] and no value repeats; otherwise z = (U − mn/2 − ½)/σ with
+/// σ² = mn/12 · ((N+1) − Σ(t³−t)/(N(N−1))), p = P(Z > z). Empty input gives p = 1.
+pub fn mann_whitney_greater(x: &[f64], y: &[f64]) -> MwuResult {
+    let (m, n) = (x.len(), y.len());
+    if m == 0 || n == 0 {
+        return MwuResult {
+            u: 0.0,
+            p_value: 1.0,
+            method: MwuMethod::Normal,
+        };
+    }
+    // Ranks of the pooled sample with average ranks for ties.
+    let mut all: Vec<(f64, bool)> = x
+        .iter()
+        .map(|v| (*v, true))
+        .chain(y.iter().map(|v| (*v, false)))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let big_n = all.len();
+    let mut rank_sum_x = 0.0;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < big_n {
+        let mut j = i;
+        while j + 1 < big_n && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        let t = (j - i + 1) as f64;
+        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
+        rank_sum_x += avg_rank * all[i..=j].iter().filter(|e| e.1).count() as f64;
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    let (mf, nf) = (m as f64, n as f64);
+    let u = rank_sum_x - mf * (mf + 1.0) / 2.0;
+    if m <= EXACT_MAX_N && n <= EXACT_MAX_N && tie_term == 0.0 {
+        return MwuResult {
+            u,
+            p_value: mwu_exact_sf(m, n, u),
+            method: MwuMethod::Exact,
+        };
+    }
+    let nn = big_n as f64;
+    let var = mf * nf / 12.0 * ((nn + 1.0) - tie_term / (nn * (nn - 1.0)));
+    let p_value = if var <= 0.0 {
+        1.0
+    } else {
+        normal_sf((u - mf * nf / 2.0 - 0.5) / var.sqrt())
+    };
+    MwuResult {
+        u,
+        p_value,
+        method: MwuMethod::Normal,
+    }
+}
+
+/// Benjamini–Hochberg adjusted p-values, in input order:
+/// `q_(i) = min_{k ≥ i} min(1, m · p_(k) / k)` over the ascending order statistics.
+pub fn benjamini_hochberg(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut idx: Vec<usize> = (0..m).collect();
+    idx.sort_by(|a, b| p[*a].total_cmp(&p[*b]));
+    let mut q = vec![1.0; m];
+    let mut running = 1.0f64;
+    for (rank0, &i) in idx.iter().enumerate().rev() {
+        let v = (p[i] * m as f64 / (rank0 + 1) as f64).min(1.0);
+        running = running.min(v);
+        q[i] = running;
+    }
+    q
+}
+
+/// A percentile-bootstrap interval of the relative change `stat(cand)/stat(base) − 1`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BootstrapInterval {
+    /// Lower end of the relative change.
+    pub low: f64,
+    /// Upper end of the relative change.
+    pub high: f64,
+    /// Two-sided coverage, e.g. 0.95.
+    pub confidence: f64,
+    /// Resamples drawn.
+    pub resamples: u32,
+    /// Seed of the stream.
+    pub seed: u64,
+    /// One-sided bootstrap p-value for "worse": `(1 + #{replicates not worse}) / (B + 1)`.
+    pub p_worse: f64,
+}
+
+/// Seeded percentile bootstrap of `stat(cand*)/stat(base*) − 1`, resampling each side with
+/// replacement `resamples` times; `worse_sign` is +1 when higher is worse, −1 when lower.
+/// `None` when either side is empty, a resampled baseline statistic is 0, or `resamples` = 0.
+pub fn bootstrap_relative_change(
+    base: &[f64],
+    cand: &[f64],
+    stat: impl Fn(&mut [f64]) -> f64,
+    resamples: u32,
+    confidence: f64,
+    seed: u64,
+    worse_sign: f64,
+) -> Option<BootstrapInterval> {
+    if base.is_empty() || cand.is_empty() || resamples == 0 {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut reps = Vec::with_capacity(resamples as usize);
+    let mut bb = vec![0.0; base.len()];
+    let mut cb = vec![0.0; cand.len()];
+    let mut not_worse = 0u32;
+    for _ in 0..resamples {
+        for v in bb.iter_mut() {
+            *v = base[rng.below(base.len())];
+        }
+        for v in cb.iter_mut() {
+            *v = cand[rng.below(cand.len())];
+        }
+        let sb = stat(&mut bb);
+        if sb == 0.0 || !sb.is_finite() {
+            return None;
+        }
+        let r = stat(&mut cb) / sb - 1.0;
+        if worse_sign * r <= 0.0 {
+            not_worse += 1;
+        }
+        reps.push(r);
+    }
+    reps.sort_by(f64::total_cmp);
+    let a = (1.0 - confidence) / 2.0;
+    Some(BootstrapInterval {
+        low: tensorforge_store::stats::percentile_sorted(&reps, a),
+        high: tensorforge_store::stats::percentile_sorted(&reps, 1.0 - a),
+        confidence,
+        resamples,
+        seed,
+        p_worse: (1.0 + f64::from(not_worse)) / (f64::from(resamples) + 1.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * b.abs().max(1e-300)
+    }
+
+    #[test]
+    fn erfc_against_scipy() {
+        // python3 -c "from scipy.special import erfc, ndtr; print(erfc(1.0), erfc(3.0),
+        //   erfc(0.3), ndtr(-4.0))"
+        // -> 0.15729920705028516 2.2090496998585445e-05 0.6713732405408726 3.167124183311986e-05
+        assert!(
+            close(erfc(1.0), 0.15729920705028516, 1e-13),
+            "{}",
+            erfc(1.0)
+        );
+        assert!(
+            close(erfc(3.0), 2.2090496998585445e-05, 1e-12),
+            "{}",
+            erfc(3.0)
+        );
+        assert!(close(erfc(0.3), 0.6713732405408726, 1e-13));
+        assert!(close(normal_sf(4.0), 3.167124183311986e-05, 1e-12));
+        assert!(close(erfc(-1.0), 2.0 - 0.15729920705028516, 1e-13));
+        // Continuity across the switch at 2.5: erfc(2.5) = 4.0695201744495886e-04 (scipy).
+        assert!(close(erfc(2.4999999), 4.0695201744495886e-04, 1e-6));
+        assert!(close(erfc(2.5), 4.0695201744495886e-04, 1e-12));
+    }
+
+    #[test]
+    fn exact_mwu_against_scipy() {
+        // python3 -c "from scipy.stats import mannwhitneyu as mw
+        //  b=[10.1,10.4,9.8,10.0,10.3,9.9,10.25,10.6]; c=[10.5,10.9,10.7,10.2,11.0,10.8,9.7,11.2]
+        //  print(mw(c,b,alternative='greater',method='exact'))"
+        // -> statistic=51.0, pvalue=0.02494172494172494 (and 'less' -> 0.981041181041181)
+        let b = [10.1, 10.4, 9.8, 10.0, 10.3, 9.9, 10.25, 10.6];
+        let c = [10.5, 10.9, 10.7, 10.2, 11.0, 10.8, 9.7, 11.2];
+        let r = mann_whitney_greater(&c, &b);
+        assert_eq!(r.method, MwuMethod::Exact);
+        assert_eq!(r.u, 51.0);
+        assert!(
+            close(r.p_value, 0.02494172494172494, 1e-12),
+            "{}",
+            r.p_value
+        );
+        let l = mann_whitney_greater(&b, &c);
+        assert!(close(l.p_value, 0.981041181041181, 1e-12), "{}", l.p_value);
+        // Smallest case by hand: m = n = 1, x > y: U = 1, P(U ≥ 1) = 1/2.
+        assert_eq!(mann_whitney_greater(&[2.0], &[1.0]).p_value, 0.5);
+        // m = n = 2, x = {3,4} above y = {1,2}: U = 4, only 1 of C(4,2) = 6 orderings.
+        assert!(close(
+            mann_whitney_greater(&[3.0, 4.0], &[1.0, 2.0]).p_value,
+            1.0 / 6.0,
+            1e-15
+        ));
+    }
+
+    #[test]
+    fn exact_mwu_25_per_side_against_scipy() {
+        // b2 = 1..=25, c2 = b2 + 3.5: mw(c2, b2, alternative='greater', method='exact')
+        // -> statistic=394.0, pvalue=0.05831940563216319
+        let b: Vec<f64> = (1..=25).map(f64::from).collect();
+        let c: Vec<f64> = b.iter().map(|v| v + 3.5).collect();
+        let r = mann_whitney_greater(&c, &b);
+        assert_eq!(r.method, MwuMethod::Exact);
+        assert_eq!(r.u, 394.0);
+        assert!(
+            close(r.p_value, 0.05831940563216319, 1e-10),
+            "{}",
+            r.p_value
+        );
+    }
+
+    #[test]
+    fn normal_mwu_with_ties_against_scipy() {
+        // mw([3,4,4,5,5,6,6,7,7,8], [1,2,2,3,3,3,4,5,5,6], alternative='greater',
+        //    method='asymptotic', use_continuity=True) -> 82.5, 0.0072080461879914974
+        let b = [1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 5.0, 5.0, 6.0];
+        let c = [3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0, 7.0, 7.0, 8.0];
+        let r = mann_whitney_greater(&c, &b);
+        assert_eq!(r.method, MwuMethod::Normal);
+        assert_eq!(r.u, 82.5);
+        assert!(
+            close(r.p_value, 0.0072080461879914974, 1e-10),
+            "{}",
+            r.p_value
+        );
+        // 40 per side (above the exact limit), c = b + 5.5:
+        // mw(c4, b4, 'greater', method='asymptotic') -> 1005.0, 0.024545402354819
+        let b4: Vec<f64> = (0..40).map(f64::from).collect();
+        let c4: Vec<f64> = b4.iter().map(|v| v + 5.5).collect();
+        let r = mann_whitney_greater(&c4, &b4);
+        assert_eq!(r.u, 1005.0);
+        assert!(close(r.p_value, 0.024545402354819, 1e-10), "{}", r.p_value);
+        // All equal: no evidence at all.
+        assert_eq!(mann_whitney_greater(&[1.0; 40], &[1.0; 40]).p_value, 1.0);
+    }
+
+    #[test]
+    fn bh_hand_checked() {
+        // p = [0.01, 0.04, 0.03, 0.5], m = 4. Sorted: 0.01 (k1), 0.03 (k2), 0.04 (k3), 0.5 (k4).
+        // raw m·p/k: 0.04, 0.06, 0.0533, 0.5; running min from the top: 0.5, 0.0533, 0.0533, 0.04.
+        let q = benjamini_hochberg(&[0.01, 0.04, 0.03, 0.5]);
+        assert!(close(q[0], 0.04, 1e-12));
+        assert!(close(q[1], 0.16 / 3.0, 1e-12));
+        assert!(close(q[2], 0.16 / 3.0, 1e-12));
+        assert!(close(q[3], 0.5, 1e-12));
+        assert!(benjamini_hochberg(&[]).is_empty());
+    }
+
+    #[test]
+    fn bootstrap_is_seeded_and_brackets_the_shift() {
+        let base: Vec<f64> = (0..30).map(|i| 100.0 + f64::from(i % 7)).collect();
+        let cand: Vec<f64> = base.iter().map(|v| v * 1.2).collect();
+        let med = |s: &mut [f64]| {
+            s.sort_by(f64::total_cmp);
+            tensorforge_store::stats::percentile_sorted(s, 0.5)
+        };
+        let a = bootstrap_relative_change(&base, &cand, med, 500, 0.95, 9, 1.0).unwrap();
+        let b = bootstrap_relative_change(&base, &cand, med, 500, 0.95, 9, 1.0).unwrap();
+        assert_eq!(a, b);
+        // A pure ×1.2 scaling: the point change is +20 %; resampling both sides independently
+        // spreads it, but the interval must sit well above 0 and contain 0.2.
+        assert!(
+            a.low > 0.1 && a.high < 0.3 && a.low <= 0.2 && a.high >= 0.2,
+            "{a:?}"
+        );
+        assert!(a.p_worse < 0.01);
+        assert!(bootstrap_relative_change(&base, &cand, med, 0, 0.95, 9, 1.0).is_none());
+    }
+}

@@ -1,0 +1,186 @@
+//! Records files: JSON lines (one record per line, blank lines ignored) or a single JSON
+//! array of records. Reading validates every record and names the file and line (or array
+//! index) of the first bad one; writing goes to a temporary file in the same directory that
+//! is renamed over the target, so a failed write leaves nothing half-written. No streaming
+//! reader: files are read whole.
+
+use crate::error::StoreError;
+use crate::record::Record;
+use std::io::Write;
+use std::path::Path;
+
+/// Read and validate every record of a JSON-lines file (or a file holding one JSON array).
+pub fn read_records_jsonl(path: &Path) -> Result<Vec<Record>, StoreError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| StoreError::Io {
+        path: name.clone(),
+        message: format!("cannot read records file: {e}"),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| StoreError::Parse {
+        source_name: name.clone(),
+        message: format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
+    })?;
+    parse_records_text(&text, &name)
+}
+
+/// Parse records from JSON-lines or JSON-array text; `name` names the source in errors.
+pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreError> {
+    if text.trim_start().starts_with('[') {
+        let values: Vec<serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| StoreError::Parse {
+                source_name: name.to_string(),
+                message: format!("JSON array of records: {e}"),
+            })?;
+        return values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| record_from_value(v, &format!("{name}[{i}]")))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(Record::from_json_str(line, &format!("{name}:{}", i + 1))?);
+    }
+    if out.is_empty() {
+        return Err(StoreError::Parse {
+            source_name: name.to_string(),
+            message: "no records (expected JSON lines or a JSON array of records)".into(),
+        });
+    }
+    Ok(out)
+}
+
+fn record_from_value(v: serde_json::Value, at: &str) -> Result<Record, StoreError> {
+    let r: Record = serde_json::from_value(v).map_err(|e| StoreError::Parse {
+        source_name: at.to_string(),
+        message: e.to_string(),
+    })?;
+    r.validate().map_err(|e| e.with_source(at))?;
+    Ok(r)
+}
+
+/// Write records as JSON lines: to a temporary sibling file, flushed and synced, then
+/// renamed over `path`; on any error the temporary file is removed and `path` is untouched.
+pub fn write_records_jsonl(path: &Path, records: &[Record]) -> Result<(), StoreError> {
+    let mut text = String::new();
+    for r in records {
+        let line = serde_json::to_string(r).map_err(|e| StoreError::Io {
+            path: path.display().to_string(),
+            message: format!("cannot serialize record `{}`: {e}", r.workload.name),
+        })?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    write_atomic(path, text.as_bytes())
+}
+
+/// Write `bytes` to `path` via a temporary sibling file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let io = |message: String| StoreError::Io {
+        path: path.display().to_string(),
+        message,
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io("not a file path".into()))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(io(format!("directory {} does not exist", dir.display())));
+    }
+    let tmp = dir.join(format!(".{file_name}.tmp-{}", crate::store::new_run_id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(format!("cannot write: {e}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::new_run_id;
+
+    fn sample(run: &str, m: u64) -> Record {
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("m".into(), serde_json::json!(m));
+        Record::new(
+            run.into(),
+            crate::WorkloadIdentity {
+                kind: "gemm".into(),
+                name: format!("g{m}"),
+                params,
+                dtype: "f32".into(),
+            },
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            vec![1.0, 2.0],
+            None,
+            None,
+            None,
+            5,
+            Default::default(),
+            "harness".into(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn write_read_round_trip_and_array_form() {
+        let dir = std::env::temp_dir().join(format!("tf-jsonl-{}", new_run_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("r.jsonl");
+        let recs = vec![sample("r", 1), sample("r", 2)];
+        write_records_jsonl(&p, &recs).unwrap();
+        assert_eq!(read_records_jsonl(&p).unwrap(), recs);
+        // Only the target remains: no temporary files left behind.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let arr = serde_json::to_string(&recs).unwrap();
+        assert_eq!(parse_records_text(&arr, "a.json").unwrap(), recs);
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let good = serde_json::to_string(&sample("r", 1)).unwrap();
+        let text = format!("{good}\n\n{{\"schema_version\": 1}}\n");
+        let e = parse_records_text(&text, "x.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("x.jsonl:3"), "{e}");
+        let bad_fp = good.replace("\"m\":1", "\"m\":7");
+        let e = parse_records_text(&format!("{good}\n{bad_fp}"), "x.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("x.jsonl:2") && e.contains("fingerprint"), "{e}");
+        let e = parse_records_text("[1]", "y.json").unwrap_err().to_string();
+        assert!(e.contains("y.json[0]"), "{e}");
+        assert!(parse_records_text("\n\n", "z.jsonl").is_err());
+        let e = read_records_jsonl(Path::new("/nonexistent/q.jsonl"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/q.jsonl"), "{e}");
+    }
+
+    #[test]
+    fn failed_write_leaves_target_untouched() {
+        let e = write_records_jsonl(Path::new("/nonexistent-dir/r.jsonl"), &[sample("r", 1)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist"), "{e}");
+    }
+}
