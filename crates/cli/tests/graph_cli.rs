@@ -192,6 +192,23 @@ fn malformed_and_invalid_graphs_exit_2_with_a_named_error() {
     );
     fails(&["fuse", &shape], &["`c`", "`b`", "[3]", "broadcast"]);
     fails(&["fuse", "/nonexistent/graph.json"], &["cannot read"]);
+    // 10⁵ × 10⁵ f32 = 40 GB: modelled fine, refused (not aborted) by the executor.
+    let huge = write(
+        &d,
+        "huge.json",
+        r#"{"nodes":[{"name":"x","op":"Input","attrs":{"shape":[100000,100000],"dtype":"fp32"}},
+           {"name":"y","op":"Exp","inputs":["x"]}]}"#,
+    );
+    tf().args(["fuse", &huge]).assert().success();
+    fails(&["run", &huge], &["executor's limit"]);
+    let opaque = write(
+        &d,
+        "opaque.json",
+        r#"{"nodes":[{"name":"x","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},
+           {"name":"o","op":"Opaque","attrs":{"name":"TopK","output_specs":[{"shape":[3],"dtype":"fp32"}]},"inputs":["x"]}]}"#,
+    );
+    tf().args(["fuse", &opaque]).assert().success();
+    fails(&["run", &opaque], &["`o`", "TopK"]);
 }
 
 #[test]
@@ -299,4 +316,31 @@ fn run_reads_npy_inputs_and_shows_the_naive_overflow() {
         &["run", &example("logaddexp_chain"), "--inputs", &dir],
         &["a.npy", "[3]", "[4096]"],
     );
+}
+
+#[test]
+fn onnx_through_the_binary_imports_and_truncated_or_hostile_files_exit_2() {
+    let good = format!(
+        "{}/../../examples/graphs/tiny_mlp.onnx",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let v = json(&["fuse", &good, "--json"]);
+    assert!(!v["kernels"].as_array().unwrap().is_empty(), "{v}");
+    assert!(
+        v["traffic"]["unfused_bytes"].as_u64().unwrap()
+            >= v["traffic"]["fused_bytes"].as_u64().unwrap()
+    );
+
+    let bytes = std::fs::read(&good).unwrap();
+    let dir = tmpdir("onnx");
+    // Truncated in the middle of the graph.
+    let cut = dir.join("truncated.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let cut = cut.display().to_string();
+    fails(&["fuse", &cut], &["truncated.onnx"]);
+    // Hostile: a length-delimited field that claims 2 GiB of payload.
+    let hostile = dir.join("hostile.onnx");
+    std::fs::write(&hostile, [0x3a, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00]).unwrap();
+    let hostile = hostile.display().to_string();
+    fails(&["plan-memory", &hostile], &["hostile.onnx"]);
 }
