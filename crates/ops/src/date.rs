@@ -63,15 +63,7 @@ impl Date {
 
     /// The civil date `days` after 1970-01-01 (Hinnant's `civil_from_days`).
     pub fn from_days_since_epoch(days: i64) -> Date {
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let y = yoe + era * 400 + i64::from(m <= 2);
+        let (y, m, d) = tensorforge_store::time::civil_from_days(days);
         Date {
             year: y as i32,
             month: m,

@@ -8,6 +8,7 @@ pub mod ingest;
 pub mod jsonl;
 pub mod record;
 pub mod stats;
+pub mod time;
 pub mod store;
 
 pub use error::StoreError;
