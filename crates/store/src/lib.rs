@@ -8,8 +8,8 @@ pub mod ingest;
 pub mod jsonl;
 pub mod record;
 pub mod stats;
-pub mod time;
 pub mod store;
+pub mod time;
 
 pub use error::StoreError;
 pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
