@@ -1,8 +1,8 @@
 //! Prints, from one run, the ratios the kernels issue asks for: stable vs naive logaddexp,
 //! softmax and quantize against this machine's measured copy bandwidth (read + write bytes),
-//! and fused vs unfused RMSNorm+SwiGLU — single thread and all threads. Each timing is the
-//! best of several repetitions. Run: `cargo run --release -p tensorforge-kernels --example
-//! kernel_ratios` (add `-- --small` for CI-sized shapes).
+//! and unfused/fused time of RMSNorm+SwiGLU (> 1: fused faster) — single thread and all
+//! threads. Each timing is the best of several repetitions. Run: `cargo run --release -p
+//! tensorforge-kernels --example kernel_ratios` (add `-- --small` for CI-sized shapes).
 
 use std::time::Instant;
 use tensorforge_kernels::fused::{rmsnorm_swiglu_fused, rmsnorm_swiglu_unfused, SwigluShape};
@@ -83,6 +83,8 @@ fn run(threads: usize, small: bool) {
             &[
                 (1, 4096, 11008),
                 (8, 4096, 11008),
+                (16, 4096, 11008),
+                (32, 4096, 11008),
                 (512, 4096, 11008),
                 (64, 1024, 2816),
                 (512, 1024, 2816),
@@ -109,10 +111,10 @@ fn run(threads: usize, small: bool) {
             let rf = rmsnorm_swiglu_fused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
             let ru = rmsnorm_swiglu_unfused(&x, &gm, &wg, &wu, s, 1e-6, &mut y).unwrap();
             println!(
-                "  rmsnorm+swiglu T={t:<4} D={d:<4} F={f:<5}: fused {:9.3} ms, unfused {:9.3} ms, fused/unfused {:.3}; intermediates {} vs {} bytes",
+                "  rmsnorm+swiglu T={t:<4} D={d:<4} F={f:<5}: fused {:9.3} ms, unfused {:9.3} ms, unfused/fused {:.3}; intermediates {} vs {} bytes",
                 tf * 1e3,
                 tu * 1e3,
-                tf / tu,
+                tu / tf,
                 rf.intermediate_bytes,
                 ru.intermediate_bytes
             );
