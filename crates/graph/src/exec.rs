@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use tensorforge_kernels::Shape2;
 
 /// Target elements per block of the fused evaluator.
-pub const BLOCK_ELEMS: usize = 2048;
+pub const BLOCK_ELEMS: usize = 1024;
 /// Block size: [`BLOCK_ELEMS`], or `TF_BLOCK_ELEMS` from the environment (for tuning runs).
 fn block_elems() -> usize {
     static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -30,6 +30,32 @@ fn block_elems() -> usize {
             .filter(|&v: &usize| v > 0)
             .unwrap_or(BLOCK_ELEMS)
     })
+}
+
+/// Largest total element count the executor allocates across all tensors (2³² f32 values,
+/// 16 GiB); larger graphs are refused with an error rather than aborting on allocation.
+pub const MAX_EXEC_ELEMENTS: u64 = 1 << 32;
+
+fn check_size(tg: &TypedGraph) -> Result<()> {
+    let total = tg
+        .tensors
+        .iter()
+        .fold(0u64, |a, t| a.saturating_add(t.numel));
+    if total > MAX_EXEC_ELEMENTS {
+        let big = tg
+            .tensors
+            .iter()
+            .max_by_key(|t| t.numel)
+            .map(|t| t.name.clone())
+            .unwrap_or_default();
+        return Err(GraphError::Input {
+            tensor: big,
+            detail: format!(
+                "the graph holds {total} elements in all, more than the executor's limit of {MAX_EXEC_ELEMENTS}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Relative tolerance (of the tensor's largest magnitude) for fused vs unfused agreement.
@@ -78,6 +104,7 @@ pub fn fill_inputs(
     given: &mut HashMap<String, Vec<f32>>,
     seed: u64,
 ) -> Result<()> {
+    check_size(tg)?;
     for (i, n) in tg.nodes.iter().enumerate() {
         if matches!(n.op, Op::Input { .. } | Op::Weight { .. }) {
             let t = &tg.tensors[tg.node_outputs[i][0]];
@@ -229,7 +256,7 @@ pub fn execute_pooled(
         bufs: vec![None; tg.tensors.len()],
         pool: std::mem::take(pool),
     };
-    let r = run_program(p, inputs, &mut st);
+    let r = run_program_checked(p, inputs, &mut st);
     for b in st.bufs.iter_mut() {
         if let Some(v) = b.take() {
             st.pool.put(v);
@@ -237,6 +264,15 @@ pub fn execute_pooled(
     }
     *pool = std::mem::take(&mut st.pool);
     r
+}
+
+fn run_program_checked(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    st: &mut State,
+) -> Result<ExecResult> {
+    check_size(&p.graph)?;
+    run_program(p, inputs, st)
 }
 
 fn run_program(
@@ -415,7 +451,11 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
 #[derive(Clone)]
 enum Bind {
     /// Internal: scratch of kernel node position `pos`; `rows` true when one value per row.
-    Internal { pos: usize, per_row: bool },
+    Internal {
+        pos: usize,
+        slot: usize,
+        per_row: bool,
+    },
     /// External buffer of the same element count as the node output (flat slice).
     Flat(usize),
     /// External scalar.
@@ -424,6 +464,9 @@ enum Bind {
     PerRow(usize),
     /// External, general NumPy broadcast: buffer and its strides over the output shape.
     Gather(usize, Vec<usize>),
+    /// External, read whole by the op itself (matmul operands, row-op inputs, norm
+    /// parameters).
+    Direct(usize),
 }
 
 struct NodePlan {
@@ -433,6 +476,8 @@ struct NodePlan {
     out_shape: Vec<usize>,
     /// Index into the kernel output list when the node's value is stored.
     store: Option<usize>,
+    /// Scratch buffer holding the node's block of values (reused once it is dead).
+    slot: usize,
 }
 
 fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
@@ -446,11 +491,16 @@ fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
         let mut binds = vec![];
         for &t in &tg.node_inputs[n] {
             let b = tg.base(t);
+            let op = &tg.nodes[n].op;
+            let elementwise = op.is_unary() || op.is_binary() || matches!(op, Op::Broadcast { .. });
             let bind = if let Some(&p) = pos_of.get(&tg.producer[b]) {
                 Bind::Internal {
                     pos: p,
+                    slot: 0,
                     per_row: plans[p].per_row,
                 }
+            } else if !elementwise {
+                Bind::Direct(t)
             } else {
                 let ti = &tg.tensors[t];
                 let mut row_shape = out.shape.clone();
@@ -466,7 +516,13 @@ fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
                 } else {
                     // Strides of the input over the output's axes (0 where broadcast).
                     let r = out.shape.len();
-                    let off = r - ti.shape.len();
+                    let off = r.checked_sub(ti.shape.len()).ok_or_else(|| {
+                        exec_err(
+                            tg,
+                            n,
+                            format!("input `{}` has a higher rank than the output", ti.name),
+                        )
+                    })?;
                     let mut strides = vec![0usize; r];
                     let mut acc = 1usize;
                     for d in (0..ti.shape.len()).rev() {
@@ -486,7 +542,42 @@ fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
             binds,
             out_shape: out.shape.clone(),
             store: k.outputs.iter().position(|&x| x == o),
+            slot: 0,
         });
+    }
+    // Scratch slots by liveness inside the block: a slot is reused once its node's last
+    // reader in the kernel has run, so a chain needs only a few L1-resident buffers.
+    let mut last_use: Vec<usize> = (0..plans.len()).collect();
+    for (pi, p) in plans.iter().enumerate() {
+        for b in &p.binds {
+            if let Bind::Internal { pos, .. } = b {
+                last_use[*pos] = last_use[*pos].max(pi);
+            }
+        }
+    }
+    let mut free: Vec<usize> = vec![];
+    let mut nslots = 0;
+    for pi in 0..plans.len() {
+        let slot = free.pop().unwrap_or_else(|| {
+            nslots += 1;
+            nslots - 1
+        });
+        plans[pi].slot = slot;
+        let done: Vec<usize> = (0..pi).filter(|&q| last_use[q] == pi).collect();
+        for q in done {
+            free.push(plans[q].slot);
+        }
+        if last_use[pi] == pi {
+            free.push(slot);
+        }
+    }
+    let slots: Vec<usize> = plans.iter().map(|p| p.slot).collect();
+    for p in plans.iter_mut() {
+        for b in p.binds.iter_mut() {
+            if let Bind::Internal { pos, slot, .. } = b {
+                *slot = slots[*pos];
+            }
+        }
     }
     Ok(plans)
 }
@@ -518,29 +609,10 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
     let work = |s: &mut Scratch, b: usize| -> Result<()> {
         let r0 = b * rows_per_block;
         let r1 = (r0 + rows_per_block).min(rows);
-        eval_block(tg, bufs, &plans, s, r0, r1, cols)?;
-        for (pi, p) in plans.iter().enumerate() {
-            if let Some(oi) = p.store {
-                let (ptr, len) = ptrs[oi];
-                let (f0, f1) = if p.per_row {
-                    (r0, r1)
-                } else {
-                    (r0 * cols, r1 * cols)
-                };
-                if f1 > len {
-                    return Err(exec_err(tg, p.node, "block outside the output buffer"));
-                }
-                // SAFETY: block b owns rows [r0, r1) of every output; ranges of different
-                // blocks are disjoint and inside the buffer (checked above), and `outs`
-                // outlives the parallel loop.
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(f0), f1 - f0) };
-                dst.copy_from_slice(&s.vals[pi][..f1 - f0]);
-            }
-        }
-        Ok(())
+        eval_block(tg, bufs, &plans, s, r0, r1, cols, &ptrs)
     };
     let init = || Scratch {
-        vals: vec![Vec::with_capacity(cap); plans.len()],
+        vals: vec![Vec::with_capacity(cap); plans.iter().map(|p| p.slot + 1).max().unwrap_or(1)],
         tmp: vec![Vec::with_capacity(cap); max_in.max(1)],
     };
     if rows.saturating_mul(cols) >= 1 << 16 && nblocks > 1 {
@@ -574,9 +646,10 @@ fn eval_block(
     r0: usize,
     r1: usize,
     cols: usize,
+    ptrs: &[(SendPtr, usize)],
 ) -> Result<()> {
     let nb = r1 - r0;
-    for (pi, p) in plans.iter().enumerate() {
+    for p in plans.iter() {
         let len = if p.per_row { nb } else { nb * cols };
         let (f0, f1) = if p.per_row {
             (r0, r1)
@@ -586,22 +659,19 @@ fn eval_block(
         let n = p.node;
         let op = &tg.nodes[n].op;
         // Resolve inputs into temp buffers where needed.
-        let (done, rest) = s.vals.split_at_mut(pi);
-        let out = &mut rest[0];
-        if out.len() != len {
-            out.resize(len, 0.0);
+        let mut out_buf = std::mem::take(&mut s.vals[p.slot]);
+        if out_buf.len() != len {
+            out_buf.resize(len, 0.0);
         }
+        let out = &mut out_buf[..];
+        let done = &s.vals;
         let buf = |t: usize| bufs[t].as_deref().unwrap_or(&[]);
-        let is_norm = matches!(op, Op::RmsNorm { .. } | Op::LayerNorm { .. });
         for (j, bind) in p.binds.iter().enumerate() {
-            if is_norm && j > 0 {
-                continue; // parameters are read whole, never expanded
-            }
             let tmp = &mut s.tmp[j];
             match bind {
-                Bind::Internal { pos, per_row } if *per_row && !p.per_row => {
+                Bind::Internal { slot, per_row, .. } if *per_row && !p.per_row => {
                     tmp.clear();
-                    for &v in &done[*pos][..nb] {
+                    for &v in &done[*slot][..nb] {
                         tmp.extend(std::iter::repeat(v).take(cols));
                     }
                 }
@@ -642,16 +712,17 @@ fn eval_block(
         }
         let src = |j: usize| -> Src {
             match &p.binds[j] {
-                Bind::Internal { pos, per_row } => {
+                Bind::Internal { slot, per_row, .. } => {
                     if *per_row && !p.per_row {
                         Src::S(&s.tmp[j][..len])
                     } else {
-                        Src::S(&done[*pos][..len])
+                        Src::S(&done[*slot][..len])
                     }
                 }
                 Bind::Flat(t) => Src::S(&buf(*t)[f0..f1]),
                 Bind::Scalar(t) => Src::C(buf(*t).first().copied().unwrap_or(0.0)),
                 Bind::PerRow(_) | Bind::Gather(..) => Src::S(&s.tmp[j][..len]),
+                Bind::Direct(t) => Src::S(buf(*t)),
             }
         };
         match op {
@@ -694,9 +765,7 @@ fn eval_block(
             Op::RmsNorm { eps } | Op::LayerNorm { eps } => {
                 let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
                 let param = |j: usize| match &p.binds[j] {
-                    Bind::Gather(t, _) | Bind::Flat(t) | Bind::Scalar(t) | Bind::PerRow(t) => {
-                        Ok(buf(*t))
-                    }
+                    Bind::Direct(t) => Ok(buf(*t)),
                     _ => Err(exec_err(tg, n, "norm parameters must come from memory")),
                 };
                 let gamma = param(1)?;
@@ -749,6 +818,18 @@ fn eval_block(
                 return Err(exec_err(tg, n, "not supported inside a blocked kernel"));
             }
         }
+        if let Some(oi) = p.store {
+            let (ptr, olen) = ptrs[oi];
+            if f1 > olen || f1 - f0 > out.len() {
+                return Err(exec_err(tg, n, "block outside the output buffer"));
+            }
+            // SAFETY: this block owns rows [r0, r1) of every output of the kernel; blocks
+            // cover disjoint ranges, the range is inside the buffer (checked above), and the
+            // buffer outlives the parallel loop in `run_blocks`.
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(f0), f1 - f0) };
+            dst.copy_from_slice(&out[..f1 - f0]);
+        }
+        s.vals[p.slot] = out_buf;
     }
     Ok(())
 }
@@ -763,8 +844,12 @@ fn row_input<'a>(
     cols: usize,
 ) -> &'a [f32] {
     match b {
-        Bind::Internal { pos, .. } => &done[*pos][..(r1 - r0) * cols],
-        Bind::Flat(t) | Bind::Gather(t, _) | Bind::PerRow(t) | Bind::Scalar(t) => {
+        Bind::Internal { slot, .. } => &done[*slot][..(r1 - r0) * cols],
+        Bind::Flat(t)
+        | Bind::Gather(t, _)
+        | Bind::PerRow(t)
+        | Bind::Scalar(t)
+        | Bind::Direct(t) => {
             let v = bufs[*t].as_deref().unwrap_or(&[]);
             &v[(r0 * cols).min(v.len())..(r1 * cols).min(v.len())]
         }
@@ -977,6 +1062,68 @@ mod tests {
             );
             assert!(f.total_bytes() < u.total_bytes(), "{name}");
         }
+    }
+
+    #[test]
+    fn other_ops_run_and_agree() {
+        // Non-last-axis reduction, keepdims=false, Concat, Broadcast, Quantize/Dequantize,
+        // Cast to bf16, Pow, LogSoftmax, LayerNorm, Reshape inside a chain, an Opaque op.
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[3,4],"dtype":"fp32"}},
+          {"name":"g","op":"Weight","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"s0","op":"ReduceSum","attrs":{"axis":0,"keepdims":false},"inputs":["x"]},
+          {"name":"m1","op":"ReduceMean","attrs":{"axis":1,"keepdims":false},"inputs":["x"]},
+          {"name":"bc","op":"Broadcast","attrs":{"shape":[2,3,4]},"inputs":["x"]},
+          {"name":"cat","op":"Concat","attrs":{"axis":0},"inputs":["x","x"]},
+          {"name":"q","op":"Quantize","attrs":{"scale":0.01,"zero_point":3},"inputs":["x"]},
+          {"name":"dq","op":"Dequantize","attrs":{"scale":0.01,"zero_point":3},"inputs":["q"]},
+          {"name":"c16","op":"Cast","attrs":{"to":"bf16"},"inputs":["dq"]},
+          {"name":"p","op":"Pow","attrs":{"exponent":3.0},"inputs":["x"]},
+          {"name":"r","op":"Reshape","attrs":{"shape":[12]},"inputs":["p"]},
+          {"name":"t","op":"Tanh","inputs":["r"]},
+          {"name":"ls","op":"LogSoftmax","inputs":["x"]},
+          {"name":"ln","op":"LayerNorm","inputs":["ls","g","b"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        fill_inputs(&c.unfused.graph, &mut ins, 11).unwrap();
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        let (ok, worst, at) = compare(&f, &u);
+        assert!(ok, "{worst} at {at}");
+        let out = |r: &ExecResult, n: &str| r.outputs.iter().find(|o| o.0 == n).unwrap().2.clone();
+        let x = &ins["x"];
+        // s0[j] = x[0][j] + x[1][j] + x[2][j].
+        assert!((out(&u, "s0")[1] - (x[1] + x[5] + x[9])).abs() < 1e-6);
+        assert_eq!(out(&u, "cat")[12..], x[..]);
+        assert_eq!(out(&u, "bc")[12..], x[..]);
+        // Dequantize(Quantize(x)) is x rounded to the 0.01 grid (|x| < 1 never saturates).
+        assert!(out(&u, "c16")
+            .iter()
+            .zip(x)
+            .all(|(a, b)| (a - b).abs() < 0.01));
+        assert_eq!(
+            f.total_bytes(),
+            program_traffic(
+                &c.fused,
+                &tensorforge_core::presets::hardware("balanced").unwrap()
+            )
+            .total_bytes
+        );
+        let op = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},
+          {"name":"o","op":"Opaque","attrs":{"name":"NonMaxSuppression","output_specs":[{"shape":[3],"dtype":"fp32"}]},"inputs":["x"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&op).unwrap();
+        let mut ins = HashMap::new();
+        fill_inputs(&c.unfused.graph, &mut ins, 1).unwrap();
+        let e = execute(&c.fused, &ins).unwrap_err().to_string();
+        assert!(e.contains("NonMaxSuppression") && e.contains("`o`"), "{e}");
     }
 
     #[test]

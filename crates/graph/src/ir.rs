@@ -448,8 +448,47 @@ pub struct TypedGraph {
 
 impl Graph {
     /// Parse the JSON form.
+    /// `attrs` may be omitted for ops whose attributes all have defaults (Softmax,
+    /// LogSoftmax, LogSumExp, RMSNorm, LayerNorm, RMSNormSwiGLU).
     pub fn from_json_str(text: &str) -> Result<Graph> {
-        let g: Graph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        let mut v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        if let Some(nodes) = v.get_mut("nodes").and_then(|n| n.as_array_mut()) {
+            for n in nodes.iter_mut().filter_map(|n| n.as_object_mut()) {
+                let defaulted = matches!(
+                    n.get("op").and_then(|o| o.as_str()),
+                    Some(
+                        "Softmax"
+                            | "LogSoftmax"
+                            | "LogSumExp"
+                            | "RMSNorm"
+                            | "LayerNorm"
+                            | "RMSNormSwiGLU"
+                    )
+                );
+                if defaulted && !n.contains_key("attrs") {
+                    n.insert("attrs".into(), serde_json::json!({}));
+                }
+            }
+        }
+        let g: Graph = match serde_json::from_value(v.clone()) {
+            Ok(g) => g,
+            Err(e) => {
+                // Name the first node that does not parse, when one is to blame.
+                let nodes = v
+                    .get("nodes")
+                    .and_then(|n| n.as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                for (i, n) in nodes.iter().enumerate() {
+                    if let Err(ne) = serde_json::from_value::<Node>(n.clone()) {
+                        let name = n.get("name").and_then(|x| x.as_str()).unwrap_or("?");
+                        return Err(GraphError::Json(format!("node #{i} `{name}`: {ne}")));
+                    }
+                }
+                return Err(GraphError::Json(e.to_string()));
+            }
+        };
         if g.schema_version != SCHEMA_VERSION {
             return Err(GraphError::Json(format!(
                 "schema_version {} is not supported (expected {SCHEMA_VERSION})",
@@ -1211,6 +1250,10 @@ mod tests {
           {"name":"x","op":"Exp","inputs":["x"]}]}"#;
         assert!(matches!(parse(dup), Err(GraphError::Duplicate { .. })));
         assert!(matches!(parse("{nodes"), Err(GraphError::Json(_))));
+        let e = parse(r#"{"nodes":[{"name":"s","op":"ReduceSum","inputs":[]}]}"#).unwrap_err();
+        assert!(e.to_string().contains("node #0 `s`"), "{e}");
+        let e = parse(r#"{"nodes":[{"name":"s","op":"Frobnicate"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("Frobnicate"), "{e}");
         let mm = r#"{"nodes":[
           {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
           {"name":"b","op":"Input","attrs":{"shape":[7,2],"dtype":"fp32"}},

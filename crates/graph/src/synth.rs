@@ -77,7 +77,7 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
         let fb = pick(&ts, Cls::Full, b).unwrap_or_else(|| "x1".into());
         let bin = [Op::Add, Op::Sub, Op::Mul, Op::Max, Op::Min][(a % 5) as usize].clone();
         let un = [Op::Tanh, Op::Neg, Op::Sigmoid, Op::Relu, Op::Silu][(b % 5) as usize].clone();
-        let (node, cls) = match kind % 11 {
+        let (node, cls) = match kind % 13 {
             0 => (Node::new(&name, un, &[&fa]), Cls::Full),
             1 => (Node::new(&name, bin, &[&fa, &fb]), Cls::Full),
             2 => {
@@ -126,6 +126,41 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
                     Cls::Full,
                 )
             }
+            11 => {
+                // Naive log(exp(u) + exp(v)) on bounded values: rewritten to LogAddExp.
+                let (ta, tb, ea, eb, sum) = (
+                    format!("{name}_ta"),
+                    format!("{name}_tb"),
+                    format!("{name}_ea"),
+                    format!("{name}_eb"),
+                    format!("{name}_s"),
+                );
+                nodes.push(Node::new(&ta, Op::Tanh, &[&fa]));
+                nodes.push(Node::new(&tb, Op::Tanh, &[&fb]));
+                nodes.push(Node::new(&ea, Op::Exp, &[&ta]));
+                nodes.push(Node::new(&eb, Op::Exp, &[&tb]));
+                nodes.push(Node::new(&sum, Op::Add, &[&ea, &eb]));
+                (Node::new(&name, Op::Log, &[&sum]), Cls::Full)
+            }
+            12 => {
+                // Naive softmax exp(u) / sum(exp(u)) on bounded values: rewritten to Softmax.
+                let (t, e, sum) = (
+                    format!("{name}_t"),
+                    format!("{name}_e"),
+                    format!("{name}_s"),
+                );
+                nodes.push(Node::new(&t, Op::Tanh, &[&fa]));
+                nodes.push(Node::new(&e, Op::Exp, &[&t]));
+                nodes.push(Node::new(
+                    &sum,
+                    Op::ReduceSum {
+                        axis: -1,
+                        keepdims: true,
+                    },
+                    &[&e],
+                ));
+                (Node::new(&name, Op::Div, &[&e, &sum]), Cls::Full)
+            }
             _ => {
                 if a % 2 == 0 {
                     (
@@ -165,7 +200,7 @@ pub fn synthetic_graph(n: usize, r: usize, c: usize, seed: u64) -> Graph {
         (s >> 33) as u32
     };
     let steps: Vec<(u8, u16, u16)> = (0..n)
-        .map(|_| ((next() % 11) as u8, next() as u16, next() as u16))
+        .map(|_| ((next() % 13) as u8, next() as u16, next() as u16))
         .collect();
     let mut g = random_graph(r, c, &steps);
     // One graph output (the last node), so that every other tensor dies after its last read.
