@@ -138,6 +138,56 @@ fn bench_json_records_and_store() {
 }
 
 #[test]
+fn bench_graph_workload_json_and_unknown_graph() {
+    let out = tf()
+        .args([
+            "bench",
+            "graph:attention_softmax:mode=fused",
+            "--threads",
+            "1",
+            "--iterations",
+            "2",
+            "--time-budget-ms",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &v["records"][0];
+    assert_eq!(r["workload"]["kind"], "graph");
+    assert_eq!(r["workload"]["dtype"], "f32");
+    assert_eq!(r["workload"]["params"]["mode"], "fused");
+    assert_eq!(
+        r["workload"]["params"]["graph_sha256"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
+    // The graph compiler's fused traffic for examples/graphs/attention_softmax.json.
+    assert_eq!(r["bytes"], 262148.0);
+    assert!(r["flops"].as_f64().unwrap() > 0.0);
+    assert!(r["samples_ns"].as_array().unwrap().len() >= 2);
+
+    let out = tf()
+        .args(["bench", "graph:no_such_graph:mode=fused"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains("no_such_graph")
+            && e.contains("attention_softmax")
+            && e.contains("rmsnorm_swiglu_mlp")
+            && e.contains("elementwise_chain"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+}
+
+#[test]
 fn calibrate_then_validate_and_refusals() {
     let d = tmp("loop");
     let store = d.join("s.sqlite");

@@ -168,6 +168,15 @@ impl Pool {
     fn put(&mut self, b: Vec<f32>) {
         self.free.entry(b.len()).or_default().push(b);
     }
+
+    /// Bytes held for reuse; constant across repeated runs of one program.
+    pub fn held_bytes(&self) -> usize {
+        self.free
+            .values()
+            .flat_map(|v| v.iter())
+            .map(|b| b.capacity() * std::mem::size_of::<f32>())
+            .sum()
+    }
 }
 
 fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> GraphError {
@@ -190,13 +199,21 @@ impl State<'_> {
             Op::Reshape { .. } => {
                 let s = tg.node_inputs[p][0];
                 self.ensure(s)?;
-                self.bufs[t] = self.bufs[s].clone();
+                // A view: the same values under another shape. Copied into a pooled
+                // buffer (not cloned) so that repeated runs do not grow the pool.
+                let n = self.bufs[s].as_ref().map_or(0, |v| v.len());
+                let mut b = self.pool.take(n);
+                if let Some(src) = self.bufs[s].as_deref() {
+                    b.copy_from_slice(src);
+                }
+                self.bufs[t] = Some(b);
             }
             Op::Transpose { perm } => {
                 let s = tg.node_inputs[p][0];
                 self.ensure(s)?;
                 let src = self.bufs[s].as_deref().unwrap_or(&[]);
-                let v = transpose(src, &tg.tensors[s].shape, perm);
+                let mut v = self.pool.take(src.len());
+                transpose_into(src, &tg.tensors[s].shape, perm, &mut v);
                 self.bufs[t] = Some(v);
             }
             _ => {
@@ -214,7 +231,7 @@ impl State<'_> {
     }
 }
 
-fn transpose(src: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut Vec<f32>) {
     let r = shape.len();
     let mut strides = vec![1usize; r];
     for i in (0..r.saturating_sub(1)).rev() {
@@ -223,7 +240,7 @@ fn transpose(src: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
     let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
+    out.clear();
     let mut idx = vec![0usize; r];
     for _ in 0..n {
         let off: usize = idx.iter().zip(&out_strides).map(|(a, b)| a * b).sum();
@@ -236,7 +253,6 @@ fn transpose(src: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
             idx[d] = 0;
         }
     }
-    out
 }
 
 /// Execute a program on the given Input / Weight values (by tensor name).
@@ -306,7 +322,9 @@ fn run_program(
                 st.bufs[t] = Some(b);
             }
             Op::Constant { value, .. } => {
-                st.bufs[t] = Some(vec![*value as f32; tg.tensors[t].numel as usize]);
+                let mut b = st.pool.take(tg.tensors[t].numel as usize);
+                b.fill(*value as f32);
+                st.bufs[t] = Some(b);
             }
             _ => {}
         }
@@ -366,8 +384,8 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
             let outer: usize = s[..a].iter().product();
             let len = s[a];
             let inner: usize = s[a + 1..].iter().product();
+            let mut out = st.pool.take(outer * inner);
             let src = st.bufs[x].as_deref().unwrap_or(&[]);
-            let mut out = vec![0f32; outer * inner];
             for o in 0..outer {
                 for i in 0..inner {
                     let mut acc = if kind == 1 { f64::NEG_INFINITY } else { 0.0 };
@@ -400,7 +418,8 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                 d_ff: f,
             };
             let o = tg.node_outputs[n][0];
-            let mut out = vec![0f32; tg.tensors[o].numel as usize];
+            // Every element is written by the kernel, so a pooled buffer needs no clearing.
+            let mut out = st.pool.take(tg.tensors[o].numel as usize);
             let get = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
             tensorforge_kernels::fused::rmsnorm_swiglu_fused(
                 get(ins[0]),
@@ -424,7 +443,8 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     let a =
                         norm_axis(*axis, os.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
                     let outer: usize = os[..a].iter().product();
-                    let mut out = Vec::with_capacity(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
                     for ob in 0..outer {
                         for &t in &tg.node_inputs[n] {
                             let s = &tg.tensors[t].shape;
@@ -1032,6 +1052,31 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         Graph::from_json_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn repeated_runs_do_not_grow_the_pool() {
+        // Every buffer a run puts back must have been taken from the pool, or the pool (and
+        // the peak memory a harness measures) grows with the iteration count.
+        for name in [
+            "rmsnorm_swiglu_mlp",
+            "attention_softmax",
+            "logaddexp_chain",
+            "residual_layernorm",
+        ] {
+            let c = compile(&load(name)).unwrap();
+            let mut ins = HashMap::new();
+            fill_inputs(&c.unfused.graph, &mut ins, 3).unwrap();
+            for p in [&c.fused, &c.unfused] {
+                let mut pool = Pool::default();
+                execute_pooled(p, &ins, &mut pool).unwrap();
+                let after_first = pool.held_bytes();
+                for _ in 0..3 {
+                    execute_pooled(p, &ins, &mut pool).unwrap();
+                }
+                assert_eq!(pool.held_bytes(), after_first, "{name}");
+            }
+        }
     }
 
     #[test]

@@ -300,7 +300,7 @@ mod tests {
         let suite = embedded_holdout_suite().unwrap();
         assert!(suite.len() >= 4);
         let kinds: Vec<String> = suite.iter().map(|s| s.identity().kind).collect();
-        for k in ["gemm", "conv2d", "kernel"] {
+        for k in ["gemm", "conv2d", "kernel", "graph"] {
             assert!(kinds.iter().any(|x| x == k), "{k} missing from {kinds:?}");
         }
         for quick in [true, false] {

@@ -12,6 +12,9 @@
 //! * `kernel:NAME:key=value...` for the kernels crate: `logaddexp:n=N`, `logsumexp:rows=R:cols=C`,
 //!   `softmax:rows=R:cols=C`, `quantize:n=N` (f32 → int8, per tensor),
 //!   `rmsnorm_swiglu_fused:tokens=T:d_model=D:d_ff=F`, `rmsnorm_swiglu_unfused:...`.
+//! * `graph:NAME[:mode=fused|unfused]` for a graph run by the graph compiler's CPU executor:
+//!   NAME is a built-in example graph ([`BUILTIN_GRAPHS`], embedded in the binary) or a path
+//!   to a graph JSON file (ending in `.json`); the mode defaults to fused.
 //! * `empty`: an empty call through the same harness path (the fixed floor).
 //! * A path to a workload file (TOML, `[[workload]]` entries, see examples/holdout.toml).
 //!
@@ -21,6 +24,7 @@
 
 use crate::error::{MeasureError, Result};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use tensorforge_core::conv::{conv2d_preset, Conv2d, CONV2D_PRESET_NAMES};
 use tensorforge_core::presets::GEMM_PRESETS;
@@ -29,6 +33,8 @@ use tensorforge_core::transformer::{
     SWIGLU_FLOPS_PER_ELEMENT, TRANSFORMER_PRESET_NAMES,
 };
 use tensorforge_core::{DType, Gemm};
+use tensorforge_graph::fusion::{compile, Compiled, Program};
+use tensorforge_graph::Graph;
 use tensorforge_store::WorkloadIdentity;
 
 /// The dtype string of every harness workload's identity.
@@ -82,6 +88,216 @@ pub enum KernelWorkload {
     },
 }
 
+/// Example graphs of `examples/graphs/` compiled into the binary, by name.
+pub const BUILTIN_GRAPHS: &[(&str, &str)] = &[
+    (
+        "attention_softmax",
+        include_str!("../../../examples/graphs/attention_softmax.json"),
+    ),
+    (
+        "elementwise_chain",
+        include_str!("../../../examples/graphs/elementwise_chain.json"),
+    ),
+    (
+        "logaddexp_chain",
+        include_str!("../../../examples/graphs/logaddexp_chain.json"),
+    ),
+    (
+        "residual_layernorm",
+        include_str!("../../../examples/graphs/residual_layernorm.json"),
+    ),
+    (
+        "rmsnorm_swiglu_mlp",
+        include_str!("../../../examples/graphs/rmsnorm_swiglu_mlp.json"),
+    ),
+];
+
+/// Which program of a compiled graph the executor runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphMode {
+    /// The rewritten, fused program (the default).
+    #[default]
+    Fused,
+    /// One kernel per op of the original graph, every tensor materialized.
+    Unfused,
+}
+
+impl GraphMode {
+    /// `fused` or `unfused`.
+    pub fn label(self) -> &'static str {
+        match self {
+            GraphMode::Fused => "fused",
+            GraphMode::Unfused => "unfused",
+        }
+    }
+
+    fn parse(src: &str, v: &str) -> Result<GraphMode> {
+        match v {
+            "fused" => Ok(GraphMode::Fused),
+            "unfused" => Ok(GraphMode::Unfused),
+            _ => Err(bad(src, "mode", v, "one of fused, unfused")),
+        }
+    }
+}
+
+/// A graph of the graph compiler, run by its CPU executor in one mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphWorkload {
+    /// Where the graph came from: a built-in name or a file path (not part of the identity).
+    pub source: String,
+    /// Fused or unfused program.
+    pub mode: GraphMode,
+    /// The parsed graph.
+    pub graph: Graph,
+}
+
+impl GraphWorkload {
+    /// A built-in example graph by name; an unknown name is an error listing the valid ones.
+    pub fn builtin(src: &str, name: &str, mode: GraphMode) -> Result<GraphWorkload> {
+        let text = BUILTIN_GRAPHS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                bad(
+                    src,
+                    "graph",
+                    name,
+                    &format!(
+                        "unknown built-in graph; valid graphs: {} (or a path to a .json graph file)",
+                        builtin_graph_names().join(", ")
+                    ),
+                )
+            })?;
+        GraphWorkload::from_json(src, name, text, mode)
+    }
+
+    /// A graph from a JSON file.
+    pub fn from_file(src: &str, path: &std::path::Path, mode: GraphMode) -> Result<GraphWorkload> {
+        let text = std::fs::read_to_string(path).map_err(|e| MeasureError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        GraphWorkload::from_json(src, &path.display().to_string(), &text, mode)
+    }
+
+    /// A graph from its JSON text; `source` is kept for display.
+    pub fn from_json(
+        src: &str,
+        source: &str,
+        text: &str,
+        mode: GraphMode,
+    ) -> Result<GraphWorkload> {
+        let graph =
+            Graph::from_json_str(text).map_err(|e| bad(src, "graph", source, &e.to_string()))?;
+        Ok(GraphWorkload {
+            source: source.into(),
+            mode,
+            graph,
+        })
+    }
+
+    /// sha256 (64 lowercase hex digits) of the graph's canonical JSON: the parsed graph
+    /// serialized with sorted keys and no whitespace, without its `name` and `description`
+    /// (labels, not work), so the same graph from two files hashes equal.
+    pub fn content_hash(&self) -> String {
+        let mut v = serde_json::to_value(&self.graph).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("name");
+            o.remove("description");
+        }
+        let mut text = String::new();
+        canonical_json(&v, &mut text);
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Validate, rewrite and fuse the graph.
+    pub fn compile(&self, src: &str) -> Result<Compiled> {
+        compile(&self.graph).map_err(|e| bad(src, "graph", &self.source, &e.to_string()))
+    }
+
+    /// The program this workload's mode runs.
+    pub fn program(&self, src: &str) -> Result<Program> {
+        let c = self.compile(src)?;
+        Ok(match self.mode {
+            GraphMode::Fused => c.fused,
+            GraphMode::Unfused => c.unfused,
+        })
+    }
+
+    fn check(&self, src: &str) -> Result<()> {
+        let p = self.program(src)?;
+        let tg = &p.graph;
+        for (i, n) in tg.nodes.iter().enumerate() {
+            if matches!(n.op, tensorforge_graph::Op::Opaque { .. }) {
+                return Err(bad(
+                    src,
+                    "graph",
+                    &self.source,
+                    &format!(
+                        "node `{}` is an Opaque op, which the executor cannot run",
+                        n.name
+                    ),
+                ));
+            }
+            for &t in &tg.node_outputs[i] {
+                if tg.tensors[t].dtype != DType::Fp32 {
+                    return Err(bad(
+                        src,
+                        "graph",
+                        &self.source,
+                        &format!(
+                            "tensor `{}` is {:?}; the CPU harness measures fp32 graphs only",
+                            tg.tensors[t].name, tg.tensors[t].dtype
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Names of the built-in graphs.
+pub fn builtin_graph_names() -> Vec<&'static str> {
+    BUILTIN_GRAPHS.iter().map(|(n, _)| *n).collect()
+}
+
+/// JSON with object keys sorted at every level and no whitespace.
+fn canonical_json(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&m[k], out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(x, out);
+            }
+            out.push(']');
+        }
+        x => out.push_str(&x.to_string()),
+    }
+}
+
 /// The kinds of work the harness runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +321,8 @@ pub enum WorkloadKind {
     Transformer(TransformerBlock),
     /// One kernel of the kernels crate.
     Kernel(KernelWorkload),
+    /// A graph run by the graph compiler's CPU executor (fused or unfused).
+    Graph(GraphWorkload),
     /// An empty call (measures the harness floor).
     Empty,
 }
@@ -202,6 +420,7 @@ impl WorkloadSpec {
                     }
                 }
             }
+            WorkloadKind::Graph(g) => g.check(src)?,
             WorkloadKind::Empty => {}
         }
         // The working set must be allocatable: refuse above 16 GiB rather than abort.
@@ -231,6 +450,16 @@ impl WorkloadSpec {
             WorkloadKind::Attention(b) => ("attention", object_without_dtype(b)),
             WorkloadKind::Transformer(b) => ("transformer", object_without_dtype(b)),
             WorkloadKind::Kernel(k) => ("kernel", object_without_dtype(k)),
+            WorkloadKind::Graph(g) => (
+                "graph",
+                [
+                    ("graph_sha256", serde_json::json!(g.content_hash())),
+                    ("mode", serde_json::json!(g.mode.label())),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            ),
             WorkloadKind::Empty => ("empty", BTreeMap::new()),
         };
         WorkloadIdentity {
@@ -327,6 +556,29 @@ impl WorkloadSpec {
                     }
                 }
             }
+            WorkloadKind::Graph(g) => {
+                // The graph compiler's analytical traffic, one operation per kernel; FLOPs
+                // and bytes do not depend on the hardware preset (only its times do).
+                let p = g.program(&self.name)?;
+                let hw = tensorforge_core::presets::hardware("balanced")?;
+                tensorforge_graph::traffic::program_traffic(&p, &hw)
+                    .kernels
+                    .into_iter()
+                    .map(|k| {
+                        let what = k.pattern.clone().unwrap_or_else(|| {
+                            serde_json::to_value(k.kind)
+                                .ok()
+                                .and_then(|v| v.as_str().map(String::from))
+                                .unwrap_or_default()
+                        });
+                        op(
+                            &format!("{} ({what})", k.name),
+                            (k.flops > 0).then_some(k.flops as f64),
+                            k.total_bytes as f64,
+                        )
+                    })
+                    .collect()
+            }
             WorkloadKind::Empty => vec![],
         })
     }
@@ -403,6 +655,7 @@ pub fn valid_names() -> Vec<String> {
             "kernel:quantize:n=N",
             "kernel:rmsnorm_swiglu_fused:tokens=T:d_model=D:d_ff=F",
             "kernel:rmsnorm_swiglu_unfused:tokens=T:d_model=D:d_ff=F",
+            "graph:NAME[:mode=fused|unfused] (NAME: a built-in graph or a .json graph file)",
             "empty",
             "a workload file (.toml)",
         ]
@@ -469,13 +722,36 @@ pub fn parse_workload_name(name: &str) -> Result<WorkloadSpec> {
         ["gemm", rest @ ..] if !rest.is_empty() => {
             let mut t = kv_table(n, rest)?;
             t.insert("kind".into(), "gemm".into());
-            spec_from_table(n, n, t)
+            spec_from_table(n, n, t, None)
+        }
+        ["graph", graph, rest @ ..] => {
+            let mut mode = GraphMode::Fused;
+            for p in rest {
+                match p.split_once('=') {
+                    Some(("mode", v)) => mode = GraphMode::parse(n, v.trim())?,
+                    Some((k, v)) => {
+                        return Err(bad(n, k, v, "unknown graph field; only mode=fused|unfused"))
+                    }
+                    None => return Err(bad(n, p, p, "expected key=value")),
+                }
+            }
+            let g = if graph.ends_with(".json") {
+                GraphWorkload::from_file(n, std::path::Path::new(graph), mode)?
+            } else {
+                GraphWorkload::builtin(n, graph, mode)?
+            };
+            let s = WorkloadSpec {
+                name: n.into(),
+                kind: WorkloadKind::Graph(g),
+            };
+            s.validate(n)?;
+            Ok(s)
         }
         ["kernel", kernel, rest @ ..] => {
             let mut t = kv_table(n, rest)?;
             t.insert("kind".into(), "kernel".into());
             t.insert("kernel".into(), toml::Value::String(kernel.to_string()));
-            spec_from_table(n, n, t)
+            spec_from_table(n, n, t, None)
         }
         _ => Err(unknown(n)),
     }
@@ -489,7 +765,7 @@ pub fn parse_workload(arg: &str) -> Result<Vec<WorkloadSpec>> {
             path: arg.into(),
             message: e.to_string(),
         })?;
-        return parse_workload_file(&text, arg);
+        return parse_workload_file_in(&text, arg, p.parent());
     }
     Ok(vec![parse_workload_name(arg)?])
 }
@@ -528,8 +804,23 @@ fn take_dtype(src: &str, t: &mut toml::Table) -> Result<()> {
     Ok(())
 }
 
-/// Build a spec from one TOML table with a `kind` key; `src` names the entry in errors.
-fn spec_from_table(src: &str, name: &str, mut t: toml::Table) -> Result<WorkloadSpec> {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphEntry {
+    graph: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    mode: GraphMode,
+}
+
+/// Build a spec from one TOML table with a `kind` key; `src` names the entry in errors;
+/// `base` is the directory relative graph `path`s are resolved against.
+fn spec_from_table(
+    src: &str,
+    name: &str,
+    mut t: toml::Table,
+    base: Option<&std::path::Path>,
+) -> Result<WorkloadSpec> {
     let kind = match t.remove("kind") {
         Some(toml::Value::String(s)) => s,
         Some(v) => return Err(bad(src, "kind", v, "must be a string")),
@@ -538,7 +829,7 @@ fn spec_from_table(src: &str, name: &str, mut t: toml::Table) -> Result<Workload
                 src,
                 "kind",
                 "(missing)",
-                "one of gemm, conv2d, attention, transformer, kernel",
+                "one of gemm, conv2d, attention, transformer, kernel, graph",
             ))
         }
     };
@@ -568,12 +859,46 @@ fn spec_from_table(src: &str, name: &str, mut t: toml::Table) -> Result<Workload
             }
         }
         "kernel" => WorkloadKind::Kernel(from_toml(src, t)?),
+        "graph" => {
+            take_dtype(src, &mut t)?;
+            let g: GraphEntry = from_toml(src, t)?;
+            WorkloadKind::Graph(match (g.graph, g.path) {
+                (Some(n), None) => GraphWorkload::builtin(src, &n, g.mode)?,
+                (None, Some(p)) => {
+                    let p = std::path::Path::new(&p);
+                    let full = match base {
+                        Some(b) if p.is_relative() => b.join(p),
+                        _ => p.to_path_buf(),
+                    };
+                    GraphWorkload::from_file(src, &full, g.mode)?
+                }
+                (Some(_), Some(_)) => {
+                    return Err(bad(
+                        src,
+                        "path",
+                        "",
+                        "give either `graph` or `path`, not both",
+                    ))
+                }
+                (None, None) => {
+                    return Err(bad(
+                        src,
+                        "graph",
+                        "(missing)",
+                        &format!(
+                            "`graph` = a built-in graph ({}) or `path` = a .json graph file",
+                            builtin_graph_names().join(", ")
+                        ),
+                    ))
+                }
+            })
+        }
         other => {
             return Err(bad(
                 src,
                 "kind",
                 other,
-                "one of gemm, conv2d, attention, transformer, kernel",
+                "one of gemm, conv2d, attention, transformer, kernel, graph",
             ))
         }
     };
@@ -587,8 +912,19 @@ fn spec_from_table(src: &str, name: &str, mut t: toml::Table) -> Result<Workload
 
 /// Parse a workload file: `[[workload]]` entries, each either `preset = "NAME"` (any name
 /// [`parse_workload_name`] accepts) or `kind = ...` with that kind's fields, plus an optional
-/// `name`. `source` (the file name) prefixes errors; an empty file is an error.
+/// `name`. `source` (the file name) prefixes errors; an empty file is an error. Relative
+/// graph `path`s resolve against the current directory.
 pub fn parse_workload_file(text: &str, source: &str) -> Result<Vec<WorkloadSpec>> {
+    parse_workload_file_in(text, source, None)
+}
+
+/// [`parse_workload_file`] with relative graph `path`s resolved against `base` (the workload
+/// file's directory).
+pub fn parse_workload_file_in(
+    text: &str,
+    source: &str,
+    base: Option<&std::path::Path>,
+) -> Result<Vec<WorkloadSpec>> {
     let mut doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| MeasureError::Parse {
@@ -658,7 +994,7 @@ pub fn parse_workload_file(text: &str, source: &str) -> Result<Vec<WorkloadSpec>
             s
         } else {
             let n = name.unwrap_or_else(|| format!("workload{i}"));
-            spec_from_table(&src, &n, t)?
+            spec_from_table(&src, &n, t, base)?
         };
         out.push(spec);
     }
@@ -779,5 +1115,136 @@ cols = 4
         assert!(!names.contains(&"mlp_up".to_string()));
         let t = parse_workload_name("transformer_small").unwrap();
         assert!(t.model_ops().unwrap().len() > names.len());
+    }
+
+    #[test]
+    fn graph_forms_parse_with_identity_and_traffic() {
+        let f = parse_workload_name("graph:attention_softmax:mode=fused").unwrap();
+        let d = parse_workload_name("graph:attention_softmax").unwrap();
+        let u = parse_workload_name("graph:attention_softmax:mode=unfused").unwrap();
+        let other = parse_workload_name("graph:residual_layernorm").unwrap();
+        let id = f.identity();
+        assert_eq!(id.kind, "graph");
+        assert_eq!(id.dtype, "f32");
+        assert_eq!(id.params["mode"], "fused");
+        let h = id.params["graph_sha256"].as_str().unwrap().to_string();
+        assert_eq!(h.len(), 64);
+        // Stable across calls; the default mode is fused; modes and graphs differ.
+        assert_eq!(f.identity().fingerprint(), id.fingerprint());
+        assert_eq!(d.identity().fingerprint(), id.fingerprint());
+        assert_ne!(u.identity().fingerprint(), id.fingerprint());
+        assert_eq!(u.identity().params["graph_sha256"], h.as_str());
+        assert_ne!(other.identity().params["graph_sha256"], h.as_str());
+        // Bytes are the graph compiler's analytical traffic for the mode (examples/graphs:
+        // fused 262148 B, unfused 790532 B); FLOPs its op count (2·4·64·64·32 for Q·Kᵀ plus
+        // the softmax's).
+        assert_eq!(f.bytes().unwrap(), Some(262148.0));
+        assert_eq!(u.bytes().unwrap(), Some(790532.0));
+        let fl = f.flops().unwrap().unwrap();
+        assert!(fl > 2.0 * 4.0 * 64.0 * 64.0 * 32.0, "{fl}");
+        // The rewrite turns the naive softmax into one Softmax op: other counts, same order.
+        let ufl = u.flops().unwrap().unwrap();
+        assert!(ufl > 2.0 * 4.0 * 64.0 * 64.0 * 32.0, "{ufl}");
+        assert_eq!(f.model_ops().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn graph_hash_ignores_layout_and_labels_not_content() {
+        let (_, text) = BUILTIN_GRAPHS
+            .iter()
+            .find(|(n, _)| *n == "logaddexp_chain")
+            .unwrap();
+        let base = GraphWorkload::builtin("t", "logaddexp_chain", GraphMode::Fused).unwrap();
+        // Same graph, other whitespace, key order, name and description: same hash.
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["name"] = "renamed".into();
+        v["description"] = "other words".into();
+        let compact = serde_json::to_string(&v).unwrap();
+        let same = GraphWorkload::from_json("t", "copy.json", &compact, GraphMode::Fused).unwrap();
+        assert_eq!(same.content_hash(), base.content_hash());
+        // Another size: another hash.
+        let bigger = text.replace("[4096]", "[8192]");
+        let diff = GraphWorkload::from_json("t", "big.json", &bigger, GraphMode::Fused).unwrap();
+        assert_ne!(diff.content_hash(), base.content_hash());
+    }
+
+    #[test]
+    fn graph_errors_name_the_valid_graphs() {
+        let e = parse_workload_name("graph:nope").unwrap_err().to_string();
+        assert!(
+            e.contains("nope")
+                && e.contains("attention_softmax")
+                && e.contains("rmsnorm_swiglu_mlp"),
+            "{e}"
+        );
+        let e = parse_workload_name("graph:attention_softmax:mode=half")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mode") && e.contains("half"), "{e}");
+        let e = parse_workload_name("graph:attention_softmax:size=3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("size"), "{e}");
+        assert!(parse_workload_name("graph:/nonexistent/g.json").is_err());
+        // A non-fp32 graph is refused.
+        let g = r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[8],"dtype":"bf16"}},
+          {"name":"y","op":"Neg","inputs":["x"]}]}"#;
+        let w = GraphWorkload::from_json("t", "g.json", g, GraphMode::Fused).unwrap();
+        let s = WorkloadSpec {
+            name: "g".into(),
+            kind: WorkloadKind::Graph(w),
+        };
+        assert!(s.validate("t").unwrap_err().to_string().contains("fp32"));
+    }
+
+    #[test]
+    fn graph_file_entries_take_name_or_path() {
+        let d = std::env::temp_dir().join(format!("tf-measure-graph-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let (_, text) = BUILTIN_GRAPHS
+            .iter()
+            .find(|(n, _)| *n == "residual_layernorm")
+            .unwrap();
+        std::fs::write(d.join("rl.json"), text).unwrap();
+        let toml = r#"
+[[workload]]
+name = "a"
+kind = "graph"
+graph = "residual_layernorm"
+
+[[workload]]
+name = "b"
+kind = "graph"
+path = "rl.json"
+mode = "unfused"
+"#;
+        let f = d.join("w.toml");
+        std::fs::write(&f, toml).unwrap();
+        let v = parse_workload(f.to_str().unwrap()).unwrap();
+        assert_eq!(v.len(), 2);
+        let (a, b) = (v[0].identity(), v[1].identity());
+        assert_eq!(a.params["graph_sha256"], b.params["graph_sha256"]);
+        assert_eq!(
+            (a.params["mode"].as_str(), b.params["mode"].as_str()),
+            (Some("fused"), Some("unfused"))
+        );
+        // Both, neither, a bad mode and unknown keys are errors naming the entry.
+        for (from, to, field) in [
+            (
+                "graph = \"residual_layernorm\"",
+                "graph = \"x\"\npath = \"y.json\"",
+                "path",
+            ),
+            ("graph = \"residual_layernorm\"", "", "graph"),
+            ("mode = \"unfused\"", "mode = \"sideways\"", "sideways"),
+            ("mode = \"unfused\"", "size = 3", "size"),
+        ] {
+            let e = parse_workload_file_in(&toml.replace(from, to), "w.toml", Some(&d))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("w.toml") && e.contains(field), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -28,7 +28,8 @@ const JSON_SCHEMA_VERSION: u32 = 1;
 pub struct BenchArgs {
     /// Workloads: Core presets (gemm_tiny, conv_spatial, transformer_small,
     /// attention:transformer_small...), `gemm:m=M:n=N:k=K[:batch=B]`,
-    /// `kernel:softmax:rows=R:cols=C` (see docs/measurement.md), `empty`, or a workload file (.toml).
+    /// `kernel:softmax:rows=R:cols=C`, `graph:attention_softmax[:mode=fused|unfused]` (see
+    /// docs/measurement.md), `empty`, or a workload file (.toml).
     #[arg(required = true, num_args = 1..)]
     pub workloads: Vec<String>,
     /// Worker threads (default: every logical core).
