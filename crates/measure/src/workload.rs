@@ -384,7 +384,13 @@ impl WorkloadSpec {
     /// Check sizes with the Core's validators and the harness's own limits; `src` names the
     /// file or argument in errors.
     pub fn validate(&self, src: &str) -> Result<()> {
-        let wrap = |e: tensorforge_core::CoreError| bad(src, &self.name, "", &e.to_string());
+        let wrap = |e: tensorforge_core::CoreError| {
+            if src == self.name {
+                MeasureError::Other(format!("workload `{src}`: {e}"))
+            } else {
+                MeasureError::Other(format!("{src}: workload `{}`: {e}", self.name))
+            }
+        };
         match &self.kind {
             WorkloadKind::Gemm { m, n, k, batch } => {
                 fp32_gemm(*m, *n, *k, *batch).validate().map_err(wrap)?;
