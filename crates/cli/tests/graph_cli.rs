@@ -344,3 +344,25 @@ fn onnx_through_the_binary_imports_and_truncated_or_hostile_files_exit_2() {
     let hostile = hostile.display().to_string();
     fails(&["plan-memory", &hostile], &["hostile.onnx"]);
 }
+
+#[test]
+fn run_out_writes_each_output_as_npy_and_refuses_a_file_as_dir() {
+    let dir = tmpdir("runout");
+    let out = dir.join("out");
+    tf().args(["run", &example("residual_layernorm"), "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    // residual_layernorm has two outputs, resid and y, both [128, 512] f32.
+    for name in ["resid", "y"] {
+        let bytes = std::fs::read(out.join(format!("{name}.npy"))).unwrap();
+        let arr = tensorforge_kernels::npy::parse_npy(&bytes).unwrap();
+        assert_eq!(arr.shape, vec![128, 512], "{name}");
+        assert_eq!(arr.data.len(), 128 * 512);
+    }
+    let file = write(&dir, "not_a_dir", "x");
+    fails(
+        &["run", &example("residual_layernorm"), "--out", &file],
+        &["--out", "not a directory"],
+    );
+}

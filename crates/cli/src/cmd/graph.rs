@@ -205,6 +205,10 @@ pub struct RunArgs {
     /// Repetitions per path for --bench (the best time is kept).
     #[arg(long, default_value_t = 5)]
     pub reps: u32,
+    /// Write every graph output as `<DIR>/<output>.npy` (float32), to compare with NumPy or
+    /// another framework; with `--inputs`, those are the inputs used.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -267,6 +271,34 @@ fn summarize(r: &ExecResult) -> Vec<OutputSummary> {
         .collect()
 }
 
+/// Write each output as `<dir>/<name>.npy`; every file is encoded before any is written, and
+/// each is written to a temporary name and renamed, so a failure leaves no half-written file.
+fn write_outputs(dir: &str, r: &ExecResult) -> Result<()> {
+    let d = std::path::Path::new(dir);
+    if d.exists() && !d.is_dir() {
+        anyhow::bail!("invalid `--out` = `{dir}`: not a directory");
+    }
+    let mut files = Vec::new();
+    for (name, shape, values) in &r.outputs {
+        if name.contains(['/', '\\']) || name.is_empty() || name.starts_with('.') {
+            anyhow::bail!("output tensor `{name}`: name cannot be used as a file name");
+        }
+        let arr = tensorforge_kernels::npy::NpyArray::new(
+            shape.clone(),
+            tensorforge_kernels::npy::NpyData::F32(values.clone()),
+        )?;
+        files.push((
+            d.join(format!("{name}.npy")),
+            tensorforge_kernels::npy::to_npy(&arr)?,
+        ));
+    }
+    std::fs::create_dir_all(d).with_context(|| format!("{dir}: cannot create directory"))?;
+    for (path, bytes) in files {
+        tensorforge_store::write_atomic(&path, &bytes)?;
+    }
+    Ok(())
+}
+
 fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<String, Vec<f32>>> {
     let mut m = HashMap::new();
     for t in &g.tensors {
@@ -314,6 +346,9 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         (&c.fused, model_f)
     };
     let r = execute(prog, &ins).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    if let Some(dir) = &a.out {
+        write_outputs(dir, &r)?;
+    }
     let mut bench = None;
     if a.bench {
         let reps = a.reps.max(1);
