@@ -27,4 +27,6 @@ pub use policy::{
     Direction, IdentityRule, Metric, MetricPolicy, Policy, Statistic, TestKind, Waiver,
     DEFAULT_POLICY_TOML,
 };
-pub use report::{render_html, render_markdown, HtmlBody, HtmlSection, Report};
+pub use report::{
+    render_html, render_html_with_lead, render_markdown, HtmlBody, HtmlSection, Report,
+};

@@ -636,11 +636,33 @@ table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px soli
 /// from records, policy or caller is escaped, except [`HtmlBody::TrustedHtml`] in `extra`,
 /// which is inserted verbatim after the report's own sections.
 pub fn render_html(report: &Report, extra: &[HtmlSection]) -> String {
+    render_html_with_lead(report, &[], extra)
+}
+
+fn push_section(s: &mut String, sec: &HtmlSection) {
+    s.push_str(&format!("<h2>{}</h2>", escape(&sec.title)));
+    match &sec.body {
+        HtmlBody::Text(t) => s.push_str(&format!("<p>{}</p>", escape(t))),
+        HtmlBody::Table { headers, rows } => s.push_str(&html_table(headers, rows, None)),
+        HtmlBody::TrustedHtml(h) => s.push_str(h),
+    }
+}
+
+/// [`render_html`] with `lead` sections placed first, above the decision (e.g. "this run is
+/// the baseline", or confirmation re-measurements the reader must see before the verdict).
+pub fn render_html_with_lead(
+    report: &Report,
+    lead: &[HtmlSection],
+    extra: &[HtmlSection],
+) -> String {
     let g = &report.gate;
     let mut s = String::new();
     s.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>TensorForge impact report</title>");
     s.push_str(&format!("<style>{STYLE}</style></head><body>"));
     s.push_str("<h1>TensorForge impact report</h1>");
+    for sec in lead {
+        push_section(&mut s, sec);
+    }
     s.push_str(&format!(
         "<p class=\"decision\">Decision: <strong class=\"v-{}\">{}</strong> (exit {})</p><p>Policy <code>{}</code>; waivers checked on {}; false-discovery control: {} over {} test(s).</p>",
         escape(&g.overall.label().to_ascii_lowercase()),
@@ -733,12 +755,7 @@ pub fn render_html(report: &Report, extra: &[HtmlSection]) -> String {
         s.push_str(&html_list(&wl));
     }
     for sec in extra {
-        s.push_str(&format!("<h2>{}</h2>", escape(&sec.title)));
-        match &sec.body {
-            HtmlBody::Text(t) => s.push_str(&format!("<p>{}</p>", escape(t))),
-            HtmlBody::Table { headers, rows } => s.push_str(&html_table(headers, rows, None)),
-            HtmlBody::TrustedHtml(h) => s.push_str(h),
-        }
+        push_section(&mut s, sec);
     }
     s.push_str("<h2>Limitations</h2>");
     s.push_str(&html_list(&report.limitations));

@@ -20,10 +20,16 @@ use tensorforge_measure::plots;
 use tensorforge_measure::validate::{embedded_holdout_suite, measure_and_validate, validate};
 use tensorforge_measure::{ValidationReport, WorkloadSpec};
 use tensorforge_ops::{
-    gate, render_html, render_markdown, Date, GateResult, HtmlBody, HtmlSection, Policy, Report,
-    Verdict,
+    gate, render_html_with_lead, render_markdown, Date, GateResult, HtmlBody, HtmlSection, Policy,
+    Report, Verdict,
 };
 use tensorforge_store::{default_store_path, write_atomic, Record, Store, StoreError};
+
+/// What the reports say on the first run on a machine.
+const FIRST_RUN_NOTE: &str =
+    "First quickstart run on this machine: it is the baseline. The gate table \
+    below compares the run with itself and is shown only for its shape; the next run is gated \
+    against this one.";
 
 /// Label key that marks the runs this job records; the value is `quickstart-<threads>t`, so
 /// the job gates only against its own runs at the same thread count.
@@ -246,7 +252,14 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
     eprintln!("      run {run_id} ({} records)", records.len());
 
     step(6, &format!("writing reports into {}", a.out_dir.display()));
-    let mut sections = validation_sections(&validation, baseline.is_none())?;
+    let sections = validation_sections(&validation)?;
+    let mut lead: Vec<HtmlSection> = Vec::new();
+    if baseline.is_none() {
+        lead.push(HtmlSection {
+            title: "Baseline established".into(),
+            body: HtmlBody::Text(FIRST_RUN_NOTE.into()),
+        });
+    }
     let mut markdown = String::new();
     if !confirmation_notes.is_empty() {
         let text = format!(
@@ -254,24 +267,17 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
             confirmation_notes.join("\n")
         );
         markdown.push_str(&format!("> {}\n\n", text.replace('\n', "\n> ")));
-        sections.insert(
-            0,
-            HtmlSection {
-                title: "Confirmation re-measurements".into(),
-                body: HtmlBody::Text(text),
-            },
-        );
+        lead.push(HtmlSection {
+            title: "Confirmation re-measurements".into(),
+            body: HtmlBody::Text(text),
+        });
     }
     if baseline.is_none() {
-        markdown.push_str(
-            "> First quickstart run on this machine: it is the baseline. The gate table below \
-             compares the run with itself and is shown only for its shape; the next run is \
-             gated against this one.\n\n",
-        );
+        markdown.push_str(&format!("> {FIRST_RUN_NOTE}\n\n"));
     }
     markdown.push_str(&render_markdown(&report));
     markdown.push_str(&validation_markdown(&validation));
-    let html = render_html(&report, &sections);
+    let html = render_html_with_lead(&report, &lead, &sections);
     std::fs::create_dir_all(&a.out_dir)
         .with_context(|| format!("{}: cannot create directory", a.out_dir.display()))?;
     let md_path = a.out_dir.join("report.md");
@@ -364,19 +370,8 @@ fn validation_markdown(v: &ValidationReport) -> String {
     s
 }
 
-fn validation_sections(v: &ValidationReport, first_run: bool) -> Result<Vec<HtmlSection>> {
+fn validation_sections(v: &ValidationReport) -> Result<Vec<HtmlSection>> {
     let mut out = Vec::new();
-    if first_run {
-        out.push(HtmlSection {
-            title: "Baseline established".into(),
-            body: HtmlBody::Text(
-                "First quickstart run on this machine: it is the baseline. The gate table \
-                 compares the run with itself and is shown only for its shape; the next run \
-                 is gated against this one."
-                    .into(),
-            ),
-        });
-    }
     out.push(HtmlSection {
         title: "Model validation (model vs measurement; never part of the gate decision)".into(),
         body: HtmlBody::Table {
