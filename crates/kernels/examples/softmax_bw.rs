@@ -1,7 +1,9 @@
 //! Softmax, log_softmax and logsumexp over rows of f32 against this machine's copy bandwidth
 //! (16 Mi f32, rows of `cols`; bytes = read + write: 8 B per element for softmax and
 //! log_softmax, 4 B per element + 4 B per row for logsumexp). Run: `cargo run --release -p
-//! tensorforge-kernels --example softmax_bw -- [cols] [threads] [reps]`.
+//! tensorforge-kernels --example softmax_bw -- [cols] [threads] [reps] [elements]`; a small
+//! `elements` (e.g. 65536, in L2) shows the compute-bound speed, but the copy reference is
+//! then a cache copy too.
 
 use std::time::Instant;
 use tensorforge_kernels::{log_softmax, logsumexp, softmax, Shape2};
@@ -25,7 +27,7 @@ fn main() {
             .unwrap_or(d)
     };
     let (cols, threads, reps) = (arg(1, 4096), arg(2, 1), arg(3, 5));
-    let n = (16 << 20) / cols * cols;
+    let n = (arg(4, 16 << 20) / cols).max(1) * cols;
     let mut s = 1u32;
     let x: Vec<f32> = (0..n)
         .map(|_| {
@@ -55,7 +57,8 @@ fn main() {
             );
         };
         println!(
-            "threads = {threads}, rows of {cols}, copy {:.2} GB/s",
+            "threads = {threads}, {} rows of {cols}, copy {:.2} GB/s",
+            n / cols,
             bw / 1e9
         );
         pr("softmax", n * 8, ts);

@@ -3,9 +3,13 @@
 //! The loops are written branch-free over slices and compiled inside
 //! `#[target_feature(enable = "avx2,fma")]` functions, where LLVM vectorizes them.
 //!
-//! The f32 row kernels (softmax, log_softmax, logsumexp) and the SiLU of the fused
-//! RMSNorm+SwiGLU use an 8-lane f32 exponential written with explicit AVX2 intrinsics
-//! (`avx::exp_shifted`: exact two-sum of x − m, ≤ 0.75 ulp measured), with sums in f64.
+//! The f32 row kernels (softmax, log_softmax, logsumexp) use an 8-lane f32 exponential
+//! written with explicit AVX2 intrinsics, `avx::exp_fast` (~20 instructions per 8 lanes:
+//! clamp, x − m with its rounding error by Fast2Sum or two-sum chosen per row, Cody–Waite
+//! reduction, degree-6 minimax polynomial; ≤ 0.88 ulp measured), for rows with |max| < 2^19,
+//! and prefetch the next row meanwhile; other rows, the tiny-sum recount and the SiLU of the
+//! fused RMSNorm+SwiGLU use `avx::exp_shifted` (degree-7 Taylor with an exact 1 + r,
+//! ≤ 0.75 ulp, exact 0 below −104). Row sums are in f64.
 //!
 //! The f32 logaddexp slices evaluate in f64 lanes with our own polynomial `exp` and `log1p`
 //! (also the f64-lane fallback of logsumexp):
@@ -306,6 +310,187 @@ mod avx {
         _mm256_andnot_ps(under, _mm256_mul_ps(p, scale))
     }
 
+    /// Rows whose maximum is below this in magnitude take the fast exponential
+    /// ([`exp_fast`]); m − 104.2 is then within 2^−5 of its exact value.
+    pub(super) const FAST_MAX_ABS: f32 = 524_288.0; // 2^19
+
+    /// Degree-6 polynomial for e^r on [−ln2/2 − 0.002, ln2/2 + 0.002] in the form
+    /// 1 + r·(1 + r·(C2 + r·(C3 + …))); relative approximation error ≤ 5.0e-9 (< 0.09 f32 ulp)
+    /// with these f32 coefficients (near-minimax fit of the relative error, Lawson iteration).
+    pub(super) const C2: f32 = 0.499_999_94; // 0x3eff_fffe
+    pub(super) const C3: f32 = 0.166_665_17; // 0x3e2a_aa46
+    pub(super) const C4: f32 = 0.041_668_426; // 0x3d2a_ac83
+    pub(super) const C5: f32 = 0.008_369_118; // 0x3c09_1ea0
+    pub(super) const C6: f32 = 0.001_381_376_8; // 0x3ab5_0f50
+
+    /// Two-sum variants of [`exp_fast`].
+    pub(super) const TWO_SUM: u8 = 0;
+    pub(super) const FAST_X: u8 = 1;
+    pub(super) const FAST_M: u8 = 2;
+
+    /// Which exact split of x − m a row allows, from its maximum m (finite, |m| < 2^19) and
+    /// minimum: Fast2Sum(a, b) is exact when exponent(a) ≥ exponent(b). With m ≤ 0 every
+    /// x ≤ m has |x| ≥ |m| ([`FAST_X`]); with m normal and positive, rows whose clamped
+    /// minimum max(min, m − 104.2) exceeds −2^(exponent(m)+1) have every |x| below that
+    /// power of two ([`FAST_M`]); other rows need the full two-sum.
+    #[inline(always)]
+    pub(super) fn sum_kind(m: f32, min: f32) -> u8 {
+        if m <= 0.0 {
+            FAST_X
+        } else if m >= f32::MIN_POSITIVE
+            && min.max(m - 104.2) > -f32::from_bits((m.to_bits() & 0x7f80_0000) + 0x0080_0000)
+        {
+            FAST_M
+        } else {
+            TWO_SUM
+        }
+    }
+
+    /// Per-row constants of [`exp_fast`]: −m and the clamp bound m − 104.2.
+    #[derive(Clone, Copy)]
+    pub(super) struct Shift {
+        nm: __m256,
+        lb: __m256,
+    }
+
+    impl Shift {
+        /// For a finite row maximum with |m| < [`FAST_MAX_ABS`].
+        #[inline(always)]
+        pub(super) unsafe fn new(m: f32) -> Self {
+            Shift {
+                nm: _mm256_set1_ps(-m),
+                lb: _mm256_set1_ps(m - 104.2),
+            }
+        }
+    }
+
+    /// 2^24·e^(x − m) for 8 lanes, x ≤ m (x finite or −inf), |m| < 2^19, within 1 ulp of
+    /// 2^24 times the exact value (tested) for x − m ≥ −104; smaller arguments (−inf
+    /// included) give 2^24·e^(−104.2 ± 0.04) ≈ 9e-39 instead of 0 — below half the smallest
+    /// subnormal once normalized by a sum ≥ 1, so softmax still rounds them to exactly 0, and
+    /// negligible (< 6e-46 relative each) in the sums of log_softmax and logsumexp, whose
+    /// tiny-sum and cancellation fallbacks use the exact-zero [`exp_shifted`].
+    ///
+    /// About 20 instructions per 8 lanes: x is clamped to m − 104.2 (so that n ≥ −150 and no
+    /// lane is infinite), d = x − m with its rounding error lo by two-sum, n = round(d·log2 e),
+    /// r = (d − n·ln2_hi) + (lo − n·ln2_lo) (first difference exact), e^r by the degree-6
+    /// polynomial in Horner form, times 2^(n+24) through the exponent bits (exact).
+    ///
+    /// `K` picks how lo is found: [`TWO_SUM`] always works; [`FAST_X`] (Fast2Sum with x
+    /// first) needs every clamped x at least as large in magnitude as m, [`FAST_M`] needs
+    /// every clamped x below 2^(exponent(m)+1) in magnitude (see [`sum_kind`]).
+    #[inline(always)]
+    pub(super) unsafe fn exp_fast<const K: u8>(x: __m256, s: Shift) -> __m256 {
+        let xc = _mm256_max_ps(x, s.lb);
+        let d = _mm256_add_ps(xc, s.nm);
+        let lo = match K {
+            FAST_X => _mm256_sub_ps(s.nm, _mm256_sub_ps(d, xc)),
+            FAST_M => _mm256_sub_ps(xc, _mm256_sub_ps(d, s.nm)),
+            _ => {
+                let bb = _mm256_sub_ps(d, xc);
+                _mm256_add_ps(
+                    _mm256_sub_ps(xc, _mm256_sub_ps(d, bb)),
+                    _mm256_sub_ps(s.nm, bb),
+                )
+            }
+        };
+        let t = _mm256_fmadd_ps(
+            d,
+            _mm256_set1_ps(std::f32::consts::LOG2_E),
+            _mm256_set1_ps(MAGIC),
+        );
+        let n = _mm256_sub_ps(t, _mm256_set1_ps(MAGIC));
+        let rh = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), d);
+        let rl = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), lo);
+        let r = _mm256_add_ps(rh, rl);
+        // Estrin-style: C2 + C3·r + r²·(C4 + C5·r + C6·r²), then 1 + r·(1 + r·that).
+        let r2 = _mm256_mul_ps(r, r);
+        let a = _mm256_fmadd_ps(_mm256_set1_ps(C3), r, _mm256_set1_ps(C2));
+        let b = _mm256_fmadd_ps(_mm256_set1_ps(C5), r, _mm256_set1_ps(C4));
+        let b = _mm256_fmadd_ps(_mm256_set1_ps(C6), r2, b);
+        let q = _mm256_fmadd_ps(b, r2, a);
+        let one = _mm256_set1_ps(1.0);
+        let q = _mm256_fmadd_ps(q, r, one);
+        let p = _mm256_fmadd_ps(q, r, one);
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(t)));
+        _mm256_mul_ps(p, scale)
+    }
+
+    /// Hint the cache line at `p` (any address; prefetches never fault).
+    #[inline(always)]
+    unsafe fn prefetch(p: *const f32) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+    }
+
+    /// softmax of one row with the fast exponential (|m| < 2^19): e^(x − m) stored in `out`
+    /// and summed in f64, then scaled by 1/Σ; `next` (the following row, possibly outside
+    /// the slice) is prefetched meanwhile.
+    #[inline(always)]
+    pub(super) unsafe fn softmax_row_fast<const K: u8>(
+        row: &[f32],
+        m: f32,
+        out: &mut [f32],
+        next: *const f32,
+    ) {
+        let sh = Shift::new(m);
+        let (mut a0, mut a1) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let n8 = row.len() / 8 * 8;
+        let (xp, op) = (row.as_ptr(), out.as_mut_ptr());
+        let mut i = 0;
+        while i < n8 {
+            if i % 16 == 0 {
+                prefetch(next.wrapping_add(i));
+            }
+            let e = exp_fast::<K>(_mm256_loadu_ps(xp.add(i)), sh);
+            _mm256_storeu_ps(op.add(i), e);
+            acc_pd(&mut a0, &mut a1, e);
+            i += 8;
+        }
+        if n8 < row.len() {
+            let e = exp_fast::<K>(load_tail(&row[n8..]), sh);
+            let mut b = [0.0f32; 8];
+            _mm256_storeu_ps(b.as_mut_ptr(), e);
+            out[n8..].copy_from_slice(&b[..row.len() - n8]);
+            acc_pd(&mut a0, &mut a1, e);
+        }
+        let inv = (1.0 / hsum_pd(_mm256_add_pd(a0, a1))) as f32;
+        let iv = _mm256_set1_ps(inv);
+        let mut i = 0;
+        while i < n8 {
+            _mm256_storeu_ps(op.add(i), _mm256_mul_ps(_mm256_loadu_ps(op.add(i)), iv));
+            i += 8;
+        }
+        for o in &mut out[n8..] {
+            *o *= inv;
+        }
+    }
+
+    /// Σ e^(x − m) over a row in f64 with the fast exponential (|m| < 2^19), prefetching
+    /// `next` meanwhile.
+    #[inline(always)]
+    pub(super) unsafe fn sum_exp_fast<const K: u8>(row: &[f32], m: f32, next: *const f32) -> f64 {
+        let sh = Shift::new(m);
+        let (mut a0, mut a1) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let n8 = row.len() / 8 * 8;
+        let xp = row.as_ptr();
+        let mut i = 0;
+        while i < n8 {
+            if i % 16 == 0 {
+                prefetch(next.wrapping_add(i));
+            }
+            acc_pd(
+                &mut a0,
+                &mut a1,
+                exp_fast::<K>(_mm256_loadu_ps(xp.add(i)), sh),
+            );
+            i += 8;
+        }
+        if n8 < row.len() {
+            acc_pd(&mut a0, &mut a1, exp_fast::<K>(load_tail(&row[n8..]), sh));
+        }
+        hsum_pd(_mm256_add_pd(a0, a1)) / SCALE as f64
+    }
+
     /// Loads up to 8 elements, padding with −inf (whose exponential is 0).
     #[inline(always)]
     unsafe fn load_tail(s: &[f32]) -> __m256 {
@@ -335,11 +520,14 @@ mod avx {
         *a1 = _mm256_add_pd(*a1, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
     }
 
-    /// Row maximum when the row holds no NaN and no +inf and is not all −inf; else None.
+    /// (maximum, minimum) of a row when it holds no NaN and no +inf and is not all −inf;
+    /// else None.
     #[inline(always)]
-    pub(super) unsafe fn row_max(row: &[f32]) -> Option<f32> {
+    pub(super) unsafe fn row_max(row: &[f32]) -> Option<(f32, f32)> {
         let mut m0 = _mm256_set1_ps(f32::NEG_INFINITY);
         let mut m1 = m0;
+        let mut n0 = _mm256_set1_ps(f32::INFINITY);
+        let mut n1 = n0;
         let mut bad = _mm256_setzero_ps();
         let mut it = row.chunks_exact(16);
         for c in &mut it {
@@ -347,20 +535,27 @@ mod avx {
             let b = _mm256_loadu_ps(c.as_ptr().add(8));
             m0 = _mm256_max_ps(m0, a);
             m1 = _mm256_max_ps(m1, b);
+            n0 = _mm256_min_ps(n0, a);
+            n1 = _mm256_min_ps(n1, b);
             bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_UNORD_Q>(a, b));
         }
-        let mut m = f32::NEG_INFINITY;
+        let (mut m, mut mn) = (f32::NEG_INFINITY, f32::INFINITY);
         let mut nan = _mm256_movemask_ps(bad) != 0;
         let mut b = [0.0f32; 8];
+        let mut c = [0.0f32; 8];
         _mm256_storeu_ps(b.as_mut_ptr(), _mm256_max_ps(m0, m1));
+        _mm256_storeu_ps(c.as_mut_ptr(), _mm256_min_ps(n0, n1));
         for &v in b.iter().chain(it.remainder()) {
             m = if v > m { v } else { m };
             nan |= v.is_nan();
         }
+        for &v in c.iter().chain(it.remainder()) {
+            mn = if v < mn { v } else { mn };
+        }
         if nan || !m.is_finite() {
             None
         } else {
-            Some(m)
+            Some((m, mn))
         }
     }
 
@@ -482,22 +677,47 @@ mod avx {
 /// relative accuracy.
 const TINY_L: f64 = 1.0 / 1_048_576.0;
 
+/// [`avx::sum_exp_fast`] with the two-sum variant `kind` (see [`avx::sum_kind`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sum_exp_fast(row: &[f32], m: f32, kind: u8, next: *const f32) -> f64 {
+    match kind {
+        avx::FAST_X => avx::sum_exp_fast::<{ avx::FAST_X }>(row, m, next),
+        avx::FAST_M => avx::sum_exp_fast::<{ avx::FAST_M }>(row, m, next),
+        _ => avx::sum_exp_fast::<{ avx::TWO_SUM }>(row, m, next),
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn softmax_rows_avx2(x: &[f32], cols: usize, out: &mut [f32], log: bool) -> bool {
     for (row, o) in x.chunks(cols).zip(out.chunks_mut(cols)) {
-        let Some(m) = avx::row_max(row) else {
+        let Some((m, mn)) = avx::row_max(row) else {
             return false;
         };
+        let fast = m.abs() < avx::FAST_MAX_ABS;
+        let kind = avx::sum_kind(m, mn);
+        let next = row.as_ptr().wrapping_add(cols);
         if log {
             // ln Σ from the plain f64 sum is accurate to ~2^−53 absolute, which is enough
             // unless l itself is tiny (one dominant element): then count the ones apart.
-            let mut l = avx::sum_exp(row, m).ln();
+            let mut l = if fast {
+                sum_exp_fast(row, m, kind, next)
+            } else {
+                avx::sum_exp(row, m)
+            }
+            .ln();
             if l < TINY_L {
                 let (c, s) = avx::count_sum(row, m);
                 l = ln_count_plus(c, s);
             }
             avx::log_softmax_out(row, m as f64, l, o);
+        } else if fast {
+            match kind {
+                avx::FAST_X => avx::softmax_row_fast::<{ avx::FAST_X }>(row, m, o, next),
+                avx::FAST_M => avx::softmax_row_fast::<{ avx::FAST_M }>(row, m, o, next),
+                _ => avx::softmax_row_fast::<{ avx::TWO_SUM }>(row, m, o, next),
+            }
         } else {
             avx::softmax_row(row, m, o);
         }
@@ -523,11 +743,17 @@ pub(crate) fn softmax_f32(x: &[f32], cols: usize, out: &mut [f32], log: bool) ->
 unsafe fn lse_rows_avx2(x: &[f32], cols: usize, out: &mut [f32]) -> bool {
     let mut scratch: Vec<f64> = Vec::new();
     for (row, o) in x.chunks(cols).zip(out.iter_mut()) {
-        let Some(m) = avx::row_max(row) else {
+        let Some((m, mn)) = avx::row_max(row) else {
             return false;
         };
         let md = m as f64;
-        let mut l = avx::sum_exp(row, m).ln();
+        let mut l = if m.abs() < avx::FAST_MAX_ABS {
+            let next = row.as_ptr().wrapping_add(cols);
+            sum_exp_fast(row, m, avx::sum_kind(m, mn), next)
+        } else {
+            avx::sum_exp(row, m)
+        }
+        .ln();
         if l < TINY_L {
             let (c, s) = avx::count_sum(row, m);
             l = ln_count_plus(c, s);
@@ -705,6 +931,97 @@ mod tests {
             }
         }
         println!("exp_shifted: max {worst:.3} ulp");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp_fast_within_one_ulp() {
+        use std::arch::x86_64::*;
+        if !avx2_fma() {
+            return;
+        }
+        // Shifted arguments over [−110, 0] for maxima of several magnitudes below 2^19, each
+        // through every two-sum variant whose precondition (`avx::sum_kind`) the lane meets;
+        // reference: f64 exp of the exact difference. Below −104 the result must be at most
+        // 2^24·e^−104 (normalized to 0 by softmax).
+        let mut worst = 0.0f64;
+        let mut checked = 0usize;
+        let mut s = 0x9e37_79b9u32;
+        let ms = [
+            0.0f32, 1.0, -1.0, 37.5, -88.0, 1e4, -3e4, 1e-30, 9.99, 8.0, 5e5, -5e5, 0.3,
+        ];
+        let under = (-104.0f64).exp() * avx::SCALE as f64;
+        for k in 0..200_000 {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let m = ms[k % ms.len()];
+            let u = (s >> 8) as f32 / (1u32 << 24) as f32;
+            let d = -u * 110.0;
+            let x = [
+                m + d,
+                m + d * 0.5,
+                m + d * 1e-3,
+                m - 1e-7,
+                m,
+                m + d * 0.01,
+                -m * u, // |x| ≤ |m|: Fast2Sum with m first
+                if k % 7 == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    m - 103.9 * u
+                },
+            ];
+            let x = x.map(|v| if v > m { m } else { v });
+            // SAFETY: AVX2 + FMA checked above.
+            let sh = unsafe { avx::Shift::new(m) };
+            let kinds = [avx::TWO_SUM, avx::FAST_X, avx::FAST_M];
+            for kind in kinds {
+                let mn = x.iter().copied().fold(f32::INFINITY, f32::min);
+                if kind != avx::TWO_SUM && avx::sum_kind(m, mn) != kind {
+                    continue;
+                }
+                let mut y = [0.0f32; 8];
+                // SAFETY: AVX2 + FMA checked above.
+                unsafe {
+                    let v = _mm256_loadu_ps(x.as_ptr());
+                    let e = match kind {
+                        avx::FAST_X => avx::exp_fast::<{ avx::FAST_X }>(v, sh),
+                        avx::FAST_M => avx::exp_fast::<{ avx::FAST_M }>(v, sh),
+                        _ => avx::exp_fast::<{ avx::TWO_SUM }>(v, sh),
+                    };
+                    _mm256_storeu_ps(y.as_mut_ptr(), e);
+                }
+                for j in 0..8 {
+                    let dd = x[j] as f64 - m as f64;
+                    if dd < -104.0 {
+                        assert!((y[j] as f64) <= under, "e^({} − {m}) = {}", x[j], y[j]);
+                        continue;
+                    }
+                    let r = dd.exp() * avx::SCALE as f64;
+                    let e = ulp_err(y[j], r);
+                    assert!(
+                        e <= 1.0,
+                        "e^({} − {m}) [{kind}] = {} vs {r:e}: {e} ulp",
+                        x[j],
+                        y[j]
+                    );
+                    worst = worst.max(e);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 1_000_000, "{checked}");
+        let bits = [avx::C2, avx::C3, avx::C4, avx::C5, avx::C6].map(f32::to_bits);
+        assert_eq!(
+            bits,
+            [
+                0x3eff_fffe,
+                0x3e2a_aa46,
+                0x3d2a_ac83,
+                0x3c09_1ea0,
+                0x3ab5_0f50
+            ]
+        );
+        println!("exp_fast: max {worst:.3} ulp over {checked} arguments");
     }
 
     #[test]
