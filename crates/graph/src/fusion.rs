@@ -422,23 +422,23 @@ fn reaches(
     from: usize,
     to: usize,
 ) -> bool {
-    let limit = groups[to].nodes.iter().copied().max().unwrap_or(0);
+    // Group-level reachability: a kernel runs as a unit, so once any node of kernel h is
+    // reached, every output of h counts, including outputs of h's nodes that come earlier
+    // in node order than the node that was reached. (Pruning by node index is therefore
+    // unsound here: a late node can make a whole kernel depend on `from`.)
     let mut seen = vec![false; groups.len()];
     seen[from] = true;
     let mut stack: Vec<usize> = groups[from].nodes.clone();
     while let Some(n) = stack.pop() {
         for &t in &tg.node_outputs[n] {
             for r in readers(tg, t) {
-                if r > limit {
-                    continue;
-                }
                 if let Some(h) = group_of[r] {
                     if h == to {
                         return true;
                     }
                     if !seen[h] {
                         seen[h] = true;
-                        stack.extend(groups[h].nodes.iter().copied().filter(|&m| m <= limit));
+                        stack.extend(groups[h].nodes.iter().copied());
                     }
                 }
             }

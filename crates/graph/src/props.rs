@@ -45,3 +45,25 @@ proptest! {
         }
     }
 }
+
+/// A case proptest found in CI: a LogAddExp (no vector form in the register-tiled evaluator)
+/// inside an elementwise kernel. Kept as a fixed regression test.
+#[test]
+fn regression_logaddexp_inside_a_tiled_kernel() {
+    let steps = [
+        (0u8, 0u16, 0u16),
+        (0, 985, 0),
+        (11, 15514, 53952),
+        (0, 4582, 0),
+        (11, 32490, 21943),
+        (1, 27029, 33574),
+    ];
+    let g = random_graph(1, 1, &steps);
+    let comp = compile(&g).unwrap();
+    let mut ins = HashMap::new();
+    fill_inputs(&comp.unfused.graph, &mut ins, 3).unwrap();
+    let u = execute(&comp.unfused, &ins).unwrap();
+    let f = execute(&comp.fused, &ins).unwrap();
+    let (ok, worst, at) = compare(&f, &u);
+    assert!(ok, "disagree: {worst} at {at}");
+}
