@@ -565,6 +565,16 @@ pub fn numel(shape: &[usize]) -> Option<u64> {
 }
 
 fn validate(g: &Graph) -> Result<TypedGraph> {
+    if !g.nodes.iter().any(|n| {
+        !matches!(
+            n.op,
+            Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. }
+        )
+    }) {
+        return Err(GraphError::Json(
+            "`nodes` holds no operation (only inputs, weights and constants, or nothing): there is nothing to fuse, plan or run".into(),
+        ));
+    }
     // Names.
     let mut node_names: HashMap<&str, usize> = HashMap::new();
     let mut producer_of: HashMap<String, usize> = HashMap::new();
@@ -1201,6 +1211,17 @@ mod tests {
 
     fn parse(s: &str) -> Result<TypedGraph> {
         Graph::from_json_str(s)?.validate()
+    }
+
+    #[test]
+    fn a_graph_without_operations_is_an_error() {
+        for text in [
+            r#"{"nodes":[]}"#,
+            r#"{"nodes":[{"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}}]}"#,
+        ] {
+            let e = Graph::from_json_str(text).unwrap().validate().unwrap_err();
+            assert!(e.to_string().contains("no operation"), "{e}");
+        }
     }
 
     #[test]
