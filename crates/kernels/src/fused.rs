@@ -317,18 +317,7 @@ pub fn rmsnorm_swiglu_fused_stream(
                 );
             }
         };
-        if workers == 1 {
-            let mut g = vec![0.0f32; tb * tf_max];
-            let mut u = vec![0.0f32; tb * tf_max];
-            for k in 0..n_tiles {
-                tile(k * tile_f, &mut g, &mut u);
-            }
-        } else {
-            (0..n_tiles).into_par_iter().for_each_init(
-                || (vec![0.0f32; tb * tf_max], vec![0.0f32; tb * tf_max]),
-                |(g, u), k| tile(k * tile_f, g, u),
-            );
-        }
+        run_tiles(workers, n_tiles, tile_f, tb * tf_max, &tile);
         written += 2 * F32B * (tb * f) as u64;
         r0 += tb;
     }
@@ -337,6 +326,27 @@ pub fn rmsnorm_swiglu_fused_stream(
         intermediate_bytes: F32B * (tb_max * d + 2 * workers * tb_max * tf_max) as u64,
         intermediate_bytes_written: written,
     })
+}
+
+/// Run `tile(c0, g, u)` for the F tiles starting at `c0 = k · tile_f`, `k < n_tiles`: in
+/// order on this thread when `workers == 1`, else on the rayon pool. Each worker owns one
+/// gate/up scratch pair of `scratch` floats, reused across its tiles.
+fn run_tiles<T>(workers: usize, n_tiles: usize, tile_f: usize, scratch: usize, tile: &T)
+where
+    T: Fn(usize, &mut [f32], &mut [f32]) + Sync,
+{
+    if workers == 1 {
+        let mut g = vec![0.0f32; scratch];
+        let mut u = vec![0.0f32; scratch];
+        for k in 0..n_tiles {
+            tile(k * tile_f, &mut g, &mut u);
+        }
+    } else {
+        (0..n_tiles).into_par_iter().for_each_init(
+            || (vec![0.0f32; scratch], vec![0.0f32; scratch]),
+            |(g, u), k| tile(k * tile_f, g, u),
+        );
+    }
 }
 
 /// h = x / rms ⊙ γ for consecutive rows of `x` into `h` (same length).
@@ -538,18 +548,7 @@ pub fn rmsnorm_swiglu_fused_tiled(
                 crate::simd::silu_mul(grow, Some(urow), orow);
             }
         };
-        if workers == 1 {
-            let mut g = vec![0.0f32; tb * tf_max];
-            let mut u = vec![0.0f32; tb * tf_max];
-            for k in 0..n_tiles {
-                tile(k * tile_f, &mut g, &mut u);
-            }
-        } else {
-            (0..n_tiles).into_par_iter().for_each_init(
-                || (vec![0.0f32; tb * tf_max], vec![0.0f32; tb * tf_max]),
-                |(g, u), k| tile(k * tile_f, g, u),
-            );
-        }
+        run_tiles(workers, n_tiles, tile_f, tb * tf_max, &tile);
         written += 2 * F32B * (tb * f) as u64;
         r0 += tb;
     }
