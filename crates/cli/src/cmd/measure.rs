@@ -391,6 +391,41 @@ fn pct(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// Column headers of the validation table (terminal, Markdown and HTML share them).
+pub(crate) const VALIDATION_HEADERS: [&str; 9] = [
+    "workload",
+    "predicted",
+    "measured p50",
+    "signed err",
+    "APE",
+    "measured/pred",
+    "bound",
+    "pred+floor",
+    "APE+floor",
+];
+
+/// One row of cells per holdout workload, in [`VALIDATION_HEADERS`] order.
+pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
+    r.rows
+        .iter()
+        .map(|row| {
+            vec![
+                row.workload.clone(),
+                fmt::time(row.predicted_s),
+                fmt::time(row.measured_p50_s),
+                format!("{:+.1} %", row.signed_error_pct),
+                format!("{:.1} %", row.ape_pct),
+                format!("{:.2}", row.ratio),
+                row.predicted_bound.clone(),
+                row.predicted_with_floor_s
+                    .map(fmt::time)
+                    .unwrap_or_else(|| "-".into()),
+                pct(row.ape_with_floor_pct).replace('+', ""),
+            ]
+        })
+        .collect()
+}
+
 fn report_text(r: &ValidationReport) -> String {
     let mut out = format!(
         "validation of {} ({} threads): fp32 peak {}, DRAM {}, floor {}\n",
@@ -400,31 +435,9 @@ fn report_text(r: &ValidationReport) -> String {
         fmt::bandwidth(r.dram_bandwidth_bytes_per_s),
         r.floor_s.map(fmt::time).unwrap_or_else(|| "-".into())
     );
-    let mut t = Table::new(&[
-        "workload",
-        "predicted",
-        "measured p50",
-        "signed err",
-        "APE",
-        "measured/pred",
-        "bound",
-        "pred+floor",
-        "APE+floor",
-    ]);
-    for row in &r.rows {
-        t.row(vec![
-            row.workload.clone(),
-            fmt::time(row.predicted_s),
-            fmt::time(row.measured_p50_s),
-            format!("{:+.1} %", row.signed_error_pct),
-            format!("{:.1} %", row.ape_pct),
-            format!("{:.2}", row.ratio),
-            row.predicted_bound.clone(),
-            row.predicted_with_floor_s
-                .map(fmt::time)
-                .unwrap_or_else(|| "-".into()),
-            pct(row.ape_with_floor_pct).replace('+', ""),
-        ]);
+    let mut t = Table::new(&VALIDATION_HEADERS);
+    for row in validation_rows(r) {
+        t.row(row);
     }
     out.push_str(&t.render());
     out.push_str("summary (absolute percentage error):\n");
