@@ -103,10 +103,7 @@ pub fn new_run_id() -> String {
 
 /// Seconds since the Unix epoch now.
 pub fn unix_now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    tensorforge_store::time::now_unix_s()
 }
 
 /// How many instances to rotate through, whether that counts as rotation, and the note.

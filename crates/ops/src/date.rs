@@ -73,11 +73,7 @@ impl Date {
 
     /// Today's date in UTC from the system clock (1970-01-01 if the clock is before it).
     pub fn today_utc() -> Date {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        Date::from_days_since_epoch(secs.div_euclid(86_400))
+        Date::from_days_since_epoch(tensorforge_store::time::now_unix_s().div_euclid(86_400))
     }
 }
 

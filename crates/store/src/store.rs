@@ -12,6 +12,7 @@
 
 use crate::error::StoreError;
 use crate::record::Record;
+use crate::time::now_unix_s;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -126,13 +127,6 @@ fn random_u32() -> Option<u32> {
 fn utc_compact(secs: i64) -> String {
     let (y, m, d, hh, mm, ss) = crate::time::utc_fields(secs);
     format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
-}
-
-fn now_unix_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// One workload of a run, as listed in [`RunInfo::workloads`].

@@ -1,6 +1,14 @@
 //! UTC civil time from Unix seconds, for run ids and human-readable timestamps. Proleptic
 //! Gregorian calendar; no time zones, no leap seconds.
 
+/// Seconds since the Unix epoch now (0 if the system clock is before 1970).
+pub fn now_unix_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 /// `(year, month, day)` of the civil date `days` after 1970-01-01 (Howard Hinnant's
 /// `civil_from_days`).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {

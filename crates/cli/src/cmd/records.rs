@@ -421,10 +421,7 @@ pub fn run_ingest(a: IngestArgs) -> Result<()> {
         device,
         software,
         labels,
-        timestamp_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0),
+        timestamp_unix_s: tensorforge_store::time::now_unix_s(),
         flops: a.flops,
         bytes: a.bytes,
     };
