@@ -454,15 +454,7 @@ mod avx {
             acc_pd(&mut a0, &mut a1, e);
         }
         let inv = (1.0 / hsum_pd(_mm256_add_pd(a0, a1))) as f32;
-        let iv = _mm256_set1_ps(inv);
-        let mut i = 0;
-        while i < n8 {
-            _mm256_storeu_ps(op.add(i), _mm256_mul_ps(_mm256_loadu_ps(op.add(i)), iv));
-            i += 8;
-        }
-        for o in &mut out[n8..] {
-            *o *= inv;
-        }
+        scale_in_place(out, inv);
     }
 
     /// Σ e^(x − m) over a row in f64 with the fast exponential (|m| < 2^19), prefetching
@@ -511,6 +503,23 @@ mod avx {
         let mut b = [0.0f32; 8];
         _mm256_storeu_ps(b.as_mut_ptr(), v);
         b.iter().sum()
+    }
+
+    /// `out[i] *= inv` for every element, 8 lanes at a time (the normalization pass of
+    /// softmax, over a row that is still in cache).
+    #[inline(always)]
+    unsafe fn scale_in_place(out: &mut [f32], inv: f32) {
+        let n8 = out.len() / 8 * 8;
+        let op = out.as_mut_ptr();
+        let iv = _mm256_set1_ps(inv);
+        let mut i = 0;
+        while i < n8 {
+            _mm256_storeu_ps(op.add(i), _mm256_mul_ps(_mm256_loadu_ps(op.add(i)), iv));
+            i += 8;
+        }
+        for o in &mut out[n8..] {
+            *o *= inv;
+        }
     }
 
     /// Adds the 8 f32 lanes of `e` to two f64 accumulators.
@@ -584,15 +593,7 @@ mod avx {
         // The stored values are 2^24·e, so 1/Σ(2^24·e) (≥ 2^−24/cols, a normal f32) both
         // normalizes and undoes the scale; each output is rounded once, subnormals included.
         let inv = (1.0 / hsum_pd(_mm256_add_pd(a0, a1))) as f32;
-        let iv = _mm256_set1_ps(inv);
-        let mut i = 0;
-        while i < n8 {
-            _mm256_storeu_ps(op.add(i), _mm256_mul_ps(_mm256_loadu_ps(op.add(i)), iv));
-            i += 8;
-        }
-        for o in &mut out[n8..] {
-            *o *= inv;
-        }
+        scale_in_place(out, inv);
     }
 
     /// (count of exponentials equal to 1, Σ of the others in f64) of e^(x − m) over a row.
