@@ -122,7 +122,7 @@ fn bench_json_records_and_store() {
     let recs = v["records"].as_array().unwrap();
     assert_eq!(recs.len(), 3);
     for r in recs {
-        assert_eq!(r["schema_version"], 1);
+        assert_eq!(r["schema_version"], 2); // record schema 2: batching, clock and instruction fields
         assert_eq!(r["labels"]["branch"], "test");
         assert_eq!(r["harness"]["threads"], 1);
         assert!(r["samples_ns"].as_array().unwrap().len() >= 3);

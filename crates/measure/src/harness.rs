@@ -241,6 +241,9 @@ pub fn time_workload(
                 threads: threads as u32,
                 rotating_buffers: rotating,
                 note,
+                batch_iterations: 1,
+                timer_resolution_ns: None,
+                overhead_ns: None,
             },
             peak_alloc_bytes: counting.then_some(peak),
         })

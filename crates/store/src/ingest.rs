@@ -138,6 +138,9 @@ pub fn ingest_record(
             series.benchmark,
             series.note
         )),
+        batch_iterations: 1,
+        timer_resolution_ns: None,
+        overhead_ns: None,
     };
     Record::new(
         ctx.run_id,

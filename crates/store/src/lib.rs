@@ -16,7 +16,7 @@ pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, Inges
 pub use jsonl::{parse_records_text, read_records_jsonl, write_atomic, write_records_jsonl};
 pub use record::{
     DeviceContext, GpuContext, HarnessSettings, Record, SoftwareContext, Throughput,
-    WorkloadIdentity, RECORD_SCHEMA_VERSION,
+    WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };
 pub use stats::LatencyStats;
 pub use store::{

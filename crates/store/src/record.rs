@@ -11,8 +11,17 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-/// Version of the record JSON; bumped on any incompatible change.
-pub const RECORD_SCHEMA_VERSION: u32 = 1;
+/// Version of the record JSON; bumped on any incompatible change. Version 2 added the
+/// harness's batching and clock fields and the `instructions` count; version-1 records are
+/// still read (the new fields take their defaults).
+pub const RECORD_SCHEMA_VERSION: u32 = 2;
+
+/// Oldest record schema this build still reads.
+pub const RECORD_SCHEMA_VERSION_MIN: u32 = 1;
+
+fn one() -> u64 {
+    1
+}
 
 /// What was run: kind plus canonical parameters plus dtype. The display `name` is not part
 /// of the identity, so a preset and a file describing the same work compare equal.
@@ -137,6 +146,18 @@ pub struct HarnessSettings {
     pub rotating_buffers: bool,
     /// Free-text note (e.g. "working set fits in LLC; results are cache-warm").
     pub note: Option<String>,
+    /// Iterations timed together as one sample (each sample is the batch's time divided by
+    /// this); 1 when every call is timed on its own.
+    #[serde(default = "one")]
+    pub batch_iterations: u64,
+    /// Resolution of the clock the harness read, ns (smallest non-zero step seen), when
+    /// measured.
+    #[serde(default)]
+    pub timer_resolution_ns: Option<f64>,
+    /// Cost of one timing read pair plus an empty call through the harness, ns, when
+    /// measured; a per-iteration change smaller than this cannot be resolved.
+    #[serde(default)]
+    pub overhead_ns: Option<f64>,
 }
 
 /// Throughput derived from the p50 latency.
@@ -187,6 +208,13 @@ pub struct Record {
     pub labels: BTreeMap<String, String>,
     /// Where it came from: `harness`, or `ingest:criterion`, `ingest:hyperfine`...
     pub source: String,
+    /// Instructions retired per iteration, counted (not timed) by callgrind or hardware
+    /// counters, when measured; see `instructions_source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<f64>,
+    /// How `instructions` was counted (`callgrind`, `perf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions_source: Option<String>,
 }
 
 impl Record {
@@ -227,6 +255,8 @@ impl Record {
             timestamp_unix_s,
             labels,
             source,
+            instructions: None,
+            instructions_source: None,
         })
     }
 
@@ -234,13 +264,23 @@ impl Record {
     /// identity, samples finite and non-negative, statistics consistent with the samples.
     pub fn validate(&self) -> Result<(), StoreError> {
         let name = &self.workload.name;
-        if self.schema_version != RECORD_SCHEMA_VERSION {
+        if !(RECORD_SCHEMA_VERSION_MIN..=RECORD_SCHEMA_VERSION).contains(&self.schema_version) {
             return Err(StoreError::invalid(
                 name,
                 "schema_version",
                 self.schema_version.to_string(),
-                format!("this build reads schema_version {RECORD_SCHEMA_VERSION}"),
+                format!("this build reads schema_version {RECORD_SCHEMA_VERSION_MIN} to {RECORD_SCHEMA_VERSION}"),
             ));
+        }
+        if let Some(i) = self.instructions {
+            if !(i.is_finite() && i >= 0.0) {
+                return Err(StoreError::invalid(
+                    name,
+                    "instructions",
+                    i.to_string(),
+                    "must be a finite, non-negative count",
+                ));
+            }
         }
         let fp = self.workload.fingerprint();
         if fp != self.fingerprint {
