@@ -24,8 +24,8 @@ pub use error::OpsError;
 pub use gate::{gate, GateResult, MetricRow, Verdict, WorkloadComparison, GATE_SCHEMA_VERSION};
 pub use history::{fit_steps, history, History, StepFit};
 pub use policy::{
-    Direction, IdentityRule, Metric, MetricPolicy, Policy, Statistic, TestKind, Waiver,
-    DEFAULT_POLICY_TOML,
+    CompareSettings, Direction, HistorySettings, IdentityRule, Metric, MetricPolicy, Policy,
+    RoundOrder, Statistic, TestKind, Waiver, DEFAULT_POLICY_TOML,
 };
 pub use report::{
     render_html, render_html_with_lead, render_markdown, HtmlBody, HtmlSection, Report,

@@ -34,11 +34,14 @@ pub enum Metric {
     Throughput,
     /// Peak bytes allocated during the timed region (one value per record).
     PeakAlloc,
+    /// Instructions retired per iteration, counted by callgrind or hardware counters (one
+    /// value per record): a count, not a time, and repeatable on a busy machine.
+    Instructions,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 7] = [
+    pub const ALL: [Metric; 8] = [
         Metric::LatencyP50,
         Metric::LatencyP90,
         Metric::LatencyP95,
@@ -46,6 +49,7 @@ impl Metric {
         Metric::LatencyMean,
         Metric::Throughput,
         Metric::PeakAlloc,
+        Metric::Instructions,
     ];
 
     /// Snake-case name, as in the policy file.
@@ -58,6 +62,7 @@ impl Metric {
             Metric::LatencyMean => "latency_mean",
             Metric::Throughput => "throughput",
             Metric::PeakAlloc => "peak_alloc",
+            Metric::Instructions => "instructions",
         }
     }
 
@@ -71,6 +76,7 @@ impl Metric {
         match self {
             Metric::Throughput => "iter/s",
             Metric::PeakAlloc => "bytes",
+            Metric::Instructions => "instructions",
             _ => "ns",
         }
     }
@@ -84,8 +90,27 @@ impl Metric {
             Metric::LatencyP99 => Some(Statistic::P99),
             Metric::LatencyMean => Some(Statistic::Mean),
             Metric::Throughput => None,
-            Metric::PeakAlloc => Some(Statistic::Value),
+            Metric::PeakAlloc | Metric::Instructions => Some(Statistic::Value),
         }
+    }
+
+    /// Whether the metric is one deterministic value per record (a count, not a time): it
+    /// is gated without a significance test.
+    pub fn is_count(self) -> bool {
+        matches!(self, Metric::PeakAlloc | Metric::Instructions)
+    }
+
+    /// Whether the metric's values are nanoseconds per iteration (the clock's resolution
+    /// bounds what a change in them can show).
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            Metric::LatencyP50
+                | Metric::LatencyP90
+                | Metric::LatencyP95
+                | Metric::LatencyP99
+                | Metric::LatencyMean
+        )
     }
 
     /// Direction used when the policy does not state one.
@@ -131,7 +156,7 @@ pub enum Statistic {
     P99,
     /// Arithmetic mean.
     Mean,
-    /// The single value of a per-record quantity (peak allocation).
+    /// The single value of a per-record quantity (peak allocation, instructions).
     Value,
 }
 
@@ -185,9 +210,17 @@ impl Statistic {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TestKind {
-    /// One-sided Mann–Whitney U in the regression direction.
+    /// Between runs (the default for timed metrics): each run is one observation, its
+    /// statistic; the candidate run(s) are tested against the distribution of the last
+    /// baseline runs with a one-sided Student t on the log scale (see [`crate::gate`]).
+    /// Needs `history.min_runs` baseline runs to FAIL anything.
+    RunT,
+    /// One-sided Mann–Whitney U on the pooled samples in the regression direction. Samples
+    /// of one run are not independent replicates, so this test can only show that two runs
+    /// differ: its rows are INCONCLUSIVE at worst, never FAIL.
     MannWhitney,
-    /// One-sided seeded bootstrap of the relative change in the statistic.
+    /// One-sided seeded bootstrap of the relative change in the statistic, on pooled
+    /// samples: like `mann_whitney`, INCONCLUSIVE at worst.
     Bootstrap,
     /// No test: a change beyond the allowed one fails outright (deterministic quantities).
     None,
@@ -197,6 +230,7 @@ impl TestKind {
     /// Snake-case name.
     pub fn name(self) -> &'static str {
         match self {
+            TestKind::RunT => "run_t",
             TestKind::MannWhitney => "mann_whitney",
             TestKind::Bootstrap => "bootstrap",
             TestKind::None => "none",
@@ -257,6 +291,49 @@ pub struct SuiteSettings {
     pub seed: u64,
 }
 
+/// How the gate uses stored history (the baseline side as a distribution of runs).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HistorySettings {
+    /// Fewest baseline runs for a `run_t` metric to FAIL; with fewer, a change beyond the
+    /// allowed one is INCONCLUSIVE ("too little history").
+    pub min_runs: usize,
+    /// Most recent comparable runs used as the baseline when the caller selects history
+    /// from a store (quickstart, `gate --history`).
+    pub lookback: usize,
+}
+
+/// How `tensorforge compare` runs its interleaved rounds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CompareSettings {
+    /// Rounds before the first decision.
+    pub rounds: usize,
+    /// Most rounds in all: INCONCLUSIVE workloads get more rounds until this budget.
+    pub max_rounds: usize,
+    /// Order of the sides within rounds.
+    pub order: RoundOrder,
+}
+
+/// Order of the two sides within interleaved rounds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundOrder {
+    /// A B B A in every round: drift that is linear over a round cancels, and each side
+    /// is run twice, so the two baseline runs of a round measure the noise floor.
+    Abba,
+    /// A B or B A per round, chosen by the seeded generator.
+    Random,
+}
+
+impl RoundOrder {
+    /// Snake-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoundOrder::Abba => "abba",
+            RoundOrder::Random => "random",
+        }
+    }
+}
+
 /// A waiver: accept a regression of one workload's metric until a date.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Waiver {
@@ -289,6 +366,10 @@ pub struct Policy {
     pub suite: SuiteSettings,
     /// Identity rules.
     pub identity: IdentityRules,
+    /// History rules (run-level tests).
+    pub history: HistorySettings,
+    /// Interleaved comparison settings.
+    pub compare: CompareSettings,
     /// Gated metrics; a metric absent here is NOT_COMPARABLE.
     pub metrics: BTreeMap<Metric, MetricPolicy>,
     /// Waivers.
@@ -304,6 +385,10 @@ struct RawPolicy {
     #[serde(default)]
     identity: RawIdentity,
     #[serde(default)]
+    history: RawHistory,
+    #[serde(default)]
+    compare: RawCompare,
+    #[serde(default)]
     metrics: BTreeMap<String, RawMetric>,
     #[serde(default)]
     waiver: Vec<RawWaiver>,
@@ -316,6 +401,21 @@ struct RawSuite {
     bootstrap_resamples: Option<u32>,
     confidence: Option<f64>,
     seed: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHistory {
+    min_runs: Option<usize>,
+    lookback: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCompare {
+    rounds: Option<usize>,
+    max_rounds: Option<usize>,
+    order: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -407,6 +507,53 @@ impl Policy {
                 IdentityRule::Report,
             )?,
         };
+        let history = HistorySettings {
+            min_runs: raw.history.min_runs.unwrap_or(5),
+            lookback: raw.history.lookback.unwrap_or(20),
+        };
+        if history.min_runs < 2 {
+            return Err(bad(
+                "history.min_runs",
+                &history.min_runs,
+                "must be at least 2 (a spread needs two runs)",
+            ));
+        }
+        if history.lookback < history.min_runs || history.lookback > 10_000 {
+            return Err(bad(
+                "history.lookback",
+                &history.lookback,
+                &format!(
+                    "must be between history.min_runs = {} and 10000",
+                    history.min_runs
+                ),
+            ));
+        }
+        let compare = CompareSettings {
+            rounds: raw.compare.rounds.unwrap_or(10),
+            max_rounds: raw.compare.max_rounds.unwrap_or(30),
+            order: match raw.compare.order.as_deref() {
+                None | Some("abba") => RoundOrder::Abba,
+                Some("random") => RoundOrder::Random,
+                Some(o) => return Err(bad("compare.order", &o, "expected abba or random")),
+            },
+        };
+        if !(3..=1000).contains(&compare.rounds) {
+            return Err(bad(
+                "compare.rounds",
+                &compare.rounds,
+                "must be between 3 and 1000",
+            ));
+        }
+        if compare.max_rounds < compare.rounds || compare.max_rounds > 10_000 {
+            return Err(bad(
+                "compare.max_rounds",
+                &compare.max_rounds,
+                &format!(
+                    "must be between compare.rounds = {} and 10000",
+                    compare.rounds
+                ),
+            ));
+        }
         let mut metrics = BTreeMap::new();
         for (key, rm) in &raw.metrics {
             let metric = Metric::parse(key).ok_or_else(|| {
@@ -470,19 +617,24 @@ impl Policy {
                             ))
                         }
                         None if st == Statistic::Value => {
-                            return Err(bad(&f("statistic"), &s, "`value` is only for peak_alloc"))
+                            return Err(bad(
+                                &f("statistic"),
+                                &s,
+                                "`value` is only for peak_alloc and instructions",
+                            ))
                         }
                         _ => st,
                     }
                 }
             };
-            let default_test = if metric == Metric::PeakAlloc {
+            let default_test = if metric.is_count() {
                 TestKind::None
             } else {
-                TestKind::MannWhitney
+                TestKind::RunT
             };
             let test = match rm.test.as_deref() {
                 None => default_test,
+                Some("run_t") => TestKind::RunT,
                 Some("mann_whitney") => TestKind::MannWhitney,
                 Some("bootstrap") => TestKind::Bootstrap,
                 Some("none") => TestKind::None,
@@ -490,15 +642,15 @@ impl Policy {
                     return Err(bad(
                         &f("test"),
                         &o,
-                        "expected mann_whitney, bootstrap or none",
+                        "expected run_t, mann_whitney, bootstrap or none",
                     ))
                 }
             };
-            if metric == Metric::PeakAlloc && test != TestKind::None {
+            if metric.is_count() && test != TestKind::None {
                 return Err(bad(
                     &f("test"),
                     &test.name(),
-                    "peak_alloc has one value per record; its test must be `none`",
+                    &format!("{key} has one value per record; its test must be `none`"),
                 ));
             }
             if test == TestKind::Bootstrap && suite.bootstrap_resamples == 0 {
@@ -568,6 +720,8 @@ impl Policy {
             source: source_name.to_string(),
             suite,
             identity,
+            history,
+            compare,
             metrics,
             waivers,
         })
@@ -583,8 +737,14 @@ mod tests {
         let p = Policy::from_toml_str(DEFAULT_POLICY_TOML, "examples/policy.toml").unwrap();
         let p50 = &p.metrics[&Metric::LatencyP50];
         assert_eq!(p50.direction, Direction::HigherIsWorse);
-        assert!(p50.max_relative >= 0.2 && p50.max_relative <= 0.3);
-        assert_eq!(p50.test, TestKind::MannWhitney);
+        // Between-run testing carries the noise; the allowance is the smallest change
+        // worth a FAIL.
+        assert!(p50.max_relative > 0.0 && p50.max_relative < 0.1);
+        assert_eq!(p50.test, TestKind::RunT);
+        assert_eq!(p.history.min_runs, 5);
+        assert_eq!(p.compare.order, RoundOrder::Abba);
+        let ins = &p.metrics[&Metric::Instructions];
+        assert_eq!(ins.test, TestKind::None);
         assert!(p.suite.benjamini_hochberg);
         assert_eq!(p.identity.device_model, IdentityRule::MustMatch);
         assert_eq!(p.identity.software, IdentityRule::Report);
@@ -651,6 +811,16 @@ mod tests {
             e.contains("waiver[0].expires") && e.contains("2024-02-30"),
             "{e}"
         );
+        let e = err(&format!("{base}[history]\nmin_runs = 1\n"));
+        assert!(e.contains("history.min_runs") && e.contains('1'), "{e}");
+        let e = err(&format!("{base}[compare]\norder = \"zigzag\"\n"));
+        assert!(e.contains("compare.order") && e.contains("zigzag"), "{e}");
+        let e = err(&format!("{base}[compare]\nrounds = 20\nmax_rounds = 10\n"));
+        assert!(e.contains("compare.max_rounds") && e.contains("10"), "{e}");
+        let e = err(&format!(
+            "{base}[metrics.instructions]\nmax_relative = 0.01\ntest = \"run_t\"\n"
+        ));
+        assert!(e.contains("metrics.instructions.test"), "{e}");
         let e = err("schema_version = 2\n");
         assert!(e.contains("schema_version") && e.contains('2'), "{e}");
         let e = err("schema_version = 1\nbogus = 3\n");

@@ -1,9 +1,12 @@
-//! The statistics the gate uses: the one-sided Mann–Whitney U test (exact null
-//! distribution by dynamic programming for small tie-free samples, otherwise the normal
-//! approximation with tie and continuity corrections), a seeded percentile bootstrap of the
-//! relative change in a statistic, and Benjamini–Hochberg adjusted p-values. It leaves out
-//! paired designs, autocorrelated samples (each sample is treated as independent) and
-//! multi-modal mixture models.
+//! The statistics the gate uses. Between runs (the unit of replication on a shared machine):
+//! the one-sided Wilcoxon signed-rank test on paired rounds (exact null distribution for up
+//! to [`WILCOXON_EXACT_MAX_N`] tie-free pairs, else the normal approximation with tie and
+//! continuity corrections), Student's t for a new run against a history of runs, and a
+//! seeded percentile bootstrap of a median. Within one run: the one-sided Mann–Whitney U
+//! test and a bootstrap of the relative change, which only say that two runs differ.
+//! Across a suite: Benjamini–Hochberg adjusted p-values. It leaves out autocorrelation
+//! between rounds (rounds are treated as independent), changes of variance, and multi-modal
+//! mixture models.
 
 use crate::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
@@ -247,9 +250,235 @@ pub fn bootstrap_relative_change(
     })
 }
 
+/// Largest number of non-zero pairs for which the exact signed-rank distribution is used.
+pub const WILCOXON_EXACT_MAX_N: usize = 50;
+
+/// A one-sided Wilcoxon signed-rank result.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct WilcoxonResult {
+    /// `W+`: the sum of the ranks of |d| over the positive differences (average ranks for
+    /// ties; zero differences are dropped, Wilcoxon's convention).
+    pub w_plus: f64,
+    /// Non-zero differences used.
+    pub n: usize,
+    /// One-sided p-value for "the differences are centred above 0".
+    pub p_value: f64,
+    /// Exact or normal approximation.
+    pub method: MwuMethod,
+}
+
+/// One-sided Wilcoxon signed-rank test of "d is centred above 0", as scipy's
+/// `wilcoxon(d, alternative='greater')`. Exact when at most [`WILCOXON_EXACT_MAX_N`]
+/// non-zero differences and no tied |d|: under the null each rank `1..=n` carries a + sign
+/// independently with probability ½, so `P(W+ = w)` counts the subsets of `{1..n}` summing
+/// to `w`, over `2ⁿ`. Otherwise `z = (W+ − n(n+1)/4 − ½) / σ`,
+/// `σ² = n(n+1)(2n+1)/24 − Σ(t³−t)/48`. No non-zero difference gives p = 1.
+pub fn wilcoxon_signed_rank_greater(d: &[f64]) -> WilcoxonResult {
+    let mut nz: Vec<f64> = d
+        .iter()
+        .copied()
+        .filter(|x| *x != 0.0 && !x.is_nan())
+        .collect();
+    let n = nz.len();
+    if n == 0 {
+        return WilcoxonResult {
+            w_plus: 0.0,
+            n: 0,
+            p_value: 1.0,
+            method: MwuMethod::Exact,
+        };
+    }
+    nz.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let mut w_plus = 0.0;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && nz[j + 1].abs() == nz[i].abs() {
+            j += 1;
+        }
+        let t = (j - i + 1) as f64;
+        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
+        w_plus += avg_rank * nz[i..=j].iter().filter(|x| **x > 0.0).count() as f64;
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    if n <= WILCOXON_EXACT_MAX_N && tie_term == 0.0 {
+        // counts[s] = number of subsets of {1..k} with rank sum s, built up for k = 1..n.
+        let max = n * (n + 1) / 2;
+        let mut counts = vec![0.0f64; max + 1];
+        counts[0] = 1.0;
+        for k in 1..=n {
+            for s in (k..=k * (k + 1) / 2).rev() {
+                counts[s] += counts[s - k];
+            }
+        }
+        let total = 2f64.powi(n as i32);
+        let start = w_plus.ceil() as usize;
+        let tail: f64 = counts.iter().skip(start).sum();
+        return WilcoxonResult {
+            w_plus,
+            n,
+            p_value: (tail / total).min(1.0),
+            method: MwuMethod::Exact,
+        };
+    }
+    let nf = n as f64;
+    let var = nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - tie_term / 48.0;
+    let p_value = if var <= 0.0 {
+        1.0
+    } else {
+        normal_sf((w_plus - nf * (nf + 1.0) / 4.0 - 0.5) / var.sqrt())
+    };
+    WilcoxonResult {
+        w_plus,
+        n,
+        p_value,
+        method: MwuMethod::Normal,
+    }
+}
+
+/// Upper tail of Student's t with `df` degrees of freedom, `P(T > t)` (statrs); `df` must
+/// be positive. Infinite `t` gives 0 or 1.
+pub fn student_t_sf(t: f64, df: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    if t.is_nan() || df.is_nan() || df <= 0.0 {
+        return f64::NAN;
+    }
+    if t == f64::INFINITY {
+        return 0.0;
+    }
+    if t == f64::NEG_INFINITY {
+        return 1.0;
+    }
+    match StudentsT::new(0.0, 1.0, df) {
+        Ok(d) => d.sf(t),
+        Err(_) => f64::NAN,
+    }
+}
+
+/// Quantile of Student's t: the `t` with `P(T ≤ t) = q` (statrs).
+pub fn student_t_quantile(q: f64, df: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    match StudentsT::new(0.0, 1.0, df) {
+        Ok(d) if q > 0.0 && q < 1.0 => d.inverse_cdf(q),
+        _ => f64::NAN,
+    }
+}
+
+/// Median of a slice (copies and sorts); NaN for an empty slice.
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    tensorforge_store::stats::percentile_sorted(&v, 0.5)
+}
+
+/// Seeded percentile-bootstrap interval of the median of `values`: `(low, high)` at
+/// two-sided `confidence`. `None` for an empty input or 0 resamples.
+pub fn bootstrap_median_interval(
+    values: &[f64],
+    resamples: u32,
+    confidence: f64,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    if values.is_empty() || resamples == 0 {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut buf = vec![0.0; values.len()];
+    let mut reps = Vec::with_capacity(resamples as usize);
+    for _ in 0..resamples {
+        for v in buf.iter_mut() {
+            *v = values[rng.below(values.len())];
+        }
+        buf.sort_by(f64::total_cmp);
+        reps.push(tensorforge_store::stats::percentile_sorted(&buf, 0.5));
+    }
+    reps.sort_by(f64::total_cmp);
+    let a = (1.0 - confidence) / 2.0;
+    Some((
+        tensorforge_store::stats::percentile_sorted(&reps, a),
+        tensorforge_store::stats::percentile_sorted(&reps, 1.0 - a),
+    ))
+}
+
+/// Robust standard deviation, `1.4826 · MAD` (consistent for normal data); 0 for fewer than
+/// two values.
+pub fn robust_sd(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let m = median(values);
+    let dev: Vec<f64> = values.iter().map(|v| (v - m).abs()).collect();
+    1.4826 * median(&dev)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wilcoxon_against_scipy() {
+        // python3 -c "from scipy.stats import wilcoxon
+        //  print(wilcoxon([0.5,1.2,-0.3,0.8,2.1,-0.1,0.9,1.5,0.2,0.7], alternative='greater',
+        //                 method='exact'))"  -> statistic=51.0, pvalue=0.0068359375
+        let d = [0.5, 1.2, -0.3, 0.8, 2.1, -0.1, 0.9, 1.5, 0.2, 0.7];
+        let r = wilcoxon_signed_rank_greater(&d);
+        assert_eq!(r.method, MwuMethod::Exact);
+        assert_eq!(r.w_plus, 51.0);
+        // 0.0068359375 = 7/1024: the subsets of {1..10} with rank sum ≥ 51 (sum of all is 55).
+        assert!(close(r.p_value, 0.0068359375, 1e-14), "{}", r.p_value);
+        // All 10 positive: W+ = 55, only the full set reaches it: p = 1/1024.
+        let r = wilcoxon_signed_rank_greater(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        assert!(close(r.p_value, 1.0 / 1024.0, 1e-15));
+        // Ties in |d| -> normal approximation with tie and continuity corrections:
+        // wilcoxon([1,2,2,-1,3,3,3,-2,4,5,5,6], alternative='greater', method='approx',
+        //          correction=True) -> statistic=72.5, pvalue=0.004678228934826491
+        let r = wilcoxon_signed_rank_greater(&[
+            1.0, 2.0, 2.0, -1.0, 3.0, 3.0, 3.0, -2.0, 4.0, 5.0, 5.0, 6.0,
+        ]);
+        assert_eq!(r.method, MwuMethod::Normal);
+        assert_eq!(r.w_plus, 72.5);
+        assert!(
+            close(r.p_value, 0.004678228934826491, 1e-10),
+            "{}",
+            r.p_value
+        );
+        // Zeros are dropped; nothing left means no evidence.
+        assert_eq!(wilcoxon_signed_rank_greater(&[0.0, 0.0]).p_value, 1.0);
+    }
+
+    #[test]
+    fn student_t_against_scipy() {
+        // python3 -c "from scipy.stats import t; print(t.sf(2.0, 9), t.ppf(0.99, 9),
+        //   t.sf(-1.3, 4))" -> 0.038276411885350504 2.821437925025809 0.868274201764388
+        assert!(close(student_t_sf(2.0, 9.0), 0.038276411885350504, 1e-9));
+        assert!(close(
+            student_t_quantile(0.99, 9.0),
+            2.821437925025809,
+            1e-9
+        ));
+        assert!(close(student_t_sf(-1.3, 4.0), 0.868274201764388, 1e-9));
+        assert_eq!(student_t_sf(f64::INFINITY, 3.0), 0.0);
+    }
+
+    #[test]
+    fn median_interval_and_robust_sd() {
+        let v: Vec<f64> = (1..=21).map(f64::from).collect();
+        assert_eq!(median(&v), 11.0);
+        let (lo, hi) = bootstrap_median_interval(&v, 1000, 0.95, 3).unwrap();
+        assert!(
+            lo < 11.0 && hi > 11.0 && lo >= 1.0 && hi <= 21.0,
+            "{lo} {hi}"
+        );
+        assert_eq!(bootstrap_median_interval(&v, 1000, 0.95, 3), Some((lo, hi)));
+        // 1..=21: MAD = median |x − 11| = median of {0,1,1,...,10,10} = 5 -> 1.4826 · 5.
+        assert!(close(robust_sd(&v), 1.4826 * 5.0, 1e-12));
+        assert_eq!(robust_sd(&[3.0]), 0.0);
+    }
 
     fn close(a: f64, b: f64, rel: f64) -> bool {
         (a - b).abs() <= rel * b.abs().max(1e-300)
