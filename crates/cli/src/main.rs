@@ -71,6 +71,9 @@ enum Command {
     History(cmd::ops::HistoryArgs),
     /// The main job: calibrate, measure a holdout suite, record, validate, gate, report.
     Quickstart(cmd::quickstart::QuickstartArgs),
+    /// Interleaved A/B: run a baseline and a candidate command in alternating rounds and
+    /// decide per round (exit 0 pass, 1 regression, 2 error, 3 inconclusive).
+    Compare(cmd::compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
@@ -95,9 +98,10 @@ fn main() -> ExitCode {
         Command::Ingest(a) => cmd::records::run_ingest(a).map(|()| None),
         Command::Report(a) => cmd::ops::run_report(a).map(|()| None),
         Command::History(a) => cmd::ops::run_history(a).map(|()| None),
-        // These two choose their own exit status (0 pass, 1 fail, 3 inconclusive; 2 error).
+        // These choose their own exit status (0 pass, 1 fail, 3 inconclusive; 2 error).
         Command::Gate(a) => cmd::ops::run_gate(a).map(Some),
         Command::Quickstart(a) => cmd::quickstart::run_quickstart(a).map(Some),
+        Command::Compare(a) => cmd::compare::run(a).map(Some),
     };
     match result {
         Ok(Some(code)) => ExitCode::from(code),

@@ -1,6 +1,6 @@
 //! End-to-end runs of `tensorforge gate`, `report` and `history` on JSON-lines record files
-//! written here with `Record::new`: every gate exit code (0 pass, 1 fail, 2 error,
-//! 3 inconclusive), HTML well-formedness with a hostile workload name, and change points.
+//! written here with `Record::new`: every gate exit code (0 pass, 1 fail against a history of
+//! runs, 2 error, 3 inconclusive with too little history), HTML well-formedness with a hostile workload name, and change points.
 
 use assert_cmd::Command;
 use std::collections::BTreeMap;
@@ -95,14 +95,26 @@ fn gate_exit_codes_end_to_end() {
     let (code, out) = gate_code(&d, &base, &base, &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("PASS"));
-    // 1: a 2x slowdown.
-    let slow = vec![rec("g", "f32", "c", ramp(2000.0, 30), 2)];
-    let (code, out) = gate_code(&d, &base, &slow, &["--json"]);
+    // 1: a 2x slowdown against six runs of history (1 % apart) in one baseline file.
+    let history: Vec<Record> = (0..6)
+        .map(|i| {
+            let f = 1.0 + i as f64 / 100.0;
+            rec("g", "f32", &format!("b{i}"), ramp(1000.0 * f, 30), i)
+        })
+        .collect();
+    let slow = vec![rec("g", "f32", "c", ramp(2000.0, 30), 20)];
+    let (code, out) = gate_code(&d, &history, &slow, &["--json"]);
     assert_eq!(code, 1, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["overall"], "FAIL");
     assert_eq!(v["exit_code"], 1);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["rows"][0]["baseline_runs"], 6);
+    // 3: the same 2x slowdown against one baseline run: samples of one run are not
+    // replicates, so it is INCONCLUSIVE ("too little history"), never FAIL.
+    let (code, out) = gate_code(&d, &base, &slow, &[]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("too little history"), "{out}");
     // 2: identity mismatch (same name, other dtype) is ERROR, never FAIL or PASS.
     let other = vec![rec("g", "f16", "c", ramp(1000.0, 30), 2)];
     let (code, out) = gate_code(&d, &base, &other, &[]);
@@ -199,15 +211,16 @@ fn report_writes_three_formats_with_escaped_names() {
     assert!(!html.contains("<script"), "unescaped user string");
     assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    // One baseline run: too little history for a FAIL.
     assert!(
-        md.contains("**Decision: FAIL**") && !md.contains("<script"),
+        md.contains("**Decision: INCONCLUSIVE**") && !md.contains("<script"),
         "{md}"
     );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
             .unwrap();
     assert_eq!(json["schema_version"], 1);
-    assert_eq!(json["gate"]["overall"], "FAIL");
+    assert_eq!(json["gate"]["overall"], "INCONCLUSIVE");
     // No leftover temp files next to the outputs.
     let names: Vec<String> = std::fs::read_dir(&out_dir)
         .unwrap()

@@ -20,6 +20,7 @@ pub mod presets;
 pub mod roofline;
 pub mod schedule;
 pub mod transformer;
+pub mod units;
 
 pub use analysis::{analyze_gemm, GemmAnalysis, GemmOptions, Timing, LIMITATIONS, SCHEMA_VERSION};
 pub use dtype::DType;

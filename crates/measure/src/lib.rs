@@ -19,6 +19,7 @@ pub mod harness;
 pub mod plots;
 pub mod probes;
 pub mod validate;
+pub mod validation_table;
 pub mod workload;
 
 pub use calibrate::{calibrate, CalibrateOptions, Calibration, Provenance};

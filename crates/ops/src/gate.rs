@@ -810,7 +810,7 @@ fn clock_floor_ns(records: &[&Record]) -> Option<f64> {
 
 /// Geometric mean of positive values (NaN if any is not positive).
 fn geometric_mean(v: &[f64]) -> f64 {
-    if v.iter().any(|x| !(*x > 0.0)) {
+    if v.iter().any(|x| x.is_nan() || *x <= 0.0) {
         return f64::NAN;
     }
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()

@@ -8,6 +8,7 @@
 //! caller's job. The model context never changes a verdict: only measurements and the
 //! policy decide.
 
+pub mod compare;
 pub mod date;
 pub mod error;
 pub mod gate;
@@ -28,5 +29,6 @@ pub use policy::{
     RoundOrder, Statistic, TestKind, Waiver, DEFAULT_POLICY_TOML,
 };
 pub use report::{
-    render_html, render_html_with_lead, render_markdown, HtmlBody, HtmlSection, Report,
+    render_html, render_html_with_lead, render_markdown, render_markdown_with_lead, HtmlBody,
+    HtmlSection, Report,
 };

@@ -21,8 +21,8 @@ pub const REPORT_SCHEMA_VERSION: u32 = 1;
 /// Limitations stated in every report.
 pub const LIMITATIONS: &[&str] = &[
     "Verdicts use the measurements and the policy only; the analytical context (roofline, sizing) never changes them.",
-    "Samples are treated as independent draws; drift within a run, autocorrelation and run-to-run machine state are not modelled beyond the allowed relative change.",
-    "Mann-Whitney U tests a shift of the whole distribution; for a percentile other than the median its significance is about the distribution, not that percentile (use test = \"bootstrap\").",
+    "The unit of replication is the run: a timed metric FAILs only against the spread of several baseline runs (test run_t, at least history.min_runs of them); samples of one run are never treated as independent replicates for a FAIL.",
+    "Within-run tests (mann_whitney, bootstrap), when a policy asks for them, only show that two runs differ; their rows are INCONCLUSIVE at worst.",
     "Bootstrap intervals are seeded percentile intervals; with fewer than about 20 samples per side they are too narrow.",
     "The roofline is an upper bound from the given hardware spec (published or calibrated peaks); a percentage of it is context, not a target.",
 ];
@@ -538,6 +538,12 @@ fn waiver_lines(report: &Report) -> Vec<String> {
 /// The report as Markdown for a CI job summary; every user string is HTML-escaped and `|`
 /// is escaped in table cells (job summaries render inline HTML).
 pub fn render_markdown(report: &Report) -> String {
+    render_markdown_with_lead(report, &[])
+}
+
+/// Markdown like [`render_markdown`], with the caller's lead notes `(title, text)` right
+/// after the decision and its reasons (each escaped like every other user string).
+pub fn render_markdown_with_lead(report: &Report, lead: &[(String, String)]) -> String {
     let g = &report.gate;
     let mut s = String::new();
     s.push_str("# TensorForge impact report\n\n");
@@ -553,6 +559,12 @@ pub fn render_markdown(report: &Report) -> String {
     s.push_str("Reasons:\n\n");
     for r in &g.reasons {
         s.push_str(&format!("- {}\n", md_cell(r)));
+    }
+    for (title, text) in lead {
+        s.push_str(&format!("\n**{}**\n\n", md_cell(title)));
+        for line in text.lines() {
+            s.push_str(&format!("> {}\n", md_cell(line)));
+        }
     }
     s.push_str("\n## Metrics (measurement; decides)\n\n");
     let rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();
@@ -660,9 +672,6 @@ pub fn render_html_with_lead(
     s.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>TensorForge impact report</title>");
     s.push_str(&format!("<style>{STYLE}</style></head><body>"));
     s.push_str("<h1>TensorForge impact report</h1>");
-    for sec in lead {
-        push_section(&mut s, sec);
-    }
     s.push_str(&format!(
         "<p class=\"decision\">Decision: <strong class=\"v-{}\">{}</strong> (exit {})</p><p>Policy <code>{}</code>; waivers checked on {}; false-discovery control: {} over {} test(s).</p>",
         escape(&g.overall.label().to_ascii_lowercase()),
@@ -675,6 +684,10 @@ pub fn render_html_with_lead(
     ));
     s.push_str("<h2>Reasons</h2>");
     s.push_str(&html_list(&g.reasons));
+    // The caller's lead sections (how the decision was reached) follow the decision.
+    for sec in lead {
+        push_section(&mut s, sec);
+    }
     s.push_str("<h2>Metrics (measurement; decides)</h2>");
     let headers: Vec<String> = METRIC_HEADERS.iter().map(|h| h.to_string()).collect();
     let rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();

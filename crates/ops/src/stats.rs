@@ -366,6 +366,15 @@ pub fn student_t_quantile(q: f64, df: f64) -> f64 {
     }
 }
 
+/// Quantile of the standard normal: the `z` with `P(Z ≤ z) = q` (statrs).
+pub fn normal_quantile(q: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, Normal};
+    match Normal::new(0.0, 1.0) {
+        Ok(d) if q > 0.0 && q < 1.0 => d.inverse_cdf(q),
+        _ => f64::NAN,
+    }
+}
+
 /// Median of a slice (copies and sorts); NaN for an empty slice.
 pub fn median(values: &[f64]) -> f64 {
     if values.is_empty() {
@@ -463,6 +472,8 @@ mod tests {
         ));
         assert!(close(student_t_sf(-1.3, 4.0), 0.868274201764388, 1e-9));
         assert_eq!(student_t_sf(f64::INFINITY, 3.0), 0.0);
+        // scipy.stats.norm.ppf(0.99) = 2.3263478740408408
+        assert!(close(normal_quantile(0.99), 2.3263478740408408, 1e-9));
     }
 
     #[test]

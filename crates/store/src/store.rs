@@ -691,6 +691,23 @@ impl Store {
         }
     }
 
+    /// The newest `limit` runs on `machine_id` whose label `key` is `value`, newest first:
+    /// the comparable history a run is gated against.
+    pub fn recent_runs_with_label(
+        &self,
+        machine_id: &str,
+        key: &str,
+        value: &str,
+        limit: usize,
+    ) -> Result<Vec<RunInfo>, StoreError> {
+        Ok(self
+            .query_runs("WHERE machine_id = ?1", &[&machine_id])?
+            .into_iter()
+            .filter(|r| r.labels.get(key).map(String::as_str) == Some(value))
+            .take(limit)
+            .collect())
+    }
+
     /// The newest run recorded on `machine_id`, skipping `exclude_run` (e.g. the run just
     /// written, to gate it against the previous one). `None` when there is none.
     pub fn latest_run(
@@ -726,6 +743,36 @@ impl Store {
                 &[&fingerprint],
             ),
         }
+    }
+
+    /// The history a run of one workload is gated against: the records of the newest
+    /// `runs` distinct runs with this `fingerprint` on `machine_id` measured at `threads`
+    /// threads, leaving out the runs in `exclude` (the candidate's own), oldest first.
+    pub fn history_records(
+        &self,
+        fingerprint: &str,
+        machine_id: &str,
+        threads: u32,
+        exclude: &[String],
+        runs: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let all = self.records_for_fingerprint(fingerprint, Some(machine_id))?;
+        let mut keep: Vec<String> = Vec::new();
+        for r in all.iter().rev() {
+            if r.harness.threads != threads || exclude.contains(&r.run_id) {
+                continue;
+            }
+            if !keep.contains(&r.run_id) {
+                if keep.len() == runs {
+                    break;
+                }
+                keep.push(r.run_id.clone());
+            }
+        }
+        Ok(all
+            .into_iter()
+            .filter(|r| keep.contains(&r.run_id) && r.harness.threads == threads)
+            .collect())
     }
 
     /// Store a device profile (TOML text plus provenance JSON) for `machine_id`.

@@ -1,6 +1,7 @@
 //! One module per subcommand; shared argument groups live here.
 
 pub mod analyze;
+pub mod compare;
 pub mod explore;
 pub mod graph;
 pub mod hw;

@@ -16,9 +16,14 @@ use tensorforge_store::{default_store_path, read_records_jsonl, write_atomic, Re
 /// Where the two sides come from, and under which policy.
 #[derive(Args, Debug, Clone)]
 pub struct SidesArgs {
-    /// Baseline: a JSON-lines records file, or a run selector in the store (run id, label, `latest`).
-    #[arg(long, value_name = "RUN|FILE")]
-    pub baseline: String,
+    /// Baseline: a JSON-lines records file (several runs in it are a history), or a run
+    /// selector in the store (run id, label, `latest`).
+    #[arg(long, value_name = "RUN|FILE", required_unless_present = "history")]
+    pub baseline: Option<String>,
+    /// Instead of --baseline: gate each candidate workload against its last N runs in the
+    /// store on the same machine at the same thread count (the between-run history).
+    #[arg(long, value_name = "N", conflicts_with = "baseline")]
+    pub history: Option<usize>,
     /// Candidate: a JSON-lines records file, or a run selector in the store.
     #[arg(long, value_name = "RUN|FILE")]
     pub candidate: String,
@@ -73,6 +78,34 @@ fn load_side(
     Ok(st.run_records(&run.run_id)?)
 }
 
+/// The last `n` comparable runs of every candidate workload (same fingerprint, machine and
+/// thread count) from the store.
+fn history_side(n: usize, store: &Option<PathBuf>, candidate: &[Record]) -> Result<Vec<Record>> {
+    if n == 0 || n > 10_000 {
+        bail!("invalid `--history` = `{n}`: must be between 1 and 10000");
+    }
+    let path = store.clone().unwrap_or_else(default_store_path);
+    if !path.is_file() {
+        bail!("--history: no store at {}", path.display());
+    }
+    let st = Store::open(&path)?;
+    let own: Vec<String> = candidate.iter().map(|r| r.run_id.clone()).collect();
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in candidate {
+        if seen.insert((r.fingerprint.clone(), r.harness.threads)) {
+            out.extend(st.history_records(
+                &r.fingerprint,
+                &r.device.machine_id,
+                r.harness.threads,
+                &own,
+                n,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
 struct Loaded {
     policy: Policy,
     baseline: Vec<Record>,
@@ -89,8 +122,12 @@ fn load(a: &SidesArgs) -> Result<Loaded> {
         Some(t) => Date::parse(t, "--today", "today")?,
         None => Date::today_utc(),
     };
-    let baseline = load_side(&a.baseline, &a.store, a.machine.as_deref(), "baseline")?;
     let candidate = load_side(&a.candidate, &a.store, a.machine.as_deref(), "candidate")?;
+    let baseline = match (&a.baseline, a.history) {
+        (Some(b), _) => load_side(b, &a.store, a.machine.as_deref(), "baseline")?,
+        (None, Some(n)) => history_side(n, &a.store, &candidate)?,
+        (None, None) => bail!("--baseline or --history is required"),
+    };
     Ok(Loaded {
         policy,
         baseline,

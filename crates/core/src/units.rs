@@ -1,0 +1,91 @@
+//! Human-readable units, the one formatter every crate and the CLI use: times in
+//! ns/µs/ms/s, bytes in B/KiB/MiB/GiB (binary), rates in GFLOP/s / TFLOP/s and GB/s (decimal,
+//! as vendors publish them). Pure string formatting; it rounds to two decimals and models
+//! nothing.
+
+/// Format seconds with a scaled unit.
+pub fn time(s: f64) -> String {
+    if !s.is_finite() {
+        return format!("{s}");
+    }
+    let a = s.abs();
+    if a < 1e-6 {
+        format!("{:.2} ns", s * 1e9)
+    } else if a < 1e-3 {
+        format!("{:.2} µs", s * 1e6)
+    } else if a < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.3} s", s)
+    }
+}
+
+/// Format a byte count with a binary unit.
+pub fn bytes(b: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v.abs() >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{} B", b)
+    } else {
+        format!("{v:.2} {}", UNITS[i])
+    }
+}
+
+/// Format an operation rate (FLOP/s or OP/s) with a decimal unit.
+pub fn rate(r: f64, unit: &str) -> String {
+    let (v, p) = scale(r);
+    format!("{v:.2} {p}{unit}/s")
+}
+
+/// Format a bandwidth in bytes per second with a decimal unit.
+pub fn bandwidth(r: f64) -> String {
+    let (v, p) = scale(r);
+    format!("{v:.2} {p}B/s")
+}
+
+/// Format a count with a decimal prefix (K, M, G...) and a unit, e.g. `2.15 GFLOP`.
+pub fn count(c: f64, unit: &str) -> String {
+    let (v, p) = scale(c);
+    if p.is_empty() {
+        format!("{c} {unit}").trim_end().to_string()
+    } else {
+        format!("{v:.2} {p}{unit}")
+    }
+}
+
+fn scale(r: f64) -> (f64, &'static str) {
+    const P: [(f64, &str); 6] = [
+        (1e18, "E"),
+        (1e15, "P"),
+        (1e12, "T"),
+        (1e9, "G"),
+        (1e6, "M"),
+        (1e3, "K"),
+    ];
+    for (f, p) in P {
+        if r.abs() >= f {
+            return (r / f, p);
+        }
+    }
+    (r, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales() {
+        assert_eq!(time(552e-9), "552.00 ns");
+        assert_eq!(time(48.18e-6), "48.18 µs");
+        assert_eq!(bytes(1024.0 * 1536.0), "1.50 MiB");
+        assert_eq!(bytes(104.0), "104 B");
+        assert_eq!(rate(989.4e12, "FLOP"), "989.40 TFLOP/s");
+        assert_eq!(bandwidth(3.35e12), "3.35 TB/s");
+    }
+}

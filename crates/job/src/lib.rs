@@ -1,0 +1,18 @@
+//! TensorForge's jobs as a library, composed from the model, measurement and policy crates
+//! so that the command line only parses and prints:
+//! - [`quickstart`]: the main job — calibrate, measure the embedded holdout suite, validate
+//!   the model, gate the run against this machine's history, write the reports, record;
+//! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds.
+//!
+//! ```no_run
+//! use tensorforge_job::quickstart::{run_quickstart, QuickstartOptions};
+//! let opts = QuickstartOptions::new("/tmp/tf.sqlite".into(), "/tmp/report".into());
+//! let outcome = run_quickstart(&opts, &mut |line| eprintln!("{line}")).unwrap();
+//! println!("{} (exit {})", outcome.decision, outcome.exit_code);
+//! ```
+
+pub mod compare;
+pub mod error;
+pub mod quickstart;
+
+pub use error::{JobError, Result};

@@ -1,0 +1,458 @@
+//! The main job, `tensorforge quickstart`: on this machine, with the defaults built into the
+//! binary (holdout suite, policy), calibrate the CPU, measure the holdout suite, validate the
+//! model against it, gate the run against the history of earlier quickstart runs on this
+//! machine at the same thread count, write `report.md` and `report.html`, and record the run.
+//!
+//! Noise rules (docs/quickstart.md): the unit of replication is the run. The gate compares
+//! this run with the distribution of the last `history.lookback` comparable runs (`run_t`),
+//! so co-tenant drift between runs is part of the baseline's spread rather than a
+//! regression; with fewer than `history.min_runs` runs nothing timed can FAIL. A workload
+//! whose between-run test is FAIL or INCONCLUSIVE is measured again (at most
+//! [`CONFIRMATION_ATTEMPTS`] times) and each re-measurement is one more candidate run, so a
+//! real regression is confirmed and a burst is averaged away; every attempt is reported. The
+//! store keeps the first measurement only, so history is not biased by re-measuring.
+//! Not controlled: what other tenants do, frequency scaling, and thread placement.
+
+use crate::error::{JobError, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Instant;
+use tensorforge_measure::calibrate::{calibrate, CalibrateOptions};
+use tensorforge_measure::context::{device_context, host_logical_cores};
+use tensorforge_measure::harness::{run_suite, HarnessOptions};
+use tensorforge_measure::plots;
+use tensorforge_measure::validate::{embedded_holdout_suite, measure_and_validate, validate};
+use tensorforge_measure::validation_table::{validation_rows, VALIDATION_HEADERS};
+use tensorforge_measure::{ValidationReport, WorkloadSpec};
+use tensorforge_ops::{
+    gate, render_html_with_lead, render_markdown_with_lead, Date, GateResult, HtmlBody,
+    HtmlSection, Policy, Report, Verdict,
+};
+use tensorforge_store::{write_atomic, Record, Store};
+
+/// Label key that marks the runs this job records; the value is `quickstart-<threads>t`, so
+/// the job gates only against its own runs at the same thread count.
+pub const QUICKSTART_LABEL_KEY: &str = "job";
+
+/// How many times a suspect workload is measured again before the verdict stands.
+pub const CONFIRMATION_ATTEMPTS: u32 = 2;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct QuickstartOptions {
+    /// The store (a SQLite file).
+    pub store_path: PathBuf,
+    /// Directory for report.md and report.html.
+    pub out_dir: PathBuf,
+    /// Worker threads for calibration and measurement.
+    pub threads: usize,
+    /// The gate policy.
+    pub policy: Policy,
+    /// Minimum timed duration per workload, ns.
+    pub time_budget_ns: u64,
+    /// Minimum timed iterations per workload.
+    pub min_iterations: u64,
+    /// Calibration settings (`threads` is overridden by [`QuickstartOptions::threads`]).
+    pub calibration: CalibrateOptions,
+}
+
+impl QuickstartOptions {
+    /// Defaults: 1 thread, the embedded policy, 300 ms and 20 iterations per workload.
+    pub fn new(store_path: PathBuf, out_dir: PathBuf) -> QuickstartOptions {
+        QuickstartOptions {
+            store_path,
+            out_dir,
+            threads: 1,
+            policy: Policy::default_embedded(),
+            time_budget_ns: 300_000_000,
+            min_iterations: 20,
+            calibration: CalibrateOptions::new(1, true),
+        }
+    }
+}
+
+/// What the job found, for the caller to print.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuickstartOutcome {
+    /// The gate's exit status (0 also when the baseline was just established).
+    pub exit_code: u8,
+    /// One line: the decision and what it was gated against.
+    pub decision: String,
+    /// The gate's reasons (empty on the first run).
+    pub reasons: Vec<String>,
+    /// Runs of history the gate used.
+    pub history_runs: usize,
+    /// Confirmation notes, one per attempt.
+    pub confirmations: Vec<String>,
+    /// One line per holdout workload measured faster than its calibrated roof.
+    pub ceiling_violations: Vec<String>,
+    /// Median APE of the pure roofline.
+    pub roofline_median_ape_pct: f64,
+    /// Holdout workloads validated.
+    pub validated_workloads: usize,
+    /// The recorded run.
+    pub run_id: String,
+    /// report.md path.
+    pub markdown_path: PathBuf,
+    /// report.html path.
+    pub html_path: PathBuf,
+    /// Wall-clock seconds.
+    pub duration_s: f64,
+}
+
+/// Fingerprints of the workloads whose run-level test says FAIL or INCONCLUSIVE (with a
+/// p-value: "too little history" rows are not re-measured, since more measurement of this
+/// build cannot add history).
+fn suspects(g: &GateResult) -> BTreeSet<String> {
+    g.rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Fail | Verdict::Inconclusive))
+        .filter(|r| r.p_value.is_some())
+        .map(|r| r.fingerprint.clone())
+        .collect()
+}
+
+/// Check the options before anything is measured.
+fn check(o: &QuickstartOptions) -> Result<()> {
+    if o.out_dir.exists() && !o.out_dir.is_dir() {
+        return Err(JobError::invalid(
+            "out_dir",
+            o.out_dir.display(),
+            "not a directory",
+        ));
+    }
+    for name in ["report.md", "report.html"] {
+        let p = o.out_dir.join(name);
+        if p.is_dir() {
+            return Err(JobError::invalid(
+                "out_dir",
+                o.out_dir.display(),
+                format!(
+                    "{} is a directory; the report cannot be written there",
+                    p.display()
+                ),
+            ));
+        }
+    }
+    if o.min_iterations == 0 {
+        return Err(JobError::invalid("iterations", 0, "must be at least 1"));
+    }
+    let cores = host_logical_cores().max(1) as usize;
+    if o.threads == 0 || o.threads > cores {
+        return Err(JobError::invalid(
+            "threads",
+            o.threads,
+            format!("must be between 1 and this machine's {cores} logical cores"),
+        ));
+    }
+    Ok(())
+}
+
+/// Run the main job (see the module comment); `progress` receives one line per step.
+pub fn run_quickstart(
+    o: &QuickstartOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<QuickstartOutcome> {
+    let started = Instant::now();
+    check(o)?;
+    let threads = o.threads;
+    let label_value = format!("quickstart-{threads}t");
+    let suite = embedded_holdout_suite()?;
+    let store = Store::open(&o.store_path)?;
+    let machine_id = device_context(threads as u32).machine_id;
+
+    progress(&format!(
+        "[1/6] calibrating this CPU on {threads} thread(s) (quick probes)"
+    ));
+    let cal_opts = CalibrateOptions {
+        threads,
+        ..o.calibration.clone()
+    };
+    let cal = calibrate(&cal_opts, &mut |m| progress(&format!("      {m}")))?;
+    let profile_id = format!("quickstart-{}", tensorforge_store::new_run_id());
+
+    progress(&format!(
+        "[2/6] measuring the embedded holdout suite ({} workloads)",
+        suite.len()
+    ));
+    let mut opts = HarnessOptions::new(threads);
+    opts.min_iterations = o.min_iterations;
+    opts.time_budget_ns = o.time_budget_ns;
+    opts.max_iterations = opts.max_iterations.max(o.min_iterations);
+    opts.labels
+        .insert(QUICKSTART_LABEL_KEY.to_string(), label_value.clone());
+    let (mut validation, records) =
+        measure_and_validate(&cal, "quickstart calibration", &suite, &opts, &mut |m| {
+            progress(&format!("      {m}"))
+        })?;
+
+    // The history: the last `lookback` quickstart runs on this machine at this thread
+    // count, looked up before this run is recorded.
+    let history_infos = store.recent_runs_with_label(
+        &machine_id,
+        QUICKSTART_LABEL_KEY,
+        &label_value,
+        o.policy.history.lookback,
+    )?;
+    let mut history: Vec<Record> = Vec::new();
+    for info in &history_infos {
+        history.extend(store.run_records(&info.run_id)?);
+    }
+
+    progress("[3/6] validating the model against the measurement");
+    for v in &validation.variants {
+        progress(&format!(
+            "      {}: median APE {:.1} %, mean {:.1} %, max {:.1} %",
+            v.label, v.median_ape_pct, v.mean_ape_pct, v.max_ape_pct
+        ));
+    }
+
+    let today = Date::today_utc();
+    let mut confirmations: Vec<String> = Vec::new();
+    let mut candidate = records.clone();
+    let first_run = history_infos.is_empty();
+    let (report, decision, code) = if !first_run {
+        progress(&format!(
+            "[4/6] gating against {} earlier run(s) on this machine",
+            history_infos.len()
+        ));
+        let mut g = gate(&o.policy, &history, &candidate, today);
+        for attempt in 1..=CONFIRMATION_ATTEMPTS {
+            let sus = suspects(&g);
+            if sus.is_empty() {
+                break;
+            }
+            let specs: Vec<WorkloadSpec> = suite
+                .iter()
+                .filter(|w| sus.contains(&w.identity().fingerprint()))
+                .cloned()
+                .collect();
+            if specs.is_empty() {
+                break;
+            }
+            let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
+            let note = format!(
+                "confirmation attempt {attempt}: {} against history ({}); measured again as one more candidate run: {}",
+                g.overall.label(),
+                g.reasons.join("; "),
+                names.join(", ")
+            );
+            progress(&format!("      {note}"));
+            confirmations.push(note);
+            let mut ropts = opts.clone();
+            ropts.threads = cal.provenance.threads as usize;
+            ropts.run_id = format!("{}-confirm{attempt}", opts.run_id);
+            candidate.extend(run_suite(&specs, &ropts, &mut |_| {})?);
+            g = gate(&o.policy, &history, &candidate, today);
+        }
+        let code = g.exit_code();
+        let decision = format!(
+            "gate: {} against {} earlier run(s) on this machine (exit {code}{})",
+            g.overall.label(),
+            history_infos.len(),
+            if confirmations.is_empty() {
+                String::new()
+            } else {
+                format!(", after {} confirmation attempt(s)", confirmations.len())
+            }
+        );
+        (
+            Report::new(g, &history, &candidate, Some(&cal.profile)),
+            decision,
+            code,
+        )
+    } else {
+        progress("[4/6] no earlier quickstart run on this machine: this run starts the history");
+        // Gate the run against itself so the report still carries the per-metric table;
+        // the decision printed is "baseline established", never a comparison.
+        let g = gate(&o.policy, &records, &records, today);
+        (
+            Report::new(g, &records, &records, Some(&cal.profile)),
+            "gate: baseline established (first run on this machine; later runs are gated against the history it starts)".to_string(),
+            0,
+        )
+    };
+    if !confirmations.is_empty() {
+        // Validate what the decision used: the last measurement of each workload.
+        let mut last = records.clone();
+        for r in candidate.iter().skip(records.len()) {
+            if let Some(slot) = last.iter_mut().find(|x| x.fingerprint == r.fingerprint) {
+                *slot = r.clone();
+            }
+        }
+        validation = validate(&cal, &suite, &last)?;
+    }
+    let ceiling_violations = ceiling_violations(&validation);
+
+    progress(&format!(
+        "[5/6] writing reports into {}",
+        o.out_dir.display()
+    ));
+    let mut lead: Vec<(String, String)> = Vec::new();
+    lead.push((
+        "How this was decided".into(),
+        if first_run {
+            "First quickstart run on this machine: it starts the history. The gate table below compares the run with itself and is shown only for its shape; later runs are gated against the history.".to_string()
+        } else {
+            format!(
+                "The unit of replication is the run: this run is compared with the spread of {} earlier quickstart run(s) on this machine at {threads} thread(s) (test run_t; a FAIL needs at least {} runs of history, a change beyond the allowance and p ≤ α after Benjamini–Hochberg).",
+                history_infos.len(),
+                o.policy.history.min_runs
+            )
+        },
+    ));
+    if !ceiling_violations.is_empty() {
+        lead.push((
+            "Ceiling violated (calibration evidence is wrong or incomplete)".into(),
+            ceiling_violations.join("\n"),
+        ));
+    }
+    if !confirmations.is_empty() {
+        lead.push((
+            "Confirmation re-measurements".into(),
+            format!(
+                "A workload whose between-run test said FAIL or INCONCLUSIVE was measured again (at most {CONFIRMATION_ATTEMPTS} times); each re-measurement is one more candidate run.\n{}",
+                confirmations.join("\n")
+            ),
+        ));
+    }
+    let mut markdown = render_markdown_with_lead(&report, &lead);
+    markdown.push_str(&validation_markdown(&validation));
+    let lead_html: Vec<HtmlSection> = lead
+        .iter()
+        .map(|(t, x)| HtmlSection {
+            title: t.clone(),
+            body: HtmlBody::Text(x.clone()),
+        })
+        .collect();
+    let html = render_html_with_lead(&report, &lead_html, &validation_sections(&validation)?);
+    std::fs::create_dir_all(&o.out_dir).map_err(|e| JobError::Io {
+        path: o.out_dir.display().to_string(),
+        what: "cannot create the report directory".into(),
+        source: e,
+    })?;
+    let md_path = o.out_dir.join("report.md");
+    let html_path = o.out_dir.join("report.html");
+    write_atomic(&md_path, markdown.as_bytes())?;
+    write_atomic(&html_path, html.as_bytes())?;
+
+    progress(&format!(
+        "[6/6] recording the run in {}",
+        o.store_path.display()
+    ));
+    store.insert_profile(
+        &profile_id,
+        &machine_id,
+        &cal.to_toml()?,
+        &cal.provenance_json()?,
+    )?;
+    let run_id = store.insert_run(&records)?;
+    progress(&format!("      run {run_id} ({} records)", records.len()));
+    Ok(QuickstartOutcome {
+        exit_code: code,
+        decision,
+        reasons: if first_run {
+            Vec::new()
+        } else {
+            report.gate.reasons.clone()
+        },
+        history_runs: history_infos.len(),
+        confirmations,
+        ceiling_violations,
+        roofline_median_ape_pct: validation
+            .variants
+            .first()
+            .map(|v| v.median_ape_pct)
+            .unwrap_or(f64::NAN),
+        validated_workloads: validation.rows.len(),
+        run_id,
+        markdown_path: md_path,
+        html_path,
+        duration_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// One line per holdout workload measured faster than its roofline bound.
+pub fn ceiling_violations(v: &ValidationReport) -> Vec<String> {
+    v.rows
+        .iter()
+        .filter(|r| r.measured_p50_s < r.predicted_s)
+        .map(|r| {
+            format!(
+                "ceiling violated: {} ran at {:.0} % of its calibrated roofline ({} bound, predicted {:.3e} s, measured {:.3e} s)",
+                r.workload,
+                100.0 * r.predicted_s / r.measured_p50_s,
+                r.predicted_bound,
+                r.predicted_s,
+                r.measured_p50_s
+            )
+        })
+        .collect()
+}
+
+fn validation_markdown(v: &ValidationReport) -> String {
+    let mut s = String::from(
+        "\n## Model validation (model vs measurement; never part of the gate decision)\n\n",
+    );
+    s.push_str(&format!(
+        "Calibrated profile on {} thread(s): fp32 peak {}, DRAM {}. Pure roofline, no fitted term.\n\n",
+        v.threads,
+        tensorforge_core::units::rate(v.peak_flops_per_s, "FLOP"),
+        tensorforge_core::units::bandwidth(v.dram_bandwidth_bytes_per_s)
+    ));
+    s.push_str(&format!("| {} |\n", VALIDATION_HEADERS.join(" | ")));
+    s.push_str(&format!("|{}\n", "---|".repeat(VALIDATION_HEADERS.len())));
+    for row in validation_rows(v) {
+        let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+        s.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    s.push('\n');
+    for var in &v.variants {
+        s.push_str(&format!(
+            "- **{}**: median APE {:.1} %, mean {:.1} %, max {:.1} % — {}\n",
+            var.label, var.median_ape_pct, var.mean_ape_pct, var.max_ape_pct, var.description
+        ));
+    }
+    s.push_str("\nWhat the model omits:\n\n");
+    for l in &v.limitations {
+        s.push_str(&format!("- {l}\n"));
+    }
+    s
+}
+
+fn validation_sections(v: &ValidationReport) -> Result<Vec<HtmlSection>> {
+    let mut out = vec![HtmlSection {
+        title: "Model validation (model vs measurement; never part of the gate decision)".into(),
+        body: HtmlBody::Table {
+            headers: VALIDATION_HEADERS.iter().map(|s| s.to_string()).collect(),
+            rows: validation_rows(v),
+        },
+    }];
+    let summary: Vec<String> = v
+        .variants
+        .iter()
+        .map(|var| {
+            format!(
+                "{}: median APE {:.1} %, mean {:.1} %, max {:.1} %. {}",
+                var.label, var.median_ape_pct, var.mean_ape_pct, var.max_ape_pct, var.description
+            )
+        })
+        .chain(v.limitations.iter().map(|l| format!("Omitted: {l}")))
+        .collect();
+    out.push(HtmlSection {
+        title: "Validation summary and limitations".into(),
+        body: HtmlBody::Text(summary.join("\n")),
+    });
+    // Drawn by plotters from the embedded suite's names (fixed strings in the binary);
+    // plotters escapes text it writes into SVG.
+    out.push(HtmlSection {
+        title: "Calibrated roofline with measured points".into(),
+        body: HtmlBody::TrustedHtml(plots::roofline_svg(v)?),
+    });
+    out.push(HtmlSection {
+        title: "Predicted vs measured".into(),
+        body: HtmlBody::TrustedHtml(plots::predicted_vs_measured_svg(v)?),
+    });
+    Ok(out)
+}
