@@ -74,6 +74,9 @@ enum Command {
     /// Interleaved A/B: run a baseline and a candidate command in alternating rounds and
     /// decide per round (exit 0 pass, 1 regression, 2 error, 3 inconclusive).
     Compare(cmd::compare::CompareArgs),
+    /// Internal: the child process that callgrind counts (`bench --instructions`).
+    #[command(name = "__count-instructions", hide = true)]
+    CountInstructions(cmd::measure::CountArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Gate(a) => cmd::ops::run_gate(a).map(Some),
         Command::Quickstart(a) => cmd::quickstart::run_quickstart(a).map(Some),
         Command::Compare(a) => cmd::compare::run(a).map(Some),
+        Command::CountInstructions(a) => cmd::measure::run_count(a).map(|()| None),
     };
     match result {
         Ok(Some(code)) => ExitCode::from(code),

@@ -360,3 +360,47 @@ fn calibrate_then_validate_and_refusals() {
         stderr_of(&out)
     );
 }
+
+/// `bench --instructions` counts with callgrind: a count, so two runs of the same build give
+/// the same number (the bound is 0.1 %; single-threaded callgrind gives it exactly).
+#[test]
+fn instruction_counts_repeat() {
+    let count = || -> Vec<f64> {
+        let out = Command::cargo_bin("tensorforge")
+            .unwrap()
+            .args([
+                "bench",
+                "gemm:m=32:n=32:k=32",
+                "empty",
+                "--threads",
+                "1",
+                "--time-budget-ms",
+                "5",
+                "--iterations",
+                "3",
+                "--instructions",
+                "2",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert_eq!(r["instructions_source"], "callgrind");
+                r["instructions"].as_f64().unwrap()
+            })
+            .collect()
+    };
+    let (a, b) = (count(), count());
+    // A 32³ GEMM is 65 536 FLOPs: even at 32 FLOPs per AVX-512 FMA it takes thousands of
+    // instructions, more than the empty call.
+    assert!(a[0] > 2048.0 && a[0] > a[1], "{a:?}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 0.001 * x, "{a:?} vs {b:?}");
+    }
+}

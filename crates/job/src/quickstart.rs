@@ -55,6 +55,9 @@ pub struct QuickstartOptions {
     pub min_iterations: u64,
     /// Calibration settings (`threads` is overridden by [`QuickstartOptions::threads`]).
     pub calibration: CalibrateOptions,
+    /// Count instructions per iteration with callgrind: the `tensorforge` executable that
+    /// has the `__count-instructions` command, and the counted iterations.
+    pub instructions: Option<(PathBuf, u64)>,
 }
 
 impl QuickstartOptions {
@@ -68,6 +71,7 @@ impl QuickstartOptions {
             time_budget_ns: 300_000_000,
             min_iterations: 20,
             calibration: CalibrateOptions::new(1, true),
+            instructions: None,
         }
     }
 }
@@ -182,10 +186,14 @@ pub fn run_quickstart(
     opts.max_iterations = opts.max_iterations.max(o.min_iterations);
     opts.labels
         .insert(QUICKSTART_LABEL_KEY.to_string(), label_value.clone());
-    let (mut validation, records) =
+    let (mut validation, mut records) =
         measure_and_validate(&cal, "quickstart calibration", &suite, &opts, &mut |m| {
             progress(&format!("      {m}"))
         })?;
+    if let Some((exe, n)) = &o.instructions {
+        progress("      counting instructions with callgrind (single-threaded)");
+        tensorforge_measure::instructions::attach_counts(exe, &suite, &mut records, *n)?;
+    }
 
     // The history: the last `lookback` quickstart runs on this machine at this thread
     // count, looked up before this run is recorded.
@@ -243,7 +251,15 @@ pub fn run_quickstart(
             let mut ropts = opts.clone();
             ropts.threads = cal.provenance.threads as usize;
             ropts.run_id = format!("{}-confirm{attempt}", opts.run_id);
-            candidate.extend(run_suite(&specs, &ropts, &mut |_| {})?);
+            let mut again = run_suite(&specs, &ropts, &mut |_| {})?;
+            // A count does not change when measured again: carry it over.
+            for r in again.iter_mut() {
+                if let Some(first) = records.iter().find(|x| x.fingerprint == r.fingerprint) {
+                    r.instructions = first.instructions;
+                    r.instructions_source = first.instructions_source.clone();
+                }
+            }
+            candidate.extend(again);
             g = gate(&o.policy, &history, &candidate, today);
         }
         let code = g.exit_code();

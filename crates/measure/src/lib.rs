@@ -16,6 +16,7 @@ pub mod context;
 pub mod error;
 pub mod exec;
 pub mod harness;
+pub mod instructions;
 pub mod plots;
 pub mod probes;
 pub mod validate;

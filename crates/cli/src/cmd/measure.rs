@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Insert the records into the store as one run.
     #[arg(long)]
     pub record: bool,
+    /// Also count instructions per iteration with valgrind's callgrind (a repeatable,
+    /// noise-free metric; single-threaded; N counted iterations, default 3).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
+    pub instructions: Option<u64>,
     /// Store path (implies --record; default: $TENSORFORGE_STORE or the XDG data dir).
     #[arg(long)]
     pub store: Option<PathBuf>,
@@ -214,6 +218,25 @@ struct BenchJson<'a> {
     records: &'a [Record],
 }
 
+/// Arguments of the hidden `__count-instructions` (the child that callgrind runs).
+#[derive(Args, Debug)]
+pub struct CountArgs {
+    /// The workload as JSON (written by the parent).
+    pub spec: PathBuf,
+    /// Counted iterations.
+    #[arg(long, default_value_t = 3)]
+    pub iterations: u64,
+}
+
+/// Run the counted region for callgrind (see `tensorforge_measure::instructions`).
+pub fn run_count(a: CountArgs) -> Result<()> {
+    let text = super::read_text(&a.spec.display().to_string())?;
+    let spec: tensorforge_measure::WorkloadSpec = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a workload spec", a.spec.display()))?;
+    tensorforge_measure::instructions::run_counted(&spec, a.iterations)?;
+    Ok(())
+}
+
 /// Run `tensorforge bench`.
 pub fn run_bench(a: BenchArgs) -> Result<()> {
     let threads = threads_arg(a.threads)?;
@@ -232,7 +255,11 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         labels,
         ..HarnessOptions::new(threads)
     };
-    let records = run_suite(&suite, &opts, &mut |_| {})?;
+    let mut records = run_suite(&suite, &opts, &mut |_| {})?;
+    if let Some(n) = a.instructions {
+        let exe = std::env::current_exe()?;
+        tensorforge_measure::instructions::attach_counts(&exe, &suite, &mut records, n)?;
+    }
     let mut stored_in = None;
     if record {
         let path = store_path(&a.store);

@@ -33,6 +33,10 @@ pub struct QuickstartArgs {
     /// Minimum timed iterations per workload.
     #[arg(long, default_value_t = 20)]
     pub iterations: u64,
+    /// Also count instructions per iteration with valgrind's callgrind and gate on them (a
+    /// repeatable metric on a busy machine; N counted iterations, default 3).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
+    pub instructions: Option<u64>,
 }
 
 /// Run the main job; returns the gate's exit code.
@@ -52,6 +56,9 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
     o.policy = policy;
     o.time_budget_ns = a.time_budget_ms.saturating_mul(1_000_000);
     o.min_iterations = a.iterations;
+    if let Some(n) = a.instructions {
+        o.instructions = Some((std::env::current_exe()?, n));
+    }
     let out = run_job(&o, &mut |line| eprintln!("{line}"))?;
     println!("{}", out.decision);
     for reason in &out.reasons {
