@@ -223,7 +223,7 @@ pub fn time_workload(
             let dt = t0.elapsed();
             samples.push(dt.as_nanos() as f64);
             i += 1;
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 tick(i as u64);
             }
             let enough = samples.len() as u64 >= opts.min_iterations && start.elapsed() >= budget;

@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tensorforge_measure::calibrate::{calibrate, CalibrateOptions, Calibration};
+use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
 use tensorforge_measure::harness::{progress_bar, run_suite, HarnessOptions};
 use tensorforge_measure::plots;
@@ -282,8 +282,9 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
     if a.no_store && a.out.is_none() {
         bail!("invalid `--no-store` without `--out`: the profile would be written nowhere");
     }
-    let bar = progress_bar(if threads > 1 { 6 } else { 3 }, true);
-    let cal = calibrate(&CalibrateOptions::new(threads, a.quick), &mut |m| {
+    let opts = CalibrateOptions::new(threads, a.quick);
+    let bar = progress_bar(opts.steps(), true);
+    let cal = calibrate(&opts, &mut |m| {
         bar.set_message(m.to_string());
         bar.inc(1);
     })?;
@@ -337,7 +338,7 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
             }
         };
         t.row(vec![
-            pr.probe.clone(),
+            probe_label(pr),
             pr.threads.to_string(),
             f(pr.best),
             f(pr.median),
@@ -391,8 +392,9 @@ fn pct(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// Column headers of the validation table (terminal, Markdown and HTML share them).
-pub(crate) const VALIDATION_HEADERS: [&str; 9] = [
+/// Column headers of the validation table (terminal, Markdown and HTML share them). The last
+/// column, `ceiling`, reads `VIOLATED` when the workload beat its roofline lower bound.
+pub(crate) const VALIDATION_HEADERS: [&str; 10] = [
     "workload",
     "predicted",
     "measured p50",
@@ -402,7 +404,23 @@ pub(crate) const VALIDATION_HEADERS: [&str; 9] = [
     "bound",
     "pred+floor",
     "APE+floor",
+    "ceiling",
 ];
+
+/// Cell of the `ceiling` column: `VIOLATED` or `ok`.
+pub(crate) fn ceiling_cell(violated: bool) -> &'static str {
+    if violated {
+        "VIOLATED"
+    } else {
+        "ok"
+    }
+}
+
+/// One line per ceiling violation (`ceiling violated: W ran at 211.4 % of its calibrated
+/// roof (R); ...`), empty when every workload respected its roof.
+pub(crate) fn ceiling_violation_lines(r: &ValidationReport) -> Vec<String> {
+    r.ceiling_violations.iter().map(|v| v.message()).collect()
+}
 
 /// One row of cells per holdout workload, in [`VALIDATION_HEADERS`] order.
 pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
@@ -421,6 +439,7 @@ pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
                     .map(fmt::time)
                     .unwrap_or_else(|| "-".into()),
                 pct(row.ape_with_floor_pct).replace('+', ""),
+                ceiling_cell(row.ceiling_violated).into(),
             ]
         })
         .collect()
@@ -440,6 +459,17 @@ fn report_text(r: &ValidationReport) -> String {
         t.row(row);
     }
     out.push_str(&t.render());
+    for line in ceiling_violation_lines(r) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if !r.ceiling_violations.is_empty() {
+        out.push_str(&format!(
+            "{} of {} workloads beat their roofline lower bound: the model's errors below are not evidence until the calibration covers them (re-run `tensorforge calibrate`)\n",
+            r.ceiling_violations.len(),
+            r.rows.len()
+        ));
+    }
     out.push_str("summary (absolute percentage error):\n");
     for v in &r.variants {
         out.push_str(&format!(
@@ -508,6 +538,9 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
         }
     }
     if a.json {
+        for line in ceiling_violation_lines(&report) {
+            eprintln!("warning: {line}");
+        }
         return print_json(&report);
     }
     print!("{}", report_text(&report));
