@@ -130,7 +130,11 @@ fn bench_json_records_and_store() {
         // The CLI installs the counting allocator.
         assert!(r["peak_alloc_bytes"].is_u64());
         assert_eq!(r["workload"]["dtype"], "f32");
+        assert!(r["harness"]["timer_resolution_ns"].as_f64().unwrap() > 0.0);
+        assert!(r["harness"]["overhead_ns"].as_f64().unwrap() > 0.0);
     }
+    // The empty call is timed in batches spanning 1000x the clock's resolution.
+    assert!(recs[2]["harness"]["batch_iterations"].as_u64().unwrap() > 1);
     // 2 GEMMs of 2·8³ FLOPs each.
     assert_eq!(recs[0]["flops"], 2048.0);
     assert!(recs[2]["flops"].is_null());

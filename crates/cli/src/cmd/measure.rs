@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
-use tensorforge_measure::harness::{progress_bar, run_suite, HarnessOptions};
+use tensorforge_measure::harness::{
+    progress_bar, run_suite, HarnessOptions, DEFAULT_MAX_ITERATIONS,
+};
 use tensorforge_measure::plots;
 use tensorforge_measure::validate::{
     embedded_holdout_suite, measure_and_validate, ValidationReport, ROOFLINE_PLUS_FLOOR,
@@ -35,7 +37,7 @@ pub struct BenchArgs {
     /// Worker threads (default: every logical core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Minimum timed iterations.
+    /// Minimum timed iterations (calls; short calls are timed in batches, each call counts).
     #[arg(long, default_value_t = 10)]
     pub iterations: u64,
     /// Minimum timed duration per workload, ms (both minimums must be met).
@@ -179,7 +181,8 @@ fn records_table(records: &[Record]) -> String {
         "p50",
         "p90",
         "min",
-        "iters",
+        "samples",
+        "batch",
         "FLOP/s",
         "bytes/s",
         "peak alloc",
@@ -192,6 +195,7 @@ fn records_table(records: &[Record]) -> String {
             fmt::time(r.stats.p90_ns * 1e-9),
             fmt::time(r.stats.min_ns * 1e-9),
             r.stats.count.to_string(),
+            r.harness.batch_iterations.to_string(),
             opt_rate(r.throughput.flops_per_s, |v| fmt::rate(v, "FLOP")),
             opt_rate(r.throughput.bytes_per_s, fmt::bandwidth),
             opt_rate(r.peak_alloc_bytes.map(|b| b as f64), fmt::bytes),
@@ -227,7 +231,7 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         warmup_iterations: a.warmup,
         min_iterations: a.iterations,
         time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
-        max_iterations: a.iterations.max(100_000),
+        max_iterations: a.iterations.max(DEFAULT_MAX_ITERATIONS),
         rotate: !a.no_rotate,
         labels,
         ..HarnessOptions::new(threads)
@@ -253,6 +257,16 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         d.cpu_model, d.logical_cores, opts.run_id
     );
     print!("{}", records_table(&records));
+    if let (Some(res), Some(over)) = (
+        records[0].harness.timer_resolution_ns,
+        records[0].harness.overhead_ns,
+    ) {
+        println!(
+            "clock: resolution {}, one timed empty call {}; a sample is a batch of calls spanning at least 1000x the resolution, reported per call",
+            fmt::time(res * 1e-9),
+            fmt::time(over * 1e-9)
+        );
+    }
     for r in &records {
         if let Some(n) = &r.harness.note {
             println!("note [{}]: {n}", r.workload.name);
@@ -512,7 +526,7 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
     let opts = HarnessOptions {
         min_iterations: a.iterations,
         time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
-        max_iterations: a.iterations.max(100_000),
+        max_iterations: a.iterations.max(DEFAULT_MAX_ITERATIONS),
         ..HarnessOptions::new(cal.provenance.threads as usize)
     };
     let (report, records) = measure_and_validate(&cal, &src, &suite, &opts, &mut |_| {})?;
