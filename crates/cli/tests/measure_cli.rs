@@ -130,7 +130,11 @@ fn bench_json_records_and_store() {
         // The CLI installs the counting allocator.
         assert!(r["peak_alloc_bytes"].is_u64());
         assert_eq!(r["workload"]["dtype"], "f32");
+        assert!(r["harness"]["timer_resolution_ns"].as_f64().unwrap() > 0.0);
+        assert!(r["harness"]["overhead_ns"].as_f64().unwrap() > 0.0);
     }
+    // The empty call is timed in batches spanning 1000x the clock's resolution.
+    assert!(recs[2]["harness"]["batch_iterations"].as_u64().unwrap() > 1);
     // 2 GEMMs of 2·8³ FLOPs each.
     assert_eq!(recs[0]["flops"], 2048.0);
     assert!(recs[2]["flops"].is_null());
@@ -267,11 +271,19 @@ fn calibrate_then_validate_and_refusals() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["schema_version"], 2); // validation schema 2: ceiling violations
     assert_eq!(r["rows"].as_array().unwrap().len(), 2);
     assert_eq!(r["variants"][0]["label"], "roofline");
     assert_eq!(r["variants"][1]["label"], "roofline+floor");
     assert!(!r["limitations"].as_array().unwrap().is_empty());
+    // Every row says whether it beat its roof; the report lists exactly those rows.
+    let flagged = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["ceiling_violated"].as_bool().unwrap())
+        .count();
+    assert_eq!(r["ceiling_violations"].as_array().unwrap().len(), flagged);
     for f in ["roofline.svg", "predicted_vs_measured.svg"] {
         let s = std::fs::read_to_string(plots.join(f)).unwrap();
         assert!(s.contains("<svg") && s.contains("</svg>"));
@@ -296,6 +308,48 @@ fn calibrate_then_validate_and_refusals() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(
         s.contains("measured p50") && s.contains("median") && s.contains("limitations"),
+        "{s}"
+    );
+    assert!(s.contains("ceiling"), "{s}");
+
+    // The same profile with ceilings of 1 FLOP/s and 1 B/s: every workload beats its roof,
+    // and each is flagged in the table and on its own line, never as a normal ratio.
+    let low = d.join("low.toml");
+    let lowered: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("fp32 = ") {
+                "fp32 = 1.0".to_string()
+            } else if l.starts_with("bandwidth_bytes_per_s = ") {
+                "bandwidth_bytes_per_s = 1.0".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&low, lowered.join("\n")).unwrap();
+    let out = tf()
+        .args([
+            "validate",
+            "--iterations",
+            "2",
+            "--time-budget-ms",
+            "1",
+            "--profile",
+        ])
+        .arg(&low)
+        .arg("--workloads")
+        .arg(&suite)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(s.matches("ceiling violated: ").count(), 2, "{s}");
+    assert_eq!(s.matches("VIOLATED").count(), 2, "{s}");
+    assert!(
+        s.contains("% of its calibrated roof (fp32 compute peak 0.0 GFLOP/s)")
+            && s.contains("the calibration evidence is wrong or incomplete")
+            && s.contains("2 of 2 workloads beat their roofline lower bound"),
         "{s}"
     );
 

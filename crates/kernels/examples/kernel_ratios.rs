@@ -1,10 +1,16 @@
 //! Prints, from one run, the ratios the kernels issue asks for: stable vs naive logaddexp,
 //! softmax and quantize against this machine's measured copy bandwidth (read + write bytes),
 //! and unfused/fused time of RMSNorm+SwiGLU (> 1: fused faster) — single thread and all
-//! threads. Each timing is the best of several repetitions. Run: `cargo run --release -p
-//! tensorforge-kernels --example kernel_ratios` (add `-- --small` for CI-sized shapes).
+//! threads. The copy reference runs on the same pool (same thread count) as the kernel and
+//! alternates with it round by round (see `support`); "% of copy" is the min / median / max
+//! over the rounds. Other timings are the best of several repetitions. Run: `cargo run
+//! --release -p tensorforge-kernels --example kernel_ratios` (add `-- --small` for CI-sized
+//! shapes).
+
+mod support;
 
 use std::time::Instant;
+use support::{interleave, par_copy};
 use tensorforge_kernels::fused::{rmsnorm_swiglu_fused, rmsnorm_swiglu_unfused, SwigluShape};
 use tensorforge_kernels::{log_softmax, logaddexp_slice, logsumexp, naive, quant, softmax, Shape2};
 
@@ -39,18 +45,42 @@ fn run(threads: usize, small: bool) {
         let (a, b) = (data(n, 1), data(n, 2));
         let mut out = vec![0.0f32; n];
         let mut q = vec![0u8; n];
-        let t_copy = best(5, || out.copy_from_slice(std::hint::black_box(&a)));
-        let bw = (n * 8) as f64 / t_copy;
+        let rounds = 7;
+        let copy_bytes = (n * 8) as f64;
+        let mut c = vec![0.0f32; n];
         let t_stable = best(3, || logaddexp_slice(&a, &b, &mut out).unwrap());
         let t_naive = best(3, || naive::logaddexp_slice(&a, &b, &mut out).unwrap());
         let sh = Shape2::new(n / 4096, 4096);
-        let t_soft = best(3, || softmax(&a, sh, &mut out).unwrap());
-        let t_lsm = best(3, || log_softmax(&a, sh, &mut out).unwrap());
+        let r_soft = interleave(
+            rounds,
+            || par_copy(&a, &mut c),
+            || softmax(&a, sh, &mut out).unwrap(),
+        );
+        let r_lsm = interleave(
+            rounds,
+            || par_copy(&a, &mut c),
+            || log_softmax(&a, sh, &mut out).unwrap(),
+        );
         let mut lse = vec![0.0f32; n / 4096];
-        let t_lse = best(3, || logsumexp(&a, sh, &mut lse).unwrap());
-        let t_q = best(3, || quant::quantize(&a, 0.05, 128, &mut q).unwrap());
+        let r_lse = interleave(
+            rounds,
+            || par_copy(&a, &mut c),
+            || logsumexp(&a, sh, &mut lse).unwrap(),
+        );
+        let r_q = interleave(
+            rounds,
+            || par_copy(&a, &mut c),
+            || quant::quantize(&a, 0.05, 128, &mut q).unwrap(),
+        );
+        let best_copy = [&r_soft, &r_lsm, &r_lse, &r_q]
+            .iter()
+            .map(|r| r.best_copy_s())
+            .fold(f64::INFINITY, f64::min);
         println!("threads = {threads}, n = {n} f32 ({} MiB per buffer)", (n * 4) >> 20);
-        println!("  copy bandwidth (read+write)      {:8.2} GB/s", bw / 1e9);
+        println!(
+            "  copy bandwidth (read+write, {threads} thread(s), best) {:8.2} GB/s",
+            copy_bytes / best_copy / 1e9
+        );
         println!(
             "  logaddexp stable / naive         {:8.3}  ({:.2} vs {:.2} ns/elem)",
             t_stable / t_naive,
@@ -58,25 +88,20 @@ fn run(threads: usize, small: bool) {
             t_naive / n as f64 * 1e9
         );
         // bytes: softmax / log_softmax read x and write out (8 B per element); logsumexp
-        // reads x and writes one f32 per row (4·n + 4·rows B)
-        for (name, bytes, t) in [
-            ("softmax    ", n * 8, t_soft),
-            ("log_softmax", n * 8, t_lsm),
-            ("logsumexp  ", n * 4 + 4 * (n / 4096), t_lse),
+        // reads x and writes one f32 per row (4·n + 4·rows B); quantize reads 4 B and
+        // writes 1 B per element
+        for (name, bytes, r) in [
+            ("softmax     rows of 4096", n * 8, &r_soft),
+            ("log_softmax rows of 4096", n * 8, &r_lsm),
+            ("logsumexp   rows of 4096", n * 4 + 4 * (n / 4096), &r_lse),
+            ("quantize f32->u8         ", n * 5, &r_q),
         ] {
-            let sb = bytes as f64 / t;
             println!(
-                "  {name} rows of 4096 vs copy {:8.1} %  ({:.2} GB/s)",
-                100.0 * sb / bw,
-                sb / 1e9
+                "  {name} {}  (best {:.2} GB/s)",
+                r.describe(copy_bytes, bytes as f64),
+                bytes as f64 / r.best_kernel_s() / 1e9
             );
         }
-        let qb = (n * 5) as f64 / t_q;
-        println!(
-            "  quantize f32->u8 vs copy         {:8.1} %  ({:.2} GB/s)",
-            100.0 * qb / bw,
-            qb / 1e9
-        );
         let shapes: &[(usize, usize, usize)] = if small {
             &[(1, 512, 1408), (8, 512, 1408), (64, 512, 1408)]
         } else {

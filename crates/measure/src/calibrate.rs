@@ -1,17 +1,21 @@
 //! Calibration: runs the probes single-threaded and at the requested thread count and turns
 //! the results into a device profile in the hardware-file format (a [`HardwareSpec`] that
-//! `HardwareSpec::from_toml_str` accepts): fp32 peak = best FMA-microkernel rate, DRAM
-//! bandwidth = best triad rate, both at the requested threads, plus the LLC as an on-chip
-//! level without a bandwidth. The GEMM rate and the copy bandwidth are reported in the notes
-//! and provenance but are not roofs. Because a hardware file denies unknown fields, the full
-//! provenance (every probe's samples, date, machine and software context) travels as one
-//! note line `provenance_json: {...}`; [`Calibration::from_toml_str`] reads it back.
-//! Not calibrated: cache bandwidths, other dtypes, anything frequency- or load-dependent.
+//! `HardwareSpec::from_toml_str` accepts). Its ceilings are upper bounds on everything the
+//! same calibration measured ([`Ceilings`]): fp32 peak = the best sample of every compute
+//! probe (the FMA microkernel on each vector ISA present, faer GEMMs at several sizes) at 1
+//! to N threads, DRAM bandwidth = the best STREAM copy or triad sample at 1 to N threads;
+//! a note says which probe set each. The LLC is an on-chip level without a bandwidth.
+//! Because a hardware file denies unknown fields, the full provenance (every repetition of
+//! every probe, date, machine and software context) travels as one note line
+//! `provenance_json: {...}`; [`Calibration::from_toml_str`] reads it back (schema 1 or 2).
+//! Not calibrated: cache bandwidths, dtypes other than f32, anything frequency- or
+//! load-dependent (a ceiling measured on a busy machine can be beaten later; validation
+//! flags that as a ceiling violation).
 
 use crate::context::{device_context, llc_bytes, software_context, software_signature};
 use crate::error::{MeasureError, Result};
 use crate::harness::unix_now_s;
-use crate::probes::{bandwidth, fma_peak, gemm_rate, has_avx2_fma, ProbeResult};
+use crate::probes::{available_fma_isas, bandwidth, fma_peak, gemm_rate, FmaIsa, ProbeResult};
 use crate::workload::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,8 +23,12 @@ use std::time::Instant;
 use tensorforge_core::{DType, HardwareSpec, MemoryLevel};
 use tensorforge_store::{DeviceContext, SoftwareContext};
 
-/// Version of the provenance JSON.
-pub const PROVENANCE_SCHEMA_VERSION: u32 = 1;
+/// Version of the provenance JSON. 2 added `fma_isas`, `fp32_peak_source` and
+/// `dram_bandwidth_source`, several FMA ISAs and GEMM sizes per thread count; version-1
+/// profiles are still read (the new fields empty).
+pub const PROVENANCE_SCHEMA_VERSION: u32 = 2;
+/// Oldest provenance version this build reads.
+pub const PROVENANCE_MIN_SCHEMA_VERSION: u32 = 1;
 /// Prefix of the note line that carries the provenance JSON.
 pub const PROVENANCE_PREFIX: &str = "provenance_json: ";
 
@@ -33,8 +41,9 @@ pub struct CalibrateOptions {
     pub quick: bool,
     /// Override: f64 elements per bandwidth array (default 4× LLC / 8 B, at most 1/16 of RAM).
     pub bandwidth_elements: Option<usize>,
-    /// Override: GEMM probe size (default 1536 full, 896 quick).
-    pub gemm_size: Option<usize>,
+    /// Override: GEMM probe sizes, each a square `n³` GEMM (default 256, 512, 896 quick;
+    /// 256, 512, 1024, 1536 full).
+    pub gemm_sizes: Option<Vec<usize>>,
     /// Override: samples per probe.
     pub samples: Option<usize>,
     /// Override: length of one FMA sample, ms.
@@ -48,10 +57,110 @@ impl CalibrateOptions {
             threads,
             quick,
             bandwidth_elements: None,
-            gemm_size: None,
+            gemm_sizes: None,
             samples: None,
             fma_sample_ms: None,
         }
+    }
+}
+
+impl CalibrateOptions {
+    /// GEMM probe sizes: the override, else 256, 640, 896 (quick) or 256, 640, 1152, 1536
+    /// (full). The defaults avoid 128, 512 and 1024, which are holdout and preset GEMMs.
+    pub fn gemm_sizes(&self) -> Vec<usize> {
+        let mut v = self.gemm_sizes.clone().unwrap_or_else(|| {
+            if self.quick {
+                vec![256, 640, 896]
+            } else {
+                vec![256, 640, 1152, 1536]
+            }
+        });
+        for n in v.iter_mut() {
+            *n = (*n).max(8);
+        }
+        v
+    }
+
+    /// Progress steps [`calibrate`] reports: per thread count, one bandwidth step, one per
+    /// FMA ISA and one per GEMM size.
+    pub fn steps(&self) -> u64 {
+        let per = 1 + available_fma_isas().len() + self.gemm_sizes().len();
+        let counts = if self.threads > 1 { 2 } else { 1 };
+        (per * counts) as u64
+    }
+}
+
+/// The profile's ceilings, chosen from a calibration's probes so that each is an upper bound
+/// on every probe of its kind at or below the profile's thread count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ceilings {
+    /// fp32 peak = max over every `flops_per_s` probe (FMA on every ISA, GEMM at every
+    /// size) at threads ≤ the profile's, of its best sample, FLOP/s.
+    pub peak_flops_per_s: f64,
+    /// The probe that set the peak.
+    pub peak_source: String,
+    /// True when a GEMM, not an FMA microkernel, set the peak.
+    pub peak_from_gemm: bool,
+    /// Best FMA-microkernel rate alone, FLOP/s.
+    pub best_fma_flops_per_s: f64,
+    /// DRAM bandwidth = max over `stream_copy` and `stream_triad` at threads ≤ the
+    /// profile's, of the best sample, B/s.
+    pub bandwidth_bytes_per_s: f64,
+    /// The probe that set the bandwidth.
+    pub bandwidth_source: String,
+}
+
+/// Short description of a probe: `fma_peak (avx512f) at 2 thread(s)`,
+/// `faer gemm 896³ at 1 thread(s)`.
+pub fn describe_probe(p: &ProbeResult) -> String {
+    format!("{} at {} thread(s)", probe_label(p), p.threads)
+}
+
+/// A probe's name with what distinguishes it from its siblings: `fma_peak (avx512f)`,
+/// `faer gemm 896³`, `stream_triad`.
+pub fn probe_label(p: &ProbeResult) -> String {
+    let param = |k: &str| {
+        p.identity
+            .params
+            .get(k)
+            .map(|v| v.to_string().trim_matches('"').to_string())
+    };
+    match p.probe.as_str() {
+        "fma_peak" => format!("fma_peak ({})", param("isa").unwrap_or_default()),
+        "gemm" => format!("faer gemm {}³", param("m").unwrap_or_default()),
+        other => other.to_string(),
+    }
+}
+
+impl Ceilings {
+    /// Choose the ceilings from `probes` for a profile at `threads`. Errors when no compute
+    /// or no bandwidth probe gave a positive rate.
+    pub fn from_probes(probes: &[ProbeResult], threads: u32) -> Result<Ceilings> {
+        let best = |f: &dyn Fn(&ProbeResult) -> bool| {
+            probes
+                .iter()
+                .filter(|p| p.threads <= threads && p.best.is_finite() && p.best > 0.0 && f(p))
+                .max_by(|a, b| a.best.total_cmp(&b.best))
+        };
+        let missing = |what: &str| {
+            MeasureError::Other(format!(
+                "no {what} probe at 1..{threads} thread(s) gave a positive rate"
+            ))
+        };
+        let peak = best(&|p| p.unit == "flops_per_s").ok_or_else(|| missing("compute"))?;
+        let fma = best(&|p| p.probe == "fma_peak")
+            .map(|p| p.best)
+            .unwrap_or(0.0);
+        let bw = best(&|p| p.probe == "stream_copy" || p.probe == "stream_triad")
+            .ok_or_else(|| missing("bandwidth"))?;
+        Ok(Ceilings {
+            peak_flops_per_s: peak.best,
+            peak_source: describe_probe(peak),
+            peak_from_gemm: peak.probe == "gemm",
+            best_fma_flops_per_s: fma,
+            bandwidth_bytes_per_s: bw.best,
+            bandwidth_source: describe_probe(bw),
+        })
     }
 }
 
@@ -79,8 +188,17 @@ pub struct Provenance {
     pub llc_bytes: u64,
     /// Where the LLC size came from.
     pub llc_source: String,
-    /// `avx2+fma` or `scalar`.
+    /// Widest FMA ISA probed: `avx512f`, `avx2+fma`, `neon` or `scalar`.
     pub fma_isa: String,
+    /// Every FMA ISA probed, widest first (schema 2; empty when read from schema 1).
+    #[serde(default)]
+    pub fma_isas: Vec<String>,
+    /// Which probe set the fp32 peak, e.g. `fma_peak (avx512f) at 2 thread(s)` (schema 2).
+    #[serde(default)]
+    pub fp32_peak_source: String,
+    /// Which probe set the DRAM bandwidth, e.g. `stream_triad at 2 thread(s)` (schema 2).
+    #[serde(default)]
+    pub dram_bandwidth_source: String,
     /// Every probe at 1 thread and at `threads`.
     pub probes: Vec<ProbeResult>,
     /// Wall-clock seconds the calibration took.
@@ -142,12 +260,16 @@ impl Calibration {
                 source_name: format!("{source}: notes.provenance_json"),
                 message: e.to_string(),
             })?;
-        if provenance.schema_version != PROVENANCE_SCHEMA_VERSION {
+        if !(PROVENANCE_MIN_SCHEMA_VERSION..=PROVENANCE_SCHEMA_VERSION)
+            .contains(&provenance.schema_version)
+        {
             return Err(MeasureError::invalid(
                 source,
                 "provenance.schema_version",
                 provenance.schema_version,
-                format!("this build reads {PROVENANCE_SCHEMA_VERSION}"),
+                format!(
+                    "this build reads {PROVENANCE_MIN_SCHEMA_VERSION} to {PROVENANCE_SCHEMA_VERSION}"
+                ),
             ));
         }
         if provenance.threads == 0 {
@@ -241,43 +363,35 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
     let fma_ms = opts
         .fma_sample_ms
         .unwrap_or(if opts.quick { 40 } else { 150 });
-    let gemm_size = opts
-        .gemm_size
-        .unwrap_or(if opts.quick { 896 } else { 1536 })
-        .max(8);
+    let gemm_sizes = opts.gemm_sizes();
+    let isas = available_fma_isas();
     let mut thread_counts = vec![1usize];
     if opts.threads > 1 {
         thread_counts.push(opts.threads);
     }
+    let gemm_samples = samples.min(if opts.quick { 3 } else { 8 });
     let mut probes = Vec::new();
     for &t in &thread_counts {
         progress(&format!("memory bandwidth, {t} thread(s)"));
         probes.extend(bandwidth(elements, t, samples)?);
-        progress(&format!("FMA peak, {t} thread(s)"));
-        probes.push(fma_peak(t, samples, fma_ms)?);
-        progress(&format!("GEMM {gemm_size}³, {t} thread(s)"));
-        probes.push(gemm_rate(
-            gemm_size,
-            t,
-            samples.min(if opts.quick { 3 } else { 8 }),
-        )?);
+        for &isa in &isas {
+            progress(&format!("FMA peak ({}), {t} thread(s)", isa.label()));
+            probes.push(fma_peak(isa, t, samples, fma_ms)?);
+        }
+        for &n in &gemm_sizes {
+            progress(&format!("GEMM {n}³, {t} thread(s)"));
+            // Small GEMMs are short: give them more repetitions for the best-of.
+            let reps = if n <= 384 {
+                gemm_samples * 4
+            } else {
+                gemm_samples
+            };
+            probes.push(gemm_rate(n, t, reps)?);
+        }
     }
     let t = opts.threads as u32;
-    let get = |name: &str| -> Result<f64> {
-        probes
-            .iter()
-            .find(|p| p.probe == name && p.threads == t)
-            .map(|p| p.best)
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .ok_or_else(|| {
-                MeasureError::Other(format!("probe {name} at {t} threads gave no positive rate"))
-            })
-    };
-    let peak = get("fma_peak")?;
-    let triad = get("stream_triad")?;
-    let copy = get("stream_copy")?;
-    let gemm = get("gemm")?;
-    let isa = if has_avx2_fma() { "avx2+fma" } else { "scalar" };
+    let ceilings = Ceilings::from_probes(&probes, t)?;
+    let isa = isas[0].label();
     let provenance = Provenance {
         schema_version: PROVENANCE_SCHEMA_VERSION,
         created_unix_s: unix_now_s(),
@@ -290,37 +404,70 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
         llc_bytes: llc,
         llc_source,
         fma_isa: isa.into(),
+        fma_isas: isas.iter().map(|i| i.label().to_string()).collect(),
+        fp32_peak_source: ceilings.peak_source.clone(),
+        dram_bandwidth_source: ceilings.bandwidth_source.clone(),
         probes,
         duration_s: start.elapsed().as_secs_f64(),
     };
+    let peak = ceilings.peak_flops_per_s;
+    let bw = ceilings.bandwidth_bytes_per_s;
     let mut peaks = BTreeMap::new();
     peaks.insert(DType::Fp32, peak);
+    let best_at = |probe: &str, param: &str| -> Vec<String> {
+        provenance
+            .probes
+            .iter()
+            .filter(|p| p.probe == probe && p.threads == t)
+            .map(|p| {
+                let v = p
+                    .identity
+                    .params
+                    .get(param)
+                    .map(|v| v.to_string().trim_matches('"').to_string())
+                    .unwrap_or_default();
+                let unit = if p.unit == "bytes_per_s" {
+                    "GB/s"
+                } else {
+                    "GFLOP/s"
+                };
+                format!("{v} {}", fmt_rate(p.best, unit))
+            })
+            .collect()
+    };
     let mut notes = vec![
         format!(
             "machine_id = {}; software_signature = {}; threads = {t}",
             provenance.machine_id, provenance.software_signature
         ),
         format!(
-            "fp32 peak = best {isa} FMA-microkernel rate: {}",
-            fmt_rate(peak, "GFLOP/s")
+            "fp32 peak = the best rate of every compute probe of this calibration at 1..{t} thread(s) (FMA microkernels on each ISA, faer GEMMs at each size), so no probe beats it: {}, set by {}",
+            fmt_rate(peak, "GFLOP/s"),
+            ceilings.peak_source
         ),
         format!(
-            "dram bandwidth = best STREAM triad (read + write bytes): {}; copy: {}",
-            fmt_rate(triad, "GB/s"),
-            fmt_rate(copy, "GB/s")
+            "FMA microkernel (f32) best at {t} thread(s), per ISA: {}",
+            best_at("fma_peak", "isa").join(", ")
         ),
         format!(
-            "achievable faer GEMM {gemm_size}³ rate (not a roof): {} ({:.0} % of peak)",
-            fmt_rate(gemm, "GFLOP/s"),
-            100.0 * gemm / peak
+            "faer GEMM best at {t} thread(s), per size: {}",
+            best_at("gemm", "m").join(", ")
+        ),
+        format!(
+            "dram bandwidth = best STREAM rate (copy or triad, read + write bytes) at 1..{t} thread(s): {}, set by {}",
+            fmt_rate(bw, "GB/s"),
+            ceilings.bandwidth_source
         ),
         "llc has no bandwidth roof: cache bandwidth is not calibrated".into(),
     ];
-    if gemm > peak {
-        notes.push("warning: GEMM rate exceeds the FMA peak; the microkernel underestimates this CPU's peak".into());
+    if ceilings.peak_from_gemm {
+        notes.push(format!(
+            "warning: a faer GEMM beat every FMA microkernel ({}); the microkernels underestimate this CPU's peak, so the GEMM rate is the ceiling",
+            fmt_rate(ceilings.best_fma_flops_per_s, "GFLOP/s")
+        ));
     }
-    if !has_avx2_fma() {
-        notes.push("warning: no AVX2+FMA; fp32 peak is a scalar peak".into());
+    if isas[0] == FmaIsa::Scalar {
+        notes.push("warning: no vector FMA ISA detected; the FMA microkernel is scalar".into());
     }
     let profile = HardwareSpec {
         name: format!("calibrated_{}_t{t}", provenance.machine_id),
@@ -332,7 +479,7 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
         dram: MemoryLevel {
             name: "dram".into(),
             capacity_bytes: device.memory_bytes,
-            bandwidth_bytes_per_s: Some(triad),
+            bandwidth_bytes_per_s: Some(bw),
             instances: 1,
         },
         onchip: vec![MemoryLevel {
@@ -359,7 +506,7 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
 pub fn tiny_options(threads: usize) -> CalibrateOptions {
     CalibrateOptions {
         bandwidth_elements: Some(1 << 14),
-        gemm_size: Some(64),
+        gemm_sizes: Some(vec![48, 64]),
         samples: Some(2),
         fma_sample_ms: Some(2),
         ..CalibrateOptions::new(threads, true)
@@ -375,7 +522,24 @@ mod tests {
     #[test]
     fn profile_round_trips_and_guards() {
         let cal = calibrate(&tiny_options(2), &mut |_| {}).unwrap();
-        assert_eq!(cal.provenance.probes.len(), 8);
+        // Per thread count (1 and 2): copy, triad, one FMA probe per ISA, GEMM 48³ and 64³.
+        let isas = available_fma_isas().len();
+        assert_eq!(cal.provenance.probes.len(), 2 * (2 + isas + 2));
+        assert_eq!(tiny_options(2).steps(), 2 * (1 + isas as u64 + 2));
+        // The peak is an upper bound on every compute probe, the bandwidth on every stream.
+        let peak = cal.profile.peak_for(DType::Fp32).unwrap();
+        let bw = cal.profile.dram.bandwidth_bytes_per_s.unwrap();
+        for p in &cal.provenance.probes {
+            let roof = if p.unit == "flops_per_s" { peak } else { bw };
+            assert!(p.best <= roof, "{} {} > {roof}", p.probe, p.best);
+            assert!(p.samples.iter().all(|s| *s <= roof));
+        }
+        assert!(!cal.provenance.fp32_peak_source.is_empty());
+        assert!(cal
+            .profile
+            .notes
+            .iter()
+            .any(|n| n.contains("set by") && n.contains(&cal.provenance.fp32_peak_source)));
         let text = cal.to_toml().unwrap();
         // A plain hardware-file reader accepts it.
         let spec = HardwareSpec::from_toml_str(&text, "p.toml").unwrap();
@@ -417,6 +581,88 @@ mod tests {
         );
         back.check_no_overlap(&[parse_workload_name("gemm_tiny").unwrap()])
             .unwrap();
+    }
+
+    fn probe(name: &str, threads: u32, isa: &str, unit: &str, samples: &[f64]) -> ProbeResult {
+        let mut id = tensorforge_store::WorkloadIdentity {
+            kind: "probe".into(),
+            name: name.into(),
+            params: Default::default(),
+            dtype: "f32".into(),
+        };
+        id.params.insert("isa".into(), serde_json::json!(isa));
+        id.params.insert("m".into(), serde_json::json!(256));
+        let best = samples.iter().copied().fold(0.0, f64::max);
+        ProbeResult {
+            probe: name.into(),
+            threads,
+            fingerprint: id.fingerprint(),
+            identity: id,
+            unit: unit.into(),
+            work_per_sample: 1.0,
+            samples: samples.to_vec(),
+            best,
+            median: best,
+        }
+    }
+
+    #[test]
+    fn ceilings_are_the_max_over_probes_and_thread_counts() {
+        let f = "flops_per_s";
+        let b = "bytes_per_s";
+        let probes = vec![
+            probe("fma_peak", 1, "avx2+fma", f, &[50.0, 60.0]),
+            probe("fma_peak", 2, "avx2+fma", f, &[100.0, 118.0]),
+            probe("fma_peak", 2, "avx512f", f, &[150.0, 140.0]),
+            // A GEMM faster than every FMA microkernel sets the peak.
+            probe("gemm", 2, "", f, &[170.0, 192.0]),
+            // A 4-thread probe is above the profile's 2 threads: ignored.
+            probe("gemm", 4, "", f, &[999.0]),
+            probe("stream_copy", 1, "", b, &[9.0]),
+            probe("stream_triad", 2, "", b, &[8.0, 7.0]),
+        ];
+        let c = Ceilings::from_probes(&probes, 2).unwrap();
+        assert_eq!(c.peak_flops_per_s, 192.0);
+        assert!(c.peak_from_gemm);
+        assert_eq!(c.peak_source, "faer gemm 256³ at 2 thread(s)");
+        assert_eq!(c.best_fma_flops_per_s, 150.0);
+        // The 1-thread copy (9) beats the 2-thread triad (8): it is the ceiling.
+        assert_eq!(c.bandwidth_bytes_per_s, 9.0);
+        assert_eq!(c.bandwidth_source, "stream_copy at 1 thread(s)");
+        // Without the GEMMs, AVX-512 sets the peak.
+        let c = Ceilings::from_probes(&probes[..3], 2).unwrap_err();
+        assert!(c.to_string().contains("bandwidth"), "{c}");
+        let mut no_gemm = probes.clone();
+        no_gemm.retain(|p| p.probe != "gemm");
+        let c = Ceilings::from_probes(&no_gemm, 2).unwrap();
+        assert_eq!(c.peak_source, "fma_peak (avx512f) at 2 thread(s)");
+        assert!(!c.peak_from_gemm);
+    }
+
+    #[test]
+    fn schema_1_profiles_still_read() {
+        let cal = calibrate(&tiny_options(1), &mut |_| {}).unwrap();
+        let mut v = serde_json::to_value(&cal.provenance).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for k in ["fma_isas", "fp32_peak_source", "dram_bandwidth_source"] {
+            o.remove(k);
+        }
+        let with = |version: u32| {
+            let mut v = v.clone();
+            v["schema_version"] = serde_json::json!(version);
+            let mut spec = cal.profile.clone();
+            spec.notes.retain(|n| !n.starts_with(PROVENANCE_PREFIX));
+            spec.notes.push(format!("{PROVENANCE_PREFIX}{v}"));
+            spec.to_toml_string().unwrap()
+        };
+        let back = Calibration::from_toml_str(&with(1), "old.toml").unwrap();
+        assert_eq!(back.provenance.schema_version, 1);
+        assert!(back.provenance.fma_isas.is_empty());
+        // A future version is refused, naming the field.
+        let e = Calibration::from_toml_str(&with(9), "new.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema_version") && e.contains('9'), "{e}");
     }
 
     #[test]

@@ -1,15 +1,23 @@
 //! The timing harness: builds a rayon pool with an explicit thread count, prepares one or
 //! more instances of a workload (rotating input buffers when one instance's working set would
 //! otherwise stay in the last-level cache), runs untimed warm-up iterations, then timed
-//! iterations until both a minimum count and a time budget are met, and turns the per-call
-//! wall-clock samples into a [`Record`]. Each sample is one call timed with
-//! `Instant::now()` around it, so it includes the call's dispatch cost (measured separately
-//! by the `empty` workload). Not controlled: CPU frequency scaling, other processes, thread
-//! placement (no pinning), page faults after warm-up, and SMT siblings.
-
+//! samples until both a minimum iteration count and a time budget are met, and turns the
+//! per-iteration times into a [`Record`].
+//!
+//! **Batching.** Once per [`run_suite`] the harness measures the clock ([`measure_clock`]:
+//! the smallest non-zero step between successive `Instant::now()` reads, and the cost of one
+//! read pair plus an empty call through the harness path). A short untimed trial of each
+//! workload then picks a batch size ([`batch_size`]) so that one sample spans at least
+//! [`RESOLUTION_MULTIPLE`]× the clock's resolution, as criterion and Google Benchmark do; a
+//! sample is one batch's wall-clock time divided by its iterations (a per-iteration time,
+//! including the read pair's cost spread over the batch). A batch cycles through the
+//! rotating instances. Workloads that already take longer than the target run unbatched
+//! (batch 1, one call per sample, including its dispatch cost, which the `empty` workload
+//! measures). Not controlled: CPU frequency scaling, other processes, thread placement (no
+//! pinning), page faults after warm-up, and SMT siblings.
 use crate::context::{device_context, llc_bytes, software_context};
 use crate::error::{MeasureError, Result};
-use crate::exec::prepare;
+use crate::exec::{prepare, Iteration};
 use crate::workload::WorkloadSpec;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -24,19 +32,28 @@ pub const ROTATION_LLC_MULTIPLE: u64 = 4;
 pub const MAX_ROTATING_SETS: u64 = 4096;
 /// At most this many bytes across rotating instances (1 GiB).
 pub const MAX_ROTATING_BYTES: u64 = 1 << 30;
+/// A sample spans at least this many times the clock's resolution.
+pub const RESOLUTION_MULTIPLE: f64 = 1000.0;
+/// The batch is capped so that `max_iterations` still yields this many samples.
+pub const MIN_SAMPLES: u64 = 10;
+/// Default cap on timed iterations (calls): 10 million.
+pub const DEFAULT_MAX_ITERATIONS: u64 = 10_000_000;
 
 /// How to run the timed loop.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HarnessOptions {
     /// Worker threads of the rayon pool (and faer's parallelism), at least 1.
     pub threads: usize,
-    /// Untimed iterations before timing.
+    /// Untimed iterations (calls) before timing; the batch-size trial adds a few more.
     pub warmup_iterations: u64,
-    /// Minimum timed iterations.
+    /// Minimum timed iterations (calls, summed over samples); the harness also takes at
+    /// least `min(min_iterations, MIN_SAMPLES)` samples.
     pub min_iterations: u64,
     /// Minimum total timed duration, ns.
     pub time_budget_ns: u64,
-    /// Hard cap on timed iterations (a guard for sub-microsecond workloads).
+    /// Hard cap on timed iterations (calls, summed over samples; the last batch may end
+    /// past it by less than one batch). The batch size is capped at
+    /// `max_iterations / MIN_SAMPLES` so that the cap still leaves [`MIN_SAMPLES`] samples.
     pub max_iterations: u64,
     /// Rotate buffers when the working set fits in cache.
     pub rotate: bool,
@@ -51,14 +68,15 @@ pub struct HarnessOptions {
 }
 
 impl HarnessOptions {
-    /// Defaults for `threads`: 3 warm-up, at least 10 iterations and 200 ms, at most 100 000.
+    /// Defaults for `threads`: 3 warm-up, at least 10 iterations and 200 ms, at most
+    /// [`DEFAULT_MAX_ITERATIONS`].
     pub fn new(threads: usize) -> HarnessOptions {
         HarnessOptions {
             threads: threads.max(1),
             warmup_iterations: 3,
             min_iterations: 10,
             time_budget_ns: 200_000_000,
-            max_iterations: 100_000,
+            max_iterations: DEFAULT_MAX_ITERATIONS,
             rotate: true,
             llc_bytes: None,
             labels: BTreeMap::new(),
@@ -176,10 +194,81 @@ pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
         .map_err(|e| MeasureError::Other(format!("cannot build a {threads}-thread pool: {e}")))
 }
 
+/// What the harness measured about its clock, once per suite.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockCalibration {
+    /// Smallest non-zero difference between successive `Instant::now()` reads, ns.
+    pub resolution_ns: f64,
+    /// Cost of one unbatched sample of an empty call: `Instant::now()`, the boxed empty
+    /// call, `elapsed()` and storing the sample, per iteration, ns (median of 5 runs of
+    /// 4096 such samples, each run timed as a whole so the clock's steps average out).
+    pub overhead_ns: f64,
+}
+
+/// Measure the clock's resolution and the harness's per-sample overhead (a few ms).
+pub fn measure_clock() -> Result<ClockCalibration> {
+    // Resolution: successive reads until 20 000 pairs or 5 ms.
+    let begin = Instant::now();
+    let mut min_step = u128::MAX;
+    let mut prev = Instant::now();
+    for _ in 0..20_000 {
+        let now = Instant::now();
+        let d = now.duration_since(prev).as_nanos();
+        if d > 0 {
+            min_step = min_step.min(d);
+        }
+        prev = now;
+        if begin.elapsed() > Duration::from_millis(5) {
+            break;
+        }
+    }
+    // A clock that never moved across the whole loop is at least that coarse.
+    let resolution_ns = if min_step == u128::MAX {
+        begin.elapsed().as_nanos().max(1) as f64
+    } else {
+        min_step as f64
+    };
+    let mut empty = prepare(&crate::workload::WorkloadKind::Empty, 1, 1)?;
+    let mut sink: Vec<f64> = Vec::with_capacity(4096);
+    let mut runs = Vec::with_capacity(5);
+    for _ in 0..5 {
+        sink.clear();
+        let t = Instant::now();
+        for _ in 0..4096 {
+            let t0 = Instant::now();
+            empty()?;
+            sink.push(t0.elapsed().as_nanos() as f64);
+        }
+        runs.push(t.elapsed().as_nanos() as f64 / 4096.0);
+        std::hint::black_box(&sink);
+    }
+    runs.sort_by(f64::total_cmp);
+    Ok(ClockCalibration {
+        resolution_ns,
+        overhead_ns: runs[2],
+    })
+}
+
+/// Iterations per sample for a workload whose call takes `per_call_ns`: the smallest batch
+/// whose time reaches `RESOLUTION_MULTIPLE × resolution_ns`, i.e.
+/// `ceil(RESOLUTION_MULTIPLE · resolution_ns / per_call_ns)`, at least 1 and at most
+/// `max(1, max_iterations / MIN_SAMPLES)`.
+pub fn batch_size(per_call_ns: f64, resolution_ns: f64, max_iterations: u64) -> u64 {
+    let target = RESOLUTION_MULTIPLE * resolution_ns;
+    let cap = (max_iterations / MIN_SAMPLES).max(1);
+    if !(per_call_ns.is_finite() && per_call_ns > 0.0) {
+        return cap;
+    }
+    if per_call_ns >= target {
+        return 1;
+    }
+    ((target / per_call_ns).ceil() as u64).clamp(1, cap)
+}
+
 /// Raw timing of one workload: samples (ns), settings and peak allocation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
-    /// Per-iteration wall-clock latencies, ns.
+    /// Per-iteration wall-clock latencies, ns (one per batch: batch time / batch size).
     pub samples_ns: Vec<f64>,
     /// Settings as run.
     pub settings: HarnessSettings,
@@ -188,11 +277,78 @@ pub struct Timing {
     pub peak_alloc_bytes: Option<u64>,
 }
 
-/// Time one workload inside `pool` (no record): warm-up, then until `min_iterations` and
-/// `time_budget_ns` are both met (or `max_iterations`).
+/// Samples of prepared instances (after warm-up): a trial picks the batch size, then
+/// batches run, cycling through `instances`, until `min_iterations`, the time budget and
+/// `min(min_iterations, MIN_SAMPLES)` samples are all reached, or `max_iterations`.
+/// Returns the per-iteration samples (ns), the batch size and the peak allocation above
+/// the baseline (when counting). `last_warmup_ns` is the last warm-up call's time.
+fn time_instances(
+    instances: &mut [Iteration],
+    opts: &HarnessOptions,
+    clock: &ClockCalibration,
+    last_warmup_ns: f64,
+    tick: &(dyn Fn(u64) + Sync),
+) -> Result<(Vec<f64>, u64, u64)> {
+    let n = instances.len();
+    let target = RESOLUTION_MULTIPLE * clock.resolution_ns;
+    let mut i = 0usize;
+    // Trial: doubling call counts until their total reaches the target (skipped when one
+    // warm-up call already did).
+    let per_call = if last_warmup_ns >= target {
+        last_warmup_ns
+    } else {
+        let mut count = 1u64;
+        loop {
+            let t = Instant::now();
+            for _ in 0..count {
+                instances[i % n]()?;
+                i += 1;
+            }
+            let el = t.elapsed().as_nanos() as f64;
+            if el >= target || count >= opts.max_iterations {
+                break el / count as f64;
+            }
+            count *= 2;
+        }
+    };
+    let batch = batch_size(per_call, clock.resolution_ns, opts.max_iterations);
+    let min_samples = opts.min_iterations.min(MIN_SAMPLES);
+    let budget = Duration::from_nanos(opts.time_budget_ns);
+    // Reserved before the peak reset, so sample storage is not charged to the workload.
+    let cap = (opts.max_iterations.div_ceil(batch) + 1).min(1 << 20) as usize;
+    let mut samples: Vec<f64> = Vec::with_capacity(cap);
+    let base = crate::alloc::reset_peak();
+    let start = Instant::now();
+    let mut iterations = 0u64;
+    loop {
+        let t0 = Instant::now();
+        for _ in 0..batch {
+            instances[i % n]()?;
+            i += 1;
+        }
+        let dt = t0.elapsed();
+        samples.push(dt.as_nanos() as f64 / batch as f64);
+        iterations += batch;
+        if samples.len().is_multiple_of(64) {
+            tick(iterations);
+        }
+        let enough = iterations >= opts.min_iterations
+            && samples.len() as u64 >= min_samples
+            && start.elapsed() >= budget;
+        if enough || iterations >= opts.max_iterations {
+            break;
+        }
+    }
+    let peak = crate::alloc::peak_bytes().saturating_sub(base) as u64;
+    Ok((samples, batch, peak))
+}
+
+/// Time one workload inside `pool` (no record): warm-up, a batch-size trial, then samples
+/// until `min_iterations` and `time_budget_ns` are both met (or `max_iterations`).
 pub fn time_workload(
     spec: &WorkloadSpec,
     opts: &HarnessOptions,
+    clock: &ClockCalibration,
     pool: &rayon::ThreadPool,
     tick: &(dyn Fn(u64) + Sync),
 ) -> Result<Timing> {
@@ -206,44 +362,27 @@ pub fn time_workload(
             .map(|i| prepare(&spec.kind, threads, 1 + 7 * i))
             .collect::<Result<Vec<_>>>()?;
         let n = instances.len();
-        for i in 0..opts.warmup_iterations.max(1) {
+        let warmup = opts.warmup_iterations.max(1);
+        let mut last_ns = 0.0;
+        for i in 0..warmup {
+            let t = Instant::now();
             instances[i as usize % n]()?;
+            last_ns = t.elapsed().as_nanos() as f64;
         }
-        let budget = Duration::from_nanos(opts.time_budget_ns);
-        // Reserved before the peak reset, so sample storage is not charged to the workload.
-        let mut samples: Vec<f64> = Vec::with_capacity(opts.max_iterations.min(1 << 20) as usize);
         let counting = crate::alloc::is_active();
-        let base = crate::alloc::reset_peak();
-        let start = Instant::now();
-        let mut i = 0usize;
-        loop {
-            let f = &mut instances[i % n];
-            let t0 = Instant::now();
-            f()?;
-            let dt = t0.elapsed();
-            samples.push(dt.as_nanos() as f64);
-            i += 1;
-            if i % 64 == 0 {
-                tick(i as u64);
-            }
-            let enough = samples.len() as u64 >= opts.min_iterations && start.elapsed() >= budget;
-            if enough || samples.len() as u64 >= opts.max_iterations {
-                break;
-            }
-        }
-        let peak = crate::alloc::peak_bytes().saturating_sub(base) as u64;
+        let (samples, batch, peak) = time_instances(&mut instances, opts, clock, last_ns, tick)?;
         Ok(Timing {
             samples_ns: samples,
             settings: HarnessSettings {
-                warmup_iterations: opts.warmup_iterations.max(1),
+                warmup_iterations: warmup,
                 min_iterations: opts.min_iterations,
                 time_budget_ns: opts.time_budget_ns,
                 threads: threads as u32,
                 rotating_buffers: rotating,
                 note,
-                batch_iterations: 1,
-                timer_resolution_ns: None,
-                overhead_ns: None,
+                batch_iterations: batch,
+                timer_resolution_ns: Some(clock.resolution_ns),
+                overhead_ns: Some(clock.overhead_ns),
             },
             peak_alloc_bytes: counting.then_some(peak),
         })
@@ -254,12 +393,13 @@ pub fn time_workload(
 pub fn measure(
     spec: &WorkloadSpec,
     opts: &HarnessOptions,
+    clock: &ClockCalibration,
     pool: &rayon::ThreadPool,
     device: &DeviceContext,
     software: &SoftwareContext,
     tick: &(dyn Fn(u64) + Sync),
 ) -> Result<Record> {
-    let t = time_workload(spec, opts, pool, tick)?;
+    let t = time_workload(spec, opts, clock, pool, tick)?;
     Ok(Record::new(
         opts.run_id.clone(),
         spec.identity(),
@@ -290,12 +430,22 @@ pub fn run_suite(
     let pool = thread_pool(opts.threads)?;
     let device = device_context(opts.threads as u32);
     let software = software_context();
+    // Once per suite, on a worker of the pool the workloads run on.
+    let clock = pool.install(measure_clock)?;
     let bar = progress_bar(suite.len() as u64, opts.progress);
     let mut out = Vec::with_capacity(suite.len());
     for s in suite {
         progress(&s.name);
         bar.set_message(s.name.clone());
-        out.push(measure(s, opts, &pool, &device, &software, &|_| {})?);
+        out.push(measure(
+            s,
+            opts,
+            &clock,
+            &pool,
+            &device,
+            &software,
+            &|_| {},
+        )?);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -366,6 +516,93 @@ mod tests {
         assert_eq!(recs[2].flops, None);
         // The counting allocator is not installed in unit tests.
         assert_eq!(recs[0].peak_alloc_bytes, None);
+        // Every record carries the clock measured once for the suite.
+        let res = recs[0].harness.timer_resolution_ns.unwrap();
+        let over = recs[0].harness.overhead_ns.unwrap();
+        assert!(res > 0.0 && over > 0.0);
+        for r in &recs {
+            assert_eq!(r.harness.timer_resolution_ns, Some(res));
+            assert_eq!(r.harness.overhead_ns, Some(over));
+            assert!(r.harness.batch_iterations >= 1);
+        }
+        // The empty call is far shorter than 1000x any clock step: it is batched.
+        assert!(
+            recs[2].harness.batch_iterations > 1,
+            "{:?}",
+            recs[2].harness
+        );
+    }
+
+    #[test]
+    fn batch_size_cases() {
+        // Target 1000 x 20 ns = 20 000 ns.
+        // A 2 ms call already spans it: one call per sample.
+        assert_eq!(batch_size(2e6, 20.0, 1_000_000), 1);
+        // Exactly the target: 1.
+        assert_eq!(batch_size(20_000.0, 20.0, 1_000_000), 1);
+        // 300 ns: ceil(20 000 / 300) = ceil(66.7) = 67.
+        assert_eq!(batch_size(300.0, 20.0, 1_000_000), 67);
+        // 1 ns: 20 000, capped at max_iterations / MIN_SAMPLES = 1000 / 10 = 100.
+        assert_eq!(batch_size(1.0, 20.0, 1000), 100);
+        // A cap below 1 rounds up to 1: max_iterations 5 / 10 = 0 -> 1.
+        assert_eq!(batch_size(1.0, 20.0, 5), 1);
+        // A clock step of 1 us: target 1 ms; a 10 us call -> 100.
+        assert_eq!(batch_size(10_000.0, 1000.0, 1_000_000), 100);
+        // Unmeasurable trial (0 ns): the cap.
+        assert_eq!(batch_size(0.0, 20.0, 1000), 100);
+    }
+
+    fn counting(calls: &std::sync::Arc<std::sync::atomic::AtomicU64>, spin: Duration) -> Iteration {
+        let c = calls.clone();
+        Box::new(move || {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !spin.is_zero() {
+                let t = Instant::now();
+                while t.elapsed() < spin {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn slow_workload_is_not_batched_and_fast_one_is() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        // A fixed clock: 20 ns steps, so the target sample length is 20 us.
+        let clock = ClockCalibration {
+            resolution_ns: 20.0,
+            overhead_ns: 25.0,
+        };
+        let opts = HarnessOptions {
+            min_iterations: 3,
+            time_budget_ns: 0,
+            progress: false,
+            ..HarnessOptions::new(1)
+        };
+        // Slow: each call spins 1 ms (50x the target). The last warm-up call took 1 ms, so
+        // there is no trial: exactly 3 calls, 3 samples of 1 call each.
+        let calls = Arc::new(AtomicU64::new(0));
+        let mut slow = vec![counting(&calls, Duration::from_millis(1))];
+        let (samples, batch, _) = time_instances(&mut slow, &opts, &clock, 1e6, &|_| {}).unwrap();
+        assert_eq!(batch, 1);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        assert!(samples.iter().all(|s| *s >= 1e6));
+        // Fast: a counter increment (well under 20 us even unoptimized) is batched, and a
+        // batch cycles through the three rotating instances evenly.
+        let counts: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        let mut fast: Vec<Iteration> = counts.iter().map(|c| counting(c, Duration::ZERO)).collect();
+        let (samples, batch, _) = time_instances(&mut fast, &opts, &clock, 0.0, &|_| {}).unwrap();
+        assert!(batch > 1, "{batch}");
+        // At least min(min_iterations, MIN_SAMPLES) = 3 samples, each a per-call time.
+        assert!(samples.len() >= 3);
+        let total: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let (lo, hi) = (total.iter().min().unwrap(), total.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{total:?}");
+        // Trial calls + samples x batch.
+        assert!(total.iter().sum::<u64>() >= samples.len() as u64 * batch);
     }
 
     #[test]
@@ -374,12 +611,13 @@ mod tests {
         let pool = thread_pool(1).unwrap();
         let mut o = quick(1);
         o.min_iterations = 0;
-        let e = time_workload(&s, &o, &pool, &|_| {})
+        let clock = measure_clock().unwrap();
+        let e = time_workload(&s, &o, &clock, &pool, &|_| {})
             .unwrap_err()
             .to_string();
         assert!(e.contains("min_iterations"), "{e}");
         let mut o = quick(1);
         o.max_iterations = 1;
-        assert!(time_workload(&s, &o, &pool, &|_| {}).is_err());
+        assert!(time_workload(&s, &o, &clock, &pool, &|_| {}).is_err());
     }
 }

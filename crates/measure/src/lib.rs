@@ -28,7 +28,8 @@ pub use error::{MeasureError, Result};
 pub use harness::{run_suite, HarnessOptions};
 pub use plots::{predicted_vs_measured_svg, roofline_svg};
 pub use validate::{
-    embedded_holdout_suite, measure_and_validate, validate, ValidationReport, ValidationRow,
+    embedded_holdout_suite, measure_and_validate, validate, CeilingViolation, ValidationReport,
+    ValidationRow,
 };
 pub use workload::{
     parse_workload, parse_workload_file, parse_workload_name, WorkloadKind, WorkloadSpec,

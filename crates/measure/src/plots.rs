@@ -1,8 +1,10 @@
 //! SVG plots of a validation report: the roofline of the calibrated ceilings with each
 //! holdout workload's measured rate at its arithmetic intensity, and predicted versus
 //! measured time on log-log axes with the y = x line. Workloads without a FLOP count cannot
-//! sit on a roofline and appear only in the second plot. Plots are returned as SVG strings;
-//! writing them is the caller's business.
+//! sit on a roofline and appear only in the second plot. A workload measured faster than
+//! its roof (a ceiling violation) is drawn as a black cross labelled `CEILING VIOLATED` in
+//! both plots, never as an ordinary point. Plots are returned as SVG strings; writing them
+//! is the caller's business.
 
 use crate::error::{MeasureError, Result};
 use crate::validate::ValidationReport;
@@ -29,7 +31,7 @@ pub fn roofline_svg(report: &ValidationReport) -> Result<String> {
     let peak = report.peak_flops_per_s;
     let bw = report.dram_bandwidth_bytes_per_s;
     let ridge = peak / bw;
-    let pts: Vec<(f64, f64, &str)> = report
+    let pts: Vec<(f64, f64, &str, bool)> = report
         .rows
         .iter()
         .filter_map(|r| {
@@ -37,6 +39,7 @@ pub fn roofline_svg(report: &ValidationReport) -> Result<String> {
                 r.arithmetic_intensity?,
                 r.measured_flops_per_s?,
                 r.workload.as_str(),
+                r.ceiling_violated,
             ))
         })
         .collect();
@@ -87,15 +90,32 @@ pub fn roofline_svg(report: &ValidationReport) -> Result<String> {
         chart
             .draw_series(
                 pts.iter()
-                    .map(|&(x, y, _)| Circle::new((x, y), 5, RED.filled())),
+                    .filter(|p| !p.3)
+                    .map(|&(x, y, ..)| Circle::new((x, y), 5, RED.filled())),
             )
             .map_err(perr)?
             .label("measured (p50)")
             .legend(|(x, y)| Circle::new((x + 10, y), 5, RED.filled()));
-        for &(x, y, name) in &pts {
+        if pts.iter().any(|p| p.3) {
+            chart
+                .draw_series(
+                    pts.iter()
+                        .filter(|p| p.3)
+                        .map(|&(x, y, ..)| Cross::new((x, y), 7, BLACK.stroke_width(3))),
+                )
+                .map_err(perr)?
+                .label("CEILING VIOLATED: above the calibrated roof")
+                .legend(|(x, y)| Cross::new((x + 10, y), 6, BLACK.stroke_width(3)));
+        }
+        for &(x, y, name, violated) in &pts {
+            let label = if violated {
+                format!("{name} (CEILING VIOLATED)")
+            } else {
+                name.to_string()
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    name.to_string(),
+                    label,
                     (x, y),
                     ("sans-serif", 12),
                 )))
@@ -147,11 +167,29 @@ pub fn predicted_vs_measured_svg(report: &ValidationReport) -> Result<String> {
             .map_err(perr)?
             .label("y = x")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+        let violated = |i: usize| report.rows[i].ceiling_violated;
         chart
-            .draw_series(pure.iter().map(|&p| Circle::new(p, 5, BLUE.filled())))
+            .draw_series(
+                pure.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !violated(*i))
+                    .map(|(_, &p)| Circle::new(p, 5, BLUE.filled())),
+            )
             .map_err(perr)?
             .label("roofline")
             .legend(|(x, y)| Circle::new((x + 10, y), 5, BLUE.filled()));
+        if report.rows.iter().any(|r| r.ceiling_violated) {
+            chart
+                .draw_series(
+                    pure.iter()
+                        .enumerate()
+                        .filter(|(i, _)| violated(*i))
+                        .map(|(_, &p)| Cross::new(p, 7, BLACK.stroke_width(3))),
+                )
+                .map_err(perr)?
+                .label("CEILING VIOLATED: measured below the roofline bound")
+                .legend(|(x, y)| Cross::new((x + 10, y), 6, BLACK.stroke_width(3)));
+        }
         if !floor.is_empty() {
             chart
                 .draw_series(
@@ -164,9 +202,14 @@ pub fn predicted_vs_measured_svg(report: &ValidationReport) -> Result<String> {
                 .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, RED.filled()));
         }
         for (r, &(x, y)) in report.rows.iter().zip(&pure) {
+            let label = if r.ceiling_violated {
+                format!("{} (CEILING VIOLATED)", r.workload)
+            } else {
+                r.workload.clone()
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    r.workload.clone(),
+                    label,
                     (x, y),
                     ("sans-serif", 11),
                 )))
@@ -207,9 +250,11 @@ mod tests {
             ape_with_floor_pct: None,
             measured_flops_per_s: flops.map(|f| f / m),
             arithmetic_intensity: flops.map(|f| f / 1e6),
+            roof: "fp32 compute peak 100.0 GFLOP/s".into(),
+            ceiling_violated: m < p,
         };
         ValidationReport {
-            schema_version: 1,
+            schema_version: 2,
             evidence: "model-vs-measurement".into(),
             profile: "p".into(),
             machine_id: "m".into(),
@@ -229,6 +274,7 @@ mod tests {
                 mean_ape_pct: 1.0,
                 max_ape_pct: 1.0,
             }],
+            ceiling_violations: vec![],
             limitations: vec![],
         }
     }
@@ -246,5 +292,16 @@ mod tests {
         e.rows.clear();
         assert!(predicted_vs_measured_svg(&e).unwrap().contains("</svg>"));
         assert!(roofline_svg(&e).unwrap().contains("</svg>"));
+        // No violation: no marker.
+        assert!(!a.contains("CEILING VIOLATED") && !b.contains("CEILING VIOLATED"));
+        // A point faster than its roof is marked in both plots.
+        let mut v = r.clone();
+        v.rows[0].measured_p50_s = 5e-4; // predicted 1e-3 s: beaten
+        v.rows[0].measured_flops_per_s = Some(1e8 / 5e-4);
+        v.rows[0].ceiling_violated = true;
+        let a = roofline_svg(&v).unwrap();
+        let b = predicted_vs_measured_svg(&v).unwrap();
+        assert!(a.contains("CEILING VIOLATED") && a.contains("g&lt;&amp;&gt; (CEILING VIOLATED)"));
+        assert!(b.contains("CEILING VIOLATED"));
     }
 }

@@ -2,16 +2,18 @@
 //! * Memory bandwidth: STREAM-style copy (`b = a`) and triad (`a = b + s·c`) over f64 arrays
 //!   of at least 4× the last-level cache each, counting read + write bytes (16 B per copied
 //!   element, 24 B per triad element; write-allocate traffic is not counted, as in STREAM).
-//! * Peak compute: an FMA-throughput microkernel with 12 independent accumulators (enough to
-//!   cover the FMA latency on two pipes) using every AVX2 lane (8 f32) via `std::arch` when
-//!   `is_x86_feature_detected!` finds AVX2 + FMA; a scalar loop with 8 accumulators
-//!   otherwise (then the figure is a scalar peak, and says so).
-//! * Achievable GEMM rate: a large square faer f32 GEMM.
+//! * Peak compute: an f32 FMA-throughput microkernel on each vector ISA the CPU has
+//!   ([`available_fma_isas`]): AVX-512F (24 independent zmm chains, 16 lanes), AVX2 + FMA
+//!   (12 ymm chains, 8 lanes), NEON on aarch64 (16 chains, 4 lanes), else a scalar loop
+//!   (8 chains). Every ISA keeps more chains than FMA latency × FMA pipes (about 4 × 2), so
+//!   the pipes, not the dependency chains, limit it.
+//! * Achievable GEMM rate: square faer f32 GEMMs (the caller picks the sizes).
 //!
 //! Each probe reports every sample (as a rate) and its best (the ceiling) and median. Not
-//! measured: cache-level bandwidths, latency, AVX-512, mixed-precision units, turbo residency.
+//! measured: cache-level bandwidths, latency, f64 and mixed-precision units (AMX, VNNI,
+//! `avx512_fp16`), turbo residency.
 
-use crate::error::Result;
+use crate::error::{MeasureError, Result};
 use crate::exec::filled;
 use crate::harness::thread_pool;
 use faer::linalg::matmul::matmul;
@@ -159,19 +161,109 @@ pub fn bandwidth(elements: usize, threads: usize, samples: usize) -> Result<Vec<
     })
 }
 
-/// FMA accumulators per thread.
-pub const FMA_ACCUMULATORS: u64 = 12;
+/// A vector instruction set the FMA probe can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FmaIsa {
+    /// x86-64 AVX-512F: 512-bit `vfmadd` on zmm registers, 16 f32 lanes.
+    Avx512f,
+    /// x86-64 AVX2 + FMA: 256-bit `vfmadd` on ymm registers, 8 f32 lanes.
+    Avx2Fma,
+    /// aarch64 NEON (Advanced SIMD): 128-bit `fmla`, 4 f32 lanes.
+    Neon,
+    /// Plain scalar Rust (`x * a + b`, which the compiler may or may not fuse).
+    Scalar,
+}
+
+impl FmaIsa {
+    /// Label used in identities, notes and the provenance (`avx512f`, `avx2+fma`, `neon`,
+    /// `scalar`).
+    pub fn label(self) -> &'static str {
+        match self {
+            FmaIsa::Avx512f => "avx512f",
+            FmaIsa::Avx2Fma => "avx2+fma",
+            FmaIsa::Neon => "neon",
+            FmaIsa::Scalar => "scalar",
+        }
+    }
+
+    /// f32 lanes of one vector register.
+    pub fn f32_lanes(self) -> u64 {
+        match self {
+            FmaIsa::Avx512f => 16,
+            FmaIsa::Avx2Fma => 8,
+            FmaIsa::Neon => 4,
+            FmaIsa::Scalar => 1,
+        }
+    }
+
+    /// Independent accumulator chains per thread. Throughput needs at least
+    /// `FMA latency × FMA pipes` chains in flight (4 cycles × 2 pipes = 8 on current x86 and
+    /// Arm cores); each ISA keeps more, within its register file (32 zmm, 16 ymm, 32 NEON
+    /// `v` registers) next to the two constant operands.
+    pub fn accumulators(self) -> u64 {
+        match self {
+            FmaIsa::Avx512f => 24,
+            FmaIsa::Avx2Fma => 12,
+            FmaIsa::Neon => 16,
+            FmaIsa::Scalar => 8,
+        }
+    }
+}
+
+/// Every FMA ISA this CPU can run, widest first (a vector ISA, then the ones it implies;
+/// `scalar` only when no vector ISA is present).
+pub fn available_fma_isas() -> Vec<FmaIsa> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            v.push(FmaIsa::Avx512f);
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            v.push(FmaIsa::Avx2Fma);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            v.push(FmaIsa::Neon);
+        }
+    }
+    if v.is_empty() {
+        v.push(FmaIsa::Scalar);
+    }
+    v
+}
+
+/// The widest FMA ISA this CPU can run.
+pub fn widest_fma_isa() -> FmaIsa {
+    available_fma_isas()[0]
+}
 
 /// True when the AVX2 + FMA microkernel runs on this CPU.
 pub fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    available_fma_isas().contains(&FmaIsa::Avx2Fma)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_avx512f(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let a = _mm512_set1_ps(0.999_999);
+    let b = _mm512_set1_ps(1e-7);
+    let mut r = [_mm512_set1_ps(1.0); 24];
+    for _ in 0..iters {
+        // 24 independent dependency chains (the constant-length loop is unrolled).
+        for x in r.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    let mut s = _mm512_setzero_ps();
+    for v in r {
+        s = _mm512_add_ps(s, v);
     }
+    _mm512_reduce_add_ps(s)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -183,18 +275,9 @@ unsafe fn fma_avx2(iters: u64) -> f32 {
     let mut r = [_mm256_set1_ps(1.0); 12];
     for _ in 0..iters {
         // Twelve independent dependency chains.
-        r[0] = _mm256_fmadd_ps(r[0], a, b);
-        r[1] = _mm256_fmadd_ps(r[1], a, b);
-        r[2] = _mm256_fmadd_ps(r[2], a, b);
-        r[3] = _mm256_fmadd_ps(r[3], a, b);
-        r[4] = _mm256_fmadd_ps(r[4], a, b);
-        r[5] = _mm256_fmadd_ps(r[5], a, b);
-        r[6] = _mm256_fmadd_ps(r[6], a, b);
-        r[7] = _mm256_fmadd_ps(r[7], a, b);
-        r[8] = _mm256_fmadd_ps(r[8], a, b);
-        r[9] = _mm256_fmadd_ps(r[9], a, b);
-        r[10] = _mm256_fmadd_ps(r[10], a, b);
-        r[11] = _mm256_fmadd_ps(r[11], a, b);
+        for x in r.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
     }
     let mut s = _mm256_setzero_ps();
     for v in r {
@@ -203,6 +286,28 @@ unsafe fn fma_avx2(iters: u64) -> f32 {
     let mut out = [0.0f32; 8];
     _mm256_storeu_ps(out.as_mut_ptr(), s);
     out.iter().sum()
+}
+
+#[cfg(target_arch = "aarch64")]
+fn fma_neon(iters: u64) -> f32 {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is part of the aarch64 baseline; these intrinsics only touch registers
+    // and the local `r` array.
+    unsafe {
+        let a = vdupq_n_f32(0.999_999);
+        let b = vdupq_n_f32(1e-7);
+        let mut r = [vdupq_n_f32(1.0); 16];
+        for _ in 0..iters {
+            for x in r.iter_mut() {
+                *x = vfmaq_f32(b, *x, a);
+            }
+        }
+        let mut s = vdupq_n_f32(0.0);
+        for v in r {
+            s = vaddq_f32(s, v);
+        }
+        vaddvq_f32(s)
+    }
 }
 
 fn fma_scalar(iters: u64) -> f32 {
@@ -216,57 +321,65 @@ fn fma_scalar(iters: u64) -> f32 {
     r.iter().sum()
 }
 
-/// FLOPs of one microkernel call of `iters` iterations (2 per lane per FMA).
-pub fn fma_flops(iters: u64, simd: bool) -> f64 {
-    if simd {
-        (iters * FMA_ACCUMULATORS * 8 * 2) as f64
-    } else {
-        (iters * 8 * 2) as f64
+/// FLOPs of one microkernel call of `iters` iterations on `isa`:
+/// `iters × accumulators × f32 lanes × 2` (an FMA is a multiply and an add per lane).
+pub fn fma_flops(iters: u64, isa: FmaIsa) -> f64 {
+    (iters * isa.accumulators() * isa.f32_lanes() * 2) as f64
+}
+
+fn fma_call(iters: u64, isa: FmaIsa) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` comes from available_fma_isas(), which detected AVX-512F.
+        FmaIsa::Avx512f => unsafe { fma_avx512f(iters) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` comes from available_fma_isas(), which detected AVX2 and FMA.
+        FmaIsa::Avx2Fma => unsafe { fma_avx2(iters) },
+        #[cfg(target_arch = "aarch64")]
+        FmaIsa::Neon => fma_neon(iters),
+        _ => fma_scalar(iters),
     }
 }
 
-fn fma_call(iters: u64, simd: bool) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: only called when has_avx2_fma() said AVX2 and FMA are present.
-        return unsafe { fma_avx2(iters) };
+/// FMA peak of `isa` (f32) at `threads` (every worker runs the microkernel at once):
+/// `samples` repetitions of about `sample_ms` each. Errors when `isa` is not available on
+/// this CPU.
+pub fn fma_peak(
+    isa: FmaIsa,
+    threads: usize,
+    samples: usize,
+    sample_ms: u64,
+) -> Result<ProbeResult> {
+    if !available_fma_isas().contains(&isa) && isa != FmaIsa::Scalar {
+        return Err(MeasureError::invalid(
+            "fma probe",
+            "isa",
+            isa.label(),
+            "is not available on this CPU",
+        ));
     }
-    let _ = simd;
-    fma_scalar(iters)
-}
-
-/// FMA peak at `threads` (every worker runs the microkernel at once): `samples` repetitions
-/// of about `sample_ms` each.
-pub fn fma_peak(threads: usize, samples: usize, sample_ms: u64) -> Result<ProbeResult> {
-    let simd = has_avx2_fma();
     let pool = thread_pool(threads)?;
     // Size the repetition from a short trial on one thread.
     let trial = 200_000u64;
     let t = Instant::now();
-    std::hint::black_box(fma_call(trial, simd));
+    std::hint::black_box(fma_call(trial, isa));
     let per_iter = t.elapsed().as_secs_f64().max(1e-9) / trial as f64;
     let iters = ((sample_ms as f64 * 1e-3 / per_iter) as u64).clamp(10_000, 2_000_000_000);
     let mut rates = Vec::new();
-    pool.broadcast(|_| std::hint::black_box(fma_call(iters / 10, simd)));
+    pool.broadcast(|_| std::hint::black_box(fma_call(iters / 10, isa)));
     for _ in 0..samples.max(1) {
         let t = Instant::now();
-        pool.broadcast(|_| std::hint::black_box(fma_call(iters, simd)));
+        pool.broadcast(|_| std::hint::black_box(fma_call(iters, isa)));
         let s = t.elapsed().as_secs_f64().max(1e-9);
-        rates.push(fma_flops(iters, simd) * threads as f64 / s);
+        rates.push(fma_flops(iters, isa) * threads as f64 / s);
     }
     let id = ident(
         "probe",
         "f32",
         &[
             ("probe", serde_json::json!("fma_peak")),
-            (
-                "isa",
-                serde_json::json!(if simd { "avx2+fma" } else { "scalar" }),
-            ),
-            (
-                "accumulators",
-                serde_json::json!(if simd { FMA_ACCUMULATORS } else { 8 }),
-            ),
+            ("isa", serde_json::json!(isa.label())),
+            ("accumulators", serde_json::json!(isa.accumulators())),
             ("iterations", serde_json::json!(iters)),
         ],
     );
@@ -275,7 +388,7 @@ pub fn fma_peak(threads: usize, samples: usize, sample_ms: u64) -> Result<ProbeR
         threads,
         id,
         "flops_per_s",
-        fma_flops(iters, simd) * threads as f64,
+        fma_flops(iters, isa) * threads as f64,
         rates,
     ))
 }
@@ -331,8 +444,11 @@ mod tests {
             assert_eq!(p.fingerprint, p.identity.fingerprint());
         }
         assert_ne!(bw[0].fingerprint, bw[1].fingerprint);
-        let f = fma_peak(1, 2, 1).unwrap();
-        assert!(f.best > 0.0 && f.unit == "flops_per_s");
+        for isa in available_fma_isas() {
+            let f = fma_peak(isa, 1, 2, 1).unwrap();
+            assert!(f.best > 0.0 && f.unit == "flops_per_s");
+            assert_eq!(f.identity.params["isa"], isa.label());
+        }
         let g = gemm_rate(32, 1, 2).unwrap();
         assert_eq!(g.identity.kind, "gemm");
         assert_eq!(g.work_per_sample, 2.0 * 32f64.powi(3));
@@ -340,8 +456,34 @@ mod tests {
 
     #[test]
     fn fma_flop_count() {
-        // 10 iterations x 12 accumulators x 8 lanes x 2 FLOPs = 1920.
-        assert_eq!(fma_flops(10, true), 1920.0);
-        assert_eq!(fma_flops(10, false), 160.0);
+        // 10 iterations x 24 accumulators x 16 lanes x 2 FLOPs = 7680.
+        assert_eq!(fma_flops(10, FmaIsa::Avx512f), 7680.0);
+        // 10 x 12 x 8 x 2 = 1920.
+        assert_eq!(fma_flops(10, FmaIsa::Avx2Fma), 1920.0);
+        // 10 x 16 x 4 x 2 = 1280.
+        assert_eq!(fma_flops(10, FmaIsa::Neon), 1280.0);
+        // 10 x 8 x 1 x 2 = 160.
+        assert_eq!(fma_flops(10, FmaIsa::Scalar), 160.0);
+    }
+
+    #[test]
+    fn isa_detection_is_ordered_and_checked() {
+        let isas = available_fma_isas();
+        assert!(!isas.is_empty());
+        // Widest first.
+        for w in isas.windows(2) {
+            assert!(w[0].f32_lanes() > w[1].f32_lanes(), "{isas:?}");
+        }
+        assert_eq!(widest_fma_isa(), isas[0]);
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(
+                isas.contains(&FmaIsa::Avx512f),
+                is_x86_feature_detected!("avx512f")
+            );
+            // No NEON on x86: asking for it is a one-line error naming the field.
+            let e = fma_peak(FmaIsa::Neon, 1, 1, 1).unwrap_err().to_string();
+            assert!(e.contains("isa") && e.contains("neon"), "{e}");
+        }
     }
 }

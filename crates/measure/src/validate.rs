@@ -4,6 +4,9 @@
 //! labelled variant adds a fixed floor: the measured p50 of an empty call through the same
 //! harness path, which is never fitted to the holdout set. Errors are reported per workload
 //! (signed error, absolute percentage error, ratio) and summarized (median, mean, max APE).
+//! The roofline is a lower bound on time only if the calibrated ceilings are ceilings: every
+//! workload measured faster than its prediction is flagged as a [`CeilingViolation`] (the
+//! calibration evidence is wrong or incomplete), never reported as a normal ratio.
 //! The roofline leaves out what [`LIMITATIONS`] lists.
 
 use crate::calibrate::Calibration;
@@ -13,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use tensorforge_core::{roofline, Bound, DType};
 use tensorforge_store::Record;
 
-/// Version of the validation report JSON.
-pub const VALIDATION_SCHEMA_VERSION: u32 = 1;
+/// Version of the validation report JSON. 2 added `ValidationRow::ceiling_violated`,
+/// `ValidationRow::roof` and `ValidationReport::ceiling_violations`.
+pub const VALIDATION_SCHEMA_VERSION: u32 = 2;
 
 /// Label of the pure roofline variant.
 pub const ROOFLINE: &str = "roofline";
@@ -66,6 +70,42 @@ pub struct ValidationRow {
     pub measured_flops_per_s: Option<f64>,
     /// Measured arithmetic intensity, FLOP per compulsory byte.
     pub arithmetic_intensity: Option<f64>,
+    /// The roof (or roofs, summed over operations) the prediction uses, e.g.
+    /// `fp32 compute peak 123.4 GFLOP/s` or `DRAM bandwidth 12.3 GB/s`.
+    #[serde(default)]
+    pub roof: String,
+    /// True when the measurement beat its roofline lower bound (`measured_p50_s <
+    /// predicted_s`): the calibration's ceilings are wrong or incomplete for this workload.
+    #[serde(default)]
+    pub ceiling_violated: bool,
+}
+
+/// A holdout workload measured faster than its roofline lower bound allows: the calibrated
+/// ceilings are not ceilings for it (a probe missed a faster unit, a cache level served the
+/// data, or the machine was slower during calibration).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CeilingViolation {
+    /// Workload name.
+    pub workload: String,
+    /// The roof that bounds it (see [`ValidationRow::roof`]).
+    pub roof: String,
+    /// Roofline lower bound, s.
+    pub predicted_s: f64,
+    /// Measured p50, s.
+    pub measured_s: f64,
+    /// `predicted_s / measured_s · 100` (above 100 means the roof was beaten).
+    pub percent_of_roofline: f64,
+}
+
+impl CeilingViolation {
+    /// One line: `ceiling violated: W ran at 211.4 % of its calibrated roof (R); the
+    /// calibration evidence is wrong or incomplete`.
+    pub fn message(&self) -> String {
+        format!(
+            "ceiling violated: {} ran at {:.1} % of its calibrated roof ({}); the calibration evidence is wrong or incomplete",
+            self.workload, self.percent_of_roofline, self.roof
+        )
+    }
 }
 
 /// APE summary of one model variant.
@@ -108,12 +148,30 @@ pub struct ValidationReport {
     pub rows: Vec<ValidationRow>,
     /// Summaries: the pure roofline first, then the floor variant when a floor exists.
     pub variants: Vec<VariantSummary>,
+    /// Every row whose measurement beat its roofline lower bound, in row order.
+    #[serde(default)]
+    pub ceiling_violations: Vec<CeilingViolation>,
     /// What the model omits.
     pub limitations: Vec<String>,
 }
 
-/// Pure roofline time of a workload on the profile, s, and its bound label.
-pub fn predict(cal: &Calibration, spec: &WorkloadSpec) -> Result<(f64, String)> {
+/// A roofline prediction with its parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// Pure roofline time, s: `Σ_ops max(FLOPs / peak, bytes / bandwidth)`.
+    pub time_s: f64,
+    /// Which roof binds (for multi-op workloads: the side with more predicted time).
+    pub bound: String,
+    /// Time of the operations bound by compute, s.
+    pub compute_s: f64,
+    /// Time of the operations bound by memory, s.
+    pub memory_s: f64,
+    /// The roof(s) used, in words with their values.
+    pub roof: String,
+}
+
+/// Pure roofline time of a workload on the profile, with its parts and roof description.
+pub fn predict_detail(cal: &Calibration, spec: &WorkloadSpec) -> Result<Prediction> {
     let hw = &cal.profile;
     let bw = hw.dram.bandwidth_bytes_per_s.unwrap_or(f64::INFINITY);
     let (mut total, mut compute, mut memory) = (0.0f64, 0.0f64, 0.0f64);
@@ -140,8 +198,31 @@ pub fn predict(cal: &Calibration, spec: &WorkloadSpec) -> Result<(f64, String)> 
             _ => memory += t,
         }
     }
-    let label = Bound::classify(compute, memory).label().to_string();
-    Ok((total, label))
+    let peak = hw.peak_for(DType::Fp32)?;
+    let peak_txt = format!("fp32 compute peak {:.1} GFLOP/s", peak / 1e9);
+    let bw_txt = format!("DRAM bandwidth {:.1} GB/s", bw / 1e9);
+    let roof = match (compute > 0.0, memory > 0.0) {
+        (true, false) => peak_txt,
+        (false, true) => bw_txt,
+        _ => format!(
+            "per-operation roofs summed: {:.0} % of the time at the {peak_txt}, {:.0} % at the {bw_txt}",
+            100.0 * compute / total,
+            100.0 * memory / total
+        ),
+    };
+    Ok(Prediction {
+        time_s: total,
+        bound: Bound::classify(compute, memory).label().to_string(),
+        compute_s: compute,
+        memory_s: memory,
+        roof,
+    })
+}
+
+/// Pure roofline time of a workload on the profile, s, and its bound label.
+pub fn predict(cal: &Calibration, spec: &WorkloadSpec) -> Result<(f64, String)> {
+    let p = predict_detail(cal, spec)?;
+    Ok((p.time_s, p.bound))
 }
 
 fn summary(label: &str, description: &str, apes: &[f64]) -> VariantSummary {
@@ -190,7 +271,8 @@ pub fn validate(
                     "no record with this workload's fingerprint",
                 )
             })?;
-        let (predicted, bound) = predict(cal, spec)?;
+        let prediction = predict_detail(cal, spec)?;
+        let (predicted, bound) = (prediction.time_s, prediction.bound);
         let measured = rec.stats.p50_ns * 1e-9;
         if !(measured > 0.0 && predicted > 0.0) {
             return Err(MeasureError::invalid(
@@ -221,8 +303,21 @@ pub fn validate(
             ape_with_floor_pct: with_floor.map(|p| err(p).abs()),
             measured_flops_per_s: flops.map(|f| f / measured),
             arithmetic_intensity: flops.filter(|_| bytes > 0.0).map(|f| f / bytes),
+            roof: prediction.roof,
+            ceiling_violated: measured < predicted,
         });
     }
+    let ceiling_violations = rows
+        .iter()
+        .filter(|r| r.ceiling_violated)
+        .map(|r| CeilingViolation {
+            workload: r.workload.clone(),
+            roof: r.roof.clone(),
+            predicted_s: r.predicted_s,
+            measured_s: r.measured_p50_s,
+            percent_of_roofline: r.predicted_s / r.measured_p50_s * 100.0,
+        })
+        .collect();
     let mut variants = vec![summary(
         ROOFLINE,
         "pure roofline: sum over operations of max(FLOPs/peak, bytes/bandwidth); nothing fitted",
@@ -250,6 +345,7 @@ pub fn validate(
             .unwrap_or_default(),
         rows,
         variants,
+        ceiling_violations,
         limitations: LIMITATIONS.iter().map(|s| s.to_string()).collect(),
     })
 }
@@ -304,10 +400,20 @@ mod tests {
             assert!(kinds.iter().any(|x| x == k), "{k} missing from {kinds:?}");
         }
         for quick in [true, false] {
-            let size = if quick { 896 } else { 1536 };
-            let probe = parse_workload_name(&format!("gemm:m={size}:n={size}:k={size}")).unwrap();
-            let fp = probe.identity().fingerprint();
-            assert!(suite.iter().all(|s| s.identity().fingerprint() != fp));
+            for size in crate::calibrate::CalibrateOptions::new(2, quick).gemm_sizes() {
+                let probe =
+                    parse_workload_name(&format!("gemm:m={size}:n={size}:k={size}")).unwrap();
+                let fp = probe.identity().fingerprint();
+                assert!(
+                    suite.iter().all(|s| s.identity().fingerprint() != fp),
+                    "{size}"
+                );
+                // Nor a GEMM preset (gemm_large_square is 1024³, gemm_tiny 128³).
+                for (name, ..) in tensorforge_core::presets::GEMM_PRESETS {
+                    let p = parse_workload_name(name).unwrap();
+                    assert_ne!(p.identity().fingerprint(), fp, "{name}");
+                }
+            }
         }
     }
 
@@ -341,12 +447,77 @@ mod tests {
         // The kernel without a FLOP count is memory-bound by construction.
         assert_eq!(rep.rows[2].predicted_bound, "memory");
         let json = serde_json::to_value(&rep).unwrap();
-        assert_eq!(json["schema_version"], 1);
+        assert_eq!(json["schema_version"], 2);
+        assert_eq!(
+            json["ceiling_violations"].as_array().unwrap().len(),
+            rep.rows.iter().filter(|r| r.ceiling_violated).count()
+        );
+        for r in &rep.rows {
+            assert_eq!(r.ceiling_violated, r.measured_p50_s < r.predicted_s);
+            assert!(!r.roof.is_empty());
+        }
         // A holdout equal to the probe GEMM (64³ in tiny options) is refused.
         let clash = vec![parse_workload_name("gemm:m=64:n=64:k=64").unwrap()];
         assert!(matches!(
             measure_and_validate(&cal, "p.toml", &clash, &opts, &mut |_| {}),
             Err(MeasureError::Overlap { .. })
         ));
+    }
+
+    #[test]
+    fn beating_the_roof_is_flagged() {
+        let mut cal = calibrate(&tiny_options(1), &mut |_| {}).unwrap();
+        let suite = vec![
+            parse_workload_name("gemm:m=16:n=16:k=16").unwrap(),
+            parse_workload_name("kernel:logaddexp:n=64").unwrap(),
+            WorkloadSpec::empty(),
+        ];
+        let opts = HarnessOptions {
+            min_iterations: 3,
+            time_budget_ns: 1_000_000,
+            progress: false,
+            llc_bytes: Some(1 << 16),
+            ..HarnessOptions::new(1)
+        };
+        let records = crate::harness::run_suite(&suite, &opts, &mut |_| {}).unwrap();
+        // Ceilings of 1 FLOP/s and 1 B/s: the 16³ GEMM (8192 FLOPs, 3·16·16·4 = 3072 B)
+        // would need at least 8192 s, logaddexp (12·64 = 768 B) 768 s. Both ran in far
+        // less, so both beat their roofs.
+        cal.profile.peak_ops_per_s.insert(DType::Fp32, 1.0);
+        cal.profile.dram.bandwidth_bytes_per_s = Some(1.0);
+        let rep = validate(&cal, &suite, &records).unwrap();
+        assert_eq!(rep.ceiling_violations.len(), 2);
+        assert!(rep.rows.iter().all(|r| r.ceiling_violated));
+        let g = &rep.ceiling_violations[0];
+        assert_eq!(g.workload, "gemm:m=16:n=16:k=16");
+        assert_eq!(g.roof, "fp32 compute peak 0.0 GFLOP/s");
+        assert_eq!(g.predicted_s, 8192.0);
+        assert!((g.percent_of_roofline - 8192.0 / g.measured_s * 100.0).abs() < 1e-6);
+        assert!(g.percent_of_roofline > 100.0);
+        let k = &rep.ceiling_violations[1];
+        assert_eq!(k.roof, "DRAM bandwidth 0.0 GB/s");
+        assert_eq!(k.predicted_s, 768.0);
+        let m = k.message();
+        assert!(
+            m.starts_with("ceiling violated: kernel:logaddexp:n=64 ran at ")
+                && m.contains("% of its calibrated roof (DRAM bandwidth 0.0 GB/s)")
+                && m.ends_with("the calibration evidence is wrong or incomplete"),
+            "{m}"
+        );
+        // Ceilings of 1e30: nothing is violated.
+        cal.profile.peak_ops_per_s.insert(DType::Fp32, 1e30);
+        cal.profile.dram.bandwidth_bytes_per_s = Some(1e30);
+        let rep = validate(&cal, &suite, &records).unwrap();
+        assert!(rep.ceiling_violations.is_empty());
+        assert!(rep.rows.iter().all(|r| !r.ceiling_violated));
+        // A multi-op workload names both roofs.
+        let attn = parse_workload_name("attention:transformer_small").unwrap();
+        let p = predict_detail(&cal, &attn).unwrap();
+        assert!(
+            p.roof.starts_with("per-operation roofs summed"),
+            "{}",
+            p.roof
+        );
+        assert!((p.compute_s + p.memory_s - p.time_s).abs() <= 1e-12 * p.time_s);
     }
 }

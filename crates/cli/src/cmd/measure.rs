@@ -10,9 +10,11 @@ use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tensorforge_measure::calibrate::{calibrate, CalibrateOptions, Calibration};
+use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
-use tensorforge_measure::harness::{progress_bar, run_suite, HarnessOptions};
+use tensorforge_measure::harness::{
+    progress_bar, run_suite, HarnessOptions, DEFAULT_MAX_ITERATIONS,
+};
 use tensorforge_measure::plots;
 use tensorforge_measure::validate::{
     embedded_holdout_suite, measure_and_validate, ValidationReport, ROOFLINE_PLUS_FLOOR,
@@ -35,7 +37,7 @@ pub struct BenchArgs {
     /// Worker threads (default: every logical core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Minimum timed iterations.
+    /// Minimum timed iterations (calls; short calls are timed in batches, each call counts).
     #[arg(long, default_value_t = 10)]
     pub iterations: u64,
     /// Minimum timed duration per workload, ms (both minimums must be met).
@@ -183,7 +185,8 @@ fn records_table(records: &[Record]) -> String {
         "p50",
         "p90",
         "min",
-        "iters",
+        "samples",
+        "batch",
         "FLOP/s",
         "bytes/s",
         "peak alloc",
@@ -196,6 +199,7 @@ fn records_table(records: &[Record]) -> String {
             fmt::time(r.stats.p90_ns * 1e-9),
             fmt::time(r.stats.min_ns * 1e-9),
             r.stats.count.to_string(),
+            r.harness.batch_iterations.to_string(),
             opt_rate(r.throughput.flops_per_s, |v| fmt::rate(v, "FLOP")),
             opt_rate(r.throughput.bytes_per_s, fmt::bandwidth),
             opt_rate(r.peak_alloc_bytes.map(|b| b as f64), fmt::bytes),
@@ -250,7 +254,7 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         warmup_iterations: a.warmup,
         min_iterations: a.iterations,
         time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
-        max_iterations: a.iterations.max(100_000),
+        max_iterations: a.iterations.max(DEFAULT_MAX_ITERATIONS),
         rotate: !a.no_rotate,
         labels,
         ..HarnessOptions::new(threads)
@@ -280,6 +284,16 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         d.cpu_model, d.logical_cores, opts.run_id
     );
     print!("{}", records_table(&records));
+    if let (Some(res), Some(over)) = (
+        records[0].harness.timer_resolution_ns,
+        records[0].harness.overhead_ns,
+    ) {
+        println!(
+            "clock: resolution {}, one timed empty call {}; a sample is a batch of calls spanning at least 1000x the resolution, reported per call",
+            fmt::time(res * 1e-9),
+            fmt::time(over * 1e-9)
+        );
+    }
     for r in &records {
         if let Some(n) = &r.harness.note {
             println!("note [{}]: {n}", r.workload.name);
@@ -309,8 +323,9 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
     if a.no_store && a.out.is_none() {
         bail!("invalid `--no-store` without `--out`: the profile would be written nowhere");
     }
-    let bar = progress_bar(if threads > 1 { 6 } else { 3 }, true);
-    let cal = calibrate(&CalibrateOptions::new(threads, a.quick), &mut |m| {
+    let opts = CalibrateOptions::new(threads, a.quick);
+    let bar = progress_bar(opts.steps(), true);
+    let cal = calibrate(&opts, &mut |m| {
         bar.set_message(m.to_string());
         bar.inc(1);
     })?;
@@ -364,7 +379,7 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
             }
         };
         t.row(vec![
-            pr.probe.clone(),
+            probe_label(pr),
             pr.threads.to_string(),
             f(pr.best),
             f(pr.median),
@@ -418,8 +433,9 @@ fn pct(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// Column headers of the validation table (terminal, Markdown and HTML share them).
-pub(crate) const VALIDATION_HEADERS: [&str; 9] = [
+/// Column headers of the validation table (terminal, Markdown and HTML share them). The last
+/// column, `ceiling`, reads `VIOLATED` when the workload beat its roofline lower bound.
+pub(crate) const VALIDATION_HEADERS: [&str; 10] = [
     "workload",
     "predicted",
     "measured p50",
@@ -429,7 +445,23 @@ pub(crate) const VALIDATION_HEADERS: [&str; 9] = [
     "bound",
     "pred+floor",
     "APE+floor",
+    "ceiling",
 ];
+
+/// Cell of the `ceiling` column: `VIOLATED` or `ok`.
+pub(crate) fn ceiling_cell(violated: bool) -> &'static str {
+    if violated {
+        "VIOLATED"
+    } else {
+        "ok"
+    }
+}
+
+/// One line per ceiling violation (`ceiling violated: W ran at 211.4 % of its calibrated
+/// roof (R); ...`), empty when every workload respected its roof.
+pub(crate) fn ceiling_violation_lines(r: &ValidationReport) -> Vec<String> {
+    r.ceiling_violations.iter().map(|v| v.message()).collect()
+}
 
 /// One row of cells per holdout workload, in [`VALIDATION_HEADERS`] order.
 pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
@@ -448,6 +480,7 @@ pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
                     .map(fmt::time)
                     .unwrap_or_else(|| "-".into()),
                 pct(row.ape_with_floor_pct).replace('+', ""),
+                ceiling_cell(row.ceiling_violated).into(),
             ]
         })
         .collect()
@@ -467,6 +500,17 @@ fn report_text(r: &ValidationReport) -> String {
         t.row(row);
     }
     out.push_str(&t.render());
+    for line in ceiling_violation_lines(r) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if !r.ceiling_violations.is_empty() {
+        out.push_str(&format!(
+            "{} of {} workloads beat their roofline lower bound: the model's errors below are not evidence until the calibration covers them (re-run `tensorforge calibrate`)\n",
+            r.ceiling_violations.len(),
+            r.rows.len()
+        ));
+    }
     out.push_str("summary (absolute percentage error):\n");
     for v in &r.variants {
         out.push_str(&format!(
@@ -509,7 +553,7 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
     let opts = HarnessOptions {
         min_iterations: a.iterations,
         time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
-        max_iterations: a.iterations.max(100_000),
+        max_iterations: a.iterations.max(DEFAULT_MAX_ITERATIONS),
         ..HarnessOptions::new(cal.provenance.threads as usize)
     };
     let (report, records) = measure_and_validate(&cal, &src, &suite, &opts, &mut |_| {})?;
@@ -535,6 +579,9 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
         }
     }
     if a.json {
+        for line in ceiling_violation_lines(&report) {
+            eprintln!("warning: {line}");
+        }
         return print_json(&report);
     }
     print!("{}", report_text(&report));
