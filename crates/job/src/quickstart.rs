@@ -23,7 +23,9 @@ use tensorforge_measure::context::{device_context, host_logical_cores};
 use tensorforge_measure::harness::{run_suite, HarnessOptions};
 use tensorforge_measure::plots;
 use tensorforge_measure::validate::{embedded_holdout_suite, measure_and_validate, validate};
-use tensorforge_measure::validation_table::{validation_rows, VALIDATION_HEADERS};
+use tensorforge_measure::validation_table::{
+    ceiling_violation_lines, validation_rows, VALIDATION_HEADERS,
+};
 use tensorforge_measure::{ValidationReport, WorkloadSpec};
 use tensorforge_ops::{
     gate, render_html_with_lead, render_markdown_with_lead, Date, GateResult, HtmlBody,
@@ -299,7 +301,7 @@ pub fn run_quickstart(
         }
         validation = validate(&cal, &suite, &last)?;
     }
-    let ceiling_violations = ceiling_violations(&validation);
+    let ceiling_violations = ceiling_violation_lines(&validation);
 
     progress(&format!(
         "[5/6] writing reports into {}",
@@ -387,24 +389,6 @@ pub fn run_quickstart(
         html_path,
         duration_s: started.elapsed().as_secs_f64(),
     })
-}
-
-/// One line per holdout workload measured faster than its roofline bound.
-pub fn ceiling_violations(v: &ValidationReport) -> Vec<String> {
-    v.rows
-        .iter()
-        .filter(|r| r.measured_p50_s < r.predicted_s)
-        .map(|r| {
-            format!(
-                "ceiling violated: {} ran at {:.0} % of its calibrated roofline ({} bound, predicted {:.3e} s, measured {:.3e} s)",
-                r.workload,
-                100.0 * r.predicted_s / r.measured_p50_s,
-                r.predicted_bound,
-                r.predicted_s,
-                r.measured_p50_s
-            )
-        })
-        .collect()
 }
 
 fn validation_markdown(v: &ValidationReport) -> String {

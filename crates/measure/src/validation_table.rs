@@ -6,7 +6,7 @@ use crate::validate::ValidationReport;
 use tensorforge_core::units;
 
 /// Column headers of the validation table.
-pub const VALIDATION_HEADERS: [&str; 9] = [
+pub const VALIDATION_HEADERS: [&str; 10] = [
     "workload",
     "predicted",
     "measured p50",
@@ -16,7 +16,23 @@ pub const VALIDATION_HEADERS: [&str; 9] = [
     "bound",
     "pred+floor",
     "APE+floor",
+    "ceiling",
 ];
+
+/// Cell of the `ceiling` column: `VIOLATED` (measured faster than its roof) or `ok`.
+pub fn ceiling_cell(violated: bool) -> &'static str {
+    if violated {
+        "VIOLATED"
+    } else {
+        "ok"
+    }
+}
+
+/// One line per ceiling violation (`ceiling violated: W ran at 211.4 % of its calibrated
+/// roof (R); ...`), empty when every workload respected its roof.
+pub fn ceiling_violation_lines(r: &ValidationReport) -> Vec<String> {
+    r.ceiling_violations.iter().map(|v| v.message()).collect()
+}
 
 /// One row of cells per holdout workload, in [`VALIDATION_HEADERS`] order.
 pub fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
@@ -37,6 +53,7 @@ pub fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
                 row.ape_with_floor_pct
                     .map(|v| format!("{v:.1} %"))
                     .unwrap_or_else(|| "-".into()),
+                ceiling_cell(row.ceiling_violated).into(),
             ]
         })
         .collect()

@@ -428,63 +428,9 @@ fn load_profile(a: &ValidateArgs) -> Result<(Calibration, String)> {
     Ok((Calibration::from_toml_str(&text, &src)?, src))
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:+.1} %"))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// Column headers of the validation table (terminal, Markdown and HTML share them). The last
-/// column, `ceiling`, reads `VIOLATED` when the workload beat its roofline lower bound.
-pub(crate) const VALIDATION_HEADERS: [&str; 10] = [
-    "workload",
-    "predicted",
-    "measured p50",
-    "signed err",
-    "APE",
-    "measured/pred",
-    "bound",
-    "pred+floor",
-    "APE+floor",
-    "ceiling",
-];
-
-/// Cell of the `ceiling` column: `VIOLATED` or `ok`.
-pub(crate) fn ceiling_cell(violated: bool) -> &'static str {
-    if violated {
-        "VIOLATED"
-    } else {
-        "ok"
-    }
-}
-
-/// One line per ceiling violation (`ceiling violated: W ran at 211.4 % of its calibrated
-/// roof (R); ...`), empty when every workload respected its roof.
-pub(crate) fn ceiling_violation_lines(r: &ValidationReport) -> Vec<String> {
-    r.ceiling_violations.iter().map(|v| v.message()).collect()
-}
-
-/// One row of cells per holdout workload, in [`VALIDATION_HEADERS`] order.
-pub(crate) fn validation_rows(r: &ValidationReport) -> Vec<Vec<String>> {
-    r.rows
-        .iter()
-        .map(|row| {
-            vec![
-                row.workload.clone(),
-                fmt::time(row.predicted_s),
-                fmt::time(row.measured_p50_s),
-                format!("{:+.1} %", row.signed_error_pct),
-                format!("{:.1} %", row.ape_pct),
-                format!("{:.2}", row.ratio),
-                row.predicted_bound.clone(),
-                row.predicted_with_floor_s
-                    .map(fmt::time)
-                    .unwrap_or_else(|| "-".into()),
-                pct(row.ape_with_floor_pct).replace('+', ""),
-                ceiling_cell(row.ceiling_violated).into(),
-            ]
-        })
-        .collect()
-}
+use tensorforge_measure::validation_table::{
+    ceiling_violation_lines, validation_rows, VALIDATION_HEADERS,
+};
 
 fn report_text(r: &ValidationReport) -> String {
     let mut out = format!(
