@@ -1,8 +1,9 @@
 //! Hand-written inline SVG plots: empirical CDFs of latency samples, a log-log roofline with
 //! measured points, and a metric's trend over runs with change points. Every text argument
-//! is escaped here. The plots are context for a reader; no decision depends on them. Left
-//! out: interactivity, axis labels beyond min/max ticks, colour-blind palettes beyond two
-//! high-contrast series.
+//! is escaped here. The plots are context for a reader; no decision depends on them. Latency
+//! axes are logarithmic with 1-2-5 ticks in scaled units, and an ECDF is drawn through at
+//! most a few hundred quantiles however many samples there are. Left out: interactivity and
+//! colour-blind palettes beyond two high-contrast series.
 
 use crate::markup::escape;
 
@@ -78,12 +79,46 @@ pub fn fmt_ns(v: f64) -> String {
     }
 }
 
-/// Empirical CDFs of several sample sets on a shared linear x axis (latency in ns).
+/// Most points drawn per ECDF series: the curve is drawn through this many evenly spaced
+/// quantiles (plus the extremes), so a run of 100 000 samples costs a few KiB of SVG.
+pub const ECDF_MAX_POINTS: usize = 400;
+
+/// Tick values for a log axis over `[lo, hi]`: 1, 2 and 5 times each power of ten inside it
+/// (only the powers of ten when that gives more than eight ticks).
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && lo.is_finite() && hi.is_finite()) {
+        return Vec::new();
+    }
+    let (e0, e1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let mut all = Vec::new();
+    let mut decades = Vec::new();
+    for e in e0..=e1 {
+        let p = 10f64.powi(e);
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * p;
+            if v >= lo && v <= hi {
+                all.push(v);
+                if m == 1.0 {
+                    decades.push(v);
+                }
+            }
+        }
+    }
+    if all.len() > 8 {
+        decades
+    } else {
+        all
+    }
+}
+
+/// Empirical CDFs of several sample sets on a shared logarithmic latency axis (ns) with
+/// 1-2-5 ticks in scaled units; each curve is drawn through at most [`ECDF_MAX_POINTS`]
+/// quantiles; the legend sits in the lower right, below every curve.
 pub fn ecdf_plot(title: &str, series: &[Series<'_>]) -> String {
     let all: Vec<f64> = series
         .iter()
         .flat_map(|s| s.values.iter().copied())
-        .filter(|v| v.is_finite())
+        .filter(|v| v.is_finite() && *v > 0.0)
         .collect();
     let (mut lo, mut hi) = all
         .iter()
@@ -91,32 +126,59 @@ pub fn ecdf_plot(title: &str, series: &[Series<'_>]) -> String {
             (a.min(*v), b.max(*v))
         });
     if !lo.is_finite() {
-        lo = 0.0;
-        hi = 1.0;
+        lo = 1.0;
+        hi = 10.0;
     }
-    if hi <= lo {
-        hi = lo + 1.0;
+    if hi <= lo * 1.0001 {
+        lo *= 0.9;
+        hi *= 1.1;
     }
-    let px = |v: f64| L + (v - lo) / (hi - lo) * (W - L - R);
+    let (llo, lhi) = (lo.ln(), hi.ln());
+    let px = |v: f64| L + (v.max(lo).ln() - llo) / (lhi - llo) * (W - L - R);
     let py = |f: f64| H - B - f * (H - T - B);
-    let mut s = frame(title, &fmt_ns(lo), &fmt_ns(hi), "0", "1", "latency (ECDF)");
+    let mut s = frame(
+        title,
+        "",
+        "",
+        "0",
+        "1",
+        "latency per iteration (log scale), ECDF",
+    );
+    for t in log_ticks(lo, hi) {
+        let x = px(t);
+        s.push_str(&format!(
+            "<line x1=\"{x:.1}\" y1=\"{T}\" x2=\"{x:.1}\" y2=\"{yb}\" stroke=\"#ddd\"/><text x=\"{x:.1}\" y=\"{ty}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
+            escape(&fmt_ns(t)),
+            yb = H - B,
+            ty = H - B + 14.0
+        ));
+    }
     for se in series {
         let mut v: Vec<f64> = se
             .values
             .iter()
             .copied()
-            .filter(|v| v.is_finite())
+            .filter(|v| v.is_finite() && *v > 0.0)
             .collect();
         v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let mut pts = format!("{:.1},{:.1}", px(lo), py(0.0));
-        for (i, x) in v.iter().enumerate() {
+        let n = v.len();
+        if n == 0 {
+            continue;
+        }
+        // Step points at evenly spaced ranks (every sample when there are few).
+        let k = n.min(ECDF_MAX_POINTS);
+        let mut pts = format!("{:.1},{:.1}", px(v[0]), py(0.0));
+        for j in 0..k {
+            let i = if k == n {
+                j
+            } else {
+                j * (n - 1) / (k - 1).max(1)
+            };
+            let x = px(v[i]);
             pts.push_str(&format!(
-                " {:.1},{:.1} {:.1},{:.1}",
-                px(*x),
-                py(i as f64 / n),
-                px(*x),
-                py((i + 1) as f64 / n)
+                " {x:.1},{:.1} {x:.1},{:.1}",
+                py(i as f64 / n as f64),
+                py((i + 1) as f64 / n as f64)
             ));
         }
         s.push_str(&format!(
@@ -124,8 +186,18 @@ pub fn ecdf_plot(title: &str, series: &[Series<'_>]) -> String {
             se.color
         ));
     }
-    let leg: Vec<(&str, &str)> = series.iter().map(|s| (s.label, s.color)).collect();
-    s.push_str(&legend(&leg));
+    // Lower right: an ECDF is near 1 at the right edge, so this corner stays empty.
+    for (k, se) in series.iter().enumerate() {
+        let x = W - R - 110.0;
+        let y = H - B - 10.0 - 14.0 * (series.len() - 1 - k) as f64;
+        s.push_str(&format!(
+            "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{y}\" font-size=\"11\">{}</text>",
+            y - 9.0,
+            se.color,
+            x + 14.0,
+            escape(se.label)
+        ));
+    }
     s.push_str("</svg>");
     s
 }
@@ -272,6 +344,32 @@ pub fn trend_plot(
     }
     s.push_str("</svg>");
     s
+}
+
+#[cfg(test)]
+mod ecdf_tests {
+    use super::*;
+
+    #[test]
+    fn ecdf_is_small_and_log_ticked() {
+        let many: Vec<f64> = (1..=100_000).map(|i| 1000.0 + i as f64 * 0.1).collect();
+        let svg = ecdf_plot(
+            "t",
+            &[Series {
+                label: "b",
+                color: "#000",
+                values: &many,
+            }],
+        );
+        // At most ECDF_MAX_POINTS steps of two points each: well under 20 KiB.
+        assert!(svg.len() < 20_000, "{}", svg.len());
+        // 1000..11000 ns: ticks at 1, 2, 5 and 10 µs.
+        assert_eq!(log_ticks(1000.0, 11_000.0), vec![1e3, 2e3, 5e3, 1e4]);
+        assert!(
+            svg.contains("2.000 µs") && svg.contains("10.000 µs"),
+            "{svg}"
+        );
+    }
 }
 
 #[cfg(test)]
