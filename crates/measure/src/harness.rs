@@ -405,7 +405,7 @@ pub fn injected_extra_work(workload: &str) -> Result<Option<f64>> {
     let Ok(v) = std::env::var(INJECT_EXTRA_WORK_ENV) else {
         return Ok(None);
     };
-    let Some((name, frac)) = v.split_once('=') else {
+    let Some((name, frac)) = v.rsplit_once('=') else {
         return Err(MeasureError::invalid(
             INJECT_EXTRA_WORK_ENV,
             "value",
