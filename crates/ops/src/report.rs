@@ -93,6 +93,10 @@ pub struct WorkloadContext {
     pub tile_fit: Option<SramFit>,
     /// Why something could not be computed.
     pub notes: Vec<String>,
+    /// One line per side measured faster than the roofline allows (over 100 %): the
+    /// hardware spec's ceilings are wrong or incomplete for this workload.
+    #[serde(default)]
+    pub ceiling_violations: Vec<String>,
 }
 
 /// Latency samples of one workload for the distribution plot.
@@ -203,6 +207,7 @@ fn context_for(
         memory: None,
         tile_fit: None,
         notes: Vec::new(),
+        ceiling_violations: Vec::new(),
     };
     let Some(first) = first else { return ctx };
     let achieved = |recs: &[&Record]| match (ctx.flops, p50_of(recs)) {
@@ -228,6 +233,19 @@ fn context_for(
                 ctx.candidate_pct_of_roofline = ctx
                     .candidate_flops_per_s
                     .map(|a| a / r.attainable_flops_per_s * 100.0);
+                for (side, v) in [
+                    ("baseline", ctx.baseline_pct_of_roofline),
+                    ("candidate", ctx.candidate_pct_of_roofline),
+                ] {
+                    if let Some(v) = v.filter(|v| *v > 100.0) {
+                        ctx.ceiling_violations.push(format!(
+                            "ceiling violated: {} {side} ran at {v:.1} % of its roofline on {} ({} bound); the spec's ceilings are wrong or incomplete for this workload",
+                            ctx.name,
+                            h.name,
+                            r.bound.label()
+                        ));
+                    }
+                }
                 ctx.prediction = Some(Prediction {
                     hardware: h.name.clone(),
                     time_lower_bound_s: r.time_lower_bound_s,
@@ -459,7 +477,16 @@ fn context_cells(c: &WorkloadContext) -> Vec<String> {
             }
         )
     });
-    let pct = |v: Option<f64>| v.map(|x| format!("{x:.1} %")).unwrap_or_else(|| "—".into());
+    let pct = |v: Option<f64>| {
+        v.map(|x| {
+            if x > 100.0 {
+                format!("{x:.1} % — CEILING VIOLATED")
+            } else {
+                format!("{x:.1} %")
+            }
+        })
+        .unwrap_or_else(|| "—".into())
+    };
     vec![
         c.name.clone(),
         pred.map(|p| p.hardware.clone())
@@ -581,6 +608,9 @@ pub fn render_markdown_with_lead(report: &Report, lead: &[(String, String)]) -> 
         }
     }
     s.push_str("\n## Analytical context (model; never changes the decision)\n\n");
+    for v in report.context.iter().flat_map(|c| &c.ceiling_violations) {
+        s.push_str(&format!("- **{}**\n", md_cell(v)));
+    }
     let rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
     md_table(&mut s, &CONTEXT_HEADERS, &rows);
     s.push_str("\n## Software and runtime changes\n\n");
@@ -722,6 +752,15 @@ pub fn render_html_with_lead(
     s.push_str(
         "<div class=\"model\"><h2>Analytical context (model; never changes the decision)</h2>",
     );
+    let violations: Vec<String> = report
+        .context
+        .iter()
+        .flat_map(|c| c.ceiling_violations.iter().cloned())
+        .collect();
+    if !violations.is_empty() {
+        s.push_str("<p><strong>Ceiling violated</strong></p>");
+        s.push_str(&html_list(&violations));
+    }
     let headers: Vec<String> = CONTEXT_HEADERS.iter().map(|h| h.to_string()).collect();
     let rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
     s.push_str(&html_table(&headers, &rows, None));
@@ -891,6 +930,25 @@ mod tests {
         let t = ctx.tile_fit.as_ref().unwrap();
         // 32×32×32 fp32 tile: 3 · 32·32·4 = 12288 B.
         assert_eq!(t.tile_bytes, Some(12_288));
+        // Far below the `balanced` roof: no violation.
+        assert!(ctx.ceiling_violations.is_empty());
+        // A spec whose peak is 1 GFLOP/s and bandwidth 1 GB/s is beaten by these records
+        // (5.2e11 FLOP/s): flagged in the context, the table and both renderings.
+        let mut slow = hw.clone();
+        for v in slow.peak_ops_per_s.values_mut() {
+            *v = 1e9;
+        }
+        slow.dram.bandwidth_bytes_per_s = Some(1e9);
+        let r2 = Report::new(report.gate.clone(), &b, &c, Some(&slow));
+        assert_eq!(
+            r2.context[0].ceiling_violations.len(),
+            2,
+            "{:?}",
+            r2.context[0]
+        );
+        assert!(render_markdown(&r2).contains("CEILING VIOLATED"));
+        let h2 = render_html(&r2, &[]);
+        assert!(h2.contains("Ceiling violated") && h2.contains("CEILING VIOLATED"));
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["schema_version"], 1);
         assert_eq!(json["gate"]["overall"], "INCONCLUSIVE");
