@@ -458,3 +458,34 @@ fn instruction_counts_repeat() {
         assert!((x - y).abs() <= 0.001 * x, "{a:?} vs {b:?}");
     }
 }
+
+/// Without valgrind on the PATH, `--instructions` is one line naming what is missing, exit 2,
+/// and nothing is recorded.
+#[test]
+fn instructions_without_valgrind_exit_2() {
+    let dir = std::env::temp_dir().join(format!("tf-noval-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = dir.join("s.sqlite");
+    let out = Command::cargo_bin("tensorforge")
+        .unwrap()
+        .env("PATH", &dir)
+        .args([
+            "bench",
+            "empty",
+            "--threads",
+            "1",
+            "--time-budget-ms",
+            "5",
+            "--instructions",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_of(&out);
+    assert!(err.contains("valgrind not found"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!store.exists(), "nothing recorded");
+}
