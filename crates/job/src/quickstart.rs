@@ -284,9 +284,14 @@ pub fn run_quickstart(
         progress("[4/6] no earlier quickstart run on this machine: this run starts the history");
         // Gate the run against itself so the report still carries the per-metric table;
         // the decision printed is "baseline established", never a comparison.
-        let g = gate(&o.policy, &records, &records, today);
+        let mut g = gate(&o.policy, &records, &records, today);
+        g.reasons = vec![
+            "first quickstart run on this machine at this thread count: it starts the history; nothing was compared".into(),
+        ];
+        let mut report = Report::new(g, &records, &records, Some(&cal.profile));
+        report.decision_label = Some("BASELINE ESTABLISHED".into());
         (
-            Report::new(g, &records, &records, Some(&cal.profile)),
+            report,
             "gate: baseline established (first run on this machine; later runs are gated against the history it starts)".to_string(),
             0,
         )

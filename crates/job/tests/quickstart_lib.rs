@@ -39,6 +39,10 @@ fn first_run_then_a_regression_against_a_faster_history() {
     );
     let md = std::fs::read_to_string(&first.markdown_path).unwrap();
     assert!(md.contains("Model validation") && md.contains("How this was decided"));
+    assert!(
+        md.contains("**Decision: BASELINE ESTABLISHED** (exit 0)"),
+        "{md}"
+    );
     let html = std::fs::read_to_string(&first.html_path).unwrap();
     tensorforge_ops::markup::check_well_formed(&html).unwrap();
 

@@ -127,6 +127,19 @@ pub struct Report {
     pub distributions: Vec<Distribution>,
     /// Stated limitations.
     pub limitations: Vec<String>,
+    /// The decision as the caller words it, when it is not a plain gate verdict (the
+    /// quickstart's first run: "BASELINE ESTABLISHED"); `None` prints the gate's label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_label: Option<String>,
+}
+
+impl Report {
+    /// The decision's label: [`Report::decision_label`] or the gate's verdict.
+    pub fn decision(&self) -> String {
+        self.decision_label
+            .clone()
+            .unwrap_or_else(|| self.gate.overall.label().to_string())
+    }
 }
 
 /// Extra HTML section supplied by a caller (e.g. a validation table or plots).
@@ -356,6 +369,7 @@ impl Report {
             context,
             distributions,
             limitations: LIMITATIONS.iter().map(|s| s.to_string()).collect(),
+            decision_label: None,
         }
     }
 
@@ -576,7 +590,7 @@ pub fn render_markdown_with_lead(report: &Report, lead: &[(String, String)]) -> 
     s.push_str("# TensorForge impact report\n\n");
     s.push_str(&format!(
         "**Decision: {}** (exit {}) — policy `{}`, waivers checked on {}, false-discovery control: {} over {} test(s).\n\n",
-        g.overall.label(),
+        md_cell(&report.decision()),
         g.exit_code,
         md_cell(&g.policy_source),
         g.today,
@@ -705,7 +719,7 @@ pub fn render_html_with_lead(
     s.push_str(&format!(
         "<p class=\"decision\">Decision: <strong class=\"v-{}\">{}</strong> (exit {})</p><p>Policy <code>{}</code>; waivers checked on {}; false-discovery control: {} over {} test(s).</p>",
         escape(&g.overall.label().to_ascii_lowercase()),
-        g.overall.label(),
+        escape(&report.decision()),
         g.exit_code,
         escape(&g.policy_source),
         g.today,

@@ -105,10 +105,54 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
         }
     }
     if all.len() > 8 {
-        decades
-    } else {
-        all
+        return decades;
     }
+    if all.len() < 3 {
+        // A narrow range: every integer multiple of the powers of ten inside it.
+        let mut fine = Vec::new();
+        for e in e0..=e1 {
+            let p = 10f64.powi(e);
+            for m in 1..10 {
+                let v = f64::from(m) * p;
+                if v >= lo && v <= hi {
+                    fine.push(v);
+                }
+            }
+        }
+        return fine;
+    }
+    all
+}
+
+/// A number with at most three significant digits and no trailing zeros (`0.5`, `20`,
+/// `1.5k`), for tick labels.
+pub fn compact(v: f64) -> String {
+    let (x, suffix) = if v.abs() >= 1e9 {
+        (v / 1e9, "G")
+    } else if v.abs() >= 1e6 {
+        (v / 1e6, "M")
+    } else if v.abs() >= 1e3 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
+    };
+    let t = format!("{x:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    format!("{t}{suffix}")
+}
+
+/// A nanosecond tick label with a scaled unit and no trailing zeros (`500 µs`, `2 ms`).
+pub fn tick_ns(v: f64) -> String {
+    let (x, unit) = if v >= 1e9 {
+        (v / 1e9, "s")
+    } else if v >= 1e6 {
+        (v / 1e6, "ms")
+    } else if v >= 1e3 {
+        (v / 1e3, "µs")
+    } else {
+        (v, "ns")
+    };
+    format!("{} {unit}", compact(x))
 }
 
 /// Empirical CDFs of several sample sets on a shared logarithmic latency axis (ns) with
@@ -148,7 +192,7 @@ pub fn ecdf_plot(title: &str, series: &[Series<'_>]) -> String {
         let x = px(t);
         s.push_str(&format!(
             "<line x1=\"{x:.1}\" y1=\"{T}\" x2=\"{x:.1}\" y2=\"{yb}\" stroke=\"#ddd\"/><text x=\"{x:.1}\" y=\"{ty}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
-            escape(&fmt_ns(t)),
+            escape(&tick_ns(t)),
             yb = H - B,
             ty = H - B + 14.0
         ));
@@ -245,12 +289,31 @@ pub fn roofline_plot(
         |v: f64| H - B - (v.max(y_lo).ln() - y_lo.ln()) / (y_hi.ln() - y_lo.ln()) * (H - T - B);
     let mut s = frame(
         title,
-        &format!("{x_lo:.3e} FLOP/B"),
-        &format!("{x_hi:.3e} FLOP/B"),
-        &format!("{y_lo:.2e}"),
-        &format!("{y_hi:.2e} FLOP/s"),
-        "arithmetic intensity (log) vs FLOP/s (log)",
+        "",
+        "",
+        "",
+        "",
+        "arithmetic intensity, FLOP/byte (log) vs FLOP/s (log)",
     );
+    for t in log_ticks(x_lo, x_hi) {
+        let x = lx(t);
+        s.push_str(&format!(
+            "<line x1=\"{x:.1}\" y1=\"{T}\" x2=\"{x:.1}\" y2=\"{yb}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{ty}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
+            escape(&compact(t)),
+            yb = H - B,
+            ty = H - B + 14.0
+        ));
+    }
+    for t in log_ticks(y_lo, y_hi) {
+        let y = ly(t);
+        s.push_str(&format!(
+            "<line x1=\"{L}\" y1=\"{y:.1}\" x2=\"{xr}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{xl}\" y=\"{yt:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
+            escape(&tensorforge_core::units::rate(t, "FLOP")),
+            xr = W - R,
+            xl = L - 4.0,
+            yt = y + 3.0
+        ));
+    }
     for (name, bw) in levels {
         let mut pts = String::new();
         for k in 0..=40 {
@@ -365,10 +428,12 @@ mod ecdf_tests {
         assert!(svg.len() < 20_000, "{}", svg.len());
         // 1000..11000 ns: ticks at 1, 2, 5 and 10 µs.
         assert_eq!(log_ticks(1000.0, 11_000.0), vec![1e3, 2e3, 5e3, 1e4]);
-        assert!(
-            svg.contains("2.000 µs") && svg.contains("10.000 µs"),
-            "{svg}"
-        );
+        assert!(svg.contains(">2 µs<") && svg.contains(">10 µs<"), "{svg}");
+        // 3..7 ms holds only the 5 ms tick of 1-2-5: every integer multiple instead.
+        assert_eq!(log_ticks(3e6, 7e6), vec![3e6, 4e6, 5e6, 6e6, 7e6]);
+        assert_eq!(tick_ns(2.5e6), "2.5 ms");
+        assert_eq!(compact(1.68), "1.68");
+        assert_eq!(compact(2000.0), "2k");
     }
 }
 
