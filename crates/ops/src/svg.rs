@@ -50,21 +50,6 @@ fn frame(title: &str, x_lo: &str, x_hi: &str, y_lo: &str, y_hi: &str, x_name: &s
     )
 }
 
-fn legend(series: &[(&str, &str)]) -> String {
-    let mut s = String::new();
-    for (k, (label, color)) in series.iter().enumerate() {
-        let x = W - R - 150.0;
-        let y = T + 14.0 + 14.0 * k as f64;
-        s.push_str(&format!(
-            "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{y}\" font-size=\"11\">{}</text>",
-            y - 9.0,
-            x + 14.0,
-            escape(label)
-        ));
-    }
-    s
-}
-
 /// Format a nanosecond value with a scaled unit (ns, µs, ms, s).
 pub fn fmt_ns(v: f64) -> String {
     let a = v.abs();
