@@ -934,6 +934,7 @@ fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
         Op::Sqrt => map1(x, out, f32::sqrt),
         Op::Rsqrt => map1(x, out, |v| 1.0 / v.sqrt()),
         Op::Tanh => map1(x, out, f32::tanh),
+        Op::Erf => map1(x, out, libm::erff),
         Op::Sigmoid => map1(x, out, |v| 1.0 / (1.0 + (-v).exp())),
         Op::Silu => tensorforge_kernels::simd::silu_mul(x, None, out),
         Op::Gelu => map1(x, out, |v| {

@@ -90,6 +90,8 @@ pub enum Op {
     Rsqrt,
     /// tanh x.
     Tanh,
+    /// erf x (the Gauss error function; ONNX `Erf`, used by exact GELU).
+    Erf,
     /// 1/(1+e⁻ˣ).
     Sigmoid,
     /// x·sigmoid(x).
@@ -268,6 +270,7 @@ impl Op {
             Op::Sqrt => "Sqrt",
             Op::Rsqrt => "Rsqrt",
             Op::Tanh => "Tanh",
+            Op::Erf => "Erf",
             Op::Sigmoid => "Sigmoid",
             Op::Silu => "SiLU",
             Op::Gelu => "GELU",
@@ -315,6 +318,7 @@ impl Op {
                 | Op::Sqrt
                 | Op::Rsqrt
                 | Op::Tanh
+                | Op::Erf
                 | Op::Sigmoid
                 | Op::Silu
                 | Op::Gelu

@@ -4,8 +4,9 @@
 //! - Graph inputs (that are not initializers) become [`Op::Input`] with static shapes; a
 //!   symbolic dim is an error naming the input and the dim.
 //! - Initializers and `Constant` nodes read as runtime tensors become [`Op::Weight`] (a
-//!   one-element tensor becomes [`Op::Constant`] with its value). The IR keeps no weight
-//!   data. Constants read as parameters (reduce axes, reshape targets, `Pow` exponents,
+//!   one-element tensor becomes [`Op::Constant`] with its value); their data is kept, as
+//!   f32, in [`OnnxImport::weights`] (fp16/bf16 through the `half` crate), so a model runs
+//!   with its own weights. Constants read as parameters (reduce axes, reshape targets, `Pow` exponents,
 //!   quantization scales) are folded into the op's attributes and create no node.
 //! - Ops the IR models are mapped (see docs/onnx.md for the table). Every other node, and
 //!   every mapped node the IR rejects (for example a MatMul with broadcast batch dims),
@@ -75,6 +76,10 @@ pub struct OnnxImport {
     /// Approximations and renamings the import made (e.g. exact GELU mapped to the tanh
     /// form, a graph output that is an `Identity` of another tensor).
     pub notes: Vec<String>,
+    /// The data of every [`Op::Weight`] of the graph (initializers and `Constant` tensors),
+    /// by tensor name, as f32 (the executor's type).
+    #[serde(skip)]
+    pub weights: HashMap<String, Vec<f32>>,
 }
 
 /// Read and import an ONNX file (at most [`MAX_FILE_BYTES`] are read).
@@ -163,6 +168,7 @@ pub fn import_model(model: &ModelProto, source_name: &str) -> Result<OnnxImport>
         opset,
         producer,
         notes: imp.notes,
+        weights: imp.weights,
     })
 }
 
@@ -312,27 +318,121 @@ impl Vals {
     }
 }
 
-/// IEEE binary16 bits to f32.
+/// IEEE binary16 bits to f32 (the `half` crate).
 fn f16_to_f32(h: u16) -> f32 {
-    let sign = (u32::from(h) & 0x8000) << 16;
-    let exp = (h >> 10) & 0x1f;
-    let man = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // Subnormal: normalize.
-            let mut e: i32 = -14;
-            let mut m = man;
-            while m & 0x400 == 0 {
-                m <<= 1;
-                e -= 1;
-            }
-            sign | (((e + 127) as u32) << 23) | ((m & 0x3ff) << 13)
-        }
-        31 => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((u32::from(exp) + 112) << 23) | (man << 13),
+    half::f16::from_bits(h).to_f32()
+}
+
+/// bfloat16 bits to f32 (the `half` crate).
+fn bf16_to_f32(h: u16) -> f32 {
+    half::bf16::from_bits(h).to_f32()
+}
+
+/// The data of a weight tensor as f32 (the executor's type): fp32, fp64, fp16, bf16, int8,
+/// uint8, int16, uint16, int32, int64 and bool, from `raw_data` or the typed fields. Every
+/// value count is checked against the dims before anything is allocated, and the
+/// allocation is fallible, so memory stays bounded by the file's real size (at most 4× for
+/// 1-byte types).
+fn weight_values(t: &TensorProto) -> std::result::Result<Vec<f32>, String> {
+    let shape = tensor_shape(t)?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, d| a.checked_mul(*d))
+        .ok_or_else(|| format!("tensor `{}`: dims {:?} overflow", t.name, t.dims))?;
+    let d = t.data_type;
+    let unsupported = || {
+        format!(
+            "weight `{}` has data type {}, which the executor does not read",
+            t.name,
+            dt::name(d)
+        )
     };
-    f32::from_bits(bits)
+    let (have, bytes_ok) = if !t.raw_data.is_empty() {
+        let size = match d {
+            dt::FLOAT | dt::INT32 => 4,
+            dt::DOUBLE | dt::INT64 => 8,
+            dt::INT8 | dt::UINT8 | dt::BOOL => 1,
+            dt::INT16 | dt::UINT16 | dt::FLOAT16 | dt::BFLOAT16 => 2,
+            _ => return Err(unsupported()),
+        };
+        (t.raw_data.len() / size, t.raw_data.len() % size == 0)
+    } else {
+        let len = match d {
+            dt::FLOAT => t.float_data.len(),
+            dt::DOUBLE => t.double_data.len(),
+            dt::INT64 => t.int64_data.len(),
+            dt::INT32
+            | dt::INT8
+            | dt::UINT8
+            | dt::INT16
+            | dt::UINT16
+            | dt::BOOL
+            | dt::FLOAT16
+            | dt::BFLOAT16 => t.int32_data.len(),
+            _ => return Err(unsupported()),
+        };
+        (len, true)
+    };
+    if have != n || !bytes_ok {
+        return Err(format!(
+            "weight `{}`: holds {} values ({} bytes of raw_data), its dims {:?} of {} need {n}",
+            t.name,
+            have,
+            t.raw_data.len(),
+            t.dims,
+            dt::name(d)
+        ));
+    }
+    let mut out: Vec<f32> = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| format!("weight `{}`: cannot allocate {n} values", t.name))?;
+    if !t.raw_data.is_empty() {
+        let r = &t.raw_data;
+        match d {
+            dt::FLOAT => out.extend(
+                r.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            ),
+            dt::DOUBLE => out.extend(r.chunks_exact(8).map(|b| {
+                f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+            })),
+            dt::INT64 => out.extend(r.chunks_exact(8).map(|b| {
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+            })),
+            dt::INT32 => out.extend(
+                r.chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32),
+            ),
+            dt::INT16 => out.extend(
+                r.chunks_exact(2)
+                    .map(|b| f32::from(i16::from_le_bytes([b[0], b[1]]))),
+            ),
+            dt::UINT16 => out.extend(
+                r.chunks_exact(2)
+                    .map(|b| f32::from(u16::from_le_bytes([b[0], b[1]]))),
+            ),
+            dt::FLOAT16 => out.extend(
+                r.chunks_exact(2)
+                    .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
+            ),
+            dt::BFLOAT16 => out.extend(
+                r.chunks_exact(2)
+                    .map(|b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
+            ),
+            dt::INT8 => out.extend(r.iter().map(|b| f32::from(*b as i8))),
+            _ => out.extend(r.iter().map(|b| f32::from(*b))),
+        }
+    } else {
+        match d {
+            dt::FLOAT => out.extend_from_slice(&t.float_data),
+            dt::DOUBLE => out.extend(t.double_data.iter().map(|v| *v as f32)),
+            dt::INT64 => out.extend(t.int64_data.iter().map(|v| *v as f32)),
+            dt::FLOAT16 => out.extend(t.int32_data.iter().map(|v| f16_to_f32(*v as u16))),
+            dt::BFLOAT16 => out.extend(t.int32_data.iter().map(|v| bf16_to_f32(*v as u16))),
+            _ => out.extend(t.int32_data.iter().map(|v| *v as f32)),
+        }
+    }
+    Ok(out)
 }
 
 /// Decode a (small) constant tensor's values.
@@ -405,7 +505,7 @@ fn tensor_values(t: &TensorProto) -> std::result::Result<Vals, String> {
                     .collect(),
             ),
             _ => Vals::Float(
-                c.map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16) as f64)
+                c.map(|b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]])) as f64)
                     .collect(),
             ),
         }
@@ -426,7 +526,7 @@ fn tensor_values(t: &TensorProto) -> std::result::Result<Vals, String> {
             dt::BFLOAT16 => Vals::Float(
                 t.int32_data
                     .iter()
-                    .map(|&v| f32::from_bits(u32::from(v as u16) << 16) as f64)
+                    .map(|&v| bf16_to_f32(v as u16) as f64)
                     .collect(),
             ),
             _ => return Err(unsupported()),
@@ -498,6 +598,8 @@ struct Importer<'a> {
     declared: HashMap<&'a str, &'a ValueInfoProto>,
     opaque: Vec<OpaqueNode>,
     notes: Vec<String>,
+    /// Data of every Weight node, by tensor name.
+    weights: HashMap<String, Vec<f32>>,
 }
 
 impl<'a> Importer<'a> {
@@ -520,6 +622,7 @@ impl<'a> Importer<'a> {
             declared,
             opaque: vec![],
             notes: vec![],
+            weights: HashMap::new(),
         }
     }
 
@@ -659,10 +762,14 @@ impl<'a> Importer<'a> {
                 dtype,
                 value: v.f64_at(0),
             },
-            _ => Op::Weight {
-                shape: shape.clone(),
-                dtype,
-            },
+            _ => {
+                let data = weight_values(t).map_err(|e| self.err(e))?;
+                self.weights.insert(n.to_string(), data);
+                Op::Weight {
+                    shape: shape.clone(),
+                    dtype,
+                }
+            }
         };
         let name = self.unique(n);
         self.nodes.push(Node {
@@ -935,6 +1042,7 @@ impl<'a> Importer<'a> {
             "Log" => Some(Op::Log),
             "Sqrt" => Some(Op::Sqrt),
             "Tanh" => Some(Op::Tanh),
+            "Erf" => Some(Op::Erf),
             "Sigmoid" => Some(Op::Sigmoid),
             "Relu" => Some(Op::Relu),
             _ => None,

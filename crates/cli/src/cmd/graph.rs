@@ -21,13 +21,20 @@ use tensorforge_kernels::npy::{parse_npy, NpyData};
 
 /// Load a graph file (JSON). The single place that decides how a path is read.
 pub fn load_graph(path: &str) -> Result<Graph> {
+    Ok(load_graph_with_weights(path)?.0)
+}
+
+/// Load a graph and the weight data it carries (ONNX initializers and `Constant`
+/// tensors; a JSON graph carries none), by tensor name.
+pub fn load_graph_with_weights(path: &str) -> Result<(Graph, HashMap<String, Vec<f32>>)> {
     if path.to_ascii_lowercase().ends_with(".onnx") {
         return tensorforge_graph::onnx::import_onnx_file(path)
-            .map(|i| i.graph)
+            .map(|i| (i.graph, i.weights))
             .map_err(|e| anyhow!("{e}"));
     }
     let text = read_text(path)?;
-    Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))
+    let g = Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))?;
+    Ok((g, HashMap::new()))
 }
 
 /// Arguments of `fuse`.
@@ -192,7 +199,9 @@ pub struct RunArgs {
     /// Run one op at a time with every tensor materialized.
     #[arg(long)]
     pub unfused: bool,
-    /// Directory with `<tensor>.npy` for inputs and weights (missing ones are random).
+    /// Directory with `<tensor>.npy` for inputs (and weights to replace); inputs not given
+    /// there are random with --seed, and so are the weights of a JSON graph (an ONNX model
+    /// runs with its own weights).
     #[arg(long, value_name = "DIR")]
     pub inputs: Option<String>,
     /// Seed of the random inputs.
@@ -330,12 +339,16 @@ fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<S
 
 /// Execute a graph on the CPU.
 pub fn run_graph(a: RunArgs) -> Result<()> {
-    let g = load_graph(&a.graph)?;
+    let (g, weights) = load_graph_with_weights(&a.graph)?;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let mut ins = match &a.inputs {
         Some(d) => read_inputs(d, &c.unfused.graph)?,
         None => HashMap::new(),
     };
+    // The model's own weights, unless a file in --inputs replaces one.
+    for (name, data) in weights {
+        ins.entry(name).or_insert(data);
+    }
     fill_inputs(&c.unfused.graph, &mut ins, a.seed)?;
     let hw = tensorforge_core::presets::hardware(super::DEFAULT_HW)?;
     let model_u = program_traffic(&c.unfused, &hw).total_bytes;
