@@ -458,6 +458,59 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
+                Op::Slice {
+                    starts,
+                    ends,
+                    axes,
+                    steps,
+                } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let ishape = &tg.tensors[i].shape;
+                    let plan = crate::ir::slice_plan(ishape, starts, ends, axes, steps)
+                        .map_err(|e| exec_err(tg, n, e))?;
+                    let src = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    let istr = strides(ishape);
+                    let oshape: Vec<usize> = plan.iter().map(|p| p.2).collect();
+                    for_each_index(&oshape, |idx| {
+                        let mut off = 0i64;
+                        for (d, &k) in idx.iter().enumerate() {
+                            off += (plan[d].0 + plan[d].1 * k as i64) * istr[d] as i64;
+                        }
+                        out.push(src[off as usize]);
+                    });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Where => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let oshape = tg.tensors[o].shape.clone();
+                    let view = |t: usize| {
+                        let s = &tg.tensors[t].shape;
+                        broadcast_strides(s, &oshape)
+                    };
+                    let (sc, sx, sy) = (view(ins[0]), view(ins[1]), view(ins[2]));
+                    let (c, x, y) = (
+                        st.bufs[ins[0]].as_deref().unwrap_or(&[]),
+                        st.bufs[ins[1]].as_deref().unwrap_or(&[]),
+                        st.bufs[ins[2]].as_deref().unwrap_or(&[]),
+                    );
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    for_each_index(&oshape, |idx| {
+                        let at = |s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
+                        out.push(if c[at(&sc)] != 0.0 {
+                            x[at(&sx)]
+                        } else {
+                            y[at(&sy)]
+                        });
+                    });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
                 Op::Opaque { name, .. } => Err(exec_err(
                     tg,
                     n,
@@ -465,6 +518,54 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                 )),
                 _ => Err(exec_err(tg, n, "no implementation")),
             }
+        }
+    }
+}
+
+/// Row-major strides of `shape`, in elements.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// Strides of a tensor of `shape` read as the NumPy broadcast `out` (rank-aligned at the
+/// right; a broadcast axis has stride 0), one per axis of `out`.
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = strides(shape);
+    let pad = out.len() - shape.len();
+    (0..out.len())
+        .map(|d| {
+            if d < pad || shape[d - pad] == 1 {
+                0
+            } else {
+                own[d - pad]
+            }
+        })
+        .collect()
+}
+
+/// Calls `f` with every multi-index of `shape` in row-major order.
+fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
         }
     }
 }
@@ -1798,5 +1899,37 @@ mod tests {
         let f = execute(&c.fused, &ins).unwrap();
         assert!(u.outputs[0].2[0].is_nan(), "inf / inf");
         assert_eq!(f.outputs[0].2, vec![0.5, 0.5, 0.5, 0.5]);
+    }
+}
+
+#[cfg(test)]
+mod slice_where_tests {
+    use super::*;
+    use crate::fusion::compile;
+    use crate::ir::Graph;
+
+    #[test]
+    fn slice_and_where_by_hand() {
+        // x = [0..6] as [2, 3]; s = x[:, 1:] = [[1, 2], [4, 5]];
+        // w = where(c = [1, 0] broadcast over rows, s, y = −1) = [[1, −1], [4, −1]].
+        let g = Graph::from_json_str(
+            r#"{"schema_version":1,"name":"sw","nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[2,3],"dtype":"fp32"}},
+          {"name":"c","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},
+          {"name":"y","op":"Constant","attrs":{"shape":[1],"dtype":"fp32","value":-1.0}},
+          {"name":"s","op":"Slice","attrs":{"starts":[1],"ends":[9223372036854775807],"axes":[1],"steps":[1]},"inputs":["x"]},
+          {"name":"w","op":"Where","inputs":["c","s","y"]}],
+          "outputs":["w"]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        ins.insert("c".to_string(), vec![1.0, 0.0]);
+        for p in [&c.unfused, &c.fused] {
+            let r = execute(p, &ins).unwrap();
+            assert_eq!(r.outputs[0].1, vec![2, 2]);
+            assert_eq!(r.outputs[0].2, vec![1.0, -1.0, 4.0, -1.0]);
+        }
     }
 }

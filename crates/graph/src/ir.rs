@@ -192,6 +192,22 @@ pub enum Op {
         /// Axis (negative counts from the end).
         axis: i64,
     },
+    /// ONNX `Slice`: along each of `axes`, elements `starts[i], starts[i] + steps[i], …`
+    /// up to (not including) `ends[i]`; negative indices count from the end and starts/ends
+    /// are clamped to the axis (so `ends = i64::MAX` means "to the end").
+    Slice {
+        /// First index per sliced axis.
+        starts: Vec<i64>,
+        /// One past the last index per sliced axis.
+        ends: Vec<i64>,
+        /// The sliced axes (negative counts from the end).
+        axes: Vec<i64>,
+        /// Step per sliced axis (non-zero).
+        steps: Vec<i64>,
+    },
+    /// `cond ? x : y` elementwise, with NumPy broadcasting of all three inputs; `cond` is
+    /// true where it is non-zero (ONNX `Where`; a boolean condition arrives as 0/1).
+    Where,
     /// Change the dtype (values kept in f32 by the executor).
     Cast {
         /// Target dtype.
@@ -291,6 +307,8 @@ impl Op {
             Op::Transpose { .. } => "Transpose",
             Op::Broadcast { .. } => "Broadcast",
             Op::Concat { .. } => "Concat",
+            Op::Slice { .. } => "Slice",
+            Op::Where => "Where",
             Op::Cast { .. } => "Cast",
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
@@ -345,7 +363,11 @@ impl Op {
             | Op::LogSumExp { .. }
             | Op::RmsNorm { .. }
             | Op::LayerNorm { .. } => OpClass::Reduction,
-            Op::Concat { .. } | Op::RmsNormSwiGlu { .. } | Op::Opaque { .. } => OpClass::Opaque,
+            Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Where
+            | Op::RmsNormSwiGlu { .. }
+            | Op::Opaque { .. } => OpClass::Opaque,
             _ => OpClass::Elementwise,
         }
     }
@@ -522,6 +544,61 @@ impl Graph {
     pub fn validate(&self) -> Result<TypedGraph> {
         validate(self)
     }
+}
+
+/// Per axis of a [`Op::Slice`] input: `(start, step, output length)` after ONNX's
+/// normalization (negative indices add the dim; starts and ends clamped to the axis).
+/// Unsliced axes are `(0, 1, dim)`. Errors name the bad field.
+pub fn slice_plan(
+    shape: &[usize],
+    starts: &[i64],
+    ends: &[i64],
+    axes: &[i64],
+    steps: &[i64],
+) -> std::result::Result<Vec<(i64, i64, usize)>, String> {
+    let k = starts.len();
+    if ends.len() != k || axes.len() != k || steps.len() != k {
+        return Err(format!(
+            "starts, ends, axes and steps must have one entry per sliced axis ({k}, {}, {}, {})",
+            ends.len(),
+            axes.len(),
+            steps.len()
+        ));
+    }
+    let mut plan: Vec<(i64, i64, usize)> = shape.iter().map(|d| (0, 1, *d)).collect();
+    let mut seen = vec![false; shape.len()];
+    for i in 0..k {
+        let a = norm_axis(axes[i], shape.len())
+            .ok_or_else(|| format!("axis {} is out of range for rank {}", axes[i], shape.len()))?;
+        if std::mem::replace(&mut seen[a], true) {
+            return Err(format!("axis {} is sliced twice", axes[i]));
+        }
+        let step = steps[i];
+        if step == 0 {
+            return Err(format!("step of axis {} is 0", axes[i]));
+        }
+        let dim = i64::try_from(shape[a]).map_err(|_| "dim too large".to_string())?;
+        let fix = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+        let (s, e) = (fix(starts[i]), fix(ends[i]));
+        let (s, e) = if step > 0 {
+            (s.clamp(0, dim), e.clamp(0, dim))
+        } else {
+            (s.clamp(-1, dim - 1), e.clamp(-1, dim - 1))
+        };
+        let len = if step > 0 {
+            if e > s {
+                (e - s + step - 1) / step
+            } else {
+                0
+            }
+        } else if s > e {
+            (s - e + (-step) - 1) / (-step)
+        } else {
+            0
+        };
+        plan[a] = (s, step, len as usize);
+    }
+    Ok(plan)
 }
 
 /// Normalize a possibly negative axis for a tensor of `rank`.
@@ -1153,6 +1230,35 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             }
             vec![(s, f.dtype)]
         }
+        Op::Slice {
+            starts,
+            ends,
+            axes,
+            steps,
+        } => {
+            arity(1)?;
+            let t = ins[0];
+            let plan =
+                slice_plan(&t.shape, starts, ends, axes, steps).map_err(|e| shape_err(t, e))?;
+            vec![(plan.iter().map(|p| p.2).collect(), t.dtype)]
+        }
+        Op::Where => {
+            arity(3)?;
+            let (c, x, y) = (ins[0], ins[1], ins[2]);
+            same_dtype(x, y)?;
+            let s = broadcast_shapes(&c.shape, &x.shape)
+                .and_then(|s| broadcast_shapes(&s, &y.shape))
+                .ok_or_else(|| {
+                    shape_err(
+                        y,
+                        format!(
+                            "shapes {:?}, {:?} and {:?} do not broadcast together (NumPy rules)",
+                            c.shape, x.shape, y.shape
+                        ),
+                    )
+                })?;
+            vec![(s, x.dtype)]
+        }
         Op::Opaque { output_specs, .. } => {
             if output_specs.is_empty() {
                 return Err(inv(
@@ -1294,5 +1400,34 @@ mod tests {
         assert_eq!(broadcast_shapes(&[4, 1, 3], &[5, 1]), Some(vec![4, 5, 3]));
         assert_eq!(broadcast_shapes(&[], &[2]), Some(vec![2]));
         assert_eq!(broadcast_shapes(&[4], &[3]), None);
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use super::slice_plan;
+
+    #[test]
+    fn slice_plan_follows_onnx() {
+        // x[..., 8:] on [1, 4, 8, 16] with ends = INT64_MAX: axis 3 from 8, 8 elements.
+        let p = slice_plan(&[1, 4, 8, 16], &[8], &[i64::MAX], &[-1], &[1]).unwrap();
+        assert_eq!(p[3], (8, 1, 8));
+        assert_eq!(p[0], (0, 1, 1));
+        // [10]: start −3 → 7, end 100 → 10, step 2: 7, 9 → 2 elements.
+        assert_eq!(
+            slice_plan(&[10], &[-3], &[100], &[0], &[2]).unwrap()[0],
+            (7, 2, 2)
+        );
+        // Negative step: start 8, end 1, step −3: 8, 5, 2 → 3 elements.
+        assert_eq!(
+            slice_plan(&[10], &[8], &[1], &[0], &[-3]).unwrap()[0],
+            (8, -3, 3)
+        );
+        // Empty when start ≥ end.
+        assert_eq!(slice_plan(&[10], &[5], &[5], &[0], &[1]).unwrap()[0].2, 0);
+        let e = slice_plan(&[10], &[0], &[5], &[0], &[0]).unwrap_err();
+        assert!(e.contains("step"), "{e}");
+        let e = slice_plan(&[10], &[0], &[5], &[3], &[1]).unwrap_err();
+        assert!(e.contains("axis 3"), "{e}");
     }
 }

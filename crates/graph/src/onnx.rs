@@ -1264,6 +1264,89 @@ impl<'a> Importer<'a> {
                 };
                 one(Op::Cast { to }, inputs!([0]))
             }
+            "Slice" => {
+                // Opset ≥ 10: data, starts, ends, [axes], [steps] as constant inputs;
+                // before: the same as attributes.
+                let ints_at = |me: &Self,
+                               i: usize,
+                               attr: &str|
+                 -> std::result::Result<Option<Vec<i64>>, String> {
+                    if let Some(a) = attr_ints(np, attr) {
+                        return Ok(Some(a.to_vec()));
+                    }
+                    match me.param(np, i) {
+                        None => Ok(None),
+                        Some(Ok((v, _))) => v.ints().map(Some),
+                        Some(Err(why)) => Err(why),
+                    }
+                };
+                let starts = match ints_at(self, 1, "starts") {
+                    Ok(Some(v)) => v,
+                    Ok(None) => opaque!("no starts"),
+                    Err(why) => opaque!("starts must be constant: {why}"),
+                };
+                let ends = match ints_at(self, 2, "ends") {
+                    Ok(Some(v)) => v,
+                    Ok(None) => opaque!("no ends"),
+                    Err(why) => opaque!("ends must be constant: {why}"),
+                };
+                let axes = match ints_at(self, 3, "axes") {
+                    Ok(Some(v)) => v,
+                    Ok(None) => (0..starts.len() as i64).collect(),
+                    Err(why) => opaque!("axes must be constant: {why}"),
+                };
+                let steps = match ints_at(self, 4, "steps") {
+                    Ok(Some(v)) => v,
+                    Ok(None) => vec![1; starts.len()],
+                    Err(why) => opaque!("steps must be constant: {why}"),
+                };
+                one(
+                    Op::Slice {
+                        starts,
+                        ends,
+                        axes,
+                        steps,
+                    },
+                    inputs!([0]),
+                )
+            }
+            "Where" => {
+                arity!(3);
+                // A constant condition of a type the IR has no dtype for (BOOL, the usual
+                // mask) becomes an fp32 weight of 0/1 values.
+                let c = self.resolve(&np.input[0]);
+                if !self.specs.contains_key(&c) {
+                    if let Some(t) = self.statics.get(&c).cloned() {
+                        if dtype_of(t.data_type).is_none() {
+                            let data = weight_values(&t).map_err(|e| self.err(e))?;
+                            let shape = tensor_shape(&t).map_err(|e| self.err(e))?;
+                            let wn = self.unique(&c);
+                            self.nodes.push(Node {
+                                name: wn,
+                                op: Op::Weight {
+                                    shape: shape.clone(),
+                                    dtype: DType::Fp32,
+                                },
+                                inputs: vec![],
+                                outputs: vec![c.clone()],
+                            });
+                            self.weights.insert(c.clone(), data);
+                            self.specs.insert(
+                                c.clone(),
+                                TensorSpec {
+                                    shape,
+                                    dtype: DType::Fp32,
+                                },
+                            );
+                            self.notes.push(format!(
+                                "Where `{name}`: the {} condition `{c}` is kept as fp32 0/1 values",
+                                dt::name(t.data_type)
+                            ));
+                        }
+                    }
+                }
+                one(Op::Where, inputs!([0, 1, 2]))
+            }
             "Concat" => {
                 if n_in == 0 || n_in != np.input.len() {
                     opaque!("expects 1 or more non-empty inputs");

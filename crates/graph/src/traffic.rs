@@ -126,7 +126,12 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         .unwrap_or(0);
     match &tg.nodes[i].op {
         Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } => 0,
-        Op::Reshape { .. } | Op::Transpose { .. } | Op::Broadcast { .. } | Op::Concat { .. } => 0,
+        Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Broadcast { .. }
+        | Op::Concat { .. }
+        | Op::Slice { .. }
+        | Op::Where => 0,
         Op::Cast { .. } | Op::Opaque { .. } => 0,
         Op::MatMul => {
             let a = &tg.tensors[tg.node_inputs[i][0]].shape;

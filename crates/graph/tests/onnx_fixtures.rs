@@ -89,6 +89,13 @@ fn bert_block_matches_onnxruntime() {
     check("bert_block");
 }
 
+#[test]
+fn llama_block_matches_onnxruntime() {
+    // RMSNorm as Pow/ReduceMean/Sqrt/Div, rotary with Slice (one end = INT64_MAX) / Neg /
+    // Concat, a BOOL causal mask through Where with −inf, SwiGLU.
+    check("llama_block");
+}
+
 /// The weights are the model's: a model whose initializer is changed gives other outputs,
 /// and the weight bytes are the initializers' (fp32: 4 bytes each).
 #[test]
