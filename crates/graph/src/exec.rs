@@ -484,6 +484,104 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
+                Op::Conv2d {
+                    strides,
+                    pads,
+                    dilations,
+                    group,
+                } => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
+                    let os = tg.tensors[o].shape.clone();
+                    let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
+                    let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
+                    let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    let (c, h, wd) = (xs[1], xs[2] as isize, xs[3] as isize);
+                    let (kk, cg, r, sk) = (ws[0], ws[1], ws[2], ws[3]);
+                    let kg = kk / group;
+                    for nn in 0..os[0] {
+                        for k in 0..kk {
+                            let g = k / kg;
+                            for p in 0..os[2] {
+                                for q in 0..os[3] {
+                                    let mut acc = b.map_or(0.0, |b| b[k]);
+                                    for ci in 0..cg {
+                                        let cin = g * cg + ci;
+                                        for rr in 0..r {
+                                            let ih = (p * strides[0] + rr * dilations[0]) as isize
+                                                - pads[0] as isize;
+                                            if ih < 0 || ih >= h {
+                                                continue;
+                                            }
+                                            for ss in 0..sk {
+                                                let iw = (q * strides[1] + ss * dilations[1])
+                                                    as isize
+                                                    - pads[1] as isize;
+                                                if iw < 0 || iw >= wd {
+                                                    continue;
+                                                }
+                                                let xi = ((nn * c + cin) * h as usize
+                                                    + ih as usize)
+                                                    * wd as usize
+                                                    + iw as usize;
+                                                let wi = ((k * cg + ci) * r + rr) * sk + ss;
+                                                acc += x[xi] * w[wi];
+                                            }
+                                        }
+                                    }
+                                    out.push(acc);
+                                }
+                            }
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::MaxPool2d {
+                    kernel,
+                    strides,
+                    pads,
+                } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let xs = &tg.tensors[i].shape;
+                    let os = tg.tensors[o].shape.clone();
+                    let x = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    let (h, wd) = (xs[2] as isize, xs[3] as isize);
+                    for nc in 0..os[0] * os[1] {
+                        for p in 0..os[2] {
+                            for q in 0..os[3] {
+                                let mut m = f32::NEG_INFINITY;
+                                for rr in 0..kernel[0] {
+                                    let ih = (p * strides[0] + rr) as isize - pads[0] as isize;
+                                    if ih < 0 || ih >= h {
+                                        continue;
+                                    }
+                                    for ss in 0..kernel[1] {
+                                        let iw = (q * strides[1] + ss) as isize - pads[1] as isize;
+                                        if iw < 0 || iw >= wd {
+                                            continue;
+                                        }
+                                        let v = x[(nc * h as usize + ih as usize) * wd as usize
+                                            + iw as usize];
+                                        // NaN propagates, as in ONNX Runtime's max.
+                                        if v > m || v.is_nan() {
+                                            m = v;
+                                        }
+                                    }
+                                }
+                                out.push(m);
+                            }
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
                 Op::Where => {
                     let ins = &tg.node_inputs[n];
                     let o = tg.node_outputs[n][0];

@@ -208,6 +208,28 @@ pub enum Op {
     /// `cond ? x : y` elementwise, with NumPy broadcasting of all three inputs; `cond` is
     /// true where it is non-zero (ONNX `Where`; a boolean condition arrives as 0/1).
     Where,
+    /// 2-D convolution, NCHW: x `[N, C, H, W]`, w `[K, C/group, R, S]`, optional bias `[K]`
+    /// → `[N, K, P, Q]`, `P = (H + pad_top + pad_bottom − dil_h·(R − 1) − 1) / stride_h + 1`
+    /// (cross-correlation, as ONNX `Conv`).
+    Conv2d {
+        /// `[stride_h, stride_w]`.
+        strides: Vec<usize>,
+        /// `[top, left, bottom, right]`.
+        pads: Vec<usize>,
+        /// `[dil_h, dil_w]`.
+        dilations: Vec<usize>,
+        /// Groups (C and K divisible by it).
+        group: usize,
+    },
+    /// 2-D max pooling, NCHW; padded positions never win (ONNX `MaxPool`).
+    MaxPool2d {
+        /// `[R, S]`.
+        kernel: Vec<usize>,
+        /// `[stride_h, stride_w]`.
+        strides: Vec<usize>,
+        /// `[top, left, bottom, right]`.
+        pads: Vec<usize>,
+    },
     /// Change the dtype (values kept in f32 by the executor).
     Cast {
         /// Target dtype.
@@ -309,6 +331,8 @@ impl Op {
             Op::Concat { .. } => "Concat",
             Op::Slice { .. } => "Slice",
             Op::Where => "Where",
+            Op::Conv2d { .. } => "Conv2d",
+            Op::MaxPool2d { .. } => "MaxPool2d",
             Op::Cast { .. } => "Cast",
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
@@ -366,6 +390,8 @@ impl Op {
             Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Where
+            | Op::Conv2d { .. }
+            | Op::MaxPool2d { .. }
             | Op::RmsNormSwiGlu { .. }
             | Op::Opaque { .. } => OpClass::Opaque,
             _ => OpClass::Elementwise,
@@ -544,6 +570,57 @@ impl Graph {
     pub fn validate(&self) -> Result<TypedGraph> {
         validate(self)
     }
+}
+
+/// Output shape `[N, K, P, Q]` of a 2-D convolution (see [`Op::Conv2d`]); errors name what
+/// is inconsistent. Checked arithmetic throughout.
+pub fn conv_out(
+    x: &[usize],
+    w: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    dilations: &[usize],
+    group: usize,
+) -> std::result::Result<Vec<usize>, String> {
+    if x.len() != 4 || w.len() != 4 {
+        return Err(format!(
+            "expects x [N, C, H, W] and w [K, C/group, R, S], got {x:?} and {w:?}"
+        ));
+    }
+    if strides.len() != 2 || dilations.len() != 2 || pads.len() != 4 {
+        return Err("strides and dilations need 2 values, pads 4".into());
+    }
+    if strides.contains(&0) || dilations.contains(&0) || group == 0 {
+        return Err("strides, dilations and group must be positive".into());
+    }
+    if x[1] % group != 0 || w[0] % group != 0 || w[1] != x[1] / group {
+        return Err(format!(
+            "channels: x has {} (group {group}), w {:?} needs C/group = {}",
+            x[1],
+            w,
+            x[1] / group
+        ));
+    }
+    let mut out = vec![x[0], w[0], 0, 0];
+    for d in 0..2 {
+        let span = dilations[d]
+            .checked_mul(w[2 + d].saturating_sub(1))
+            .and_then(|v| v.checked_add(1))
+            .ok_or("kernel span overflows")?;
+        let padded = x[2 + d]
+            .checked_add(pads[d])
+            .and_then(|v| v.checked_add(pads[d + 2]))
+            .ok_or("padded size overflows")?;
+        if w[2 + d] == 0 || padded < span {
+            return Err(format!(
+                "the kernel ({} with dilation {}) does not fit the padded input {padded}",
+                w[2 + d],
+                dilations[d]
+            ));
+        }
+        out[2 + d] = (padded - span) / strides[d] + 1;
+    }
+    Ok(out)
 }
 
 /// Per axis of a [`Op::Slice`] input: `(start, step, output length)` after ONNX's
@@ -1242,6 +1319,45 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 slice_plan(&t.shape, starts, ends, axes, steps).map_err(|e| shape_err(t, e))?;
             vec![(plan.iter().map(|p| p.2).collect(), t.dtype)]
         }
+        Op::Conv2d {
+            strides,
+            pads,
+            dilations,
+            group,
+        } => {
+            if ins.len() != 2 && ins.len() != 3 {
+                return Err(inv(format!("expects 2 or 3 inputs, got {}", ins.len())));
+            }
+            let (x, w) = (ins[0], ins[1]);
+            same_dtype(x, w)?;
+            let p = conv_out(&x.shape, &w.shape, strides, pads, dilations, *group)
+                .map_err(|e| shape_err(w, e))?;
+            if let Some(b) = ins.get(2) {
+                if b.shape != [w.shape[0]] {
+                    return Err(shape_err(
+                        b,
+                        format!("bias must have shape [{}], got {:?}", w.shape[0], b.shape),
+                    ));
+                }
+            }
+            vec![(p, x.dtype)]
+        }
+        Op::MaxPool2d {
+            kernel,
+            strides,
+            pads,
+        } => {
+            arity(1)?;
+            let x = ins[0];
+            if x.shape.len() != 4 || kernel.len() != 2 {
+                return Err(shape_err(x, "expects NCHW input and a 2-D kernel".into()));
+            }
+            let w = [x.shape[1], 1, kernel[0], kernel[1]];
+            let mut p = conv_out(&x.shape, &w, strides, pads, &[1, 1], x.shape[1])
+                .map_err(|e| shape_err(x, e))?;
+            p[1] = x.shape[1];
+            vec![(p, x.dtype)]
+        }
         Op::Where => {
             arity(3)?;
             let (c, x, y) = (ins[0], ins[1], ins[2]);
@@ -1405,7 +1521,39 @@ mod tests {
 
 #[cfg(test)]
 mod slice_tests {
-    use super::slice_plan;
+    use super::{conv_out, slice_plan};
+
+    #[test]
+    fn conv_out_by_hand() {
+        // 16×16, 3×3, pad 1, stride 1: (16 + 2 − 3)/1 + 1 = 16.
+        assert_eq!(
+            conv_out(
+                &[1, 3, 16, 16],
+                &[8, 3, 3, 3],
+                &[1, 1],
+                &[1, 1, 1, 1],
+                &[1, 1],
+                1
+            )
+            .unwrap(),
+            vec![1, 8, 16, 16]
+        );
+        // 7×7, 3×3, dilation 2 (span 5), stride 2, no pad: (7 − 5)/2 + 1 = 2.
+        assert_eq!(
+            conv_out(
+                &[2, 4, 7, 7],
+                &[6, 2, 3, 3],
+                &[2, 2],
+                &[0, 0, 0, 0],
+                &[2, 2],
+                2
+            )
+            .unwrap(),
+            vec![2, 6, 2, 2]
+        );
+        assert!(conv_out(&[1, 3, 2, 2], &[8, 3, 3, 3], &[1, 1], &[0; 4], &[1, 1], 1).is_err());
+        assert!(conv_out(&[1, 3, 8, 8], &[8, 2, 3, 3], &[1, 1], &[0; 4], &[1, 1], 1).is_err());
+    }
 
     #[test]
     fn slice_plan_follows_onnx() {

@@ -96,6 +96,13 @@ fn llama_block_matches_onnxruntime() {
     check("llama_block");
 }
 
+#[test]
+fn convnet_matches_onnxruntime() {
+    // Conv (pads 1) → BatchNormalization (folded) → Relu → MaxPool 2×2 → Conv → Relu →
+    // GlobalAveragePool → Flatten → Gemm (transB = 1, bias).
+    check("convnet");
+}
+
 /// The weights are the model's: a model whose initializer is changed gives other outputs,
 /// and the weight bytes are the initializers' (fp32: 4 bytes each).
 #[test]
