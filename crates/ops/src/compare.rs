@@ -10,8 +10,10 @@
 //!   Benjamini–Hochberg adjusted across the suite;
 //! - the noise floor: the smallest change the rounds resolve,
 //!   `exp(z_{1−α} · 1.2533 · σ / √k) − 1`, with σ the robust spread (1.4826·MAD) of the
-//!   A/A log ratios `ln(A2_i / A1_i)` inside the rounds (of L itself when a round has one
-//!   run per side) and 1.2533 the median's efficiency factor.
+//!   per-round log ratios `L_i` and 1.2533 the median's efficiency factor. (The A/A spread
+//!   `ln(A2_i / A1_i)` inside ABBA rounds is reported beside it, but it is not the floor:
+//!   the two baseline runs of a round are three runs apart, so within-round drift, which
+//!   ABBA cancels in `L_i`, inflates it.)
 //!
 //! A workload FAILs when the adjusted p ≤ α *and* the change exceeds
 //! `threshold = max(allowed relative change of the policy's latency_p50, noise floor)`;
@@ -70,6 +72,9 @@ pub struct CompareRow {
     pub confidence: f64,
     /// Smallest change these rounds resolve (relative).
     pub noise_floor_relative: f64,
+    /// Robust spread of the A/A ratio of the two baseline runs inside each ABBA round
+    /// (relative; a diagnostic of the machine's noise, not used in the decision).
+    pub aa_spread_relative: Option<f64>,
     /// The policy's allowed relative change (latency_p50 `max_relative`).
     pub allowed_relative: f64,
     /// `max(allowed_relative, noise_floor_relative)`.
@@ -171,11 +176,8 @@ pub fn decide(
         }
         let k = logs.len();
         let med = stats::median(&logs);
-        let sigma = if aa.len() >= 3 {
-            stats::robust_sd(&aa)
-        } else {
-            stats::robust_sd(&logs)
-        };
+        let sigma = stats::robust_sd(&logs);
+        let aa_spread = (aa.len() >= 3).then(|| stats::robust_sd(&aa).exp() - 1.0);
         let noise_floor = if k > 0 {
             (z * 1.2533 * sigma / (k as f64).sqrt()).exp() - 1.0
         } else {
@@ -200,6 +202,7 @@ pub fn decide(
             interval,
             confidence: policy.suite.confidence,
             noise_floor_relative: noise_floor,
+            aa_spread_relative: aa_spread,
             allowed_relative: allowed,
             threshold_relative: allowed.max(noise_floor),
             w_plus: wx.w_plus,
