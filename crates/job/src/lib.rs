@@ -13,6 +13,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod machine;
 pub mod quickstart;
 
 pub use error::{JobError, Result};

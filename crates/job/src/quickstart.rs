@@ -10,10 +10,14 @@
 //! whose between-run test is FAIL or INCONCLUSIVE is measured again (at most
 //! [`CONFIRMATION_ATTEMPTS`] times) and each re-measurement is one more candidate run, so a
 //! real regression is confirmed and a burst is averaged away; every attempt is reported. The
-//! store keeps the first measurement only, so history is not biased by re-measuring.
+//! store keeps the first measurement only, so history is not biased by re-measuring. The
+//! machine's own speed is probed before and after measuring ([`crate::machine`]); when it
+//! is slower than in the history by more than the allowance, timed FAILs become
+//! INCONCLUSIVE ("machine drift"), since the build cannot be blamed for them.
 //! Not controlled: what other tenants do, frequency scaling, and thread placement.
 
 use crate::error::{JobError, Result};
+use crate::machine::{slowdown, MachineState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -28,8 +32,8 @@ use tensorforge_measure::validation_table::{
 };
 use tensorforge_measure::{ValidationReport, WorkloadSpec};
 use tensorforge_ops::{
-    gate, render_html_with_lead, render_markdown_with_lead, Date, GateResult, HtmlBody,
-    HtmlSection, Policy, Report, Verdict,
+    downgrade_timed_failures, gate, render_html_with_lead, render_markdown_with_lead, Date,
+    GateResult, HtmlBody, HtmlSection, Policy, Report, Verdict,
 };
 use tensorforge_store::{write_atomic, Record, Store};
 
@@ -188,10 +192,12 @@ pub fn run_quickstart(
     opts.max_iterations = opts.max_iterations.max(o.min_iterations);
     opts.labels
         .insert(QUICKSTART_LABEL_KEY.to_string(), label_value.clone());
+    let mut machine = MachineState::probe(threads)?;
     let (mut validation, mut records) =
         measure_and_validate(&cal, "quickstart calibration", &suite, &opts, &mut |m| {
             progress(&format!("      {m}"))
         })?;
+    machine = machine.slowest(MachineState::probe(threads)?);
     if let Some((exe, n)) = &o.instructions {
         progress("      counting instructions with callgrind (single-threaded)");
         tensorforge_measure::instructions::attach_counts(exe, &suite, &mut records, *n)?;
@@ -220,6 +226,10 @@ pub fn run_quickstart(
 
     let today = Date::today_utc();
     let mut confirmations: Vec<String> = Vec::new();
+    let mut machine_note: Option<String> = None;
+    for r in records.iter_mut() {
+        r.labels.extend(machine.labels());
+    }
     let mut candidate = records.clone();
     let first_run = history_infos.is_empty();
     let (report, decision, code) = if !first_run {
@@ -263,6 +273,39 @@ pub fn run_quickstart(
             }
             candidate.extend(again);
             g = gate(&o.policy, &history, &candidate, today);
+        }
+        if !confirmations.is_empty() {
+            machine = machine.slowest(MachineState::probe(threads)?);
+        }
+        // A slower machine is not a slower build: compare the machine's own speed in this
+        // run with the history's.
+        let past: Vec<MachineState> = history_infos
+            .iter()
+            .filter_map(|info| {
+                history
+                    .iter()
+                    .find(|r| r.run_id == info.run_id)
+                    .and_then(|r| MachineState::from_labels(&r.labels))
+            })
+            .collect();
+        let allowed = o
+            .policy
+            .metrics
+            .get(&tensorforge_ops::Metric::LatencyP50)
+            .map_or(0.05, |m| m.max_relative);
+        if let Some((slow, probe)) = slowdown(&machine, &past) {
+            if slow > allowed {
+                let why = format!(
+                    "the machine itself measured {:.1} % slower in this run than the median of {} earlier run(s) ({probe}), beyond the allowed {:.1} %: a timed change cannot be attributed to the build",
+                    slow * 100.0,
+                    past.len(),
+                    allowed * 100.0
+                );
+                if downgrade_timed_failures(&mut g, &why) > 0 {
+                    progress(&format!("      {why}"));
+                    machine_note = Some(why);
+                }
+            }
         }
         let code = g.exit_code();
         let decision = format!(
@@ -325,6 +368,12 @@ pub fn run_quickstart(
             )
         },
     ));
+    if let Some(why) = &machine_note {
+        lead.push((
+            "Machine drift (timed failures downgraded to INCONCLUSIVE)".into(),
+            format!("{why}. Counts (peak allocation, instructions) still gate."),
+        ));
+    }
     if !ceiling_violations.is_empty() {
         lead.push((
             "Ceiling violated (calibration evidence is wrong or incomplete)".into(),

@@ -717,6 +717,34 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             status: status.into(),
         });
     }
+    let (overall, reasons, counts) = summarize(&rows, &waivers);
+    GateResult {
+        schema_version: GATE_SCHEMA_VERSION,
+        evidence: "measurement+policy".into(),
+        policy_source: policy.source.clone(),
+        today,
+        overall,
+        exit_code: overall.exit_code(),
+        reasons,
+        rows,
+        workloads,
+        waivers,
+        fdr_method: if policy.suite.benjamini_hochberg {
+            "benjamini_hochberg".into()
+        } else {
+            "none".into()
+        },
+        fdr_family_size: pvals.len(),
+        counts,
+    }
+}
+
+/// The overall verdict (ERROR over FAIL over INCONCLUSIVE over PASS; nothing compared is
+/// ERROR), its reasons and the rows per verdict.
+fn summarize(
+    rows: &[MetricRow],
+    waivers: &[WaiverStatus],
+) -> (Verdict, Vec<String>, BTreeMap<String, usize>) {
     let has = |v: Verdict| rows.iter().any(|r| r.verdict == v);
     let mut reasons = Vec::new();
     let overall = if has(Verdict::Error) {
@@ -756,28 +784,35 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
         ));
     }
     let mut counts = BTreeMap::new();
-    for r in &rows {
+    for r in rows {
         *counts.entry(r.verdict.label().to_string()).or_insert(0) += 1;
     }
-    GateResult {
-        schema_version: GATE_SCHEMA_VERSION,
-        evidence: "measurement+policy".into(),
-        policy_source: policy.source.clone(),
-        today,
-        overall,
-        exit_code: overall.exit_code(),
-        reasons,
-        rows,
-        workloads,
-        waivers,
-        fdr_method: if policy.suite.benjamini_hochberg {
-            "benjamini_hochberg".into()
-        } else {
-            "none".into()
-        },
-        fdr_family_size: pvals.len(),
-        counts,
+    (overall, reasons, counts)
+}
+
+/// When the machine itself measured slower than during the baseline runs (a co-tenant, a
+/// lower clock), a timed change cannot be attributed to the build: turn every FAIL of a
+/// timed metric into INCONCLUSIVE with `why` appended. Counts (peak allocation,
+/// instructions) keep their verdicts. Returns how many rows changed; the overall verdict,
+/// exit code, reasons and counts are recomputed.
+pub fn downgrade_timed_failures(g: &mut GateResult, why: &str) -> usize {
+    let mut n = 0;
+    for r in g.rows.iter_mut() {
+        let timed = Metric::parse(&r.metric).is_some_and(|m| !m.is_count());
+        if timed && r.verdict == Verdict::Fail {
+            r.verdict = Verdict::Inconclusive;
+            r.reason = format!("{}; but {why}", r.reason);
+            n += 1;
+        }
     }
+    if n > 0 {
+        let (overall, reasons, counts) = summarize(&g.rows, &g.waivers);
+        g.overall = overall;
+        g.exit_code = overall.exit_code();
+        g.reasons = reasons;
+        g.counts = counts;
+    }
+    n
 }
 
 fn short(fp: &str) -> &str {
@@ -1241,6 +1276,31 @@ mod tests {
             "{}",
             g.rows[0].reason
         );
+    }
+
+    #[test]
+    fn machine_drift_downgrades_timed_failures_only() {
+        let p = Policy::default_embedded();
+        let mut h = history6();
+        for r in h.iter_mut() {
+            r.peak_alloc_bytes = Some(4096);
+        }
+        let mut c = cand(2.0);
+        c[0].peak_alloc_bytes = Some(4096 + 200_000);
+        let mut g = gate(&p, &h, &c, day("2025-01-01"));
+        assert_eq!(row(&g, "latency_p50").verdict, Verdict::Fail);
+        assert_eq!(row(&g, "peak_alloc").verdict, Verdict::Fail);
+        // latency_p50 and throughput change; the count keeps its FAIL.
+        let n = downgrade_timed_failures(&mut g, "the machine measured 30 % slower");
+        assert_eq!(n, 2);
+        assert_eq!(row(&g, "latency_p50").verdict, Verdict::Inconclusive);
+        assert!(row(&g, "latency_p50").reason.contains("30 % slower"));
+        assert_eq!(row(&g, "peak_alloc").verdict, Verdict::Fail);
+        assert_eq!(g.overall, Verdict::Fail);
+        // Without the count's failure the overall becomes INCONCLUSIVE, exit 3.
+        let mut g = gate(&p, &h, &cand(2.0), day("2025-01-01"));
+        downgrade_timed_failures(&mut g, "drift");
+        assert_eq!((g.overall, g.exit_code), (Verdict::Inconclusive, 3));
     }
 
     #[test]

@@ -22,7 +22,10 @@ pub mod svg;
 
 pub use date::Date;
 pub use error::OpsError;
-pub use gate::{gate, GateResult, MetricRow, Verdict, WorkloadComparison, GATE_SCHEMA_VERSION};
+pub use gate::{
+    downgrade_timed_failures, gate, GateResult, MetricRow, Verdict, WorkloadComparison,
+    GATE_SCHEMA_VERSION,
+};
 pub use history::{fit_steps, history, History, StepFit};
 pub use policy::{
     CompareSettings, Direction, HistorySettings, IdentityRule, Metric, MetricPolicy, Policy,
