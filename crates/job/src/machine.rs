@@ -1,7 +1,9 @@
 //! The machine's own speed during a run, so that a slower *machine* is not mistaken for a
 //! slower *build*. Two short probes, the same code in every run: the FMA microkernel on the
-//! widest vector ISA and a STREAM copy over 64 MiB arrays, each the best of 3 samples, at
-//! the run's thread count. The quickstart probes before and after measuring (and after any
+//! widest vector ISA and a STREAM copy over 64 MiB arrays, each the *median* of 7 samples
+//! at the run's thread count — the typical state, like the workloads' medians; a best-of
+//! would pick the one sample a bursty co-tenant left alone (right for a ceiling, wrong for
+//! the machine's state). The quickstart probes before and after measuring (and after any
 //! confirmation runs) and keeps the slowest state; the values travel with the run as record
 //! labels (`machine.fma_flops_per_s`, `machine.copy_bytes_per_s`). When this run's machine
 //! is slower than the history's median by more than the policy's allowance, a timed FAIL
@@ -25,25 +27,25 @@ const COPY_ELEMENTS: usize = 8 << 20;
 /// The two probe rates.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineState {
-    /// Best FMA rate, FLOP/s.
+    /// Median FMA rate, FLOP/s.
     pub fma_flops_per_s: f64,
-    /// Best copy rate (read + write bytes), bytes/s.
+    /// Median copy rate (read + write bytes), bytes/s.
     pub copy_bytes_per_s: f64,
 }
 
 impl MachineState {
-    /// Probe now at `threads` threads (about 0.3 s).
+    /// Probe now at `threads` threads (about 0.5 s).
     pub fn probe(threads: usize) -> Result<MachineState> {
         let isa = available_fma_isas()
             .first()
             .copied()
             .unwrap_or(FmaIsa::Scalar);
-        let f = fma_peak(isa, threads, 3, 20)?;
-        let bw = bandwidth(COPY_ELEMENTS, threads, 3)?;
+        let f = fma_peak(isa, threads, 7, 20)?;
+        let bw = bandwidth(COPY_ELEMENTS, threads, 7)?;
         let copy = bw
             .iter()
             .find(|p| p.probe == "stream_copy")
-            .map(|p| p.best)
+            .map(|p| p.median)
             .ok_or_else(|| {
                 JobError::invalid(
                     "machine probe",
@@ -52,7 +54,7 @@ impl MachineState {
                 )
             })?;
         Ok(MachineState {
-            fma_flops_per_s: f.best,
+            fma_flops_per_s: f.median,
             copy_bytes_per_s: copy,
         })
     }
