@@ -328,6 +328,17 @@ fn bf16_to_f32(h: u16) -> f32 {
     half::bf16::from_bits(h).to_f32()
 }
 
+/// Bytes per element in `raw_data` of the numeric types the importer reads.
+fn raw_elem_bytes(d: i32) -> Option<usize> {
+    match d {
+        dt::FLOAT | dt::INT32 => Some(4),
+        dt::DOUBLE | dt::INT64 => Some(8),
+        dt::INT8 | dt::UINT8 | dt::BOOL => Some(1),
+        dt::INT16 | dt::UINT16 | dt::FLOAT16 | dt::BFLOAT16 => Some(2),
+        _ => None,
+    }
+}
+
 /// The data of a weight tensor as f32 (the executor's type): fp32, fp64, fp16, bf16, int8,
 /// uint8, int16, uint16, int32, int64 and bool, from `raw_data` or the typed fields. Every
 /// value count is checked against the dims before anything is allocated, and the
@@ -348,12 +359,8 @@ fn weight_values(t: &TensorProto) -> std::result::Result<Vec<f32>, String> {
         )
     };
     let (have, bytes_ok) = if !t.raw_data.is_empty() {
-        let size = match d {
-            dt::FLOAT | dt::INT32 => 4,
-            dt::DOUBLE | dt::INT64 => 8,
-            dt::INT8 | dt::UINT8 | dt::BOOL => 1,
-            dt::INT16 | dt::UINT16 | dt::FLOAT16 | dt::BFLOAT16 => 2,
-            _ => return Err(unsupported()),
+        let Some(size) = raw_elem_bytes(d) else {
+            return Err(unsupported());
         };
         (t.raw_data.len() / size, t.raw_data.len() % size == 0)
     } else {
@@ -455,12 +462,8 @@ fn tensor_values(t: &TensorProto) -> std::result::Result<Vals, String> {
         )
     };
     let vals = if !t.raw_data.is_empty() {
-        let size = match d {
-            dt::FLOAT | dt::INT32 => 4,
-            dt::DOUBLE | dt::INT64 => 8,
-            dt::INT8 | dt::UINT8 | dt::BOOL => 1,
-            dt::INT16 | dt::UINT16 | dt::FLOAT16 | dt::BFLOAT16 => 2,
-            _ => return Err(unsupported()),
+        let Some(size) = raw_elem_bytes(d) else {
+            return Err(unsupported());
         };
         if t.raw_data.len() != n * size {
             return Err(format!(
