@@ -1139,14 +1139,55 @@ impl<'a> Importer<'a> {
                 arity!(1);
                 let approx = attr_s(np, "approximate").unwrap_or_else(|| "none".into());
                 match approx.as_str() {
-                    "tanh" => {}
-                    "none" => self.notes.push(format!(
-                        "node `{name}`: exact (erf) GELU is mapped to the IR's tanh-approximation GELU \
-                         (they differ by at most about 5e-4)"
-                    )),
+                    "tanh" => one(Op::Gelu, inputs!([0])),
+                    "none" => {
+                        // Exact GELU, x · ½ · (1 + erf(x / √2)), as five IR nodes.
+                        let x = inputs!([0]);
+                        let dtype = self.specs[&x[0]].dtype;
+                        let t = |k: &str| format!("{out}#{k}");
+                        let c = |k: &str, value: f64| Node {
+                            name: format!("{name}#{k}"),
+                            op: Op::Constant {
+                                shape: vec![],
+                                dtype,
+                                value,
+                            },
+                            inputs: vec![],
+                            outputs: vec![t(k)],
+                        };
+                        let b = |k: &str, op: Op, ins: Vec<String>, o: String| Node {
+                            name: if o == out {
+                                name.to_string()
+                            } else {
+                                format!("{name}#{k}")
+                            },
+                            op,
+                            inputs: ins,
+                            outputs: vec![o],
+                        };
+                        Lowering::Nodes(vec![
+                            c("sqrt2", std::f64::consts::SQRT_2),
+                            c("half", 0.5),
+                            c("one", 1.0),
+                            b(
+                                "scaled",
+                                Op::Div,
+                                vec![x[0].clone(), t("sqrt2")],
+                                t("scaled"),
+                            ),
+                            b("erf", Op::Erf, vec![t("scaled")], t("erf")),
+                            b("onep", Op::Add, vec![t("erf"), t("one")], t("onep")),
+                            b("halfx", Op::Mul, vec![x[0].clone(), t("half")], t("halfx")),
+                            b(
+                                "gelu",
+                                Op::Mul,
+                                vec![t("halfx"), t("onep")],
+                                out.to_string(),
+                            ),
+                        ])
+                    }
                     other => opaque!("unknown GELU approximation `{other}`"),
                 }
-                one(Op::Gelu, inputs!([0]))
             }
             "Pow" => {
                 arity!(2);
@@ -1208,6 +1249,74 @@ impl<'a> Importer<'a> {
                     Op::LogSoftmax { axis }
                 };
                 one(op, inputs!([0]))
+            }
+            "Squeeze" | "Unsqueeze" => {
+                // Static shapes: a reshape. Axes from the attribute (opset < 13) or the
+                // constant second input.
+                let axes = match attr_ints(np, "axes") {
+                    Some(a) => Some(a.to_vec()),
+                    None => match self.param(np, 1) {
+                        None => None,
+                        Some(Ok((v, _))) => match v.ints() {
+                            Ok(a) => Some(a),
+                            Err(e) => opaque!("axes {e}"),
+                        },
+                        Some(Err(why)) => opaque!("the axes must be constant: {why}"),
+                    },
+                };
+                let x = inputs!([0]);
+                let xs = self.specs[&x[0]].shape.clone();
+                let shape: Vec<usize> = if op_type == "Squeeze" {
+                    let rank = xs.len() as i64;
+                    let drop: Vec<usize> = match axes {
+                        None => (0..xs.len()).filter(|i| xs[*i] == 1).collect(),
+                        Some(a) => {
+                            let mut v = vec![];
+                            for ax in a {
+                                let k = if ax < 0 { ax + rank } else { ax };
+                                if k < 0 || k >= rank || xs[k as usize] != 1 {
+                                    opaque!("axis {ax} is not a size-1 axis of {xs:?}");
+                                }
+                                v.push(k as usize);
+                            }
+                            v
+                        }
+                    };
+                    xs.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !drop.contains(i))
+                        .map(|(_, d)| *d)
+                        .collect()
+                } else {
+                    let Some(a) = axes else {
+                        opaque!("Unsqueeze needs axes")
+                    };
+                    let rank = (xs.len() + a.len()) as i64;
+                    let mut ins: Vec<usize> = vec![];
+                    for ax in a {
+                        let k = if ax < 0 { ax + rank } else { ax };
+                        if k < 0 || k >= rank || ins.contains(&(k as usize)) {
+                            opaque!("axis {ax} is out of range or repeated for output rank {rank}");
+                        }
+                        ins.push(k as usize);
+                    }
+                    let mut it = xs.iter();
+                    (0..rank as usize)
+                        .map(|i| {
+                            if ins.contains(&i) {
+                                1
+                            } else {
+                                *it.next().unwrap_or(&1)
+                            }
+                        })
+                        .collect()
+                };
+                one(
+                    Op::Reshape {
+                        shape: shape.iter().map(|d| *d as i64).collect(),
+                    },
+                    x,
+                )
             }
             "Reshape" => {
                 if n_in == 0 || np.input.len() > 2 {

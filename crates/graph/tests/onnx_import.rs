@@ -366,14 +366,11 @@ fn mapped_ops_and_attributes() {
     assert_eq!(shape_of(&imp, "r"), vec![2, 24]);
     assert_eq!(shape_of(&imp, "cat"), vec![24, 4]);
     assert_eq!(shape_of(&imp, "rs"), vec![4]);
-    // Exact GELU is approximated (noted), Identity is an alias (noted for the output).
-    assert!(
-        imp.notes
-            .iter()
-            .any(|n| n.contains("n_ge") && n.contains("tanh")),
-        "{:?}",
-        imp.notes
-    );
+    // Exact GELU is computed exactly (x · ½ · (1 + erf(x/√2)) in IR nodes), the tanh form
+    // is the IR's GELU; Identity is an alias (noted for the output).
+    assert_eq!(op("ge"), Op::Mul);
+    assert!(imp.graph.nodes.iter().any(|n| n.op == Op::Erf));
+    assert_eq!(op("gt"), Op::Gelu);
     assert!(
         imp.notes.iter().any(|n| n.contains("p2_alias")),
         "{:?}",
@@ -699,4 +696,42 @@ fn python_onnx_fixture_imports() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("/nonexistent/x.onnx"), "{e}");
+}
+
+#[test]
+fn exact_gelu_and_squeeze_unsqueeze_run() {
+    use std::collections::HashMap;
+    use tensorforge_graph::exec::execute;
+    use tensorforge_graph::fusion::compile;
+    let mut m = M::new(20);
+    m.inputs.push(vi("x", FLOAT, &[2]));
+    m.inits.push(init_i64("ax0", &[0]));
+    m.nodes = vec![
+        node("Gelu", &["x"], &["g"], vec![]),
+        node("Unsqueeze", &["g", "ax0"], &["u"], vec![]),
+        node("Squeeze", &["u", "ax0"], &["s"], vec![]),
+    ];
+    m.outputs.push(vi("u", FLOAT, &[1, 2]));
+    m.outputs.push(vi("s", FLOAT, &[2]));
+    let imp = m.import().unwrap();
+    assert!(imp.opaque.is_empty(), "{:?}", imp.opaque);
+    assert_eq!(shape_of(&imp, "u"), vec![1, 2]);
+    assert_eq!(shape_of(&imp, "s"), vec![2]);
+    let c = compile(&imp.graph).unwrap();
+    let mut ins = HashMap::new();
+    ins.insert("x".to_string(), vec![1.0f32, -1.0]);
+    // GELU(1) = ½(1 + erf(1/√2)) = 0.8413447460685429; GELU(−1) = −0.15865525393145707
+    // (scipy: 0.5 * (1 + erf(±1 / sqrt(2))) · ±1).
+    for p in [&c.unfused, &c.fused] {
+        let r = execute(p, &ins).unwrap();
+        let s = &r.outputs.iter().find(|o| o.0 == "s").unwrap().2;
+        assert!(
+            (f64::from(s[0]) - 0.841_344_746_068_542_9).abs() < 1e-6,
+            "{s:?}"
+        );
+        assert!(
+            (f64::from(s[1]) + 0.158_655_253_931_457_07).abs() < 1e-6,
+            "{s:?}"
+        );
+    }
 }
