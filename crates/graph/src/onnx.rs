@@ -1217,26 +1217,56 @@ impl<'a> Importer<'a> {
                     }
                 };
                 let x = inputs!([0]);
+                let rank = self.specs[&x[0]].shape.len() as i64;
                 if axes.is_empty() {
                     if attr_i(np, "noop_with_empty_axes").unwrap_or(0) != 0 {
                         return Ok(Lowering::Alias(x[0].clone()));
                     }
-                    let rank = self.specs[&x[0]].shape.len();
-                    if rank != 1 {
-                        opaque!("reduces over all {rank} axes; the IR reduces one axis per node");
-                    }
-                    axes = vec![0];
+                    axes = (0..rank.max(1)).collect();
                 }
-                if axes.len() > 1 {
-                    opaque!("reduces over axes {axes:?}; the IR reduces one axis per node");
-                }
-                let axis = axes[0];
-                let op = match op_type {
+                let mk = |axis: i64| match op_type {
                     "ReduceSum" => Op::ReduceSum { axis, keepdims },
                     "ReduceMax" => Op::ReduceMax { axis, keepdims },
                     _ => Op::ReduceMean { axis, keepdims },
                 };
-                one(op, x)
+                if axes.len() == 1 {
+                    return Ok(one(mk(axes[0]), x));
+                }
+                // Several axes: one node per axis, the highest first (so that dropping an
+                // axis with keepdims = 0 does not renumber the ones still to reduce). A sum
+                // of sums, a max of maxes and a mean of equal-size means are the same as the
+                // reduction over all of them at once.
+                let mut norm: Vec<i64> = Vec::with_capacity(axes.len());
+                for a in &axes {
+                    let k = if *a < 0 { a + rank } else { *a };
+                    if k < 0 || k >= rank || norm.contains(&k) {
+                        opaque!("axes {axes:?} are out of range or repeated for rank {rank}");
+                    }
+                    norm.push(k);
+                }
+                norm.sort_unstable_by(|a, b| b.cmp(a));
+                let mut v = vec![];
+                let mut cur = x[0].clone();
+                let last = norm.len() - 1;
+                for (i, axis) in norm.into_iter().enumerate() {
+                    let o = if i == last {
+                        out.to_string()
+                    } else {
+                        format!("{out}#r{i}")
+                    };
+                    v.push(Node {
+                        name: if i == last {
+                            name.to_string()
+                        } else {
+                            format!("{name}#r{i}")
+                        },
+                        op: mk(axis),
+                        inputs: vec![cur],
+                        outputs: vec![o.clone()],
+                    });
+                    cur = o;
+                }
+                Lowering::Nodes(v)
             }
             "Softmax" | "LogSoftmax" => {
                 arity!(1);
