@@ -540,6 +540,48 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
+                Op::AvgPool2d {
+                    kernel,
+                    strides,
+                    pads,
+                    count_include_pad,
+                } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let xs = &tg.tensors[i].shape;
+                    let os = tg.tensors[o].shape.clone();
+                    let x = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    let (h, wd) = (xs[2] as isize, xs[3] as isize);
+                    for nc in 0..os[0] * os[1] {
+                        for p in 0..os[2] {
+                            for q in 0..os[3] {
+                                let (mut sum, mut count) = (0.0f32, 0usize);
+                                for rr in 0..kernel[0] {
+                                    let ih = (p * strides[0] + rr) as isize - pads[0] as isize;
+                                    for ss in 0..kernel[1] {
+                                        let iw = (q * strides[1] + ss) as isize - pads[1] as isize;
+                                        if ih < 0 || ih >= h || iw < 0 || iw >= wd {
+                                            continue;
+                                        }
+                                        sum += x[(nc * h as usize + ih as usize) * wd as usize
+                                            + iw as usize];
+                                        count += 1;
+                                    }
+                                }
+                                let d = if *count_include_pad {
+                                    kernel[0] * kernel[1]
+                                } else {
+                                    count.max(1)
+                                };
+                                out.push(sum / d as f32);
+                            }
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
                 Op::MaxPool2d {
                     kernel,
                     strides,

@@ -230,6 +230,19 @@ pub enum Op {
         /// `[top, left, bottom, right]`.
         pads: Vec<usize>,
     },
+    /// 2-D average pooling, NCHW (ONNX `AveragePool`): the mean over the window's input
+    /// positions, or over the whole window with padding counted as zeros when
+    /// `count_include_pad`.
+    AvgPool2d {
+        /// `[R, S]`.
+        kernel: Vec<usize>,
+        /// `[stride_h, stride_w]`.
+        strides: Vec<usize>,
+        /// `[top, left, bottom, right]`.
+        pads: Vec<usize>,
+        /// Divide by R·S (padding counted) instead of the window's input positions.
+        count_include_pad: bool,
+    },
     /// Change the dtype (values kept in f32 by the executor).
     Cast {
         /// Target dtype.
@@ -333,6 +346,7 @@ impl Op {
             Op::Where => "Where",
             Op::Conv2d { .. } => "Conv2d",
             Op::MaxPool2d { .. } => "MaxPool2d",
+            Op::AvgPool2d { .. } => "AvgPool2d",
             Op::Cast { .. } => "Cast",
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
@@ -392,6 +406,7 @@ impl Op {
             | Op::Where
             | Op::Conv2d { .. }
             | Op::MaxPool2d { .. }
+            | Op::AvgPool2d { .. }
             | Op::RmsNormSwiGlu { .. }
             | Op::Opaque { .. } => OpClass::Opaque,
             _ => OpClass::Elementwise,
@@ -1346,6 +1361,12 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             kernel,
             strides,
             pads,
+        }
+        | Op::AvgPool2d {
+            kernel,
+            strides,
+            pads,
+            ..
         } => {
             arity(1)?;
             let x = ins[0];

@@ -1600,7 +1600,7 @@ impl<'a> Importer<'a> {
                     ins,
                 )
             }
-            "MaxPool" => {
+            "MaxPool" | "AveragePool" => {
                 if np.output.len() > 1 && !np.output[1].is_empty() {
                     opaque!("the Indices output is used");
                 }
@@ -1625,14 +1625,21 @@ impl<'a> Importer<'a> {
                 let (Some(kernel), Some(strides), Some(pads)) = (kernel, strides, pads) else {
                     opaque!("kernel_shape missing, or negative strides or pads");
                 };
-                one(
+                let op = if op_type == "MaxPool" {
                     Op::MaxPool2d {
                         kernel,
                         strides,
                         pads,
-                    },
-                    ins,
-                )
+                    }
+                } else {
+                    Op::AvgPool2d {
+                        kernel,
+                        strides,
+                        pads,
+                        count_include_pad: attr_i(np, "count_include_pad").unwrap_or(0) != 0,
+                    }
+                };
+                one(op, ins)
             }
             "GlobalAveragePool" => {
                 let ins = inputs!([0]);

@@ -118,7 +118,7 @@ pub const LIMITATIONS: &[&str] = &[
 /// FLOPs of one node: matmul 2·M·N·K; elementwise 1 per output element; reductions 1 per
 /// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7, LogAddExp 3
 /// per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
-/// MaxPool2d one compare per window element; sources, views, casts, Slice, Where and
+/// MaxPool2d / AvgPool2d one compare or add per window element; sources, views, casts, Slice, Where and
 /// opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
     let out = tg.tensors[tg.node_outputs[i][0]].numel;
@@ -141,7 +141,9 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
             let per_out = w.get(1..).map_or(0, |s| s.iter().product::<usize>()) as u64;
             out.saturating_mul(per_out).saturating_mul(2)
         }
-        Op::MaxPool2d { kernel, .. } => out.saturating_mul(kernel.iter().product::<usize>() as u64),
+        Op::MaxPool2d { kernel, .. } | Op::AvgPool2d { kernel, .. } => {
+            out.saturating_mul(kernel.iter().product::<usize>() as u64)
+        }
         Op::Cast { .. } | Op::Opaque { .. } => 0,
         Op::MatMul => {
             let a = &tg.tensors[tg.node_inputs[i][0]].shape;

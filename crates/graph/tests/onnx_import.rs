@@ -762,3 +762,43 @@ fn reductions_over_several_axes_run() {
         assert_eq!(r.outputs[0].2, vec![3.5, 5.5, 7.5]);
     }
 }
+
+#[test]
+fn average_pool_with_and_without_padding_in_the_count() {
+    use std::collections::HashMap;
+    use tensorforge_graph::exec::execute;
+    use tensorforge_graph::fusion::compile;
+    for (include, want) in [
+        // x = [[1, 2], [3, 4]], 2×2 windows, stride 1, pad 1 → 3×3 outputs. Without padding
+        // in the count: the mean of the window's inputs, e.g. top-left {1} = 1, top-middle
+        // {1, 2} = 1.5, centre {1, 2, 3, 4} = 2.5.
+        (0, [1.0, 1.5, 2.0, 2.0, 2.5, 3.0, 3.0, 3.5, 4.0]),
+        // With it: the window sum over 4, e.g. top-left 1/4, top-middle 3/4.
+        (1, [0.25, 0.75, 0.5, 1.0, 2.5, 1.5, 0.75, 1.75, 1.0]),
+    ] {
+        let mut m = M::new(18);
+        m.inputs.push(vi("x", FLOAT, &[1, 1, 2, 2]));
+        m.nodes = vec![node(
+            "AveragePool",
+            &["x"],
+            &["y"],
+            vec![
+                a_ints("kernel_shape", &[2, 2]),
+                a_ints("pads", &[1, 1, 1, 1]),
+                a_i("count_include_pad", include),
+            ],
+        )];
+        m.outputs.push(vi("y", FLOAT, &[1, 1, 3, 3]));
+        let imp = m.import().unwrap();
+        assert!(imp.opaque.is_empty(), "{:?}", imp.opaque);
+        let c = compile(&imp.graph).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![1.0f32, 2.0, 3.0, 4.0]);
+        let r = execute(&c.fused, &ins).unwrap();
+        assert_eq!(
+            r.outputs[0].2,
+            want.to_vec(),
+            "count_include_pad = {include}"
+        );
+    }
+}
