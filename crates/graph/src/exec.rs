@@ -546,40 +546,15 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     pads,
                     count_include_pad,
                 } => {
-                    let i = tg.node_inputs[n][0];
-                    let o = tg.node_outputs[n][0];
-                    let xs = &tg.tensors[i].shape;
-                    let os = tg.tensors[o].shape.clone();
-                    let x = st.bufs[i].as_deref().unwrap_or(&[]);
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
-                    out.clear();
-                    let (h, wd) = (xs[2] as isize, xs[3] as isize);
-                    for nc in 0..os[0] * os[1] {
-                        for p in 0..os[2] {
-                            for q in 0..os[3] {
-                                let (mut sum, mut count) = (0.0f32, 0usize);
-                                for rr in 0..kernel[0] {
-                                    let ih = (p * strides[0] + rr) as isize - pads[0] as isize;
-                                    for ss in 0..kernel[1] {
-                                        let iw = (q * strides[1] + ss) as isize - pads[1] as isize;
-                                        if ih < 0 || ih >= h || iw < 0 || iw >= wd {
-                                            continue;
-                                        }
-                                        sum += x[(nc * h as usize + ih as usize) * wd as usize
-                                            + iw as usize];
-                                        count += 1;
-                                    }
-                                }
-                                let d = if *count_include_pad {
-                                    kernel[0] * kernel[1]
-                                } else {
-                                    count.max(1)
-                                };
-                                out.push(sum / d as f32);
-                            }
+                    let whole = (kernel[0] * kernel[1]) as f32;
+                    pool2d(tg, n, st, kernel, strides, pads, |win| {
+                        let (sum, count) = win.fold((0.0f32, 0usize), |(s, c), v| (s + v, c + 1));
+                        sum / if *count_include_pad {
+                            whole
+                        } else {
+                            count.max(1) as f32
                         }
-                    }
-                    st.bufs[o] = Some(out);
+                    });
                     Ok(())
                 }
                 Op::MaxPool2d {
@@ -587,41 +562,13 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     strides,
                     pads,
                 } => {
-                    let i = tg.node_inputs[n][0];
-                    let o = tg.node_outputs[n][0];
-                    let xs = &tg.tensors[i].shape;
-                    let os = tg.tensors[o].shape.clone();
-                    let x = st.bufs[i].as_deref().unwrap_or(&[]);
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
-                    out.clear();
-                    let (h, wd) = (xs[2] as isize, xs[3] as isize);
-                    for nc in 0..os[0] * os[1] {
-                        for p in 0..os[2] {
-                            for q in 0..os[3] {
-                                let mut m = f32::NEG_INFINITY;
-                                for rr in 0..kernel[0] {
-                                    let ih = (p * strides[0] + rr) as isize - pads[0] as isize;
-                                    if ih < 0 || ih >= h {
-                                        continue;
-                                    }
-                                    for ss in 0..kernel[1] {
-                                        let iw = (q * strides[1] + ss) as isize - pads[1] as isize;
-                                        if iw < 0 || iw >= wd {
-                                            continue;
-                                        }
-                                        let v = x[(nc * h as usize + ih as usize) * wd as usize
-                                            + iw as usize];
-                                        // NaN propagates, as in ONNX Runtime's max.
-                                        if v > m || v.is_nan() {
-                                            m = v;
-                                        }
-                                    }
-                                }
-                                out.push(m);
-                            }
-                        }
-                    }
-                    st.bufs[o] = Some(out);
+                    // NaN propagates, as in ONNX Runtime's max; padding never wins.
+                    pool2d(tg, n, st, kernel, strides, pads, |win| {
+                        win.fold(
+                            f32::NEG_INFINITY,
+                            |m, v| if v > m || v.is_nan() { v } else { m },
+                        )
+                    });
                     Ok(())
                 }
                 Op::Where => {
@@ -660,6 +607,43 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
             }
         }
     }
+}
+
+/// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
+/// gets the window's input values (padded positions left out) and returns the output.
+fn pool2d(
+    tg: &TypedGraph,
+    n: usize,
+    st: &mut State,
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    reduce: impl Fn(&mut dyn Iterator<Item = f32>) -> f32,
+) {
+    let i = tg.node_inputs[n][0];
+    let o = tg.node_outputs[n][0];
+    let xs = &tg.tensors[i].shape;
+    let os = &tg.tensors[o].shape;
+    let x = st.bufs[i].as_deref().unwrap_or(&[]);
+    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+    out.clear();
+    let (h, w) = (xs[2] as isize, xs[3] as isize);
+    for nc in 0..os[0] * os[1] {
+        for p in 0..os[2] {
+            for q in 0..os[3] {
+                let mut win = (0..kernel[0])
+                    .flat_map(|r| (0..kernel[1]).map(move |c| (r, c)))
+                    .filter_map(|(r, c)| {
+                        let ih = (p * strides[0] + r) as isize - pads[0] as isize;
+                        let iw = (q * strides[1] + c) as isize - pads[1] as isize;
+                        (ih >= 0 && ih < h && iw >= 0 && iw < w)
+                            .then(|| x[(nc * h as usize + ih as usize) * w as usize + iw as usize])
+                    });
+                out.push(reduce(&mut win));
+            }
+        }
+    }
+    st.bufs[o] = Some(out);
 }
 
 /// Row-major strides of `shape`, in elements.
