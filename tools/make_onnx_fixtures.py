@@ -493,12 +493,207 @@ def convnet():
     return model, {"input": xin}, reference
 
 
+def gpt_embed():
+    """GPT-2-style block with the shape arithmetic torch.onnx.export writes around it.
+
+    Token ids (int64 input) → Gather on a tied embedding table; position ids from
+    Shape → Gather → Range → Unsqueeze → Gather on an fp16 position table (Cast to fp32);
+    LayerNormalization; fused QKV MatMul → Split (sizes as an input); head shapes built by
+    Shape/Gather/Unsqueeze/Concat (a −1 dim in the merge); attention scale
+    Sqrt(Cast(Gather(Shape(q), 3))); causal mask LessOrEqual of two Range vectors with the fill
+    from ConstantOfShape(Shape(scores), −inf); an out projection weight of shape [1,64,64]
+    (batch dims all 1); FFN bias added through Expand to a computed shape; tanh GELU written
+    out (Pow 3, Tanh); LM head MatMul with Transpose(wte); a value head MatMul with a 1-D
+    weight [64] → [1,8]; and a MatMul of [1,8,64] by a [2,64,16] weight (the left operand's
+    batch dims broadcast) → [2,8,16].
+    """
+    V, S, P, H, NH, HD, F = 100, 8, 16, 64, 4, 16, 256
+    eps = 1e-5
+    rng = np.random.default_rng(5)
+    p = {
+        "wte": (0.5 * rng.standard_normal((V, H))).astype(np.float32),
+        "ln_1.weight": (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32),
+        "ln_1.bias": _bias(rng, H),
+        "c_attn.weight": _linear_w(rng, H, 3 * H),
+        "c_attn.bias": _bias(rng, 3 * H),
+        "c_proj.weight": _linear_w(rng, H, H).reshape(1, H, H),
+        "ln_2.weight": (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32),
+        "ln_2.bias": _bias(rng, H),
+        "mlp.c_fc.weight": _linear_w(rng, H, F),
+        "mlp.c_fc.bias": _bias(rng, F),
+        "mlp.c_proj.weight": _linear_w(rng, F, H),
+        "mlp.c_proj.bias": _bias(rng, H),
+        "value_head.weight": (rng.standard_normal(H) / math.sqrt(H)).astype(np.float32),
+        "pair.weight": (rng.standard_normal((2, H, 16)) / math.sqrt(H)).astype(np.float32),
+    }
+    wpe16 = (0.5 * rng.standard_normal((P, H))).astype(np.float16)
+
+    b = _Builder()
+    for k, v in p.items():
+        b.init(k, v)
+    b.init("wpe", wpe16)
+    b.init("split_sizes", np.array([H, H, H], np.int64))
+    b.init("axes0", np.array([0], np.int64))
+    b.init("axes1", np.array([1], np.int64))
+    b.init("heads_tail", np.array([NH, HD], np.int64))
+    b.init("minus_one", np.array([-1], np.int64))
+    b.init("ffn_width", np.array([F], np.int64))
+    b.const("zero_i", np.array(0, np.int64))
+    b.const("one_i", np.array(1, np.int64))
+    b.const("three_i", np.array(3, np.int64))
+    b.const("gelu_c", np.array(math.sqrt(2.0 / math.pi), np.float32))
+    b.const("gelu_k", np.array(0.044715, np.float32))
+    b.const("three_f", np.array(3.0, np.float32))
+    b.const("half", np.array(0.5, np.float32))
+    b.const("one_f", np.array(1.0, np.float32))
+
+    ids = "input_ids"
+    tok = b.op("Gather", ["wte", ids], "tok_emb", axis=0)
+    shp = b.op("Shape", [ids], "ids_shape")
+    seq = b.op("Gather", [shp, "one_i"], "seq_len", axis=0)
+    pos = b.op("Range", ["zero_i", seq, "one_i"], "positions")
+    pos2 = b.op("Unsqueeze", [pos, "axes0"], "position_ids")
+    wpe = b.op("Cast", ["wpe"], "wpe_f32", to=TensorProto.FLOAT)
+    pe = b.op("Gather", [wpe, pos2], "pos_emb", axis=0)
+    x = b.op("Add", [tok, pe], "embeddings")
+    ln1 = b.op("LayerNormalization", [x, "ln_1.weight", "ln_1.bias"], "ln_1_out", axis=-1, epsilon=eps)
+    qkv = b.op("MatMul", [ln1, "c_attn.weight"], "qkv_mm")
+    qkv = b.op("Add", [qkv, "c_attn.bias"], "qkv")
+    b.nodes.append(helper.make_node("Split", [qkv, "split_sizes"], ["q", "k", "v"], name="split_qkv", axis=-1))
+    lshape = b.op("Shape", [ln1], "ln_1_shape")
+    b0 = b.op("Gather", [lshape, "zero_i"], "batch_dim", axis=0)
+    s0 = b.op("Gather", [lshape, "one_i"], "seq_dim", axis=0)
+    b0u = b.op("Unsqueeze", [b0, "axes0"], "batch_dim_1d")
+    s0u = b.op("Unsqueeze", [s0, "axes0"], "seq_dim_1d")
+    heads_shape = b.op("Concat", [b0u, s0u, "heads_tail"], "heads_shape", axis=0)
+    merged_shape = b.op("Concat", [b0u, s0u, "minus_one"], "merged_shape", axis=0)
+    ffn_shape = b.op("Concat", [b0u, s0u, "ffn_width"], "ffn_shape", axis=0)
+    qh = b.op("Transpose", [b.op("Reshape", ["q", heads_shape], "q_heads")], "q_t", perm=[0, 2, 1, 3])
+    kt = b.op("Transpose", [b.op("Reshape", ["k", heads_shape], "k_heads")], "k_t", perm=[0, 2, 3, 1])
+    vh = b.op("Transpose", [b.op("Reshape", ["v", heads_shape], "v_heads")], "v_t", perm=[0, 2, 1, 3])
+    hd = b.op("Gather", [b.op("Shape", [qh], "q_t_shape"), "three_i"], "head_dim", axis=0)
+    scale = b.op("Sqrt", [b.op("Cast", [hd], "head_dim_f", to=TensorProto.FLOAT)], "attn_scale")
+    sc = b.op("Div", [b.op("MatMul", [qh, kt], "scores_raw"), scale], "scores")
+    r = b.op("Range", ["zero_i", seq, "one_i"], "mask_range")
+    rows = b.op("Unsqueeze", [r, "axes1"], "mask_rows")
+    cols = b.op("Unsqueeze", [r, "axes0"], "mask_cols")
+    mask = b.op("LessOrEqual", [cols, rows], "causal_mask")
+    fill_t = numpy_helper.from_array(np.array([-np.inf], np.float32), "fill_value")
+    fill = b.op("ConstantOfShape", [b.op("Shape", [sc], "scores_shape")], "mask_fill", value=fill_t)
+    sc = b.op("Where", [mask, sc, fill], "scores_masked")
+    pr = b.op("Softmax", [sc], "probs", axis=-1)
+    ctx = b.op("Transpose", [b.op("MatMul", [pr, vh], "context")], "context_t", perm=[0, 2, 1, 3])
+    ctx = b.op("Reshape", [ctx, merged_shape], "context_merged")
+    ao = b.op("MatMul", [ctx, "c_proj.weight"], "attn_out")
+    h = b.op("Add", [x, ao], "residual1")
+    ln2 = b.op("LayerNormalization", [h, "ln_2.weight", "ln_2.bias"], "ln_2_out", axis=-1, epsilon=eps)
+    fc = b.op("MatMul", [ln2, "mlp.c_fc.weight"], "fc_mm")
+    fc = b.op("Add", [fc, b.op("Expand", ["mlp.c_fc.bias", ffn_shape], "fc_bias_full")], "fc")
+    cube = b.op("Pow", [fc, "three_f"], "fc_cube")
+    inner = b.op("Add", [fc, b.op("Mul", [cube, "gelu_k"], "fc_cube_k")], "gelu_inner")
+    th = b.op("Tanh", [b.op("Mul", [inner, "gelu_c"], "gelu_scaled")], "gelu_tanh")
+    g = b.op("Mul", [b.op("Mul", [fc, "half"], "fc_half"), b.op("Add", [th, "one_f"], "gelu_onep")], "gelu")
+    mo = b.op("Add", [b.op("MatMul", [g, "mlp.c_proj.weight"], "mlp_mm"), "mlp.c_proj.bias"], "mlp_out")
+    h2 = b.op("Add", [h, mo], "hidden_out")
+    wte_t = b.op("Transpose", ["wte"], "wte_t", perm=[1, 0])
+    b.op("MatMul", [h2, wte_t], "logits")
+    b.op("MatMul", [h2, "value_head.weight"], "value")
+    b.op("MatMul", [ln2, "pair.weight"], "pair_proj")
+
+    model = _finish(
+        b.nodes,
+        "gpt_embed",
+        [helper.make_tensor_value_info(ids, TensorProto.INT64, [1, S])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, S, V]),
+            helper.make_tensor_value_info("value", TensorProto.FLOAT, [1, S]),
+            helper.make_tensor_value_info("pair_proj", TensorProto.FLOAT, [2, S, 16]),
+        ],
+        b.inits,
+    )
+    id_in = np.random.default_rng(1005).integers(0, V, size=(1, S), dtype=np.int64)
+    w = _f64(p)
+    wpe64 = wpe16.astype(np.float64)
+
+    def reference(i):
+        t = i["input_ids"]
+        x = w["wte"][t] + wpe64[np.arange(S)][None]
+        n1 = _np_layernorm(x, w["ln_1.weight"], w["ln_1.bias"], eps)
+        qkv = n1 @ w["c_attn.weight"] + w["c_attn.bias"]
+        q, k, v = (qkv[..., j * H:(j + 1) * H].reshape(1, S, NH, HD).transpose(0, 2, 1, 3) for j in range(3))
+        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(HD)
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+        c = (_np_softmax(s) @ v).transpose(0, 2, 1, 3).reshape(1, S, H)
+        h = x + c @ w["c_proj.weight"][0]
+        n2 = _np_layernorm(h, w["ln_2.weight"], w["ln_2.bias"], eps)
+        fc = n2 @ w["mlp.c_fc.weight"] + w["mlp.c_fc.bias"]
+        g = 0.5 * fc * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (fc + 0.044715 * fc**3)))
+        h2 = h + g @ w["mlp.c_proj.weight"] + w["mlp.c_proj.bias"]
+        return {
+            "logits": h2 @ w["wte"].T,
+            "value": h2 @ w["value_head.weight"],
+            "pair_proj": n2 @ w["pair.weight"],
+        }
+
+    return model, {"input_ids": id_in}, reference
+
+
+def qdq_mlp():
+    """A QDQ-quantized linear layer as quantization tools write it: the activation through
+    QuantizeLinear/DequantizeLinear (fp32 scale, int8 zero point), an int8 weight initializer
+    through DequantizeLinear, MatMul, Relu, and the output through a QDQ pair with a non-zero
+    zero point."""
+    rng = np.random.default_rng(6)
+    sx, sw, sy, zy = 0.02, 0.01, 0.05, -10
+    wq = rng.integers(-127, 128, size=(32, 16), dtype=np.int8)
+    b = _Builder()
+    b.init("w_q", wq)
+    b.init("x_scale", np.array(sx, np.float32))
+    b.init("x_zero", np.array(0, np.int8))
+    b.init("w_scale", np.array(sw, np.float32))
+    b.init("w_zero", np.array(0, np.int8))
+    b.init("y_scale", np.array(sy, np.float32))
+    b.init("y_zero", np.array(zy, np.int8))
+    xq = b.op("QuantizeLinear", ["x", "x_scale", "x_zero"], "x_q")
+    xd = b.op("DequantizeLinear", [xq, "x_scale", "x_zero"], "x_dq")
+    wd = b.op("DequantizeLinear", ["w_q", "w_scale", "w_zero"], "w_dq")
+    y = b.op("Relu", [b.op("MatMul", [xd, wd], "mm")], "y_f")
+    yq = b.op("QuantizeLinear", [y, "y_scale", "y_zero"], "y_q")
+    b.op("DequantizeLinear", [yq, "y_scale", "y_zero"], "y")
+    model = _finish(
+        b.nodes,
+        "qdq_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        b.inits,
+    )
+    xin = np.random.default_rng(1006).standard_normal((4, 32)).astype(np.float32)
+
+    def reference(i):
+        # The quantization steps in float32 as ONNX defines them (x / scale in the input's
+        # type, round half to even, saturate); the MatMul in float64.
+        f32 = np.float32
+
+        def qdq(v, s, z):
+            q = np.clip(np.rint(v.astype(f32) / f32(s)) + z, -128, 127)
+            return ((q - z) * f32(s)).astype(np.float64)
+
+        xd = qdq(i["x"], sx, 0)
+        wd = wq.astype(np.float64) * f32(sw).astype(np.float64)
+        y = np.maximum(xd @ wd, 0.0)
+        return {"y": qdq(y, sy, zy)}
+
+    return model, {"x": xin}, reference
+
+
 FIXTURES = [
     ("tiny_mlp", tiny_mlp_fixture),
     ("mlp_gelu_erf", mlp_gelu_erf),
     ("bert_block", bert_block),
     ("llama_block", llama_block),
     ("convnet", convnet),
+    ("gpt_embed", gpt_embed),
+    ("qdq_mlp", qdq_mlp),
 ]
 
 
@@ -529,7 +724,7 @@ def write_fixture(name, build) -> None:
     graph_inputs = [i.name for i in model.graph.input]
     assert sorted(graph_inputs) == sorted(inputs), (name, graph_inputs)
     for k, v in inputs.items():
-        assert v.dtype == np.float32 and np.all(np.isfinite(v))
+        assert v.dtype in (np.float32, np.int64) and np.all(np.isfinite(v))
         np.save(os.path.join(d, "inputs", f"{k}.npy"), np.ascontiguousarray(v))
 
     # The committed expectation: onnxruntime, CPU provider, no graph rewrites, one thread.

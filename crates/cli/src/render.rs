@@ -30,27 +30,49 @@ impl Table {
         self.rows.push(r);
     }
 
-    /// Render with two spaces of indent.
+    /// Render with two spaces of indent. A cell longer than [`MAX_CELL_CHARS`] is cut and
+    /// says how much was left out (the JSON output keeps everything); padding is written
+    /// by hand, so no width limit of `format!` applies.
     pub fn render(&self) -> String {
         let n = self.head.len();
+        let cell = |c: &String| -> String {
+            let len = c.chars().count();
+            if len <= MAX_CELL_CHARS {
+                c.clone()
+            } else {
+                let keep = MAX_CELL_CHARS - 24;
+                let cut: String = c.chars().take(keep).collect();
+                format!("{cut}… [+{} chars]", len - keep)
+            }
+        };
+        let cells: Vec<Vec<String>> = std::iter::once(&self.head)
+            .chain(self.rows.iter())
+            .map(|r| r.iter().take(n).map(cell).collect())
+            .collect();
         let mut w = vec![0usize; n];
-        for r in std::iter::once(&self.head).chain(self.rows.iter()) {
-            for (i, c) in r.iter().enumerate().take(n) {
+        for r in &cells {
+            for (i, c) in r.iter().enumerate() {
                 w[i] = w[i].max(c.chars().count());
             }
         }
         let mut out = String::new();
-        for r in std::iter::once(&self.head).chain(self.rows.iter()) {
+        for r in &cells {
             let line: Vec<String> = r
                 .iter()
                 .enumerate()
-                .map(|(i, c)| format!("{c:<width$}", width = w[i.min(n - 1)]))
+                .map(|(i, c)| {
+                    let pad = w[i].saturating_sub(c.chars().count());
+                    format!("{c}{}", " ".repeat(pad))
+                })
                 .collect();
             let _ = writeln!(out, "  {}", line.join("  ").trim_end());
         }
         out
     }
 }
+
+/// Longest table cell shown in full (longer ones are cut, with the count left out).
+pub const MAX_CELL_CHARS: usize = 200;
 
 /// Roofline section shared by every report.
 pub fn roofline(r: &Roofline) -> String {
@@ -603,4 +625,24 @@ pub fn explore_many(r: &MultiExploreResult) -> String {
     o.push('\n');
     o.push_str(&limitations(&r.limitations));
     o
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn long_cells_are_cut_not_a_panic() {
+        // 70 000 characters: over the 65 535 width limit of `format!` padding.
+        let mut t = Table::new(&["name", "n"]);
+        t.row(vec!["x".repeat(70_000), "1".into()]);
+        t.row(vec!["short".into(), "2".into()]);
+        let r = t.render();
+        // Kept: 200 − 24 = 176 chars, then "… [+69824 chars]" (70 000 − 176 = 69 824).
+        assert!(r.contains("… [+69824 chars]"), "{r}");
+        assert!(r.lines().all(|l| l.chars().count() < 300), "{r}");
+        // Columns still line up: "short" is padded to the cut cell's width.
+        let w = 176 + "… [+69824 chars]".chars().count();
+        assert!(r.contains(&format!("short{}  2", " ".repeat(w - 5))), "{r}");
+    }
 }

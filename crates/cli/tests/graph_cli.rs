@@ -366,3 +366,84 @@ fn run_out_writes_each_output_as_npy_and_refuses_a_file_as_dir() {
         &["--out", "not a directory"],
     );
 }
+
+/// Every real ONNX fixture through the binary, as a user runs it: `run --inputs --out`
+/// writes outputs equal to onnxruntime's (1e-5 of the largest magnitude, fused and
+/// `--unfused`), `fuse --explain` gives a reason per decision, and the traffic model counts
+/// at least the weight bytes.
+#[test]
+fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/onnx");
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").exists())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 7, "{names:?}");
+    for name in &names {
+        let d = root.join(name);
+        let model = d.join("model.onnx").display().to_string();
+        let inputs = d.join("inputs").display().to_string();
+        for unfused in [false, true] {
+            let out = tmpdir(&format!("onnxfx_{name}_{unfused}"));
+            let mut args = vec!["run", &model, "--inputs", &inputs, "--out"];
+            let o = out.display().to_string();
+            args.push(&o);
+            if unfused {
+                args.push("--unfused");
+            }
+            tf().args(&args).assert().success();
+            for e in std::fs::read_dir(d.join("expected")).unwrap() {
+                let p = e.unwrap().path();
+                let want =
+                    tensorforge_kernels::npy::parse_npy(&std::fs::read(&p).unwrap()).unwrap();
+                let got = tensorforge_kernels::npy::parse_npy(
+                    &std::fs::read(out.join(p.file_name().unwrap())).unwrap(),
+                )
+                .unwrap();
+                assert_eq!(got.shape, want.shape, "{name} {}", p.display());
+                let (
+                    tensorforge_kernels::npy::NpyData::F32(g),
+                    tensorforge_kernels::npy::NpyData::F32(w),
+                ) = (&got.data, &want.data)
+                else {
+                    panic!("{name}: not f32");
+                };
+                let scale = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let err = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                assert!(
+                    err <= 1e-5 * scale,
+                    "{name} unfused={unfused}: {err:e} vs {scale}"
+                );
+            }
+        }
+        let explain = tf()
+            .args(["fuse", &model, "--explain"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let text = String::from_utf8(explain).unwrap();
+        let decisions: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("[+]") || l.trim_start().starts_with("[-]"))
+            .collect();
+        assert!(!decisions.is_empty(), "{name}: {text}");
+        // Every decision line carries a reason after its `(rule)` tag.
+        for l in &decisions {
+            let reason = l.split_once(")").map(|x| x.1.trim()).unwrap_or("");
+            assert!(reason.len() > 10, "{name}: no reason in `{l}`");
+        }
+        let v = json(&["fuse", &model, "--json"]);
+        let imp = tensorforge_graph::onnx::import_onnx_file(&model).unwrap();
+        let weight_bytes: usize = imp.weights.values().map(|w| w.len()).sum();
+        // fp32 weights are 4 bytes each; int8 ones 1: the lower bound counts 1 byte each.
+        assert!(
+            v["traffic"]["fused_bytes"].as_u64().unwrap() >= weight_bytes as u64,
+            "{name}: {v}"
+        );
+    }
+}

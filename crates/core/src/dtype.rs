@@ -25,11 +25,31 @@ pub enum DType {
     Int8,
     /// 4-bit integer, packed two per byte.
     Int4,
+    /// 32-bit integer (index and shape tensors; no peak throughput is modelled for it).
+    Int32,
+    /// 64-bit integer (ONNX index and shape tensors, e.g. token ids).
+    Int64,
+    /// Boolean, one byte per element (ONNX masks).
+    Bool,
 }
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 7] = [
+    pub const ALL: [DType; 10] = [
+        DType::Fp32,
+        DType::Tf32,
+        DType::Bf16,
+        DType::Fp16,
+        DType::Fp8,
+        DType::Int8,
+        DType::Int4,
+        DType::Int32,
+        DType::Int64,
+        DType::Bool,
+    ];
+
+    /// The dtypes arithmetic units have a peak for (index, shape and mask types excluded).
+    pub const COMPUTE: [DType; 7] = [
         DType::Fp32,
         DType::Tf32,
         DType::Bf16,
@@ -39,12 +59,21 @@ impl DType {
         DType::Int4,
     ];
 
+    /// Whether values of this type are integers or booleans (casts to it truncate).
+    pub fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DType::Int8 | DType::Int4 | DType::Int32 | DType::Int64 | DType::Bool
+        )
+    }
+
     /// Storage size of one element in bits.
     pub fn bits(self) -> u64 {
         match self {
-            DType::Fp32 | DType::Tf32 => 32,
+            DType::Int64 => 64,
+            DType::Fp32 | DType::Tf32 | DType::Int32 => 32,
             DType::Bf16 | DType::Fp16 => 16,
-            DType::Fp8 | DType::Int8 => 8,
+            DType::Fp8 | DType::Int8 | DType::Bool => 8,
             DType::Int4 => 4,
         }
     }
@@ -59,6 +88,9 @@ impl DType {
             DType::Fp8 => "fp8",
             DType::Int8 => "int8",
             DType::Int4 => "int4",
+            DType::Int32 => "int32",
+            DType::Int64 => "int64",
+            DType::Bool => "bool",
         }
     }
 
@@ -81,6 +113,9 @@ impl DType {
             "fp8" | "f8" | "float8" | "e4m3" | "e5m2" => DType::Fp8,
             "int8" | "i8" | "s8" | "u8" | "uint8" => DType::Int8,
             "int4" | "i4" | "s4" | "u4" | "uint4" => DType::Int4,
+            "int32" | "i32" => DType::Int32,
+            "int64" | "i64" => DType::Int64,
+            "bool" => DType::Bool,
             _ => {
                 return Err(CoreError::Unknown {
                     kind: "dtype".into(),
@@ -118,6 +153,9 @@ mod tests {
         assert_eq!(DType::Int4.bytes_for(4096).unwrap(), 2048);
         assert_eq!(DType::Fp16.bytes_for(10).unwrap(), 20);
         assert_eq!(DType::Tf32.bytes_for(1).unwrap(), 4);
+        // Index types: 3 int64 token ids = 24 bytes; a bool mask is one byte per element.
+        assert_eq!(DType::Int64.bytes_for(3).unwrap(), 24);
+        assert_eq!(DType::Bool.bytes_for(5).unwrap(), 5);
     }
 
     #[test]

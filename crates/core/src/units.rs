@@ -8,6 +8,8 @@ pub fn time(s: f64) -> String {
     if !s.is_finite() {
         return format!("{s}");
     }
+    // −0 (an empty f64 sum is −0.0) prints as 0.
+    let s = if s == 0.0 { 0.0 } else { s };
     let a = s.abs();
     if a < 1e-6 {
         format!("{:.2} ns", s * 1e9)
@@ -81,6 +83,7 @@ mod tests {
 
     #[test]
     fn scales() {
+        assert_eq!(time(-0.0), "0.00 ns");
         assert_eq!(time(552e-9), "552.00 ns");
         assert_eq!(time(48.18e-6), "48.18 µs");
         assert_eq!(bytes(1024.0 * 1536.0), "1.50 MiB");

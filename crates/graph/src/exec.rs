@@ -132,10 +132,43 @@ pub fn fill_inputs(
                 .name
                 .bytes()
                 .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
-            given.insert(t.name.clone(), random_values(n, h));
+            let mut v = random_values(n, h);
+            if let Some(hi) = integer_range(tg, tg.node_outputs[i][0]) {
+                // Whole numbers in [0, hi): valid indices for every Gather that reads them.
+                for x in &mut v {
+                    *x = (((*x + 1.0) * 0.5 * hi as f32) as usize).min(hi - 1) as f32;
+                }
+            }
+            given.insert(t.name.clone(), v);
         }
     }
     Ok(())
+}
+
+/// For a generated integer tensor `t`: values are drawn from `[0, hi)`, `hi` the shortest
+/// axis a `Gather` indexes with it, 2 for booleans, else 100. `None` for float tensors.
+fn integer_range(tg: &TypedGraph, t: usize) -> Option<usize> {
+    let spec = &tg.tensors[t];
+    if !spec.dtype.is_integer() {
+        return None;
+    }
+    let gathered = tg
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(n, node)| match node.op {
+            Op::Gather { axis } if tg.node_inputs[n].get(1) == Some(&t) => {
+                let d = &tg.tensors[tg.node_inputs[n][0]].shape;
+                norm_axis(axis, d.len()).map(|a| d[a])
+            }
+            _ => None,
+        })
+        .min();
+    Some(
+        gathered
+            .unwrap_or(if spec.dtype == DType::Bool { 2 } else { 100 })
+            .max(1),
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -342,9 +375,7 @@ fn run_program(
                 }
             }
         }
-        for &t in &k.inputs {
-            rb += tg.tensors[t].bytes;
-        }
+        rb += crate::traffic::kernel_read_bytes(tg, k);
         run_kernel(st, k)?;
         for &t in &k.outputs {
             wb += tg.tensors[t].bytes;
@@ -595,6 +626,42 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             y[at(&sy)]
                         });
                     });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Gather { axis } => {
+                    let (d, ix) = (tg.node_inputs[n][0], tg.node_inputs[n][1]);
+                    let o = tg.node_outputs[n][0];
+                    let ds = &tg.tensors[d].shape;
+                    let a =
+                        norm_axis(*axis, ds.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let outer: usize = ds[..a].iter().product();
+                    let len = ds[a];
+                    let inner: usize = ds[a + 1..].iter().product();
+                    let src = st.bufs[d].as_deref().unwrap_or(&[]);
+                    let idx = st.bufs[ix].as_deref().unwrap_or(&[]);
+                    // Indices are held as f32 (exact up to 2^24); resolve them once.
+                    let mut rows = Vec::with_capacity(idx.len());
+                    for &v in idx {
+                        let i = v as i64;
+                        let r = if i < 0 { i + len as i64 } else { i };
+                        if v.fract() != 0.0 || r < 0 || r >= len as i64 {
+                            return Err(exec_err(
+                                tg,
+                                n,
+                                format!("index {v} is outside [-{len}, {len}) on axis {a}"),
+                            ));
+                        }
+                        rows.push(r as usize);
+                    }
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    out.clear();
+                    for ob in 0..outer {
+                        for &r in &rows {
+                            let at = (ob * len + r) * inner;
+                            out.extend_from_slice(&src[at..at + inner]);
+                        }
+                    }
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
@@ -1174,7 +1241,21 @@ fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
                 map1(x, out, |v| v.powf(e))
             }
         }
-        Op::Cast { to: DType::Bf16 } => map1(x, out, round_bf16),
+        Op::Cast { to } => match to {
+            DType::Bf16 => map1(x, out, round_bf16),
+            DType::Fp16 => map1(x, out, |v| half::f16::from_f32(v).to_f32()),
+            // Float → integer truncates toward zero (ONNX Cast); out-of-range values
+            // saturate (ONNX leaves them undefined). Int64 beyond 2^24 is not exact in f32.
+            DType::Int8 => map1(x, out, |v| v.trunc().clamp(-128.0, 127.0)),
+            DType::Int4 => map1(x, out, |v| v.trunc().clamp(-8.0, 7.0)),
+            DType::Int32 => map1(x, out, |v| {
+                v.trunc().clamp(i32::MIN as f32, i32::MAX as f32)
+            }),
+            DType::Int64 => map1(x, out, f32::trunc),
+            DType::Bool => map1(x, out, |v| if v != 0.0 { 1.0 } else { 0.0 }),
+            // fp32 and tf32 keep the value; fp8's two encodings are not modelled.
+            DType::Fp32 | DType::Tf32 | DType::Fp8 => map1(x, out, |v| v),
+        },
         Op::Quantize { scale, zero_point } => {
             let (s, z) = (*scale as f32, *zero_point as f32);
             map1(x, out, |v| {
@@ -1482,7 +1563,9 @@ mod tile {
                 }
                 let u = match op {
                     Op::Broadcast { .. } => None,
-                    Op::Cast { to } if *to != DType::Bf16 => None,
+                    Op::Cast {
+                        to: DType::Fp32 | DType::Tf32 | DType::Fp8,
+                    } => None,
                     Op::Neg => Some(Some(U::Neg)),
                     Op::Relu => Some(Some(U::Relu)),
                     Op::Sqrt => Some(Some(U::Sqrt)),

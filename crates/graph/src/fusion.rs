@@ -484,10 +484,9 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
     match grp.kind {
         KernelKind::Reduction | KernelKind::Pattern | KernelKind::Opaque => {
             return Err(format!(
-                "kernel {k} is a {:?} kernel; nothing fuses into it",
-                grp.kind
-            )
-            .to_lowercase())
+                "kernel {k} is a standalone {} kernel; nothing fuses into it",
+                format!("{:?}", grp.kind).to_lowercase()
+            ))
         }
         _ => {}
     }

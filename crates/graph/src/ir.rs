@@ -208,6 +208,15 @@ pub enum Op {
     /// `cond ? x : y` elementwise, with NumPy broadcasting of all three inputs; `cond` is
     /// true where it is non-zero (ONNX `Where`; a boolean condition arrives as 0/1).
     Where,
+    /// ONNX `Gather` (an embedding lookup when `axis = 0`): inputs `[data, indices]`,
+    /// `out[a…, j…, b…] = data[a…, indices[j…], b…]` with `a…` the axes before `axis` and
+    /// `b…` those after; output shape `data[..axis] ++ indices ++ data[axis+1..]`. A negative
+    /// index counts from the end; one outside `[−len, len)` is an execution error.
+    Gather {
+        /// The gathered axis of `data` (negative counts from the end).
+        #[serde(default)]
+        axis: i64,
+    },
     /// 2-D convolution, NCHW: x `[N, C, H, W]`, w `[K, C/group, R, S]`, optional bias `[K]`
     /// → `[N, K, P, Q]`, `P = (H + pad_top + pad_bottom − dil_h·(R − 1) − 1) / stride_h + 1`
     /// (cross-correlation, as ONNX `Conv`).
@@ -344,6 +353,7 @@ impl Op {
             Op::Concat { .. } => "Concat",
             Op::Slice { .. } => "Slice",
             Op::Where => "Where",
+            Op::Gather { .. } => "Gather",
             Op::Conv2d { .. } => "Conv2d",
             Op::MaxPool2d { .. } => "MaxPool2d",
             Op::AvgPool2d { .. } => "AvgPool2d",
@@ -404,6 +414,7 @@ impl Op {
             Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Where
+            | Op::Gather { .. }
             | Op::Conv2d { .. }
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. }
@@ -1395,6 +1406,32 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                     )
                 })?;
             vec![(s, x.dtype)]
+        }
+        Op::Gather { axis } => {
+            arity(2)?;
+            let (d, idx) = (ins[0], ins[1]);
+            if !idx.dtype.is_integer() {
+                return Err(shape_err(
+                    idx,
+                    format!("indices must be an integer tensor, got {}", idx.dtype),
+                ));
+            }
+            let a = norm_axis(*axis, d.shape.len()).ok_or_else(|| {
+                shape_err(
+                    d,
+                    format!("axis {axis} is out of range for rank {}", d.shape.len()),
+                )
+            })?;
+            let mut s = d.shape[..a].to_vec();
+            s.extend_from_slice(&idx.shape);
+            s.extend_from_slice(&d.shape[a + 1..]);
+            if s.len() > 16 {
+                return Err(shape_err(
+                    idx,
+                    format!("output rank {} exceeds 16", s.len()),
+                ));
+            }
+            vec![(s, d.dtype)]
         }
         Op::Opaque { output_specs, .. } => {
             if output_specs.is_empty() {

@@ -13,12 +13,17 @@
 //!   becomes [`Op::Opaque`] with the output shapes declared in the model's `value_info`,
 //!   and is listed in [`OnnxImport::opaque`] with the reason. Nothing is dropped silently:
 //!   approximations and renamings are listed in [`OnnxImport::notes`].
-//! - Refused: external-data tensors, files over [`MAX_FILE_BYTES`], more than
+//! - External tensor data is read from the model's folder (see [`external`]): paths that
+//!   leave it, offsets past the end and lengths that disagree with the dims are errors.
+//! - Refused: files over [`MAX_FILE_BYTES`], more than
 //!   [`MAX_NODES`] nodes, ranks over [`MAX_RANK`], tensors over [`MAX_ELEMENTS`] elements,
 //!   names over [`MAX_NAME_BYTES`], and models whose decoded form would exceed
-//!   [`MAX_DECODED_BYTES`] (checked by a wire-format pre-pass before decoding). A truncated
+//!   [`DECODED_BYTES_PER_FILE_BYTE`] × the file size + [`DECODED_FLOOR_BYTES`] (at most
+//!   [`MAX_DECODED_BYTES`]; checked by a wire-format pre-pass before decoding). A truncated
 //!   or malformed file is a [`GraphError::Onnx`] naming the file, never a panic.
 
+mod external;
+mod fold;
 pub mod proto;
 mod scan;
 
@@ -49,6 +54,13 @@ pub const MAX_NAME_BYTES: usize = 4096;
 pub const MAX_PARAM_VALUES: u64 = 1 << 20;
 /// Most bytes the decoded protobuf messages may occupy (estimated before decoding).
 pub const MAX_DECODED_BYTES: u64 = 4 << 30;
+/// The decoded messages may occupy at most this many bytes per byte of the file (plus
+/// [`DECODED_FLOOR_BYTES`]): memory stays proportional to the input's real size. Real
+/// models stay far below: weights decode to their own size, a node-heavy graph to about
+/// 10 bytes per file byte (see docs/onnx.md).
+pub const DECODED_BYTES_PER_FILE_BYTE: u64 = 32;
+/// Decoded bytes always allowed, whatever the file size.
+pub const DECODED_FLOOR_BYTES: u64 = 64 << 20;
 
 /// A node imported as [`Op::Opaque`] (or, when none of its outputs has an IR dtype, left
 /// out of the graph), with the reason.
@@ -95,11 +107,26 @@ pub fn import_onnx_file(path: impl AsRef<Path>) -> Result<OnnxImport> {
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| err(format!("cannot read: {e}")))?;
-    import_onnx_bytes(&bytes, &name)
+    let base = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."));
+    import_bytes_in(&bytes, &name, Some(base))
 }
 
-/// Import an ONNX model from its bytes; `source_name` names it in errors.
+/// Import an ONNX model from its bytes; `source_name` names it in errors. External tensor
+/// data is refused (there is no model folder to read it from; use [`import_onnx_file`]).
 pub fn import_onnx_bytes(bytes: &[u8], source_name: &str) -> Result<OnnxImport> {
+    import_bytes_in(bytes, source_name, None)
+}
+
+fn import_bytes_in(bytes: &[u8], source_name: &str, base: Option<&Path>) -> Result<OnnxImport> {
     let err = |detail: String| GraphError::Onnx {
         file: source_name.to_string(),
         detail,
@@ -112,15 +139,28 @@ pub fn import_onnx_bytes(bytes: &[u8], source_name: &str) -> Result<OnnxImport> 
     if bytes.is_empty() {
         return Err(err("file is empty (not an ONNX model)".into()));
     }
-    scan::scan_model(bytes, MAX_NODES, MAX_DECODED_BYTES)
+    let max_decoded = (bytes.len() as u64)
+        .saturating_mul(DECODED_BYTES_PER_FILE_BYTE)
+        .saturating_add(DECODED_FLOOR_BYTES)
+        .min(MAX_DECODED_BYTES);
+    scan::scan_model(bytes, MAX_NODES, max_decoded)
         .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
     let model = ModelProto::decode(bytes)
         .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
-    import_model(&model, source_name)
+    import_model_in(&model, source_name, base)
 }
 
-/// Import a decoded model.
+/// Import a decoded model (external tensor data refused, as in [`import_onnx_bytes`]).
 pub fn import_model(model: &ModelProto, source_name: &str) -> Result<OnnxImport> {
+    import_model_in(model, source_name, None)
+}
+
+/// Import a decoded model whose external tensor data, if any, lies in folder `base`.
+pub fn import_model_in(
+    model: &ModelProto,
+    source_name: &str,
+    base: Option<&Path>,
+) -> Result<OnnxImport> {
     let err = |detail: String| GraphError::Onnx {
         file: source_name.to_string(),
         detail,
@@ -143,6 +183,7 @@ pub fn import_model(model: &ModelProto, source_name: &str) -> Result<OnnxImport>
         .to_string();
     check_names(graph).map_err(err)?;
     let mut imp = Importer::new(source_name, opset, graph);
+    imp.base = base.map(Path::to_path_buf);
     imp.run()?;
     let name = if graph.name.is_empty() {
         Path::new(source_name)
@@ -211,6 +252,9 @@ pub fn dtype_of(code: i32) -> Option<DType> {
         dt::FLOAT8E4M3FN | dt::FLOAT8E4M3FNUZ | dt::FLOAT8E5M2 | dt::FLOAT8E5M2FNUZ => DType::Fp8,
         dt::INT8 => DType::Int8,
         dt::INT4 => DType::Int4,
+        dt::INT32 => DType::Int32,
+        dt::INT64 => DType::Int64,
+        dt::BOOL => DType::Bool,
         _ => return None,
     })
 }
@@ -246,9 +290,9 @@ fn tensor_shape(t: &TensorProto) -> std::result::Result<Vec<usize>, String> {
             .map(|e| format!(" (location `{}`)", e.value))
             .unwrap_or_default();
         return Err(format!(
-            "tensor `{}` keeps its data in an external file{loc}; external data is refused \
-             (re-save the model with all tensors inside the .onnx file, e.g. \
-             onnx.save_model(m, path, save_as_external_data=False))",
+            "tensor `{}` keeps its data in an external file{loc}, which is read only for \
+             initializers of a model imported from a file (import the .onnx file from its \
+             folder, or re-save it with onnx.save_model(m, path, save_as_external_data=False))",
             t.name
         ));
     }
@@ -586,6 +630,8 @@ macro_rules! opaque {
 
 struct Importer<'a> {
     src: String,
+    /// The model's folder, where external tensor data is read from (`None`: refused).
+    base: Option<std::path::PathBuf>,
     opset: i64,
     g: &'a GraphProto,
     nodes: Vec<Node>,
@@ -626,6 +672,7 @@ impl<'a> Importer<'a> {
             opaque: vec![],
             notes: vec![],
             weights: HashMap::new(),
+            base: None,
         }
     }
 
@@ -672,9 +719,15 @@ impl<'a> Importer<'a> {
             if t.name.is_empty() {
                 return Err(self.err("an initializer has no name".into()));
             }
-            tensor_shape(t).map_err(|e| self.err(e))?;
+            let t: Cow<'a, TensorProto> = match &self.base {
+                Some(base) if t.data_location == 1 || !t.external_data.is_empty() => {
+                    Cow::Owned(external::load(t, base).map_err(|e| self.err(e))?)
+                }
+                _ => Cow::Borrowed(t),
+            };
+            tensor_shape(&t).map_err(|e| self.err(e))?;
             self.define_check(&t.name)?;
-            self.statics.insert(t.name.clone(), Cow::Borrowed(t));
+            self.statics.insert(t.name.clone(), t);
         }
         for vi in &g.input {
             if self.statics.contains_key(&vi.name) {
@@ -827,9 +880,12 @@ impl<'a> Importer<'a> {
             self.lower(np, &name, outs[0])?
         };
         let lowering = match lowering {
-            Lowering::Nodes(_)
-                if outs.len() > 1 || !np.output.first().is_some_and(|s| !s.is_empty()) =>
+            Lowering::Nodes(v)
+                if !outs
+                    .iter()
+                    .all(|o| v.iter().any(|n| n.outputs.iter().any(|x| x.as_str() == *o))) =>
             {
+                let _ = v;
                 Lowering::Opaque(format!(
                     "uses optional output(s) {:?} that the IR op does not produce",
                     &outs[1.min(outs.len())..]
@@ -1013,6 +1069,143 @@ impl<'a> Importer<'a> {
         Ok(Ok(v))
     }
 
+    /// The inputs of `np` as the constant folder sees them.
+    fn fold_args(&self, np: &NodeProto) -> Vec<fold::Arg<'_>> {
+        np.input
+            .iter()
+            .map(|raw| {
+                if raw.is_empty() {
+                    return fold::Arg::Absent;
+                }
+                let n = self.resolve(raw);
+                if let Some(t) = self.statics.get(&n) {
+                    return match (tensor_values(t), tensor_shape(t)) {
+                        (Ok(vals), Ok(dims)) => fold::Arg::Const(fold::Known {
+                            dims,
+                            vals,
+                            code: t.data_type,
+                        }),
+                        (_, Ok(_)) => match self.specs.get(&n) {
+                            Some(s) => fold::Arg::Shape(&s.shape),
+                            None => fold::Arg::Unknown,
+                        },
+                        _ => fold::Arg::Unknown,
+                    };
+                }
+                match self.specs.get(&n) {
+                    Some(s) => fold::Arg::Shape(&s.shape),
+                    None => fold::Arg::Unknown,
+                }
+            })
+            .collect()
+    }
+
+    /// ONNX MatMul (NumPy `matmul`) lowered onto the IR's MatMul, which takes a right
+    /// operand of rank 2 or of the left operand's rank with equal batch dims: a 1-D operand
+    /// is reshaped to a matrix and back; a right operand whose batch dims are all 1 is
+    /// reshaped to rank 2 (a free view); other batch dims that differ are materialized with
+    /// Broadcast nodes (their bytes count in the traffic model, a note says so).
+    fn matmul(&mut self, name: &str, out: &str, a: &str, b: &str) -> Lowering<'a> {
+        let (sa, sb) = (self.specs[a].shape.clone(), self.specs[b].shape.clone());
+        if sa.is_empty() || sb.is_empty() {
+            return Lowering::Opaque("MatMul of a scalar (rank 0) operand".into());
+        }
+        let mut v: Vec<Node> = vec![];
+        let t = |k: &str| format!("{out}#{k}");
+        let view = |v: &mut Vec<Node>, k: &str, src: &str, shape: &[usize]| -> String {
+            v.push(Node {
+                name: format!("{name}#{k}"),
+                op: Op::Reshape {
+                    shape: shape.iter().map(|&d| d as i64).collect(),
+                },
+                inputs: vec![src.to_string()],
+                outputs: vec![t(k)],
+            });
+            t(k)
+        };
+        let (mut a2, mut b2) = (a.to_string(), b.to_string());
+        let (mut xa, mut xb) = (sa.clone(), sb.clone());
+        if sa.len() == 1 {
+            xa = vec![1, sa[0]];
+            a2 = view(&mut v, "a2d", a, &xa);
+        }
+        if sb.len() == 1 {
+            xb = vec![sb[0], 1];
+            b2 = view(&mut v, "b2d", b, &xb);
+        }
+        let (ra, rb) = (xa.len(), xb.len());
+        let (ba, bb) = (&xa[..ra - 2], &xb[..rb - 2]);
+        let batch = match crate::ir::broadcast_shapes(ba, bb) {
+            Some(s) => s,
+            None => {
+                return Lowering::Opaque(format!(
+                    "MatMul batch dims {ba:?} and {bb:?} do not broadcast"
+                ))
+            }
+        };
+        if rb > 2 && bb.iter().all(|&d| d == 1) {
+            xb = xb[rb - 2..].to_vec();
+            b2 = view(&mut v, "b_mat", &b2, &xb);
+        }
+        if xb.len() > 2 {
+            let mut want_a = batch.clone();
+            want_a.extend_from_slice(&xa[ra - 2..]);
+            let mut want_b = batch.clone();
+            want_b.extend_from_slice(&xb[xb.len() - 2..]);
+            for (k, cur, want, src) in [
+                ("a_bcast", &mut xa, want_a, &mut a2),
+                ("b_bcast", &mut xb, want_b, &mut b2),
+            ] {
+                if *cur != want {
+                    self.notes.push(format!(
+                        "MatMul `{name}`: operand {cur:?} is broadcast to {want:?} (materialized; its bytes count in the traffic model)"
+                    ));
+                    v.push(Node {
+                        name: format!("{name}#{k}"),
+                        op: Op::Broadcast {
+                            shape: want.clone(),
+                        },
+                        inputs: vec![src.clone()],
+                        outputs: vec![t(k)],
+                    });
+                    *src = t(k);
+                    *cur = want;
+                }
+            }
+        }
+        let squeeze = sa.len() == 1 || sb.len() == 1;
+        let mm_out = if squeeze { t("mm") } else { out.to_string() };
+        v.push(Node {
+            name: if squeeze {
+                format!("{name}#mm")
+            } else {
+                name.to_string()
+            },
+            op: Op::MatMul,
+            inputs: vec![a2, b2],
+            outputs: vec![mm_out.clone()],
+        });
+        if squeeze {
+            // NumPy drops the 1 that a 1-D operand was promoted with.
+            let mut shape = batch.clone();
+            if sa.len() != 1 {
+                shape.push(xa[xa.len() - 2]);
+            }
+            if sb.len() != 1 {
+                shape.push(xb[xb.len() - 1]);
+            }
+            v.push(Node {
+                name: name.to_string(),
+                op: Op::Reshape {
+                    shape: shape.iter().map(|&d| d as i64).collect(),
+                },
+                inputs: vec![mm_out],
+                outputs: vec![out.to_string()],
+            });
+        }
+        Lowering::Nodes(v)
+    }
+
     fn lower(&mut self, np: &'a NodeProto, name: &str, out: &str) -> Result<Lowering<'a>> {
         let op_type = np.op_type.as_str();
         let n_in = np.input.iter().filter(|s| !s.is_empty()).count();
@@ -1039,6 +1232,20 @@ impl<'a> Importer<'a> {
                 }
             };
         }
+        if fold::FOLDABLE.contains(&op_type) {
+            let args = self.fold_args(np);
+            if let Some(r) = fold::fold(np, &args, self.opset) {
+                return Ok(match r {
+                    Ok(k) => Lowering::Static(Cow::Owned(fold::to_tensor(out, &k))),
+                    Err(why) => Lowering::Opaque(format!("constant folding failed: {why}")),
+                });
+            }
+        }
+        if op_type == "MatMul" {
+            arity!(2);
+            let ab = inputs!([0, 1]);
+            return Ok(self.matmul(name, out, &ab[0], &ab[1]));
+        }
         let unary = match op_type {
             "Neg" => Some(Op::Neg),
             "Exp" => Some(Op::Exp),
@@ -1059,7 +1266,6 @@ impl<'a> Importer<'a> {
             "Sub" => Some(Op::Sub),
             "Mul" => Some(Op::Mul),
             "Div" => Some(Op::Div),
-            "MatMul" => Some(Op::MatMul),
             _ => None,
         };
         if let Some(op) = binary {
@@ -1072,7 +1278,7 @@ impl<'a> Importer<'a> {
                 Lowering::Alias(self.resolve(&np.input[0]))
             }
             "Constant" => {
-                let t = if let Some(t) = attr(np, "value").and_then(|a| a.t.as_ref()) {
+                let t = if let Some(t) = attr(np, "value").and_then(|a| a.t.as_deref()) {
                     Cow::Borrowed(t)
                 } else {
                     let mk = |data_type: i32, dims: Vec<i64>| TensorProto {
@@ -1454,39 +1660,6 @@ impl<'a> Importer<'a> {
             }
             "Where" => {
                 arity!(3);
-                // A constant condition of a type the IR has no dtype for (BOOL, the usual
-                // mask) becomes an fp32 weight of 0/1 values.
-                let c = self.resolve(&np.input[0]);
-                if !self.specs.contains_key(&c) {
-                    if let Some(t) = self.statics.get(&c).cloned() {
-                        if dtype_of(t.data_type).is_none() {
-                            let data = weight_values(&t).map_err(|e| self.err(e))?;
-                            let shape = tensor_shape(&t).map_err(|e| self.err(e))?;
-                            let wn = self.unique(&c);
-                            self.nodes.push(Node {
-                                name: wn,
-                                op: Op::Weight {
-                                    shape: shape.clone(),
-                                    dtype: DType::Fp32,
-                                },
-                                inputs: vec![],
-                                outputs: vec![c.clone()],
-                            });
-                            self.weights.insert(c.clone(), data);
-                            self.specs.insert(
-                                c.clone(),
-                                TensorSpec {
-                                    shape,
-                                    dtype: DType::Fp32,
-                                },
-                            );
-                            self.notes.push(format!(
-                                "Where `{name}`: the {} condition `{c}` is kept as fp32 0/1 values",
-                                dt::name(t.data_type)
-                            ));
-                        }
-                    }
-                }
                 one(Op::Where, inputs!([0, 1, 2]))
             }
             "Concat" => {
@@ -1892,6 +2065,150 @@ impl<'a> Importer<'a> {
                     inputs: ins,
                     outputs: vec![out.to_string()],
                 });
+                Lowering::Nodes(v)
+            }
+            "Reciprocal" => {
+                arity!(1);
+                let x = inputs!([0]);
+                let dtype = self.specs[&x[0]].dtype;
+                let one_t = format!("{out}#one");
+                Lowering::Nodes(vec![
+                    Node {
+                        name: format!("{name}#one"),
+                        op: Op::Constant {
+                            shape: vec![],
+                            dtype,
+                            value: 1.0,
+                        },
+                        inputs: vec![],
+                        outputs: vec![one_t.clone()],
+                    },
+                    Node {
+                        name: name.to_string(),
+                        op: Op::Div,
+                        inputs: vec![one_t, x[0].clone()],
+                        outputs: vec![out.to_string()],
+                    },
+                ])
+            }
+            "Gather" => {
+                arity!(2);
+                let axis = attr_i(np, "axis").unwrap_or(0);
+                one(Op::Gather { axis }, inputs!([0, 1]))
+            }
+            "Expand" => {
+                arity!(2);
+                let target: Vec<usize> = match self.param(np, 1) {
+                    Some(Ok((v, _))) => match v.ints() {
+                        Ok(s) => match s.iter().map(|&d| usize::try_from(d)).collect() {
+                            Ok(s) => s,
+                            Err(_) => opaque!("shape {s:?} has a negative dim"),
+                        },
+                        Err(e) => opaque!("shape {e}"),
+                    },
+                    Some(Err(why)) => opaque!("the shape must be constant: {why}"),
+                    None => opaque!("no shape"),
+                };
+                let x = inputs!([0]);
+                let xs = self.specs[&x[0]].shape.clone();
+                // ONNX Expand broadcasts both ways: the output is broadcast(x.shape, shape).
+                let Some(shape) = crate::ir::broadcast_shapes(&xs, &target) else {
+                    opaque!("shape {target:?} does not broadcast with the input's {xs:?}")
+                };
+                if shape == xs {
+                    return Ok(Lowering::Alias(x[0].clone()));
+                }
+                one(Op::Broadcast { shape }, x)
+            }
+            "ConstantOfShape" => {
+                // Too large to fold (the folder handles small ones): a broadcast constant.
+                let dims = match self.fold_args(np).into_iter().next() {
+                    Some(fold::Arg::Const(k)) => match fold::constant_of_shape_dims(&k) {
+                        Ok(d) => d,
+                        Err(why) => opaque!("{why}"),
+                    },
+                    _ => opaque!("the shape must be constant"),
+                };
+                let (value, code) = match fold::constant_of_shape_value(np) {
+                    Ok(v) => v,
+                    Err(why) => opaque!("{why}"),
+                };
+                let Some(dtype) = dtype_of(code) else {
+                    opaque!(
+                        "value of data type {}, which the IR cannot represent",
+                        dt::name(code)
+                    )
+                };
+                one(
+                    Op::Constant {
+                        shape: dims,
+                        dtype,
+                        value,
+                    },
+                    vec![],
+                )
+            }
+            "Split" => {
+                if np.input.is_empty() || np.input.len() > 2 {
+                    opaque!("expects 1 or 2 inputs");
+                }
+                let x = inputs!([0]);
+                let xs = self.specs[&x[0]].shape.clone();
+                let axis = attr_i(np, "axis").unwrap_or(0);
+                let rank = xs.len() as i64;
+                let a = if axis < 0 { axis + rank } else { axis };
+                if a < 0 || a >= rank {
+                    opaque!("axis {axis} is out of range for rank {rank}");
+                }
+                let len = xs[a as usize] as i64;
+                let k = np.output.len() as i64;
+                let sizes: Vec<i64> = if let Some(s) = attr_ints(np, "split") {
+                    s.to_vec()
+                } else {
+                    match self.param(np, 1) {
+                        Some(Ok((v, _))) => match v.ints() {
+                            Ok(s) => s,
+                            Err(e) => opaque!("split {e}"),
+                        },
+                        Some(Err(why)) => opaque!("the split sizes must be constant: {why}"),
+                        None => {
+                            // Equal parts; with num_outputs (opset 18) the last may be smaller.
+                            let parts = attr_i(np, "num_outputs").unwrap_or(k).max(1);
+                            let each = (len + parts - 1) / parts;
+                            (0..parts)
+                                .map(|i| each.min(len - i * each).max(0))
+                                .collect()
+                        }
+                    }
+                };
+                if sizes.len() as i64 != k
+                    || sizes.iter().any(|&d| d < 0)
+                    || sizes.iter().sum::<i64>() != len
+                {
+                    opaque!("split sizes {sizes:?} do not cover axis {a} of {xs:?} in {k} outputs");
+                }
+                let mut v = vec![];
+                let mut start = 0i64;
+                for (i, (o, sz)) in np.output.iter().zip(&sizes).enumerate() {
+                    if !o.is_empty() {
+                        v.push(Node {
+                            name: if i == 0 {
+                                name.to_string()
+                            } else {
+                                format!("{name}#{i}")
+                            },
+                            op: Op::Slice {
+                                starts: vec![start],
+                                ends: vec![start + sz],
+                                axes: vec![a],
+                                steps: vec![1],
+                            },
+                            inputs: x.clone(),
+                            outputs: vec![o.clone()],
+                        });
+                    }
+                    start += sz;
+                }
                 Lowering::Nodes(v)
             }
             _ => Lowering::Opaque(format!("op `{op_type}` has no IR equivalent")),

@@ -1,5 +1,6 @@
 //! DRAM traffic accounting and a roofline time per kernel. Each kernel reads each of its
-//! input storage tensors once and writes each of its outputs once; tensors internal to a
+//! input storage tensors once (a Gather's or a Slice's data only as far as the selected
+//! elements, at most the output's bytes) and writes each of its outputs once; tensors internal to a
 //! fused kernel cost nothing; views cost nothing. FLOPs: 2·M·N·K per matmul, one per output
 //! element for elementwise ops (transcendentals count as one), a few per element for the
 //! row ops (stated in [`node_flops`]). Time per kernel is `max(FLOPs / peak, bytes / DRAM
@@ -119,7 +120,7 @@ pub const LIMITATIONS: &[&str] = &[
 /// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7, LogAddExp 3
 /// per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
 /// MaxPool2d / AvgPool2d one compare or add per window element; sources, views, casts, Slice, Where and
-/// opaque ops 0.
+/// Gather and opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
     let out = tg.tensors[tg.node_outputs[i][0]].numel;
     let in0 = tg.node_inputs[i]
@@ -133,6 +134,7 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         | Op::Broadcast { .. }
         | Op::Concat { .. }
         | Op::Slice { .. }
+        | Op::Gather { .. }
         | Op::Where => 0,
         Op::Conv2d { group, .. } => {
             // 2 FLOPs per multiply-add: out · (C/group) · R · S of them.
@@ -175,9 +177,30 @@ fn peak(hw: &HardwareSpec, dtype: DType) -> f64 {
         .unwrap_or_else(|_| hw.peak_ops_per_s.values().cloned().fold(0.0, f64::max))
 }
 
+/// Bytes kernel `k` reads: each input storage tensor once, except that a Gather
+/// (embedding lookup) or a Slice reads only the selected elements of its data: at most
+/// the output's bytes, never more than the whole input.
+pub fn kernel_read_bytes(tg: &TypedGraph, k: &Kernel) -> u64 {
+    let gathered = |t: usize| {
+        k.nodes.iter().find_map(|&n| match tg.nodes[n].op {
+            Op::Gather { .. } | Op::Slice { .. } if tg.node_inputs[n][0] == t => {
+                Some(tg.tensors[tg.node_outputs[n][0]].bytes)
+            }
+            _ => None,
+        })
+    };
+    k.inputs
+        .iter()
+        .map(|&t| {
+            let b = tg.tensors[t].bytes;
+            gathered(t).map_or(b, |g| g.min(b))
+        })
+        .sum()
+}
+
 /// Traffic and time of one kernel.
 pub fn kernel_traffic(tg: &TypedGraph, k: &Kernel, hw: &HardwareSpec) -> KernelTraffic {
-    let read_bytes: u64 = k.inputs.iter().map(|&t| tg.tensors[t].bytes).sum();
+    let read_bytes = kernel_read_bytes(tg, k);
     let write_bytes: u64 = k.outputs.iter().map(|&t| tg.tensors[t].bytes).sum();
     let flops: u64 = k.nodes.iter().map(|&n| node_flops(tg, n)).sum();
     let total = read_bytes + write_bytes;
@@ -313,5 +336,22 @@ mod tests {
         // balanced: 100 GB/s -> 8192 B take 81.92 ns; 2048 FLOPs at 2.048e12 take 1 ns.
         assert!((r.kernels[0].memory_time_ns - 81.92).abs() < 1e-9);
         assert_eq!(r.kernels[0].bound, "memory");
+    }
+
+    #[test]
+    fn gather_reads_only_the_gathered_rows() {
+        // Table [1000, 64] fp32 = 256 000 B; 3 int64 ids = 24 B; output [3, 64] fp32 = 768 B.
+        // The lookup reads 768 B of the table (not 256 000) + 24 B of ids, writes 768 B.
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"table","op":"Weight","attrs":{"shape":[1000,64],"dtype":"fp32"}},
+          {"name":"ids","op":"Input","attrs":{"shape":[3],"dtype":"int64"}},
+          {"name":"e","op":"Gather","inputs":["table","ids"],"attrs":{"axis":0}}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        let t = program_traffic(&c.fused, &hw);
+        assert_eq!((t.read_bytes, t.write_bytes), (768 + 24, 768));
     }
 }

@@ -21,7 +21,9 @@ fn npy_f32(p: &Path) -> (Vec<usize>, Vec<f32>) {
     let v = match a.data {
         NpyData::F32(v) => v,
         NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
-        _ => panic!("{}: not a float array", p.display()),
+        // Token ids: small whole numbers, exact in f32.
+        NpyData::I64(v) => v.into_iter().map(|x| x as f32).collect(),
+        _ => panic!("{}: not a float or int64 array", p.display()),
     };
     (a.shape, v)
 }
@@ -101,6 +103,49 @@ fn convnet_matches_onnxruntime() {
     // Conv (pads 1) → BatchNormalization (folded) → Relu → MaxPool 2×2 → Conv → Relu →
     // GlobalAveragePool → Flatten → Gemm (transB = 1, bias).
     check("convnet");
+}
+
+#[test]
+fn gpt_embed_matches_onnxruntime() {
+    // int64 token ids → Gather; Shape → Gather → Range → Unsqueeze position ids (folded at
+    // import); Split; Shape/Concat head shapes; ConstantOfShape −inf fill; Expand; fp16 table
+    // Cast to fp32; MatMul with a [1,64,64] weight, a 1-D weight and a [2,64,16] weight.
+    check("gpt_embed");
+}
+
+#[test]
+fn qdq_mlp_matches_onnxruntime() {
+    // QuantizeLinear / DequantizeLinear with int8 zero points (one non-zero), an int8 weight.
+    check("qdq_mlp");
+}
+
+#[test]
+fn shape_arithmetic_is_folded_not_run() {
+    // In gpt_embed every Shape, Range, Concat, Unsqueeze, Sqrt and Cast of a shape and the
+    // causal mask (LessOrEqual of two Ranges) is folded at import: none is an IR node.
+    let imp = import_onnx_file(root().join("gpt_embed/model.onnx")).unwrap();
+    let names: Vec<&str> = imp.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+    for folded in [
+        "ids_shape",
+        "seq_len",
+        "positions",
+        "heads_shape",
+        "attn_scale",
+        "causal_mask",
+    ] {
+        assert!(!names.contains(&folded), "{folded} is an IR node");
+    }
+    // The token lookup stays a runtime Gather (the ids are an input); the position lookup
+    // reads a constant table (fp16 Cast to fp32) at constant positions, so it is folded
+    // into a constant [1, 8, 64], as onnxruntime's constant folding does.
+    let gathers = imp
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.op.name() == "Gather")
+        .count();
+    assert_eq!(gathers, 1);
+    assert!(!names.contains(&"pos_emb"));
 }
 
 /// The weights are the model's: a model whose initializer is changed gives other outputs,

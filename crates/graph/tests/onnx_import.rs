@@ -388,10 +388,17 @@ fn mapped_ops_and_attributes() {
 fn unsupported_ops_are_opaque_and_listed() {
     let mut m = M::new(17);
     m.inputs.push(vi("x", FLOAT, &[4, 8]));
-    m.inits.push(init_i64("idx", &[0, 2]));
+    // UINT16 (data type 4) has no IR dtype.
+    m.inits.push(TensorProto {
+        name: "idx".into(),
+        dims: vec![2],
+        data_type: 4,
+        int32_data: vec![0, 2],
+        ..Default::default()
+    });
     m.nodes = vec![
         node("Sin", &["x"], &["e"], vec![]),
-        node("Gather", &["e", "idx"], &["g"], vec![a_i("axis", 0)]),
+        node("GatherND", &["e", "idx"], &["g"], vec![]),
         node("ReduceSum", &["g"], &["s"], vec![]),
         node("Softmax", &["g"], &["sm"], vec![a_i("axis", 0)]),
         node("Relu", &["sm"], &["r"], vec![]),
@@ -410,7 +417,7 @@ fn unsupported_ops_are_opaque_and_listed() {
         .collect();
     assert_eq!(
         listed,
-        vec![("n_e", "Sin"), ("n_g", "Gather"), ("n_sm", "Softmax")]
+        vec![("n_e", "Sin"), ("n_g", "GatherND"), ("n_sm", "Softmax")]
     );
     let why = |n: &str| {
         imp.opaque
@@ -421,9 +428,9 @@ fn unsupported_ops_are_opaque_and_listed() {
             .clone()
     };
     assert!(why("n_e").contains("no IR equivalent"));
-    // The int64 indices have no IR dtype: left out of the opaque node, and said so.
+    // The uint16 indices have no IR dtype: left out of the opaque node, and said so.
     assert!(
-        why("n_g").contains("`idx`") && why("n_g").contains("INT64"),
+        why("n_g").contains("`idx`") && why("n_g").contains("UINT16"),
         "{}",
         why("n_g")
     );
@@ -555,11 +562,14 @@ fn hostile_sizes_are_bounded() {
     let mut m = M::new(17);
     m.inputs.push(vi("x", FLOAT, &[-4]));
     assert!(m.import().unwrap_err().to_string().contains("negative"));
-    // More than MAX_NODES (empty) nodes: refused by the pre-pass before decoding.
+    // More than MAX_NODES nodes: refused by the pre-pass before decoding. Each node has a
+    // 60-byte name (64 bytes on the wire), so the file (64 MB) is large enough that the
+    // decoded-size limit (32 × the file) does not trip first.
     let n = MAX_NODES as usize + 1;
-    let mut graph = Vec::with_capacity(2 * n);
+    let mut graph = Vec::with_capacity(64 * n);
     for _ in 0..n {
-        graph.extend_from_slice(&[0x0a, 0x00]);
+        graph.extend_from_slice(&[0x0a, 62, 0x0a, 60]);
+        graph.extend_from_slice(&[b'n'; 60]);
     }
     let mut bytes = vec![0x3a];
     let mut len = graph.len() as u64;
@@ -606,11 +616,10 @@ fn hostile_sizes_are_bounded() {
         .unwrap()
         .int64_data = vec![-1, 0];
     m.value_info.push(vi("ms", FLOAT, &[4, 1]));
-    let imp = m.import().unwrap();
+    let e = m.import().unwrap_err().to_string();
     assert!(
-        imp.opaque[0].reason.contains("holds 2 values"),
-        "{:?}",
-        imp.opaque
+        e.contains("`axes`") && e.contains("holds 2 values") && e.contains("test.onnx"),
+        "{e}"
     );
 }
 
@@ -634,11 +643,11 @@ fn symbolic_dims_and_missing_opset_are_named_errors() {
         .to_string();
     assert!(e.contains("opset"), "{e}");
 
-    // An input of a dtype the IR lacks.
+    // An input of a dtype the IR lacks (STRING, data type 8).
     let mut m = M::new(17);
-    m.inputs.push(vi("ids", INT64, &[4]));
+    m.inputs.push(vi("ids", 8, &[4]));
     let e = m.import().unwrap_err().to_string();
-    assert!(e.contains("`ids`") && e.contains("INT64"), "{e}");
+    assert!(e.contains("`ids`") && e.contains("STRING"), "{e}");
 
     // Nodes out of topological order.
     let mut m = rmsnorm_chain();
@@ -801,4 +810,155 @@ fn average_pool_with_and_without_padding_in_the_count() {
             "count_include_pad = {include}"
         );
     }
+}
+
+/// A fresh folder under the system temp dir.
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tf_onnx_ext_{tag}_{}_{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `w` [8, 16] of rmsnorm_chain moved to an external file: `location`, `offset`, `length`.
+fn external_w(loc: &str, offset: Option<u64>, length: Option<u64>) -> M {
+    let mut m = rmsnorm_chain();
+    let w = m.inits.iter_mut().find(|t| t.name == "w").unwrap();
+    w.raw_data.clear();
+    w.data_location = 1;
+    w.external_data.push(StringStringEntryProto {
+        key: "location".into(),
+        value: loc.into(),
+    });
+    for (k, v) in [("offset", offset), ("length", length)] {
+        if let Some(v) = v {
+            w.external_data.push(StringStringEntryProto {
+                key: k.into(),
+                value: v.to_string(),
+            });
+        }
+    }
+    m
+}
+
+#[test]
+fn external_data_is_read_from_the_models_folder() {
+    let d = temp_dir("ok");
+    // 16 bytes of padding, then the 8·16 fp32 values 0.5 (512 bytes), as the inline model.
+    let mut data = vec![0xAAu8; 16];
+    data.extend((0..128).flat_map(|_| 0.5f32.to_le_bytes()));
+    std::fs::write(d.join("weights.bin"), &data).unwrap();
+    std::fs::write(
+        d.join("model.onnx"),
+        external_w("weights.bin", Some(16), Some(512)).bytes(),
+    )
+    .unwrap();
+    let ext = import_onnx_file(d.join("model.onnx")).unwrap();
+    let inline = rmsnorm_chain().import().unwrap();
+    assert_eq!(ext.weights["w"], inline.weights["w"]);
+    assert_eq!(ext.weights["w"].len(), 128);
+    // From bytes there is no folder: refused with the tensor and location named.
+    let e = external_w("weights.bin", Some(16), Some(512))
+        .import()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`w`") && e.contains("weights.bin"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn external_data_that_escapes_or_overruns_is_refused() {
+    let d = temp_dir("bad");
+    let outside = temp_dir("outside");
+    std::fs::write(outside.join("secret.bin"), vec![0u8; 512]).unwrap();
+    std::fs::write(d.join("short.bin"), vec![0u8; 100]).unwrap();
+    std::fs::write(d.join("ok.bin"), vec![0u8; 512]).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(outside.join("secret.bin"), d.join("link.bin")).unwrap();
+    let abs = outside.join("secret.bin").display().to_string();
+    let cases: Vec<(M, &str)> = vec![
+        (external_w("../secret.bin", None, None), "no `..`"),
+        (external_w(&abs, None, None), "no absolute path"),
+        (external_w("missing.bin", None, None), "missing.bin"),
+        // 512 bytes needed, the file has 100.
+        (external_w("short.bin", None, None), "runs past the end"),
+        (
+            external_w("ok.bin", Some(1), Some(512)),
+            "runs past the end",
+        ),
+        (
+            external_w("ok.bin", Some(u64::MAX), None),
+            "runs past the end",
+        ),
+        // A length that disagrees with the dims [8, 16] of fp32 (512 bytes).
+        (external_w("ok.bin", None, Some(400)), "need 512"),
+        (external_w("ok.bin", Some(7), Some(0)), "need 512"),
+        (external_w("ok.bin", Some(0), None), ""),
+    ];
+    for (i, (m, want)) in cases.into_iter().enumerate() {
+        let p = d.join(format!("m{i}.onnx"));
+        std::fs::write(&p, m.bytes()).unwrap();
+        let r = import_onnx_file(&p);
+        if want.is_empty() {
+            assert!(r.is_ok(), "case {i}: {r:?}");
+            continue;
+        }
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains(want) && e.contains("`w`") && e.contains(&format!("m{i}.onnx")),
+            "case {i}: {e}"
+        );
+        assert!(!e.contains('\n'), "case {i}: one line: {e}");
+    }
+    #[cfg(unix)]
+    {
+        let p = d.join("link.onnx");
+        std::fs::write(&p, external_w("link.bin", None, None).bytes()).unwrap();
+        let e = import_onnx_file(&p).unwrap_err().to_string();
+        assert!(e.contains("outside the model's folder"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&outside);
+}
+
+#[test]
+fn decoded_memory_is_proportional_to_the_file() {
+    // One node with 1 000 000 empty attributes: 2 bytes each on the wire (tag 0x2a, length
+    // 0), a whole AttributeProto each in memory. The file is ~2 MB; the decoded limit is
+    // 32 × 2 MB + 64 MiB ≈ 131 MB, and 10^6 attributes × 2 × size_of::<AttributeProto>()
+    // (> 100 bytes) exceed it, so the pre-pass refuses before prost allocates.
+    let mut node = b"\x0a\x01x\x12\x01y\x22\x04Relu".to_vec();
+    for _ in 0..1_000_000 {
+        node.extend_from_slice(b"\x2a\x00");
+    }
+    fn varint(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    let mut graph = vec![0x0a];
+    varint(node.len(), &mut graph);
+    graph.extend_from_slice(&node);
+    let mut model = b"\x08\x08\x3a".to_vec();
+    varint(graph.len(), &mut model);
+    model.extend_from_slice(&graph);
+    model.extend_from_slice(b"\x42\x02\x10\x12");
+    let e = import_onnx_bytes(&model, "amp.onnx")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("amp.onnx") && e.contains("bytes of memory"),
+        "{e}"
+    );
+    assert!(std::mem::size_of::<AttributeProto>() > 100);
 }

@@ -1,5 +1,6 @@
 //! NumPy `.npy` encoding and decoding on byte buffers (no file I/O): format versions 1.0
-//! and 2.0, little-endian `float32`, `float64`, `uint8`, `int8`, C order. The header is a
+//! and 2.0, little-endian `float32`, `float64`, `uint8`, `int8`, `int32`, `int64` and `bool`
+//! (read as `uint8` 0/1), C order. The header is a
 //! Python dict literal; this parser accepts exactly the keys `descr`, `fortran_order` and
 //! `shape` with string, boolean and integer-tuple values, bounded to [`MAX_HEADER_BYTES`],
 //! and requires the data to be exactly shape-product × item-size bytes. Not supported:
@@ -25,6 +26,10 @@ pub enum NpyData {
     U8(Vec<u8>),
     /// `|i1`
     I8(Vec<i8>),
+    /// `<i4`
+    I32(Vec<i32>),
+    /// `<i8` (token ids, ONNX index tensors)
+    I64(Vec<i64>),
 }
 
 impl NpyData {
@@ -35,6 +40,8 @@ impl NpyData {
             NpyData::F64(v) => v.len(),
             NpyData::U8(v) => v.len(),
             NpyData::I8(v) => v.len(),
+            NpyData::I32(v) => v.len(),
+            NpyData::I64(v) => v.len(),
         }
     }
 
@@ -43,13 +50,15 @@ impl NpyData {
         self.len() == 0
     }
 
-    /// NumPy dtype name (`float32`, `float64`, `uint8`, `int8`).
+    /// NumPy dtype name (`float32`, `float64`, `uint8`, `int8`, `int32`, `int64`).
     pub fn dtype_name(&self) -> &'static str {
         match self {
             NpyData::F32(_) => "float32",
             NpyData::F64(_) => "float64",
             NpyData::U8(_) => "uint8",
             NpyData::I8(_) => "int8",
+            NpyData::I32(_) => "int32",
+            NpyData::I64(_) => "int64",
         }
     }
 
@@ -59,6 +68,8 @@ impl NpyData {
             NpyData::F64(_) => "<f8",
             NpyData::U8(_) => "|u1",
             NpyData::I8(_) => "|i1",
+            NpyData::I32(_) => "<i4",
+            NpyData::I64(_) => "<i8",
         }
     }
 }
@@ -277,14 +288,16 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, KernelError> {
     let body = &bytes[end..];
     let n = checked_numel(&shape)?;
     let item = match descr.as_str() {
-        "<f4" => 4,
-        "<f8" => 8,
-        "|u1" | "<u1" | "u1" | "|i1" | "<i1" | "i1" => 1,
-        ">f4" | ">f8" => return err(format!("big-endian dtype `{descr}` is not supported")),
+        "<f4" | "<i4" => 4,
+        "<f8" | "<i8" => 8,
+        "|u1" | "<u1" | "u1" | "|i1" | "<i1" | "i1" | "|b1" => 1,
+        ">f4" | ">f8" | ">i4" | ">i8" => {
+            return err(format!("big-endian dtype `{descr}` is not supported"))
+        }
         d => {
             return err(format!(
-                "dtype `{d}` is not supported (float32, float64, uint8, int8 are)"
-            ))
+            "dtype `{d}` is not supported (float32, float64, uint8, int8, int32, int64, bool are)"
+        ))
         }
     };
     let need = n.checked_mul(item).ok_or(KernelError::ShapeOverflow {
@@ -307,6 +320,24 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, KernelError> {
                 .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                 .collect(),
         ),
+        "<i4" => NpyData::I32(
+            body.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        "<i8" => NpyData::I64(
+            body.chunks_exact(8)
+                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+        "|b1" => {
+            if let Some(b) = body.iter().find(|&&b| b > 1) {
+                return err(format!(
+                    "bool array holds the byte {b} (only 0 and 1 are valid)"
+                ));
+            }
+            NpyData::U8(body.to_vec())
+        }
         d if d.contains('u') => NpyData::U8(body.to_vec()),
         _ => NpyData::I8(body.iter().map(|&b| b as i8).collect()),
     };
@@ -370,6 +401,12 @@ pub fn to_npy(a: &NpyArray) -> Result<Vec<u8>, KernelError> {
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         NpyData::U8(v) => out.extend_from_slice(v),
         NpyData::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
+        NpyData::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        NpyData::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
     }
     Ok(out)
 }
@@ -412,6 +449,8 @@ mod tests {
             NpyArray::new(vec![3, 1, 2], NpyData::I8(vec![-128, -1, 0, 1, 126, 127])).unwrap(),
             NpyArray::new(vec![0, 4], NpyData::F32(vec![])).unwrap(),
             NpyArray::new(vec![2], NpyData::F32(vec![f32::NAN, f32::NEG_INFINITY])).unwrap(),
+            NpyArray::new(vec![3], NpyData::I32(vec![i32::MIN, -1, i32::MAX])).unwrap(),
+            NpyArray::new(vec![1, 2], NpyData::I64(vec![i64::MIN, 50_000])).unwrap(),
         ];
         for a in cases {
             let b = to_npy(&a).unwrap();
@@ -433,6 +472,29 @@ mod tests {
         b.extend_from_slice(&[7, 8, 9]);
         let a = parse_npy(&b).unwrap();
         assert_eq!((a.shape, a.data), (vec![3], NpyData::U8(vec![7, 8, 9])));
+    }
+
+    #[test]
+    fn reads_numpy_int64_and_bool() {
+        // np.array([3, -1], dtype=np.int64): two little-endian 8-byte words.
+        let mut data = 3i64.to_le_bytes().to_vec();
+        data.extend_from_slice(&(-1i64).to_le_bytes());
+        let b = with_header(
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }\n",
+            &data,
+        );
+        assert_eq!(parse_npy(&b).unwrap().data, NpyData::I64(vec![3, -1]));
+        // np.array([True, False]): bytes 1, 0, read as uint8.
+        let b = with_header(
+            "{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }\n",
+            &[1, 0],
+        );
+        assert_eq!(parse_npy(&b).unwrap().data, NpyData::U8(vec![1, 0]));
+        let b = with_header(
+            "{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }\n",
+            &[2],
+        );
+        assert!(parse_npy(&b).unwrap_err().to_string().contains("byte 2"));
     }
 
     fn with_header(dict: &str, data: &[u8]) -> Vec<u8> {
@@ -465,8 +527,8 @@ mod tests {
         assert!(msg(&long).contains("found 9"));
         let d = "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }";
         assert!(msg(&with_header(d, &[0; 4])).contains("big-endian"));
-        let d = "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }";
-        assert!(msg(&with_header(d, &[0; 4])).contains("not supported"));
+        let d = "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }";
+        assert!(msg(&with_header(d, &[0; 8])).contains("not supported"));
         let d = "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }";
         assert!(msg(&with_header(d, &[0; 4])).contains("Fortran"));
         let d = "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }";

@@ -282,7 +282,8 @@ fn summarize(r: &ExecResult) -> Vec<OutputSummary> {
 
 /// Write each output as `<dir>/<name>.npy`; every file is encoded before any is written, and
 /// each is written to a temporary name and renamed, so a failure leaves no half-written file.
-fn write_outputs(dir: &str, r: &ExecResult) -> Result<()> {
+/// Integer and boolean outputs are written as int64 (their f32 values are whole numbers).
+fn write_outputs(dir: &str, r: &ExecResult, g: &tensorforge_graph::TypedGraph) -> Result<()> {
     let d = std::path::Path::new(dir);
     if d.exists() && !d.is_dir() {
         anyhow::bail!("invalid `--out` = `{dir}`: not a directory");
@@ -292,10 +293,16 @@ fn write_outputs(dir: &str, r: &ExecResult) -> Result<()> {
         if name.contains(['/', '\\']) || name.is_empty() || name.starts_with('.') {
             anyhow::bail!("output tensor `{name}`: name cannot be used as a file name");
         }
-        let arr = tensorforge_kernels::npy::NpyArray::new(
-            shape.clone(),
-            tensorforge_kernels::npy::NpyData::F32(values.clone()),
-        )?;
+        let integer = g
+            .tensors
+            .iter()
+            .any(|t| &t.name == name && t.dtype.is_integer());
+        let data = if integer {
+            NpyData::I64(values.iter().map(|&v| v as i64).collect())
+        } else {
+            NpyData::F32(values.clone())
+        };
+        let arr = tensorforge_kernels::npy::NpyArray::new(shape.clone(), data)?;
         files.push((
             d.join(format!("{name}.npy")),
             tensorforge_kernels::npy::to_npy(&arr)?,
@@ -326,11 +333,27 @@ fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<S
                 t.shape
             );
         }
+        // The executor holds every value as f32: integers (token ids, indices) are exact up
+        // to 2^24 in magnitude, and a larger one is refused rather than rounded.
+        let exact = |x: i64| -> Result<f32> {
+            if x.unsigned_abs() > 1 << 24 {
+                bail!(
+                    "{ps}: tensor `{}` holds the integer {x}, beyond 2^24, which the executor's f32 values cannot hold exactly",
+                    t.name
+                );
+            }
+            Ok(x as f32)
+        };
         let v: Vec<f32> = match a.data {
             NpyData::F32(v) => v,
             NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
             NpyData::U8(v) => v.into_iter().map(|x| x as f32).collect(),
             NpyData::I8(v) => v.into_iter().map(|x| x as f32).collect(),
+            NpyData::I32(v) => v
+                .into_iter()
+                .map(|x| exact(x.into()))
+                .collect::<Result<_>>()?,
+            NpyData::I64(v) => v.into_iter().map(exact).collect::<Result<_>>()?,
         };
         m.insert(t.name.clone(), v);
     }
@@ -360,7 +383,7 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
     };
     let r = execute(prog, &ins).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     if let Some(dir) = &a.out {
-        write_outputs(dir, &r)?;
+        write_outputs(dir, &r, &prog.graph)?;
     }
     let mut bench = None;
     if a.bench {

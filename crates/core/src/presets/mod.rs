@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 fn abstract_accel(name: &str, pe: u64, sram_kib: u64, bw_gb_s: f64) -> HardwareSpec {
     let clock_hz = 1e9;
     let peak = 2.0 * (pe * pe) as f64 * clock_hz;
-    let peak_ops_per_s: BTreeMap<DType, f64> = DType::ALL.iter().map(|d| (*d, peak)).collect();
+    let peak_ops_per_s: BTreeMap<DType, f64> = DType::COMPUTE.iter().map(|d| (*d, peak)).collect();
     HardwareSpec {
         name: name.into(),
         description: format!(

@@ -79,8 +79,10 @@ pub struct AttributeProto {
     pub i: i64,
     #[prost(bytes = "vec", tag = "4")]
     pub s: Vec<u8>,
-    #[prost(message, optional, tag = "5")]
-    pub t: Option<TensorProto>,
+    /// Boxed, so that an attribute without a tensor (nearly all of them) stays small in
+    /// memory: an empty attribute is 2 bytes on the wire.
+    #[prost(message, optional, boxed, tag = "5")]
+    pub t: Option<Box<TensorProto>>,
     #[prost(float, repeated, tag = "7")]
     pub floats: Vec<f32>,
     #[prost(int64, repeated, tag = "8")]

@@ -6,6 +6,10 @@
 //! graph's nodes and estimates the bytes the decoded model will occupy, so that a hostile
 //! file is refused before any allocation proportional to that expansion. It also finds
 //! truncation early and reports the byte offset.
+//!
+//! The estimate is an upper bound: every decoded message, string and packed array is counted
+//! twice its size, because prost grows each `Vec` by doubling (a vector can hold up to twice
+//! the capacity it needs).
 
 use super::proto;
 use std::mem::size_of;
@@ -187,7 +191,7 @@ fn walk(
                     Some(Field::Scalar {
                         repeated: true,
                         size,
-                    }) => size,
+                    }) => 2 * size,
                     _ => 0,
                 }
             }
@@ -198,7 +202,7 @@ fn walk(
                     Some(Field::Scalar {
                         repeated: true,
                         size,
-                    }) => size,
+                    }) => 2 * size,
                     _ => 0,
                 }
             }
@@ -220,18 +224,18 @@ fn walk(
                                 ));
                             }
                         }
-                        t.decoded_bytes += struct_size(sub);
+                        t.decoded_bytes = t.decoded_bytes.saturating_add(2 * struct_size(sub));
                         walk(body, base + start, sub, t, max_nodes, max_decoded)?;
                         0
                     }
-                    Some(Field::Bytes) => 24 + len,
+                    Some(Field::Bytes) => 2 * (24 + len),
                     Some(Field::Scalar {
                         repeated: true,
                         size,
                     }) => {
                         // Packed: fixed-width floats decode to their own size; varints
                         // are counted by their terminating bytes.
-                        if matches!((m, tag), (Msg::Attr, 7) | (Msg::Tensor, 4 | 10)) {
+                        2 * if matches!((m, tag), (Msg::Attr, 7) | (Msg::Tensor, 4 | 10)) {
                             len
                         } else {
                             body.iter().filter(|&&b| b & 0x80 == 0).count() as u64 * size
