@@ -15,7 +15,7 @@ weight and a ReLU. Initializers use both float_data and raw_data; value_info com
 shape inference, so every intermediate shape is declared.
 
 examples/onnx/<name>/ holds, for each fixture (tiny_mlp, mlp_gelu_erf, bert_block, llama_block,
-convnet; see examples/onnx/README.md):
+convnet, gpt_embed, qdq_mlp; see examples/onnx/README.md):
     model.onnx                 opset 18, ir_version 8, static shapes, value_info declared
     inputs/<input_name>.npy    seeded random fp32 inputs
     expected/<output_name>.npy onnxruntime (CPUExecutionProvider) outputs for those inputs
