@@ -51,6 +51,8 @@ enum Command {
     PlanMemory(cmd::graph::PlanMemoryArgs),
     /// Execute a graph on the CPU, fused or unfused.
     Run(cmd::graph::RunArgs),
+    /// Write the generated source of a graph's fused kernels (C, as the JIT compiles it).
+    Codegen(cmd::graph::CodegenArgs),
     /// DRAM traffic of RMSNorm -> SwiGLU, unfused vs fused (seed accounting and full accounting).
     MemoryTraffic(cmd::graph::MemoryTrafficArgs),
     /// Time workloads on this machine's CPU and optionally record them.
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Fuse(a) => cmd::graph::run_fuse(a).map(|()| None),
         Command::PlanMemory(a) => cmd::graph::run_plan_memory(a).map(|()| None),
         Command::Run(a) => cmd::graph::run_graph(a).map(|()| None),
+        Command::Codegen(a) => cmd::graph::run_codegen(a).map(|()| None),
         Command::MemoryTraffic(a) => cmd::graph::run_memory_traffic(a).map(|()| None),
         Command::Bench(a) => cmd::measure::run_bench(a).map(|()| None),
         Command::Calibrate(a) => cmd::measure::run_calibrate(a).map(|()| None),

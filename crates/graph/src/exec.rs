@@ -301,13 +301,25 @@ pub fn execute_pooled(
     inputs: &HashMap<String, Vec<f32>>,
     pool: &mut Pool,
 ) -> Result<ExecResult> {
+    execute_with(p, inputs, pool, None)
+}
+
+/// [`execute_pooled`], running the kernels `jit` compiled for `p` as native code (see
+/// [`crate::jit`]) and every other kernel in the interpreter. `jit` must come from
+/// [`crate::jit::compile`] on this same program.
+pub fn execute_with(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    pool: &mut Pool,
+    jit: Option<&crate::jit::Jit>,
+) -> Result<ExecResult> {
     let tg = &p.graph;
     let mut st = State {
         tg,
         bufs: vec![None; tg.tensors.len()],
         pool: std::mem::take(pool),
     };
-    let r = run_program_checked(p, inputs, &mut st);
+    let r = run_program_checked(p, inputs, &mut st, jit);
     for b in st.bufs.iter_mut() {
         if let Some(v) = b.take() {
             st.pool.put(v);
@@ -321,15 +333,24 @@ fn run_program_checked(
     p: &Program,
     inputs: &HashMap<String, Vec<f32>>,
     st: &mut State,
+    jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
     check_size(&p.graph)?;
-    run_program(p, inputs, st)
+    if let Some(j) = jit {
+        if j.kernels.len() != p.kernels.len() {
+            return Err(GraphError::Argument(
+                "the JIT was compiled for another program".into(),
+            ));
+        }
+    }
+    run_program(p, inputs, st, jit)
 }
 
 fn run_program(
     p: &Program,
     inputs: &HashMap<String, Vec<f32>>,
     st: &mut State,
+    jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
     let tg = &p.graph;
     for (i, n) in tg.nodes.iter().enumerate() {
@@ -366,7 +387,7 @@ fn run_program(
     }
     let (mut rb, mut wb) = (0u64, 0u64);
     let t0 = std::time::Instant::now();
-    for k in &p.kernels {
+    for (ki, k) in p.kernels.iter().enumerate() {
         // Views the kernel reads from outside.
         for &n in &k.nodes {
             for &t in &tg.node_inputs[n] {
@@ -376,7 +397,10 @@ fn run_program(
             }
         }
         rb += crate::traffic::kernel_read_bytes(tg, k);
-        run_kernel(st, k)?;
+        match jit.and_then(|j| j.kernels[ki].as_ref()) {
+            Some(jk) => run_jit(st, k, jk)?,
+            None => run_kernel(st, k)?,
+        }
         for &t in &k.outputs {
             wb += tg.tensors[t].bytes;
         }
@@ -676,6 +700,72 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
     }
 }
 
+#[derive(Clone, Copy)]
+struct SendConst(*const *const f32, *const *mut f32);
+// SAFETY: the pointer arrays outlive the parallel loop in `run_jit`; each call writes only
+// rows [r0, r1) of every output, and blocks are disjoint.
+unsafe impl Send for SendConst {}
+unsafe impl Sync for SendConst {}
+
+/// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
+/// current rayon pool when the kernel has at least 64 Ki elements.
+fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
+    let tg = st.tg;
+    let m = &jk.meta;
+    let mut ins: Vec<*const f32> = Vec::with_capacity(m.inputs.len());
+    for &t in &m.inputs {
+        let b = st.bufs[t].as_deref().ok_or_else(|| {
+            exec_err(
+                tg,
+                k.nodes[0],
+                format!("input `{}` has no value", tg.tensors[t].name),
+            )
+        })?;
+        if b.len() as u64 != tg.tensors[t].numel {
+            return Err(exec_err(tg, k.nodes[0], "input buffer of the wrong size"));
+        }
+        ins.push(b.as_ptr());
+    }
+    let mut outs: Vec<Vec<f32>> = k
+        .outputs
+        .iter()
+        .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
+        .collect();
+    let optrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+    let ptrs = SendConst(ins.as_ptr(), optrs.as_ptr());
+    let rows = m.rows;
+    let per_block = (16384 / m.cols.max(1)).max(1);
+    let nblocks = rows.div_ceil(per_block);
+    let f = jk.f;
+    let call = |scratch: &mut Vec<f32>, b: usize| {
+        let r0 = b * per_block;
+        let r1 = (r0 + per_block).min(rows);
+        let p = ptrs;
+        // SAFETY: `f` was compiled for this kernel (same program, checked by the caller):
+        // it reads the inputs it was rendered with, whose buffers hold their tensors'
+        // element counts (checked above), writes rows [r0, r1) of outputs sized to their
+        // tensors, and uses `scratch_floats` of scratch.
+        unsafe { f(p.0, p.1, r0 as i64, r1 as i64, scratch.as_mut_ptr()) }
+    };
+    let init = || vec![0f32; m.scratch_floats.max(1)];
+    if m.elems >= 1 << 16 && nblocks > 1 {
+        (0..nblocks)
+            .into_par_iter()
+            .for_each_init(init, |s, b| call(s, b));
+    } else {
+        let mut s = init();
+        for b in 0..nblocks {
+            call(&mut s, b);
+        }
+    }
+    drop(ins);
+    drop(optrs);
+    for (t, v) in k.outputs.iter().zip(outs) {
+        st.bufs[*t] = Some(v);
+    }
+    Ok(())
+}
+
 /// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
 /// gets the window's input values (padded positions left out) and returns the output.
 fn pool2d(
@@ -761,9 +851,9 @@ fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     }
 }
 
-/// Where a node input comes from inside a block.
+/// Where a node input comes from inside a block (also read by the C code generator).
 #[derive(Clone)]
-enum Bind {
+pub(crate) enum Bind {
     /// Internal: scratch of kernel node position `pos`; `rows` true when one value per row.
     Internal {
         pos: usize,
@@ -783,18 +873,18 @@ enum Bind {
     Direct(usize),
 }
 
-struct NodePlan {
-    node: usize,
-    per_row: bool,
-    binds: Vec<Bind>,
-    out_shape: Vec<usize>,
+pub(crate) struct NodePlan {
+    pub(crate) node: usize,
+    pub(crate) per_row: bool,
+    pub(crate) binds: Vec<Bind>,
+    pub(crate) out_shape: Vec<usize>,
     /// Index into the kernel output list when the node's value is stored.
-    store: Option<usize>,
+    pub(crate) store: Option<usize>,
     /// Scratch buffer holding the node's block of values (reused once it is dead).
-    slot: usize,
+    pub(crate) slot: usize,
 }
 
-fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
+pub(crate) fn plan_nodes(tg: &TypedGraph, k: &Kernel) -> Result<Vec<NodePlan>> {
     let pos_of: HashMap<usize, usize> = k.nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let full = k.rows.saturating_mul(k.cols);
     let mut plans: Vec<NodePlan> = vec![];

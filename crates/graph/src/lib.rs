@@ -6,10 +6,12 @@
 
 #![warn(missing_docs)]
 
+pub mod codegen;
 pub mod error;
 pub mod exec;
 pub mod fusion;
 pub mod ir;
+pub mod jit;
 pub mod mlp;
 pub mod onnx;
 pub mod planner;

@@ -10,9 +10,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use tensorforge_core::DType;
-use tensorforge_graph::exec::{
-    compare, execute, execute_pooled, fill_inputs, ExecResult, Pool, ATOL, RTOL,
-};
+use tensorforge_graph::exec::{compare, execute_with, fill_inputs, ExecResult, Pool, ATOL, RTOL};
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::planner::{check_capacity, plan, DEFAULT_ALIGN_BYTES};
 use tensorforge_graph::traffic::{fuse_report, program_traffic};
@@ -50,6 +48,51 @@ pub struct FuseArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `codegen`.
+#[derive(Args, Debug)]
+pub struct CodegenArgs {
+    /// Graph file (JSON or ONNX).
+    pub graph: String,
+    /// Target language.
+    #[arg(long, value_enum, default_value_t = CodegenTarget::C)]
+    pub target: CodegenTarget,
+    /// Folder to write the sources into (created; files are replaced).
+    #[arg(long, value_name = "DIR")]
+    pub out: String,
+}
+
+/// Source targets of `codegen`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CodegenTarget {
+    /// C11, as the JIT compiles it.
+    C,
+}
+
+/// Write the generated kernel sources of a graph's fused program.
+pub fn run_codegen(a: CodegenArgs) -> Result<()> {
+    let g = load_graph(&a.graph)?;
+    let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let files = match a.target {
+        CodegenTarget::C => tensorforge_graph::codegen::c::files(&c.fused),
+    };
+    let d = std::path::Path::new(&a.out);
+    if d.exists() && !d.is_dir() {
+        bail!("invalid `--out` = `{}`: not a directory", a.out);
+    }
+    std::fs::create_dir_all(d).with_context(|| format!("{}: cannot create directory", a.out))?;
+    for (name, text) in &files {
+        tensorforge_store::write_atomic(&d.join(name), text.as_bytes())?;
+    }
+    println!(
+        "wrote {} files to {} ({} kernels of {} generated; the rest run in the interpreter, see manifest.json)",
+        files.len(),
+        a.out,
+        files.len().saturating_sub(3),
+        c.fused.kernels.len()
+    );
+    Ok(())
 }
 
 /// Fuse a graph and report kernels, reasons and traffic.
@@ -218,9 +261,34 @@ pub struct RunArgs {
     /// another framework; with `--inputs`, those are the inputs used.
     #[arg(long, value_name = "DIR")]
     pub out: Option<String>,
+    /// Executor: `auto` compiles elementwise and row kernels to native code with the system
+    /// C compiler when one is present (the interpreter otherwise, said once on stderr);
+    /// `jit` requires the compiler (exit 2 without one); `interpreter` never compiles.
+    #[arg(long, value_enum, default_value_t = Executor::Auto)]
+    pub executor: Executor,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Which executor `run` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Executor {
+    /// The JIT when a C compiler is present, else the interpreter.
+    Auto,
+    /// The JIT; an error without a C compiler.
+    Jit,
+    /// The interpreter only.
+    Interpreter,
+}
+
+#[derive(Serialize)]
+struct JitSummary {
+    compiled_kernels: usize,
+    kernels: usize,
+    build_ms: f64,
+    cached: bool,
+    skipped: Vec<(String, String)>,
 }
 
 #[derive(Serialize)]
@@ -245,6 +313,10 @@ struct RunReport {
     model_bytes: u64,
     counts_match_model: bool,
     elapsed_ns: u64,
+    /// `jit` or `interpreter`.
+    executor: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jit: Option<JitSummary>,
     outputs: Vec<OutputSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     bench: Option<BenchReport>,
@@ -252,8 +324,12 @@ struct RunReport {
 
 #[derive(Serialize)]
 struct BenchReport {
+    /// Unfused program, interpreter.
     unfused_ns: u64,
+    /// Fused program with the run's executor.
     fused_ns: u64,
+    /// Fused program, interpreter.
+    fused_interpreter_ns: u64,
     measured_speedup: f64,
     predicted_traffic_ratio: f64,
     unfused_bytes: u64,
@@ -381,31 +457,53 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
     } else {
         (&c.fused, model_f)
     };
-    let r = execute(prog, &ins).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+    let jit = match a.executor {
+        Executor::Interpreter => None,
+        Executor::Jit => Some(
+            tensorforge_graph::jit::compile(prog).map_err(|e| anyhow!("--executor jit: {e}"))?,
+        ),
+        Executor::Auto => match tensorforge_graph::jit::compile(prog) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                eprintln!("note: running the interpreter ({e})");
+                None
+            }
+        },
+    };
+    if let Some(j) = &jit {
+        for n in &j.notes {
+            eprintln!("note: {n}");
+        }
+    }
+    let r = execute_with(prog, &ins, &mut Pool::default(), jit.as_ref())
+        .map_err(|e| anyhow!("{}: {e}", a.graph))?;
     if let Some(dir) = &a.out {
         write_outputs(dir, &r, &prog.graph)?;
     }
     let mut bench = None;
     if a.bench {
         let reps = a.reps.max(1);
-        let best = |p| -> Result<(u64, ExecResult)> {
+        let best = |p, j: Option<&tensorforge_graph::jit::Jit>| -> Result<(u64, ExecResult)> {
             let mut b = u64::MAX;
             let mut last = None;
             let mut pool = Pool::default();
             for _ in 0..reps {
                 let x =
-                    execute_pooled(p, &ins, &mut pool).map_err(|e| anyhow!("{}: {e}", a.graph))?;
+                    execute_with(p, &ins, &mut pool, j).map_err(|e| anyhow!("{}: {e}", a.graph))?;
                 b = b.min(x.elapsed_ns);
                 last = Some(x);
             }
             Ok((b, last.ok_or_else(|| anyhow!("no run"))?))
         };
-        let (tu, ru) = best(&c.unfused)?;
-        let (tf, rf) = best(&c.fused)?;
+        let fused_jit = if a.unfused { None } else { jit.as_ref() };
+        let (tu, ru) = best(&c.unfused, None)?;
+        let (ti, _) = best(&c.fused, None)?;
+        let (tf, rf) = best(&c.fused, fused_jit)?;
         let (ok, worst, _) = compare(&rf, &ru);
         bench = Some(BenchReport {
             unfused_ns: tu,
             fused_ns: tf,
+            fused_interpreter_ns: ti,
             measured_speedup: tu as f64 / tf.max(1) as f64,
             predicted_traffic_ratio: model_u as f64 / model_f.max(1) as f64,
             unfused_bytes: model_u,
@@ -426,6 +524,19 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         model_bytes: model,
         counts_match_model: r.total_bytes() == model,
         elapsed_ns: r.elapsed_ns,
+        executor: if jit.as_ref().is_some_and(|j| j.compiled_count() > 0) {
+            "jit"
+        } else {
+            "interpreter"
+        }
+        .into(),
+        jit: jit.as_ref().map(|j| JitSummary {
+            compiled_kernels: j.compiled_count(),
+            kernels: prog.kernels.len(),
+            build_ms: j.build_ms,
+            cached: j.cached,
+            skipped: j.skipped.clone(),
+        }),
         outputs: summarize(&r),
         bench,
     };
@@ -435,11 +546,20 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "graph `{}`, {} path: {} ({} kernels)",
+        "graph `{}`, {} path: {} ({} kernels{})",
         rep.graph,
         rep.path,
         fmt::time(rep.elapsed_ns as f64 * 1e-9),
-        prog.kernels.len()
+        prog.kernels.len(),
+        match &rep.jit {
+            Some(j) => format!(
+                "; {} compiled by the JIT in {:.0} ms{}",
+                j.compiled_kernels,
+                j.build_ms,
+                if j.cached { ", from the cache" } else { "" }
+            ),
+            None => ", interpreter".into(),
+        }
     );
     let _ = writeln!(
         out,
@@ -469,10 +589,12 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
     if let Some(b) = &rep.bench {
         let _ = writeln!(
             out,
-            "bench (best of {}): unfused {}, fused {}: measured speed-up {:.2}x vs predicted traffic ratio {:.2}x ({} -> {})",
+            "bench (best of {}): unfused {} (interpreter), fused {} (interpreter), fused {} ({}): measured speed-up {:.2}x vs predicted traffic ratio {:.2}x ({} -> {})",
             a.reps.max(1),
             fmt::time(b.unfused_ns as f64 * 1e-9),
+            fmt::time(b.fused_interpreter_ns as f64 * 1e-9),
             fmt::time(b.fused_ns as f64 * 1e-9),
+            rep.executor,
             b.measured_speedup,
             b.predicted_traffic_ratio,
             fmt::bytes(b.unfused_bytes as f64),

@@ -1,0 +1,661 @@
+//! C rendering of elementwise and row kernels (see the module above for the loop nest).
+//!
+//! Each kernel becomes `void tf_k<i>(const float *const *in, float *const *out, int64_t r0,
+//! int64_t r1, float *scratch)`, computing rows `[r0, r1)` of its iteration domain: `in`
+//! lists the kernel's input tensors in [`CKernel::inputs`] order, `out` its outputs in
+//! [`crate::fusion::Kernel::outputs`] order, `scratch` holds [`CKernel::scratch_floats`]
+//! floats per calling thread. Elementwise kernels are re-blocked into rows of at most
+//! [`ELEMENTWISE_ROW`] elements (a divisor of the last dim when an input is broadcast) so
+//! that rows can be spread over threads and the inner loop vectorizes. Row kernels keep
+//! their rows (the reduced axis is the last one). Arithmetic follows the interpreter: sums
+//! of reductions and norms in double, `max`/`min` as its maxNum/minNum, casts rounding as it
+//! does; `exp`, `log`, `log1p`, `logaddexp` use the prelude's polynomials (a few ulp from
+//! libm, measured in docs/graph.md) and `tanh`, `erf`, `pow` call libm.
+
+use crate::exec::{plan_nodes, Bind, NodePlan};
+use crate::fusion::{Kernel, KernelKind, Program};
+use crate::ir::{norm_axis, DType, Op, TypedGraph};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+/// The prelude every generated file starts with (float helpers, see the file).
+pub const PRELUDE: &str = include_str!("prelude.h");
+
+/// Longest row an elementwise kernel is cut into.
+pub const ELEMENTWISE_ROW: usize = 4096;
+
+/// One rendered kernel.
+#[derive(Debug, Clone)]
+pub struct CKernel {
+    /// Index of the kernel in its program.
+    pub kernel: usize,
+    /// The C function's name.
+    pub symbol: String,
+    /// Rows of the loop nest (the function's `r` range is `0..rows`).
+    pub rows: usize,
+    /// Columns per row.
+    pub cols: usize,
+    /// Elements of the iteration domain (elementwise kernels: the last row may be short).
+    pub elems: usize,
+    /// Tensor ids in the order of the `in` argument.
+    pub inputs: Vec<usize>,
+    /// Floats of scratch one thread needs.
+    pub scratch_floats: usize,
+    /// The function's source (without the prelude).
+    pub source: String,
+}
+
+/// A program's rendered kernels and the kernels left to the interpreter, with the reason.
+#[derive(Debug, Clone, Default)]
+pub struct CProgram {
+    /// Rendered kernels.
+    pub kernels: Vec<CKernel>,
+    /// `(kernel index, reason)` for each kernel not rendered.
+    pub skipped: Vec<(usize, String)>,
+}
+
+impl CProgram {
+    /// The whole translation unit: prelude, then every kernel.
+    pub fn source(&self) -> String {
+        let mut s = String::from(PRELUDE);
+        for k in &self.kernels {
+            s.push('\n');
+            s.push_str(&k.source);
+        }
+        s
+    }
+}
+
+/// The files `tensorforge codegen --target c` writes, as `(file name, contents)`:
+/// `prelude.h`; one `<kernel>.c` per rendered kernel (including the prelude, with the
+/// fusion decisions that formed it as a comment); `program.c`, the translation unit the JIT
+/// compiles; and `manifest.json`, the launcher's contract (per kernel: symbol, rows, columns,
+/// input and output tensor names, scratch floats; and the kernels left to the interpreter
+/// with the reason).
+pub fn files(p: &Program) -> Vec<(String, String)> {
+    let cp = render_program(p);
+    let tg = &p.graph;
+    let mut out = vec![("prelude.h".to_string(), PRELUDE.to_string())];
+    let mut manifest = vec![];
+    for ck in &cp.kernels {
+        let k = &p.kernels[ck.kernel];
+        let mut head = format!(
+            "/* TensorForge kernel {} ({:?}), {} rows x {} columns.\n",
+            k.name, k.kind, ck.rows, ck.cols
+        );
+        for d in p
+            .decisions
+            .iter()
+            .filter(|d| d.target.as_deref() == Some(k.name.as_str()))
+        {
+            head.push_str(
+                &format!(
+                    " * [{}] {} ({}): {}\n",
+                    if d.accepted { "+" } else { "-" },
+                    d.node,
+                    d.rule,
+                    d.reason
+                )
+                .replace("*/", "* /"),
+            );
+        }
+        head.push_str(" */\n#include \"prelude.h\"\n\n");
+        out.push((format!("{}.c", k.name), format!("{head}{}", ck.source)));
+        let names = |ts: &[usize]| -> Vec<String> {
+            ts.iter().map(|&t| tg.tensors[t].name.clone()).collect()
+        };
+        manifest.push(serde_json::json!({
+            "kernel": k.name,
+            "symbol": ck.symbol,
+            "rows": ck.rows,
+            "cols": ck.cols,
+            "elements": ck.elems,
+            "inputs": names(&ck.inputs),
+            "outputs": names(&k.outputs),
+            "scratch_floats": ck.scratch_floats,
+        }));
+    }
+    out.push(("program.c".to_string(), cp.source()));
+    let skipped: Vec<serde_json::Value> = cp
+        .skipped
+        .iter()
+        .map(|(i, why)| serde_json::json!({"kernel": p.kernels[*i].name, "reason": why}))
+        .collect();
+    let m = serde_json::json!({
+        "schema_version": 1,
+        "target": "c",
+        "signature": "void f(const float *const *in, float *const *out, int64_t r0, int64_t r1, float *scratch)",
+        "kernels": manifest,
+        "interpreted": skipped,
+    });
+    out.push((
+        "manifest.json".to_string(),
+        serde_json::to_string_pretty(&m).unwrap_or_default(),
+    ));
+    out
+}
+
+/// Render every kernel of `p` that has a C form.
+pub fn render_program(p: &Program) -> CProgram {
+    let mut out = CProgram::default();
+    for (i, k) in p.kernels.iter().enumerate() {
+        match render_kernel(&p.graph, k, i) {
+            Ok(c) => out.kernels.push(c),
+            Err(why) => out.skipped.push((i, why)),
+        }
+    }
+    out
+}
+
+/// A float as a C literal that parses to the same f32.
+fn lit(v: f32) -> String {
+    if v.is_nan() {
+        "NAN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+    } else {
+        let s = format!("{v:?}");
+        if s.contains(['.', 'e', 'E']) {
+            format!("{s}f")
+        } else {
+            format!("{s}.0f")
+        }
+    }
+}
+
+fn unary_expr(op: &Op, x: &str) -> Option<String> {
+    Some(match op {
+        Op::Neg => format!("(-{x})"),
+        Op::Exp => format!("tf_exp({x})"),
+        Op::Log => format!("tf_log({x})"),
+        Op::Log1p => format!("tf_log1p({x})"),
+        Op::Sqrt => format!("sqrtf({x})"),
+        Op::Rsqrt => format!("(1.0f / sqrtf({x}))"),
+        Op::Tanh => format!("tanhf({x})"),
+        Op::Erf => format!("erff({x})"),
+        Op::Sigmoid => format!("tf_sigmoid({x})"),
+        Op::Silu => format!("({x} * tf_sigmoid({x}))"),
+        Op::Gelu => format!(
+            "(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"
+        ),
+        Op::Relu => format!("tf_fmax({x}, 0.0f)"),
+        Op::Pow { exponent } => {
+            let e = *exponent as f32;
+            if e == 2.0 {
+                format!("({x} * {x})")
+            } else if e == 1.0 {
+                x.to_string()
+            } else {
+                format!("powf({x}, {})", lit(e))
+            }
+        }
+        Op::Cast { to } => match to {
+            DType::Bf16 => format!("tf_bf16({x})"),
+            DType::Fp16 => format!("tf_f16({x})"),
+            DType::Int8 => format!("fminf(fmaxf(truncf({x}), -128.0f), 127.0f)"),
+            DType::Int4 => format!("fminf(fmaxf(truncf({x}), -8.0f), 7.0f)"),
+            DType::Int32 => format!("fminf(fmaxf(truncf({x}), -2147483648.0f), 2147483648.0f)"),
+            DType::Int64 => format!("truncf({x})"),
+            DType::Bool => format!("({x} != 0.0f ? 1.0f : 0.0f)"),
+            DType::Fp32 | DType::Tf32 | DType::Fp8 => x.to_string(),
+        },
+        Op::Quantize { scale, zero_point } => format!(
+            "tf_quant({x}, {}, {})",
+            lit(*scale as f32),
+            lit(*zero_point as f32)
+        ),
+        Op::Dequantize {
+            scale, zero_point, ..
+        } => format!(
+            "(({x} - {}) * {})",
+            lit(*zero_point as f32),
+            lit(*scale as f32)
+        ),
+        Op::Broadcast { .. } => x.to_string(),
+        _ => return None,
+    })
+}
+
+fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
+    Some(match op {
+        Op::Add => format!("({a} + {b})"),
+        Op::Sub => format!("({a} - {b})"),
+        Op::Mul => format!("({a} * {b})"),
+        Op::Div => format!("({a} / {b})"),
+        Op::Max => format!("tf_fmax({a}, {b})"),
+        Op::Min => format!("tf_fmin({a}, {b})"),
+        Op::LogAddExp => format!("tf_logaddexp({a}, {b})"),
+        _ => return None,
+    })
+}
+
+/// How a node is evaluated in the loop nest.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Step {
+    /// Full elementwise node inside run `usize`.
+    Elem(usize),
+    /// Per-row elementwise node (a scalar per row).
+    PerRow,
+    /// Row operation over the whole row.
+    Row,
+}
+
+fn is_elementwise(op: &Op) -> bool {
+    unary_expr(op, "x").is_some() || binary_expr(op, "a", "b").is_some()
+}
+
+/// Render kernel `k` (index `idx` in its program), or say why it has no C form.
+pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
+    match k.kind {
+        KernelKind::Elementwise | KernelKind::Row => {}
+        other => return Err(format!("{other:?} kernels run in the interpreter").to_lowercase()),
+    }
+    let plans: Vec<NodePlan> = plan_nodes(tg, k).map_err(|e| e.to_string())?;
+    let elementwise = k.kind == KernelKind::Elementwise;
+    let elems = usize::try_from(k.rows.saturating_mul(k.cols.max(1)))
+        .map_err(|_| "too large".to_string())?;
+    // Iteration domain.
+    let (rows, cols) = if elementwise {
+        let gather_dims: HashSet<usize> = plans
+            .iter()
+            .filter(|p| p.binds.iter().any(|b| matches!(b, Bind::Gather(..))))
+            .map(|p| *p.out_shape.last().unwrap_or(&1))
+            .collect();
+        let l = match gather_dims.len() {
+            0 => elems.clamp(1, ELEMENTWISE_ROW),
+            1 => {
+                let d = *gather_dims.iter().next().unwrap_or(&1);
+                (1..=d.clamp(1, ELEMENTWISE_ROW))
+                    .rev()
+                    .find(|l| d % l == 0)
+                    .unwrap_or(1)
+            }
+            _ => return Err("broadcast inputs over nodes of different last dims".into()),
+        };
+        (elems.div_ceil(l), l)
+    } else {
+        (k.rows as usize, (k.cols as usize).max(1))
+    };
+    let l = cols;
+
+    // Input slots: every external tensor a node reads, in first-use order.
+    let mut inputs: Vec<usize> = vec![];
+    let mut slot_of: HashMap<usize, usize> = HashMap::new();
+    for p in &plans {
+        for b in &p.binds {
+            if let Bind::Flat(t)
+            | Bind::Scalar(t)
+            | Bind::PerRow(t)
+            | Bind::Gather(t, _)
+            | Bind::Direct(t) = b
+            {
+                slot_of.entry(*t).or_insert_with(|| {
+                    inputs.push(*t);
+                    inputs.len() - 1
+                });
+            }
+        }
+    }
+    let input = |t: usize| slot_of[&t];
+
+    // Steps and runs.
+    let mut steps: Vec<Step> = vec![];
+    let mut run = 0usize;
+    let mut in_run = false;
+    for p in &plans {
+        let op = &tg.nodes[p.node].op;
+        let s = if is_elementwise(op) {
+            if p.per_row {
+                Step::PerRow
+            } else {
+                if !in_run {
+                    run += 1;
+                    in_run = true;
+                }
+                Step::Elem(run)
+            }
+        } else {
+            match op {
+                Op::ReduceSum { axis, .. }
+                | Op::ReduceMax { axis, .. }
+                | Op::ReduceMean { axis, .. } => {
+                    let x = &tg.tensors[tg.node_inputs[p.node][0]].shape;
+                    if norm_axis(*axis, x.len()) != Some(x.len().saturating_sub(1)) {
+                        return Err(format!("{} is not over the last axis", op.name()));
+                    }
+                    Step::Row
+                }
+                Op::Softmax { .. }
+                | Op::LogSoftmax { .. }
+                | Op::LogSumExp { .. }
+                | Op::RmsNorm { .. }
+                | Op::LayerNorm { .. } => Step::Row,
+                other => return Err(format!("{} has no C form", other.name())),
+            }
+        };
+        if !matches!(s, Step::Elem(_)) {
+            in_run = false;
+        }
+        steps.push(s);
+    }
+    // Which full values need a scratch row: read outside their run, or produced by a row op.
+    let mut needs_row = vec![false; plans.len()];
+    for (pi, p) in plans.iter().enumerate() {
+        for b in &p.binds {
+            if let Bind::Internal { pos, per_row, .. } = b {
+                if *per_row {
+                    continue;
+                }
+                let same_run =
+                    matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b);
+                if !same_run {
+                    needs_row[*pos] = true;
+                }
+            }
+        }
+    }
+    for (pi, p) in plans.iter().enumerate() {
+        if steps[pi] == Step::Row && !p.per_row {
+            needs_row[pi] = true;
+        }
+    }
+    let mut row_off: HashMap<usize, usize> = HashMap::new();
+    for (pi, need) in needs_row.iter().enumerate() {
+        if *need {
+            let n = row_off.len();
+            row_off.insert(pi, n * l);
+        }
+    }
+    // LogSumExp writes its row of e^(x − m) into one more scratch row.
+    let has_lse = plans
+        .iter()
+        .any(|p| matches!(tg.nodes[p.node].op, Op::LogSumExp { .. }));
+    let scratch_floats = (row_off.len() + usize::from(has_lse)) * l;
+
+    // Per-row gather bases.
+    let mut gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)> = vec![]; // (pos, bind, shape, strides)
+    for (pi, p) in plans.iter().enumerate() {
+        for (bi, b) in p.binds.iter().enumerate() {
+            if let Bind::Gather(_, st) = b {
+                if p.per_row {
+                    return Err("a broadcast input of a per-row value".into());
+                }
+                gathers.push((pi, bi, p.out_shape.clone(), st.clone()));
+            }
+        }
+    }
+
+    let operand = |pi: usize, bi: usize, col: bool| -> Result<String, String> {
+        let p = &plans[pi];
+        Ok(match &p.binds[bi] {
+            Bind::Internal { pos, per_row, .. } => {
+                if *per_row {
+                    format!("p{pos}")
+                } else if !col {
+                    return Err("a per-row value reads a full value".into());
+                } else if matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b)
+                {
+                    format!("v{pos}")
+                } else {
+                    format!("a{pos}[c]")
+                }
+            }
+            Bind::Flat(t) => {
+                let i = input(*t);
+                if p.per_row || !col {
+                    format!("I{i}[r]")
+                } else {
+                    format!("I{i}[r * {l}LL + c]")
+                }
+            }
+            Bind::Scalar(t) => format!("I{}[0]", input(*t)),
+            Bind::PerRow(t) => format!("I{}[r]", input(*t)),
+            Bind::Gather(t, st) => {
+                let i = input(*t);
+                let s_last = st.last().copied().unwrap_or(0);
+                format!("I{i}[g{pi}_{bi} + c * {s_last}LL]")
+            }
+            Bind::Direct(t) => format!("I{}", input(*t)),
+        })
+    };
+
+    let sym = format!("tf_k{idx}");
+    let mut body = String::new();
+    let w = &mut body;
+    let _ = writeln!(
+        w,
+        "/* kernel {} ({:?}): nodes {} */",
+        k.name,
+        k.kind,
+        k.nodes
+            .iter()
+            .map(|&n| tg.nodes[n].name.replace("*/", "* /"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        w,
+        "void {sym}(const float *const *in, float *const *out, int64_t r0, int64_t r1, float *scratch) {{"
+    );
+    // Row arrays.
+    let mut offs: Vec<(&usize, &usize)> = row_off.iter().collect();
+    offs.sort();
+    for (pi, off) in offs {
+        let _ = writeln!(w, "    float *restrict a{pi} = scratch + {off};");
+    }
+    if has_lse {
+        let _ = writeln!(
+            w,
+            "    float *restrict lse_tmp = scratch + {};",
+            row_off.len() * l
+        );
+    }
+    let _ = writeln!(w, "    for (int64_t r = r0; r < r1; ++r) {{");
+    if elementwise {
+        let _ = writeln!(
+            w,
+            "        const int64_t cn = ({elems}LL - r * {l}LL) < {l}LL ? ({elems}LL - r * {l}LL) : {l}LL;"
+        );
+    } else {
+        let _ = writeln!(w, "        const int64_t cn = {l}LL;");
+    }
+    for (pi, bi, shape, st) in &gathers {
+        // Flat element index of the row start: r·L; its multi-index over `shape`.
+        let d = *shape.last().unwrap_or(&1) as u64;
+        let s_last = st.last().copied().unwrap_or(0);
+        let _ = writeln!(
+            w,
+            "        int64_t g{pi}_{bi} = ((r * {l}LL) % {d}LL) * {s_last}LL;"
+        );
+        let _ = writeln!(w, "        {{ int64_t rem = (r * {l}LL) / {d}LL;");
+        for dd in (0..shape.len().saturating_sub(1)).rev() {
+            let _ = writeln!(
+                w,
+                "          g{pi}_{bi} += (rem % {}LL) * {}LL; rem /= {}LL;",
+                shape[dd].max(1),
+                st[dd],
+                shape[dd].max(1)
+            );
+        }
+        let _ = writeln!(w, "        }}");
+    }
+    let mut pi = 0;
+    while pi < plans.len() {
+        let p = &plans[pi];
+        let op = &tg.nodes[p.node].op;
+        let store = |w: &mut String, pi: usize, val: &str, col: bool| {
+            if let Some(o) = plans[pi].store {
+                if col {
+                    let _ = writeln!(w, "            O{o}[r * {l}LL + c] = {val};");
+                } else {
+                    let _ = writeln!(w, "        O{o}[r] = {val};");
+                }
+            }
+        };
+        match steps[pi] {
+            Step::Elem(run_id) => {
+                let _ = writeln!(w, "        for (int64_t c = 0; c < cn; ++c) {{");
+                let mut q = pi;
+                while q < plans.len() && steps[q] == Step::Elem(run_id) {
+                    let qop = &tg.nodes[plans[q].node].op;
+                    let args: Vec<String> = (0..plans[q].binds.len())
+                        .map(|bi| operand(q, bi, true))
+                        .collect::<Result<_, _>>()?;
+                    let e = if args.len() == 1 {
+                        unary_expr(qop, &args[0])
+                    } else {
+                        binary_expr(qop, &args[0], &args[1])
+                    }
+                    .ok_or_else(|| format!("{} has no C form", qop.name()))?;
+                    let _ = writeln!(w, "            const float v{q} = {e};");
+                    if needs_row[q] {
+                        let _ = writeln!(w, "            a{q}[c] = v{q};");
+                    }
+                    store(w, q, &format!("v{q}"), true);
+                    q += 1;
+                }
+                let _ = writeln!(w, "        }}");
+                pi = q;
+                continue;
+            }
+            Step::PerRow => {
+                let args: Vec<String> = (0..p.binds.len())
+                    .map(|bi| operand(pi, bi, false))
+                    .collect::<Result<_, _>>()?;
+                let e = if args.len() == 1 {
+                    unary_expr(op, &args[0])
+                } else {
+                    binary_expr(op, &args[0], &args[1])
+                }
+                .ok_or_else(|| format!("{} has no C form", op.name()))?;
+                let _ = writeln!(w, "        const float p{pi} = {e};");
+                store(w, pi, &format!("p{pi}"), false);
+            }
+            Step::Row => {
+                let x = match &p.binds[0] {
+                    Bind::Internal {
+                        pos,
+                        per_row: false,
+                        ..
+                    } => format!("a{pos}"),
+                    Bind::Flat(t) | Bind::Direct(t) => format!("(I{} + r * {l}LL)", input(*t)),
+                    _ => return Err(format!("{} reads a row it cannot address", op.name())),
+                };
+                let param = |j: usize| match p.binds.get(j) {
+                    Some(Bind::Direct(t)) | Some(Bind::Flat(t)) => Ok(format!("I{}", input(*t))),
+                    _ => Err(format!("{} parameters must come from memory", op.name())),
+                };
+                let _ = writeln!(w, "        {{ const float *restrict x = {x};");
+                match op {
+                    Op::ReduceSum { .. } | Op::ReduceMean { .. } => {
+                        let div = if matches!(op, Op::ReduceMean { .. }) {
+                            format!(" / (double){l}")
+                        } else {
+                            String::new()
+                        };
+                        let _ =
+                            writeln!(w, "          p{pi} = (float)(tf_row_sum(x, cn){div}); }}");
+                    }
+                    Op::ReduceMax { .. } => {
+                        let _ =
+                            writeln!(w, "          int nan; p{pi} = tf_row_max(x, cn, &nan); }}");
+                    }
+                    Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. } => {
+                        // Row statistics as the interpreter's kernels: a NaN or +inf makes the
+                        // row NaN (LogSumExp: +inf), an all −inf row gives 0 / −inf / −inf.
+                        let _ = writeln!(
+                            w,
+                            "          int nan; const float m = tf_row_max(x, cn, &nan);"
+                        );
+                        let _ = writeln!(
+                            w,
+                            "          const int fin = !nan && m != INFINITY && m != -INFINITY;"
+                        );
+                        match op {
+                            Op::Softmax { .. } => {
+                                let _ = writeln!(
+                                    w,
+                                    "          float *restrict y = a{pi};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                );
+                            }
+                            Op::LogSoftmax { .. } => {
+                                let _ = writeln!(
+                                    w,
+                                    "          float *restrict y = a{pi};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn)); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                );
+                            }
+                            _ => {
+                                let _ = writeln!(
+                                    w,
+                                    "          p{pi} = nan ? NAN : !fin ? m : (float)((double)m + log(tf_row_exp_shift(x, m, lse_tmp, cn))); }}"
+                                );
+                            }
+                        }
+                    }
+                    Op::RmsNorm { eps } => {
+                        let g = param(1)?;
+                        let _ = writeln!(
+                            w,
+                            "          const float inv = (float)(1.0 / sqrt(tf_row_sumsq(x, cn) / (double){l} + {eps:?}));\n          float *restrict y = a{pi}; for (int64_t c = 0; c < cn; ++c) y[c] = x[c] * inv * {g}[c]; }}"
+                        );
+                    }
+                    Op::LayerNorm { eps } => {
+                        let g = param(1)?;
+                        let b = param(2)?;
+                        let _ = writeln!(
+                            w,
+                            "          const double mean = tf_row_sum(x, cn) / (double){l};\n          const float inv = (float)(1.0 / sqrt(tf_row_sumsq_dev(x, cn, mean) / (double){l} + {eps:?}));\n          const float mf = (float)mean;\n          float *restrict y = a{pi}; for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - mf) * inv * {g}[c] + {b}[c]; }}"
+                        );
+                    }
+                    other => return Err(format!("{} has no C form", other.name())),
+                }
+                if p.per_row {
+                    store(w, pi, &format!("p{pi}"), false);
+                } else if let Some(o) = p.store {
+                    let _ = writeln!(
+                        w,
+                        "        memcpy(O{o} + r * {l}LL, a{pi}, sizeof(float) * (size_t)cn);"
+                    );
+                }
+            }
+        }
+        pi += 1;
+    }
+    let _ = writeln!(w, "    }}\n}}");
+    // Per-row scalars of row ops are assigned inside blocks: declare them first.
+    let decls: String = plans
+        .iter()
+        .enumerate()
+        .filter(|(pi, p)| steps[*pi] == Step::Row && p.per_row)
+        .map(|(pi, _)| format!("        float p{pi};\n"))
+        .collect();
+    let body = body.replacen(
+        "        const int64_t cn",
+        &format!("{decls}        const int64_t cn"),
+        1,
+    );
+    // Input pointers.
+    // `restrict`: inputs, outputs and scratch rows never overlap (the executor gives every
+    // output its own buffer), which lets the compiler vectorize the row loops.
+    let mut decl_in: String = (0..inputs.len())
+        .map(|i| format!("    const float *restrict I{i} = in[{i}];\n"))
+        .collect();
+    for o in 0..k.outputs.len() {
+        decl_in.push_str(&format!("    float *restrict O{o} = out[{o}];\n"));
+    }
+    let source = body.replacen(
+        "    for (int64_t r = r0;",
+        &format!("{decl_in}    for (int64_t r = r0;"),
+        1,
+    );
+    Ok(CKernel {
+        kernel: idx,
+        symbol: sym,
+        rows,
+        cols,
+        elems,
+        inputs,
+        scratch_floats,
+        source,
+    })
+}

@@ -1,0 +1,245 @@
+/* TensorForge generated-code prelude: branch-free float helpers that GCC and Clang
+ * vectorize at -O3 without -ffast-math (IEEE semantics kept: NaN propagates, ±inf and
+ * signed zeros as below). exp and log are Cephes-style: Cody–Waite range reduction and a
+ * minimax polynomial; log1p uses Goldberg's correction log(u)·x/(u−1). Their measured
+ * error bounds are in docs/graph.md (crates/graph/src/jit.rs measures them).
+ * logaddexp evaluates in double with the same reductions, so its float result keeps a few
+ * ulp even where m + log1p(e^d) cancels. tanh, erf and the sigmoid family call these or
+ * libm (tanhf, erff: scalar calls). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float tf_bits_f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int32_t tf_f_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+static inline double tf_bits_d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
+static inline int64_t tf_d_bits(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
+
+/* e^x, float. */
+static inline float tf_exp(float x) {
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = xc == xc ? xc : 0.0f;
+    float n = rintf(xc * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t n1 = ni / 2;
+    int32_t n2 = ni - n1;
+    float y = p * tf_bits_f((n1 + 127) << 23) * tf_bits_f((n2 + 127) << 23);
+    y = x > 88.72283935546875f ? INFINITY : y;
+    y = x < -103.97208404541015625f ? 0.0f : y;
+    return x == x ? y : x;
+}
+
+/* ln x, float. */
+static inline float tf_log(float x) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    int32_t ix = tf_f_bits(xs);
+    int32_t e = ((ix >> 23) & 0xff) - 127 - (sub ? 23 : 0);
+    float m = tf_bits_f((ix & 0x007fffff) | 0x3f800000);
+    int big = m > 1.41421356237f;
+    m = big ? m * 0.5f : m;
+    e += big;
+    float f = m - 1.0f;
+    float z = f * f;
+    float y = 7.0376836292e-2f;
+    y = fmaf(y, f, -1.1514610310e-1f);
+    y = fmaf(y, f, 1.1676998740e-1f);
+    y = fmaf(y, f, -1.2420140846e-1f);
+    y = fmaf(y, f, 1.4249322787e-1f);
+    y = fmaf(y, f, -1.6668057665e-1f);
+    y = fmaf(y, f, 2.0000714765e-1f);
+    y = fmaf(y, f, -2.4999993993e-1f);
+    y = fmaf(y, f, 3.3333331174e-1f);
+    y = y * f * z;
+    float fe = (float)e;
+    y = fmaf(fe, -2.12194440e-4f, y);
+    y = fmaf(-0.5f, z, y);
+    float r = f + y;
+    r = fmaf(fe, 0.693359375f, r);
+    r = x == 0.0f ? -INFINITY : r;
+    r = x < 0.0f ? NAN : r;
+    r = x == INFINITY ? INFINITY : r;
+    return x == x ? r : x;
+}
+
+/* ln(1 + x), float: Goldberg's log(u)·x/(u − 1), u = 1 + x rounded. */
+static inline float tf_log1p(float x) {
+    float u = 1.0f + x;
+    float d = u - 1.0f;
+    float l = tf_log(u);
+    float r = d == 0.0f ? x : l * (x / (d == 0.0f ? 1.0f : d));
+    r = x == INFINITY ? INFINITY : r;
+    r = x == -1.0f ? -INFINITY : r;
+    return x == x ? r : x;
+}
+
+/* e^x, double, for x <= 0 (logaddexp's e^(min − max)); 2^-1022 underflows to 0. */
+static inline double tf_exp_neg_d(double x) {
+    double xc = x < -708.0 ? -708.0 : x;
+    double n = rint(xc * 1.4426950408889634);
+    double r = fma(n, -6.93147180369123816490e-01, xc);
+    r = fma(n, -1.90821492927058770002e-10, r);
+    /* e^r on |r| <= ln2/2: Taylor to r^13 (truncation < 1e-17). */
+    double p = 1.0 / 6227020800.0;
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    int64_t ni = (int64_t)n;
+    double y = p * tf_bits_d((ni + 1023) << 52);
+    return x < -708.0 ? 0.0 : y;
+}
+
+/* ln(1 + t) for t in [0, 1], double: atanh series of s = t / (2 + t), |s| <= 1/3. */
+static inline double tf_log1p_unit_d(double t) {
+    double s = t / (2.0 + t);
+    double s2 = s * s;
+    double p = 2.0 / 25.0;
+    p = fma(p, s2, 2.0 / 23.0);
+    p = fma(p, s2, 2.0 / 21.0);
+    p = fma(p, s2, 2.0 / 19.0);
+    p = fma(p, s2, 2.0 / 17.0);
+    p = fma(p, s2, 2.0 / 15.0);
+    p = fma(p, s2, 2.0 / 13.0);
+    p = fma(p, s2, 2.0 / 11.0);
+    p = fma(p, s2, 2.0 / 9.0);
+    p = fma(p, s2, 2.0 / 7.0);
+    p = fma(p, s2, 2.0 / 5.0);
+    p = fma(p, s2, 2.0 / 3.0);
+    return fma(p * s2, s, 2.0 * s);
+}
+
+/* log(e^a + e^b) = max + log1p(e^(min − max)), evaluated in double. */
+static inline float tf_logaddexp(float a, float b) {
+    double da = a, db = b;
+    double hi = da > db ? da : db;
+    double lo = da > db ? db : da;
+    double d = lo - hi;
+    d = d == d ? d : 0.0;
+    double r = hi + tf_log1p_unit_d(tf_exp_neg_d(d));
+    float y = (float)r;
+    y = a == b ? (float)(da + 0.69314718055994530942) : y;
+    y = hi == INFINITY ? INFINITY : y;
+    y = lo == -INFINITY ? (float)hi : y;
+    return (a == a && b == b) ? y : a + b;
+}
+
+/* maxNum / minNum as the interpreter computes them: a NaN b yields a; ties yield b. */
+static inline float tf_fmax(float a, float b) { return (b != b || a > b) ? a : b; }
+static inline float tf_fmin(float a, float b) { return (b != b || a < b) ? a : b; }
+
+static inline float tf_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
+
+/* Round to bfloat16 (nearest even; NaN kept) and back. */
+static inline float tf_bf16(float x) {
+    int32_t i = tf_f_bits(x);
+    int32_t r = (i + 0x7fff + ((i >> 16) & 1)) & (int32_t)0xffff0000;
+    return x == x ? tf_bits_f(r) : x;
+}
+
+/* Round to IEEE binary16 (nearest even, overflow to inf, subnormals) and back. */
+static inline float tf_f16(float x) {
+    float a = fabsf(x);
+    /* Scale so that the binary16 ulp at a's binade is 1, round, scale back. */
+    int32_t e = (tf_f_bits(a) >> 23) - 127;
+    e = e < -14 ? -14 : e;
+    float ulp = tf_bits_f((e - 10 + 127) << 23);
+    float q = rintf(a / ulp) * ulp;
+    q = a >= 65520.0f ? INFINITY : q;
+    q = copysignf(q, x);
+    return x == x ? q : x;
+}
+
+/* Saturating int8 quantization: clamp(round_half_even(x / s) + z, −128, 127). */
+static inline float tf_quant(float x, float s, float z) {
+    float q = rintf(x / s) + z;
+    q = q < -128.0f ? -128.0f : q;
+    return q > 127.0f ? 127.0f : q;
+}
+
+/* Row reductions, written with independent lanes so that they vectorize without
+ * reassociation flags: 8 float lanes for the max, 4 double lanes for sums. */
+static inline float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
+    float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    float nf[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int k = 0; k < 8; ++k) {
+            float v = x[c + k];
+            nf[k] = v != v ? 1.0f : nf[k];
+            mx[k] = v > mx[k] ? v : mx[k];
+        }
+    float m = mx[0];
+    float nan = nf[0];
+    for (int k = 1; k < 8; ++k) {
+        m = mx[k] > m ? mx[k] : m;
+        nan += nf[k];
+    }
+    for (; c < n; ++c) {
+        float v = x[c];
+        nan += v != v ? 1.0f : 0.0f;
+        m = v > m ? v : m;
+    }
+    *nan_out = nan != 0.0f;
+    return m;
+}
+
+static inline double tf_row_sum(const float *restrict x, int64_t n) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; ++k) s[k] += (double)x[c + k];
+    for (; c < n; ++c) s[0] += (double)x[c];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static inline double tf_row_sumsq(const float *restrict x, int64_t n) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; ++k) s[k] += (double)x[c + k] * (double)x[c + k];
+    for (; c < n; ++c) s[0] += (double)x[c] * (double)x[c];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static inline double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mean) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; ++k) {
+            double d = (double)x[c + k] - mean;
+            s[k] += d * d;
+        }
+    for (; c < n; ++c) {
+        double d = (double)x[c] - mean;
+        s[0] += d * d;
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* y[c] = e^(x[c] − m); returns Σ y in double. */
+static inline double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
+                                      int64_t n) {
+    for (int64_t c = 0; c < n; ++c) y[c] = tf_exp(x[c] - m);
+    return tf_row_sum(y, n);
+}

@@ -1,0 +1,529 @@
+//! The JIT: renders a program's elementwise and row kernels to C ([`crate::codegen::c`]),
+//! compiles them with the system C compiler into one shared object, loads it with
+//! `libloading`, and caches the object by a SHA-256 of the source, the compiler's identity
+//! and the flags. The executor ([`crate::exec::execute_with`]) runs compiled kernels in
+//! parallel over blocks of rows on the current rayon pool (its thread count is the one
+//! `--threads` sets) and every other kernel in the interpreter.
+//!
+//! Flags: `-O3 -march=native -fPIC -shared -std=c11 -fno-math-errno -fno-trapping-math
+//! -ffp-contract=off`, no `-ffast-math`: NaN and ±inf semantics hold (no trap is ever
+//! enabled, so assuming none lets the selects in the prelude vectorize), and there is no
+//! FMA contraction the source did not ask for. The compiler is `$CC` or `cc`. The cache folder is `$TENSORFORGE_CACHE_DIR`, else
+//! `$XDG_CACHE_HOME/tensorforge/jit`, else `~/.cache/tensorforge/jit`; an entry is written
+//! under a temporary name and renamed, and a loaded entry must return its own key from
+//! `tf_key()`, so a corrupt or foreign file is rebuilt, never run. A folder that cannot be
+//! written falls back to a fresh temporary folder (said in [`Jit::notes`]).
+//! Left out: matmul and opaque kernels (interpreted), cross-compilation, Windows.
+
+use crate::codegen::c::{render_program, CKernel, CProgram};
+use crate::fusion::Program;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Bumped when the calling convention of generated kernels changes (part of the cache key).
+pub const JIT_ABI_VERSION: u32 = 1;
+
+/// Compiler flags (part of the cache key).
+pub const CFLAGS: &[&str] = &[
+    "-O3",
+    "-march=native",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=off",
+];
+
+/// Why the JIT could not produce compiled code.
+#[derive(Debug, Error)]
+pub enum JitError {
+    /// No working C compiler.
+    #[error("no C compiler: `{compiler} --version` failed ({detail}); set CC or install cc")]
+    NoCompiler {
+        /// The compiler command tried.
+        compiler: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The compiler rejected the generated source (a bug: the source is kept).
+    #[error("the C compiler failed on {source_path}: {stderr}")]
+    Compile {
+        /// The generated file, kept for inspection.
+        source_path: String,
+        /// The compiler's error output (first lines).
+        stderr: String,
+    },
+    /// Reading or writing the cache.
+    #[error("JIT cache `{path}`: {detail}")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// What failed.
+        detail: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Loading the compiled object.
+    #[error("cannot load `{path}`: {source}")]
+    Load {
+        /// The shared object.
+        path: String,
+        /// The loader's error.
+        #[source]
+        source: libloading::Error,
+    },
+}
+
+type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
+
+/// One compiled kernel.
+pub(crate) struct JitKernel {
+    pub(crate) f: KernelFn,
+    pub(crate) meta: CKernel,
+}
+
+/// A program's compiled kernels.
+pub struct Jit {
+    /// Kept loaded for the function pointers' lifetime.
+    _lib: Option<libloading::Library>,
+    /// By kernel index: the compiled kernel, or `None` (interpreted).
+    pub(crate) kernels: Vec<Option<JitKernel>>,
+    /// `(kernel name, reason)` for kernels left to the interpreter.
+    pub skipped: Vec<(String, String)>,
+    /// Wall time of rendering, compiling (or loading from the cache) and loading, ms.
+    pub build_ms: f64,
+    /// True when the object came from the cache.
+    pub cached: bool,
+    /// The shared object's path.
+    pub object: Option<PathBuf>,
+    /// Things the user should know (cache fallback).
+    pub notes: Vec<String>,
+}
+
+impl Jit {
+    /// Number of kernels that run compiled code.
+    pub fn compiled_count(&self) -> usize {
+        self.kernels.iter().filter(|k| k.is_some()).count()
+    }
+}
+
+fn compiler() -> String {
+    std::env::var("CC")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| "cc".into())
+}
+
+/// `cc --version`'s first line, once per process.
+fn compiler_id() -> Result<String, JitError> {
+    static ID: OnceLock<Result<String, String>> = OnceLock::new();
+    let cc = compiler();
+    ID.get_or_init(|| match Command::new(&cc).arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()),
+        Ok(o) => Err(format!("exit status {}", o.status)),
+        Err(e) => Err(e.to_string()),
+    })
+    .clone()
+    .map_err(|detail| JitError::NoCompiler {
+        compiler: cc,
+        detail,
+    })
+}
+
+/// Whether a C compiler is present (the JIT can run).
+pub fn compiler_available() -> bool {
+    compiler_id().is_ok()
+}
+
+/// The cache folder (see the module docs).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TENSORFORGE_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("tensorforge/jit");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(h).join(".cache/tensorforge/jit");
+    }
+    std::env::temp_dir().join("tensorforge-jit")
+}
+
+/// Cache key: SHA-256 of the ABI version, compiler command and identity, flags, source.
+pub fn cache_key(source: &str, compiler: &str, compiler_id: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(format!(
+        "tensorforge-jit-abi-{JIT_ABI_VERSION}\0{compiler}\0{compiler_id}\0"
+    ));
+    h.update(CFLAGS.join(" "));
+    h.update([0u8]);
+    h.update(source.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn io(path: &Path, detail: &str) -> impl FnOnce(std::io::Error) -> JitError {
+    let path = path.display().to_string();
+    let detail = detail.to_string();
+    move |source| JitError::Io {
+        path,
+        detail,
+        source,
+    }
+}
+
+/// Load `so` and check that it is the object for `key`.
+fn load(so: &Path, key: &str) -> Result<Option<libloading::Library>, JitError> {
+    // SAFETY: the object was written by this module from generated C whose only
+    // initialization is static data; `tf_key` is checked before any kernel is called.
+    let lib = match unsafe { libloading::Library::new(so) } {
+        Ok(l) => l,
+        Err(_) => return Ok(None),
+    };
+    // SAFETY: `tf_key` has this signature in every object this module writes; a foreign
+    // object without it fails the lookup.
+    let ok = unsafe {
+        match lib.get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"tf_key\0") {
+            Ok(f) => {
+                let p = f();
+                !p.is_null() && std::ffi::CStr::from_ptr(p).to_bytes() == key.as_bytes()
+            }
+            Err(_) => false,
+        }
+    };
+    Ok(ok.then_some(lib))
+}
+
+fn build(dir: &Path, key: &str, source: &str) -> Result<PathBuf, JitError> {
+    std::fs::create_dir_all(dir).map_err(io(dir, "cannot create the cache folder"))?;
+    let tag = format!("{key}.{}", std::process::id());
+    let c = dir.join(format!("{tag}.c"));
+    let tmp = dir.join(format!("{tag}.so.tmp"));
+    let so = dir.join(format!("{key}.so"));
+    std::fs::write(&c, source).map_err(io(&c, "cannot write the generated source"))?;
+    let out = Command::new(compiler())
+        .args(CFLAGS)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&c)
+        .arg("-lm")
+        .output()
+        .map_err(io(&c, "cannot run the C compiler"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        let stderr: String = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .take(8)
+            .collect::<Vec<_>>()
+            .join(" | ");
+        return Err(JitError::Compile {
+            source_path: c.display().to_string(),
+            stderr,
+        });
+    }
+    let _ = std::fs::remove_file(&c);
+    std::fs::rename(&tmp, &so).map_err(io(&so, "cannot move the compiled object into place"))?;
+    Ok(so)
+}
+
+/// A loaded shared object built from some C source.
+pub(crate) struct Object {
+    pub(crate) lib: libloading::Library,
+    pub(crate) path: PathBuf,
+    pub(crate) cached: bool,
+    pub(crate) notes: Vec<String>,
+}
+
+/// Compile `source` (plus a `tf_key` function returning its cache key) into a shared object,
+/// or load it from the cache.
+pub(crate) fn object_for(mut source: String, cc: &str, id: &str) -> Result<Object, JitError> {
+    let t0 = Instant::now();
+    // The key covers the source without the key line itself.
+    let key = cache_key(&source, cc, id);
+    source.push_str(&format!(
+        "\nconst char *tf_key(void) {{ return \"{key}\"; }}\n"
+    ));
+    let mut notes = vec![];
+    let mut dir = cache_dir();
+    let mut so = dir.join(format!("{key}.so"));
+    let mut cached = false;
+    let mut lib = if so.exists() { load(&so, &key)? } else { None };
+    if lib.is_some() {
+        cached = true;
+    } else {
+        if so.exists() {
+            notes.push(format!(
+                "JIT cache entry `{}` was corrupt or foreign; rebuilt",
+                so.display()
+            ));
+            let _ = std::fs::remove_file(&so);
+        }
+        so = match build(&dir, &key, &source) {
+            Ok(so) => so,
+            Err(JitError::Io { path, detail, .. }) => {
+                let tmp = std::env::temp_dir().join(format!(
+                    "tensorforge-jit-{}-{}",
+                    std::process::id(),
+                    t0.elapsed().as_nanos()
+                ));
+                notes.push(format!(
+                    "JIT cache `{path}` is not usable ({detail}); compiled into `{}` instead",
+                    tmp.display()
+                ));
+                dir = tmp;
+                build(&dir, &key, &source)?
+            }
+            Err(e) => return Err(e),
+        };
+        lib = load(&so, &key)?;
+    }
+    let lib = lib.ok_or_else(|| JitError::Load {
+        path: so.display().to_string(),
+        source: libloading::Error::DlOpenUnknown,
+    })?;
+    Ok(Object {
+        lib,
+        path: so,
+        cached,
+        notes,
+    })
+}
+
+/// Compile (or load from the cache) every kernel of `p` that has a C form.
+pub fn compile(p: &Program) -> Result<Jit, JitError> {
+    let t0 = Instant::now();
+    let cc = compiler();
+    let id = compiler_id()?;
+    let cp: CProgram = render_program(p);
+    let skipped = cp
+        .skipped
+        .iter()
+        .map(|(i, why)| (p.kernels[*i].name.clone(), why.clone()))
+        .collect();
+    if cp.kernels.is_empty() {
+        return Ok(Jit {
+            _lib: None,
+            kernels: p.kernels.iter().map(|_| None).collect(),
+            skipped,
+            build_ms: t0.elapsed().as_secs_f64() * 1e3,
+            cached: true,
+            object: None,
+            notes: vec![],
+        });
+    }
+    let obj = object_for(cp.source(), &cc, &id)?;
+    let (lib, so, cached, notes) = (obj.lib, obj.path, obj.cached, obj.notes);
+    let mut kernels: Vec<Option<JitKernel>> = p.kernels.iter().map(|_| None).collect();
+    for ck in cp.kernels {
+        let sym = format!("{}\0", ck.symbol);
+        // SAFETY: every rendered kernel is defined in this object with the `KernelFn`
+        // signature (see codegen::c).
+        let f: KernelFn = unsafe {
+            *lib.get::<KernelFn>(sym.as_bytes())
+                .map_err(|source| JitError::Load {
+                    path: so.display().to_string(),
+                    source,
+                })?
+        };
+        let i = ck.kernel;
+        kernels[i] = Some(JitKernel { f, meta: ck });
+    }
+    Ok(Jit {
+        _lib: Some(lib),
+        kernels,
+        skipped,
+        build_ms: t0.elapsed().as_secs_f64() * 1e3,
+        cached,
+        object: Some(so),
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::c::PRELUDE;
+
+    type F1 = unsafe extern "C" fn(*const f32, *mut f32, i64);
+    type F2 = unsafe extern "C" fn(*const f32, *const f32, *mut f32, i64);
+
+    /// f32 spacing at the magnitude of `r` (2^-149 below the normal range).
+    fn ulp(r: f64) -> f64 {
+        let a = r.abs().max(f32::MIN_POSITIVE as f64);
+        2f64.powi(a.log2().floor() as i32 - 23)
+    }
+
+    fn ulps(y: f32, r: f64) -> f64 {
+        if r.is_nan() {
+            return if y.is_nan() { 0.0 } else { f64::INFINITY };
+        }
+        if r.is_infinite() || (r.abs() > f32::MAX as f64) {
+            return if y as f64 == r || (y.is_infinite() && y.signum() as f64 == r.signum()) {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+        }
+        ((y as f64) - r).abs() / ulp(r)
+    }
+
+    /// Every 1021st f32 bit pattern (both signs), and the special values.
+    fn samples() -> Vec<f32> {
+        let mut v: Vec<f32> = (0..u32::MAX / 1021)
+            .map(|i| f32::from_bits(i.wrapping_mul(1021)))
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0,
+            -1.0,
+            f32::MIN_POSITIVE,
+            1e-45,
+            88.72283,
+            88.72284,
+            -103.97207,
+            -103.97209,
+            -87.33655,
+        ]);
+        v
+    }
+
+    /// The prelude's functions over arrays, compiled the way kernels are.
+    fn helpers() -> Object {
+        let src = format!(
+            "{PRELUDE}
+void t_exp(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp(x[i]); }}
+void t_log(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_log(x[i]); }}
+void t_log1p(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_log1p(x[i]); }}
+void t_lae(const float *restrict a, const float *restrict b, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_logaddexp(a[i], b[i]); }}
+"
+        );
+        object_for(src, &compiler(), &compiler_id().unwrap()).unwrap()
+    }
+
+    fn max_ulps(name: &str, f: F1, xs: &[f32], reference: fn(f64) -> f64) -> f64 {
+        let mut y = vec![0f32; xs.len()];
+        // SAFETY: `f` reads and writes `xs.len()` floats of these buffers.
+        unsafe { f(xs.as_ptr(), y.as_mut_ptr(), xs.len() as i64) };
+        let mut worst = (0.0, 0.0f32);
+        for (&x, &v) in xs.iter().zip(&y) {
+            let e = ulps(v, reference(x as f64));
+            if e > worst.0 {
+                worst = (e, x);
+            }
+        }
+        eprintln!("{name}: max {:.2} ulp (at x = {:e})", worst.0, worst.1);
+        worst.0
+    }
+
+    #[test]
+    fn polynomial_error_bounds_hold_over_every_binade() {
+        let o = helpers();
+        let xs = samples();
+        // SAFETY: these symbols are defined above with these signatures.
+        let (e, l, l1, lae) = unsafe {
+            (
+                *o.lib.get::<F1>(b"t_exp\0").unwrap(),
+                *o.lib.get::<F1>(b"t_log\0").unwrap(),
+                *o.lib.get::<F1>(b"t_log1p\0").unwrap(),
+                *o.lib.get::<F2>(b"t_lae\0").unwrap(),
+            )
+        };
+        // Bounds measured over ~4.2 M inputs spanning every binade, subnormals and the
+        // special values (docs/graph.md records the measured maxima).
+        assert!(max_ulps("exp", e, &xs, f64::exp) <= 2.0);
+        assert!(max_ulps("log", l, &xs, f64::ln) <= 2.0);
+        assert!(max_ulps("log1p", l1, &xs, f64::ln_1p) <= 3.0);
+        // logaddexp on pairs: a from the samples in [−200, 200], b = a + δ over a grid of δ
+        // (the cancellation band m ≈ −log1p(e^d) included), and the specials.
+        let a: Vec<f32> = xs
+            .iter()
+            .copied()
+            .filter(|x| x.is_nan() || x.is_infinite() || x.abs() <= 200.0)
+            .collect();
+        let mut pa = vec![];
+        let mut pb = vec![];
+        for (i, &x) in a.iter().enumerate() {
+            let d = [0.0f32, 1e-7, -0.3, 0.69, -0.69, 2.0, -20.0, 100.0][i % 8];
+            pa.push(x);
+            pb.push(if x.is_finite() { x + d } else { -x });
+        }
+        for &(x, y) in &[
+            (-0.346_573_6_f32, -0.346_573_6_f32),
+            (-0.5, -1.1),
+            (f32::NEG_INFINITY, f32::NEG_INFINITY),
+            (f32::INFINITY, f32::INFINITY),
+            (f32::INFINITY, f32::NEG_INFINITY),
+            (f32::NAN, 1.0),
+            (1.0, f32::NAN),
+            (f32::NEG_INFINITY, 3.0),
+        ] {
+            pa.push(x);
+            pb.push(y);
+        }
+        let mut y = vec![0f32; pa.len()];
+        // SAFETY: reads and writes `pa.len()` floats of equal-length buffers.
+        unsafe { lae(pa.as_ptr(), pb.as_ptr(), y.as_mut_ptr(), pa.len() as i64) };
+        let mut worst = (0.0f64, 0.0f32, 0.0f32);
+        for ((&x, &z), &v) in pa.iter().zip(&pb).zip(&y) {
+            let (x64, z64) = (x as f64, z as f64);
+            let r = if x.is_nan() || z.is_nan() {
+                f64::NAN
+            } else if x == z {
+                x64 + std::f64::consts::LN_2
+            } else {
+                let (hi, lo) = if x64 > z64 { (x64, z64) } else { (z64, x64) };
+                hi + (lo - hi).exp().ln_1p()
+            };
+            let e = ulps(v, r);
+            if e > worst.0 {
+                worst = (e, x, z);
+            }
+        }
+        eprintln!(
+            "logaddexp: max {:.2} ulp (at {:e}, {:e})",
+            worst.0, worst.1, worst.2
+        );
+        assert!(worst.0 <= 4.0);
+        // Special values, exactly.
+        let one = |f: F1, x: f32| {
+            let mut y = [0f32];
+            // SAFETY: one float in, one out.
+            unsafe { f([x].as_ptr(), y.as_mut_ptr(), 1) };
+            y[0]
+        };
+        assert_eq!(one(e, f32::NEG_INFINITY), 0.0);
+        assert_eq!(one(e, f32::INFINITY), f32::INFINITY);
+        assert!(one(e, f32::NAN).is_nan());
+        assert_eq!(one(l, 0.0), f32::NEG_INFINITY);
+        assert_eq!(one(l, -0.0), f32::NEG_INFINITY);
+        assert!(one(l, -1.0).is_nan());
+        assert_eq!(one(l, f32::INFINITY), f32::INFINITY);
+        assert_eq!(one(l1, -1.0), f32::NEG_INFINITY);
+        assert_eq!(one(l1, f32::INFINITY), f32::INFINITY);
+        assert!(one(l1, -2.0).is_nan());
+        assert_eq!(one(l1, -0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    fn cache_keys_change_with_source_compiler_and_flags() {
+        let a = cache_key("int x;", "cc", "gcc 12");
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, cache_key("int y;", "cc", "gcc 12"));
+        assert_ne!(a, cache_key("int x;", "clang", "gcc 12"));
+        assert_ne!(a, cache_key("int x;", "cc", "gcc 13"));
+        assert_eq!(a, cache_key("int x;", "cc", "gcc 12"));
+    }
+}
