@@ -447,3 +447,190 @@ fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
         );
     }
 }
+
+/// The JIT as a user meets it: the default compiles (and says so), a missing compiler is a
+/// note and the interpreter under `auto` but exit 2 under `--executor jit`, a corrupt cache
+/// entry is rebuilt, an unusable cache folder falls back to a temporary one, and `codegen`
+/// writes sources that compile.
+#[test]
+fn jit_executor_fallbacks_cache_and_codegen() {
+    let dir = tmpdir("jit");
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let g = example("residual_layernorm");
+    let run = |envs: &[(&str, &str)], extra: &[&str]| {
+        let mut c = tf();
+        c.env("TENSORFORGE_CACHE_DIR", &cache);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.args(["run", &g, "--json"]).args(extra);
+        c
+    };
+    // Default: compiled, and the outputs equal the interpreter's.
+    let out = run(&[], &[]).assert().success().get_output().clone();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["executor"], "jit", "{v}");
+    assert_eq!(v["jit"]["compiled_kernels"], 1, "{v}");
+    assert_eq!(v["jit"]["cached"], false, "{v}");
+    let interp = run(&[], &["--executor", "interpreter"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let w: Value = serde_json::from_slice(&interp.stdout).unwrap();
+    assert_eq!(w["executor"], "interpreter");
+    for (a, b) in v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(w["outputs"].as_array().unwrap())
+    {
+        let (x, y) = (a["mean"].as_f64().unwrap(), b["mean"].as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{a} vs {b}");
+    }
+    // Second run: from the cache.
+    let again: Value =
+        serde_json::from_slice(&run(&[], &[]).assert().success().get_output().stdout).unwrap();
+    assert_eq!(again["jit"]["cached"], true);
+    // A corrupt cache entry is rebuilt, never run.
+    for e in std::fs::read_dir(&cache).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "so") {
+            std::fs::write(&p, b"not an ELF object").unwrap();
+        }
+    }
+    let out = run(&[], &[]).assert().success().get_output().clone();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("corrupt or foreign; rebuilt"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No compiler: `auto` notes it once and interprets; `jit` is an error, exit 2.
+    let out = run(&[("CC", "/nonexistent/cc")], &[])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("note: running the interpreter").count(),
+        1,
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["executor"], "interpreter");
+    let out = run(&[("CC", "/nonexistent/cc")], &["--executor", "jit"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no C compiler") && err.contains("/nonexistent/cc"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // A cache "folder" that is a file: compiled into a temporary folder, said so.
+    let file = write(&dir, "cache_is_a_file", "x");
+    let out = tf()
+        .env("TENSORFORGE_CACHE_DIR", &file)
+        .args(["run", &g])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not usable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // codegen: per-kernel sources with the fusion reasons, a manifest, and a unit that cc
+    // compiles.
+    let cg = dir.join("cg");
+    tf().args([
+        "codegen",
+        &example("attention_softmax"),
+        "--target",
+        "c",
+        "--out",
+    ])
+    .arg(&cg)
+    .assert()
+    .success();
+    let k1 = std::fs::read_to_string(cg.join("k1.c")).unwrap();
+    assert!(
+        k1.contains("[+] probs") && k1.contains("void tf_k1("),
+        "{k1}"
+    );
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(cg.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["kernels"][0]["kernel"], "k1");
+    assert_eq!(m["interpreted"][0]["kernel"], "k0");
+    let st = std::process::Command::new("cc")
+        .args(["-std=c11", "-fsyntax-only"])
+        .arg(cg.join("program.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// `codegen --target triton|cuda`: the Triton file holds one `@triton.jit` function per
+/// generated kernel, the fusion reasons and a launcher that refuses programs with
+/// interpreted kernels; the CUDA file wraps each C kernel in a one-thread-per-row launcher.
+/// (Running them needs Triton or a GPU: tools/check_triton.py and tools/check_cuda.sh.)
+#[test]
+fn codegen_writes_triton_and_cuda_sources() {
+    let dir = tmpdir("cg_targets");
+    let t = dir.join("triton");
+    tf().args([
+        "codegen",
+        &example("residual_layernorm"),
+        "--target",
+        "triton",
+        "--out",
+    ])
+    .arg(&t)
+    .assert()
+    .success();
+    let py = std::fs::read_to_string(t.join("kernels.py")).unwrap();
+    assert_eq!(py.matches("@triton.jit\ndef tf_k").count(), 1, "{py}");
+    assert!(
+        py.contains("INTERPRETED = []") && py.contains("def run(tensors)"),
+        "{py}"
+    );
+    assert!(py.contains("# [+] y ("), "{py}");
+    let t2 = dir.join("triton_attn");
+    tf().args([
+        "codegen",
+        &example("attention_softmax"),
+        "--target",
+        "triton",
+        "--out",
+    ])
+    .arg(&t2)
+    .assert()
+    .success();
+    let py = std::fs::read_to_string(t2.join("kernels.py")).unwrap();
+    assert!(py.contains("INTERPRETED = [\"k0\"]"), "{py}");
+    let c = dir.join("cuda");
+    tf().args([
+        "codegen",
+        &example("residual_layernorm"),
+        "--target",
+        "cuda",
+        "--out",
+    ])
+    .arg(&c)
+    .assert()
+    .success();
+    let cu = std::fs::read_to_string(c.join("kernels.cu")).unwrap();
+    assert!(
+        cu.contains("extern \"C\" __global__ void tf_k0_launch(") && cu.contains("__device__"),
+        "{cu}"
+    );
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(c.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["kernels"][0]["rows"], 128);
+    assert_eq!(m["kernels"][0]["cols"], 512);
+}

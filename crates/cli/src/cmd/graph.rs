@@ -68,6 +68,10 @@ pub struct CodegenArgs {
 pub enum CodegenTarget {
     /// C11, as the JIT compiles it.
     C,
+    /// Triton (Python), one program per row, with a launcher.
+    Triton,
+    /// CUDA C, the C loop nest as device code, one thread per row.
+    Cuda,
 }
 
 /// Write the generated kernel sources of a graph's fused program.
@@ -76,6 +80,8 @@ pub fn run_codegen(a: CodegenArgs) -> Result<()> {
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let files = match a.target {
         CodegenTarget::C => tensorforge_graph::codegen::c::files(&c.fused),
+        CodegenTarget::Triton => tensorforge_graph::codegen::triton::files(&c.fused),
+        CodegenTarget::Cuda => tensorforge_graph::codegen::cuda::files(&c.fused),
     };
     let d = std::path::Path::new(&a.out);
     if d.exists() && !d.is_dir() {
@@ -86,10 +92,9 @@ pub fn run_codegen(a: CodegenArgs) -> Result<()> {
         tensorforge_store::write_atomic(&d.join(name), text.as_bytes())?;
     }
     println!(
-        "wrote {} files to {} ({} kernels of {} generated; the rest run in the interpreter, see manifest.json)",
+        "wrote {} files to {} ({} kernels in the fused program; manifest.json lists the generated ones and why the others are left to the interpreter)",
         files.len(),
         a.out,
-        files.len().saturating_sub(3),
         c.fused.kernels.len()
     );
     Ok(())

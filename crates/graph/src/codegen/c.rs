@@ -12,17 +12,16 @@
 //! does; `exp`, `log`, `log1p`, `logaddexp` use the prelude's polynomials (a few ulp from
 //! libm, measured in docs/graph.md) and `tanh`, `erf`, `pow` call libm.
 
-use crate::exec::{plan_nodes, Bind, NodePlan};
-use crate::fusion::{Kernel, KernelKind, Program};
-use crate::ir::{norm_axis, DType, Op, TypedGraph};
-use std::collections::{HashMap, HashSet};
+use super::{lower, Nest, Step};
+use crate::exec::Bind;
+use crate::fusion::{Kernel, Program};
+use crate::ir::{DType, Op, TypedGraph};
 use std::fmt::Write;
 
 /// The prelude every generated file starts with (float helpers, see the file).
 pub const PRELUDE: &str = include_str!("prelude.h");
 
-/// Longest row an elementwise kernel is cut into.
-pub const ELEMENTWISE_ROW: usize = 4096;
+pub use super::ELEMENTWISE_ROW;
 
 /// One rendered kernel.
 #[derive(Debug, Clone)]
@@ -229,162 +228,25 @@ fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
     })
 }
 
-/// How a node is evaluated in the loop nest.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Step {
-    /// Full elementwise node inside run `usize`.
-    Elem(usize),
-    /// Per-row elementwise node (a scalar per row).
-    PerRow,
-    /// Row operation over the whole row.
-    Row,
-}
-
-fn is_elementwise(op: &Op) -> bool {
-    unary_expr(op, "x").is_some() || binary_expr(op, "a", "b").is_some()
-}
-
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
-    match k.kind {
-        KernelKind::Elementwise | KernelKind::Row => {}
-        other => return Err(format!("{other:?} kernels run in the interpreter").to_lowercase()),
-    }
-    let plans: Vec<NodePlan> = plan_nodes(tg, k).map_err(|e| e.to_string())?;
-    let elementwise = k.kind == KernelKind::Elementwise;
-    let elems = usize::try_from(k.rows.saturating_mul(k.cols.max(1)))
-        .map_err(|_| "too large".to_string())?;
-    // Iteration domain.
-    let (rows, cols) = if elementwise {
-        let gather_dims: HashSet<usize> = plans
-            .iter()
-            .filter(|p| p.binds.iter().any(|b| matches!(b, Bind::Gather(..))))
-            .map(|p| *p.out_shape.last().unwrap_or(&1))
-            .collect();
-        let l = match gather_dims.len() {
-            0 => elems.clamp(1, ELEMENTWISE_ROW),
-            1 => {
-                let d = *gather_dims.iter().next().unwrap_or(&1);
-                (1..=d.clamp(1, ELEMENTWISE_ROW))
-                    .rev()
-                    .find(|l| d % l == 0)
-                    .unwrap_or(1)
-            }
-            _ => return Err("broadcast inputs over nodes of different last dims".into()),
-        };
-        (elems.div_ceil(l), l)
-    } else {
-        (k.rows as usize, (k.cols as usize).max(1))
-    };
+    let Nest {
+        plans,
+        elementwise,
+        elems,
+        rows,
+        cols,
+        inputs,
+        slot_of,
+        steps,
+        needs_row,
+        row_off,
+        has_lse,
+        scratch_floats,
+        gathers,
+    } = lower(tg, k)?;
     let l = cols;
-
-    // Input slots: every external tensor a node reads, in first-use order.
-    let mut inputs: Vec<usize> = vec![];
-    let mut slot_of: HashMap<usize, usize> = HashMap::new();
-    for p in &plans {
-        for b in &p.binds {
-            if let Bind::Flat(t)
-            | Bind::Scalar(t)
-            | Bind::PerRow(t)
-            | Bind::Gather(t, _)
-            | Bind::Direct(t) = b
-            {
-                slot_of.entry(*t).or_insert_with(|| {
-                    inputs.push(*t);
-                    inputs.len() - 1
-                });
-            }
-        }
-    }
     let input = |t: usize| slot_of[&t];
-
-    // Steps and runs.
-    let mut steps: Vec<Step> = vec![];
-    let mut run = 0usize;
-    let mut in_run = false;
-    for p in &plans {
-        let op = &tg.nodes[p.node].op;
-        let s = if is_elementwise(op) {
-            if p.per_row {
-                Step::PerRow
-            } else {
-                if !in_run {
-                    run += 1;
-                    in_run = true;
-                }
-                Step::Elem(run)
-            }
-        } else {
-            match op {
-                Op::ReduceSum { axis, .. }
-                | Op::ReduceMax { axis, .. }
-                | Op::ReduceMean { axis, .. } => {
-                    let x = &tg.tensors[tg.node_inputs[p.node][0]].shape;
-                    if norm_axis(*axis, x.len()) != Some(x.len().saturating_sub(1)) {
-                        return Err(format!("{} is not over the last axis", op.name()));
-                    }
-                    Step::Row
-                }
-                Op::Softmax { .. }
-                | Op::LogSoftmax { .. }
-                | Op::LogSumExp { .. }
-                | Op::RmsNorm { .. }
-                | Op::LayerNorm { .. } => Step::Row,
-                other => return Err(format!("{} has no C form", other.name())),
-            }
-        };
-        if !matches!(s, Step::Elem(_)) {
-            in_run = false;
-        }
-        steps.push(s);
-    }
-    // Which full values need a scratch row: read outside their run, or produced by a row op.
-    let mut needs_row = vec![false; plans.len()];
-    for (pi, p) in plans.iter().enumerate() {
-        for b in &p.binds {
-            if let Bind::Internal { pos, per_row, .. } = b {
-                if *per_row {
-                    continue;
-                }
-                let same_run =
-                    matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b);
-                if !same_run {
-                    needs_row[*pos] = true;
-                }
-            }
-        }
-    }
-    for (pi, p) in plans.iter().enumerate() {
-        if steps[pi] == Step::Row && !p.per_row {
-            needs_row[pi] = true;
-        }
-    }
-    let mut row_off: HashMap<usize, usize> = HashMap::new();
-    for (pi, need) in needs_row.iter().enumerate() {
-        if *need {
-            let n = row_off.len();
-            row_off.insert(pi, n * l);
-        }
-    }
-    // LogSumExp writes its row of e^(x − m) into one more scratch row.
-    let has_lse = plans
-        .iter()
-        .any(|p| matches!(tg.nodes[p.node].op, Op::LogSumExp { .. }));
-    let scratch_floats = (row_off.len() + usize::from(has_lse)) * l;
-
-    // Per-row gather bases.
-    let mut gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)> = vec![]; // (pos, bind, shape, strides)
-    for (pi, p) in plans.iter().enumerate() {
-        for (bi, b) in p.binds.iter().enumerate() {
-            if let Bind::Gather(_, st) = b {
-                if p.per_row {
-                    return Err("a broadcast input of a per-row value".into());
-                }
-                gathers.push((pi, bi, p.out_shape.clone(), st.clone()));
-            }
-        }
-    }
-
     let operand = |pi: usize, bi: usize, col: bool| -> Result<String, String> {
         let p = &plans[pi];
         Ok(match &p.binds[bi] {
@@ -435,7 +297,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     );
     let _ = writeln!(
         w,
-        "void {sym}(const float *const *in, float *const *out, int64_t r0, int64_t r1, float *scratch) {{"
+        "TF_FN void {sym}(const float *const *in, float *const *out, int64_t r0, int64_t r1, float *scratch) {{"
     );
     // Row arrays.
     let mut offs: Vec<(&usize, &usize)> = row_off.iter().collect();

@@ -10,3 +10,215 @@
 //! [`c::render_program`] says why for each kernel it leaves out.
 
 pub mod c;
+/// CUDA C rendering.
+pub mod cuda;
+/// Triton rendering.
+pub mod triton;
+
+use crate::exec::{plan_nodes, Bind, NodePlan};
+use crate::fusion::{Kernel, KernelKind};
+use crate::ir::{norm_axis, Op, TypedGraph};
+use std::collections::{HashMap, HashSet};
+
+/// Longest row an elementwise kernel is cut into.
+pub const ELEMENTWISE_ROW: usize = 4096;
+
+/// How a node is evaluated in the loop nest.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Step {
+    /// Full elementwise node inside run `usize`.
+    Elem(usize),
+    /// Per-row elementwise node (a scalar per row).
+    PerRow,
+    /// Row operation over the whole row.
+    Row,
+}
+
+/// Ops evaluated element by element (the runs of the loop nest).
+pub(crate) fn is_elementwise(op: &Op) -> bool {
+    op.is_unary() || op.is_binary() || matches!(op, Op::Broadcast { .. })
+}
+
+/// A kernel lowered to the loop nest every backend renders.
+pub(crate) struct Nest {
+    /// The interpreter's plan of each node (binds, per-row flag, stores).
+    pub(crate) plans: Vec<NodePlan>,
+    /// An elementwise kernel, re-blocked into rows.
+    pub(crate) elementwise: bool,
+    /// Elements of the iteration domain.
+    pub(crate) elems: usize,
+    /// Rows and columns of the loop nest.
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// External tensors read, in argument order, and each one's slot.
+    pub(crate) inputs: Vec<usize>,
+    pub(crate) slot_of: HashMap<usize, usize>,
+    /// How each node is evaluated.
+    pub(crate) steps: Vec<Step>,
+    /// Full values kept in a row of scratch (read outside their run, or row-op outputs).
+    pub(crate) needs_row: Vec<bool>,
+    /// Scratch offset of each such row.
+    pub(crate) row_off: HashMap<usize, usize>,
+    /// A LogSumExp needs one more scratch row.
+    pub(crate) has_lse: bool,
+    /// Floats of scratch per thread.
+    pub(crate) scratch_floats: usize,
+    /// Broadcast reads: (node position, bind index, node output shape, strides).
+    pub(crate) gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)>,
+}
+
+/// Lower kernel `k` to the loop nest, or say why it has none.
+pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
+    match k.kind {
+        KernelKind::Elementwise | KernelKind::Row => {}
+        other => return Err(format!("{other:?} kernels run in the interpreter").to_lowercase()),
+    }
+    let plans: Vec<NodePlan> = plan_nodes(tg, k).map_err(|e| e.to_string())?;
+    let elementwise = k.kind == KernelKind::Elementwise;
+    let elems = usize::try_from(k.rows.saturating_mul(k.cols.max(1)))
+        .map_err(|_| "too large".to_string())?;
+    // Iteration domain.
+    let (rows, cols) = if elementwise {
+        let gather_dims: HashSet<usize> = plans
+            .iter()
+            .filter(|p| p.binds.iter().any(|b| matches!(b, Bind::Gather(..))))
+            .map(|p| *p.out_shape.last().unwrap_or(&1))
+            .collect();
+        let l = match gather_dims.len() {
+            0 => elems.clamp(1, ELEMENTWISE_ROW),
+            1 => {
+                let d = *gather_dims.iter().next().unwrap_or(&1);
+                (1..=d.clamp(1, ELEMENTWISE_ROW))
+                    .rev()
+                    .find(|l| d % l == 0)
+                    .unwrap_or(1)
+            }
+            _ => return Err("broadcast inputs over nodes of different last dims".into()),
+        };
+        (elems.div_ceil(l), l)
+    } else {
+        (k.rows as usize, (k.cols as usize).max(1))
+    };
+    let l = cols;
+
+    // Input slots: every external tensor a node reads, in first-use order.
+    let mut inputs: Vec<usize> = vec![];
+    let mut slot_of: HashMap<usize, usize> = HashMap::new();
+    for p in &plans {
+        for b in &p.binds {
+            if let Bind::Flat(t)
+            | Bind::Scalar(t)
+            | Bind::PerRow(t)
+            | Bind::Gather(t, _)
+            | Bind::Direct(t) = b
+            {
+                slot_of.entry(*t).or_insert_with(|| {
+                    inputs.push(*t);
+                    inputs.len() - 1
+                });
+            }
+        }
+    }
+    // Steps and runs.
+    let mut steps: Vec<Step> = vec![];
+    let mut run = 0usize;
+    let mut in_run = false;
+    for p in &plans {
+        let op = &tg.nodes[p.node].op;
+        let s = if is_elementwise(op) {
+            if p.per_row {
+                Step::PerRow
+            } else {
+                if !in_run {
+                    run += 1;
+                    in_run = true;
+                }
+                Step::Elem(run)
+            }
+        } else {
+            match op {
+                Op::ReduceSum { axis, .. }
+                | Op::ReduceMax { axis, .. }
+                | Op::ReduceMean { axis, .. } => {
+                    let x = &tg.tensors[tg.node_inputs[p.node][0]].shape;
+                    if norm_axis(*axis, x.len()) != Some(x.len().saturating_sub(1)) {
+                        return Err(format!("{} is not over the last axis", op.name()));
+                    }
+                    Step::Row
+                }
+                Op::Softmax { .. }
+                | Op::LogSoftmax { .. }
+                | Op::LogSumExp { .. }
+                | Op::RmsNorm { .. }
+                | Op::LayerNorm { .. } => Step::Row,
+                other => return Err(format!("{} has no C form", other.name())),
+            }
+        };
+        if !matches!(s, Step::Elem(_)) {
+            in_run = false;
+        }
+        steps.push(s);
+    }
+    // Which full values need a scratch row: read outside their run, or produced by a row op.
+    let mut needs_row = vec![false; plans.len()];
+    for (pi, p) in plans.iter().enumerate() {
+        for b in &p.binds {
+            if let Bind::Internal { pos, per_row, .. } = b {
+                if *per_row {
+                    continue;
+                }
+                let same_run =
+                    matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b);
+                if !same_run {
+                    needs_row[*pos] = true;
+                }
+            }
+        }
+    }
+    for (pi, p) in plans.iter().enumerate() {
+        if steps[pi] == Step::Row && !p.per_row {
+            needs_row[pi] = true;
+        }
+    }
+    let mut row_off: HashMap<usize, usize> = HashMap::new();
+    for (pi, need) in needs_row.iter().enumerate() {
+        if *need {
+            let n = row_off.len();
+            row_off.insert(pi, n * l);
+        }
+    }
+    // LogSumExp writes its row of e^(x − m) into one more scratch row.
+    let has_lse = plans
+        .iter()
+        .any(|p| matches!(tg.nodes[p.node].op, Op::LogSumExp { .. }));
+    let scratch_floats = (row_off.len() + usize::from(has_lse)) * l;
+
+    // Per-row gather bases.
+    let mut gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)> = vec![]; // (pos, bind, shape, strides)
+    for (pi, p) in plans.iter().enumerate() {
+        for (bi, b) in p.binds.iter().enumerate() {
+            if let Bind::Gather(_, st) = b {
+                if p.per_row {
+                    return Err("a broadcast input of a per-row value".into());
+                }
+                gathers.push((pi, bi, p.out_shape.clone(), st.clone()));
+            }
+        }
+    }
+
+    Ok(Nest {
+        plans,
+        elementwise,
+        elems,
+        rows,
+        cols,
+        inputs,
+        slot_of,
+        steps,
+        needs_row,
+        row_off,
+        has_lse,
+        scratch_floats,
+        gathers,
+    })
+}

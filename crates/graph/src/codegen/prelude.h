@@ -10,13 +10,22 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float tf_bits_f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
-static inline int32_t tf_f_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
-static inline double tf_bits_d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
-static inline int64_t tf_d_bits(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
+/* C: plain TF_INLINE functions. CUDA (codegen --target cuda) defines these as device
+ * functions and `restrict` as `__restrict__` before including this text. */
+#ifndef TF_INLINE
+#define TF_INLINE static inline
+#endif
+#ifndef TF_FN
+#define TF_FN
+#endif
+
+TF_INLINE float tf_bits_f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+TF_INLINE int32_t tf_f_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+TF_INLINE double tf_bits_d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
+TF_INLINE int64_t tf_d_bits(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
 
 /* e^x, float. */
-static inline float tf_exp(float x) {
+TF_INLINE float tf_exp(float x) {
     float xc = x > 89.0f ? 89.0f : x;
     xc = xc < -104.0f ? -104.0f : xc;
     xc = xc == xc ? xc : 0.0f;
@@ -40,7 +49,7 @@ static inline float tf_exp(float x) {
 }
 
 /* ln x, float. */
-static inline float tf_log(float x) {
+TF_INLINE float tf_log(float x) {
     int sub = x < 1.17549435e-38f;
     float xs = sub ? x * 8388608.0f : x;
     int32_t ix = tf_f_bits(xs);
@@ -73,7 +82,7 @@ static inline float tf_log(float x) {
 }
 
 /* ln(1 + x), float: Goldberg's log(u)·x/(u − 1), u = 1 + x rounded. */
-static inline float tf_log1p(float x) {
+TF_INLINE float tf_log1p(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
     float l = tf_log(u);
@@ -84,7 +93,7 @@ static inline float tf_log1p(float x) {
 }
 
 /* e^x, double, for x <= 0 (logaddexp's e^(min − max)); 2^-1022 underflows to 0. */
-static inline double tf_exp_neg_d(double x) {
+TF_INLINE double tf_exp_neg_d(double x) {
     double xc = x < -708.0 ? -708.0 : x;
     double n = rint(xc * 1.4426950408889634);
     double r = fma(n, -6.93147180369123816490e-01, xc);
@@ -110,7 +119,7 @@ static inline double tf_exp_neg_d(double x) {
 }
 
 /* ln(1 + t) for t in [0, 1], double: atanh series of s = t / (2 + t), |s| <= 1/3. */
-static inline double tf_log1p_unit_d(double t) {
+TF_INLINE double tf_log1p_unit_d(double t) {
     double s = t / (2.0 + t);
     double s2 = s * s;
     double p = 2.0 / 25.0;
@@ -129,7 +138,7 @@ static inline double tf_log1p_unit_d(double t) {
 }
 
 /* log(e^a + e^b) = max + log1p(e^(min − max)), evaluated in double. */
-static inline float tf_logaddexp(float a, float b) {
+TF_INLINE float tf_logaddexp(float a, float b) {
     double da = a, db = b;
     double hi = da > db ? da : db;
     double lo = da > db ? db : da;
@@ -144,20 +153,20 @@ static inline float tf_logaddexp(float a, float b) {
 }
 
 /* maxNum / minNum as the interpreter computes them: a NaN b yields a; ties yield b. */
-static inline float tf_fmax(float a, float b) { return (b != b || a > b) ? a : b; }
-static inline float tf_fmin(float a, float b) { return (b != b || a < b) ? a : b; }
+TF_INLINE float tf_fmax(float a, float b) { return (b != b || a > b) ? a : b; }
+TF_INLINE float tf_fmin(float a, float b) { return (b != b || a < b) ? a : b; }
 
-static inline float tf_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
+TF_INLINE float tf_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
 
 /* Round to bfloat16 (nearest even; NaN kept) and back. */
-static inline float tf_bf16(float x) {
+TF_INLINE float tf_bf16(float x) {
     int32_t i = tf_f_bits(x);
     int32_t r = (i + 0x7fff + ((i >> 16) & 1)) & (int32_t)0xffff0000;
     return x == x ? tf_bits_f(r) : x;
 }
 
 /* Round to IEEE binary16 (nearest even, overflow to inf, subnormals) and back. */
-static inline float tf_f16(float x) {
+TF_INLINE float tf_f16(float x) {
     float a = fabsf(x);
     /* Scale so that the binary16 ulp at a's binade is 1, round, scale back. */
     int32_t e = (tf_f_bits(a) >> 23) - 127;
@@ -170,7 +179,7 @@ static inline float tf_f16(float x) {
 }
 
 /* Saturating int8 quantization: clamp(round_half_even(x / s) + z, −128, 127). */
-static inline float tf_quant(float x, float s, float z) {
+TF_INLINE float tf_quant(float x, float s, float z) {
     float q = rintf(x / s) + z;
     q = q < -128.0f ? -128.0f : q;
     return q > 127.0f ? 127.0f : q;
@@ -178,7 +187,7 @@ static inline float tf_quant(float x, float s, float z) {
 
 /* Row reductions, written with independent lanes so that they vectorize without
  * reassociation flags: 8 float lanes for the max, 4 double lanes for sums. */
-static inline float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
+TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
     float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     float nf[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -204,7 +213,7 @@ static inline float tf_row_max(const float *restrict x, int64_t n, int *nan_out)
     return m;
 }
 
-static inline double tf_row_sum(const float *restrict x, int64_t n) {
+TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
     double s[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t c = 0;
     for (; c + 4 <= n; c += 4)
@@ -213,7 +222,7 @@ static inline double tf_row_sum(const float *restrict x, int64_t n) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static inline double tf_row_sumsq(const float *restrict x, int64_t n) {
+TF_INLINE double tf_row_sumsq(const float *restrict x, int64_t n) {
     double s[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t c = 0;
     for (; c + 4 <= n; c += 4)
@@ -222,7 +231,7 @@ static inline double tf_row_sumsq(const float *restrict x, int64_t n) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static inline double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mean) {
+TF_INLINE double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mean) {
     double s[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t c = 0;
     for (; c + 4 <= n; c += 4)
@@ -238,7 +247,7 @@ static inline double tf_row_sumsq_dev(const float *restrict x, int64_t n, double
 }
 
 /* y[c] = e^(x[c] − m); returns Σ y in double. */
-static inline double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
+TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
                                       int64_t n) {
     for (int64_t c = 0; c < n; ++c) y[c] = tf_exp(x[c] - m);
     return tf_row_sum(y, n);
