@@ -9,6 +9,7 @@
 pub mod error;
 pub mod exec;
 pub mod fusion;
+mod gemm;
 pub mod ir;
 pub mod mlp;
 pub mod onnx;
