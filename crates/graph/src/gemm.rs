@@ -5,7 +5,8 @@
 //! is shared (rank 2) and whose left operand is row-major folds the batch into M (one GEMM);
 //! other batches run one product per batch matrix, in parallel across the batch when there
 //! are many small products and sequentially (each product parallel inside faer) otherwise.
-//! The thread count is explicit: `Par::rayon(rayon::current_num_threads())`, or `Par::Seq`
+//! Products of at most [`SMALL_MACS`] multiply-accumulates run a plain loop instead (faer's
+//! dispatch would cost more). The thread count is explicit: `Par::rayon(rayon::current_num_threads())`, or `Par::Seq`
 //! below [`PAR_MIN_MACS`] multiply-accumulates per product; never both levels at once.
 
 use crate::ir::{Op, TypedGraph};
@@ -15,6 +16,9 @@ use rayon::prelude::*;
 
 /// Multiply-accumulates of one product below which faer runs it on the calling thread.
 pub const PAR_MIN_MACS: usize = 1 << 20;
+/// Multiply-accumulates of a whole MatMul node at or below which a plain loop runs it
+/// (faer's dispatch costs more than such a product).
+pub const SMALL_MACS: usize = 1 << 15;
 
 /// The stored tensor behind `t` when `t` is a Transpose that swaps the last two axes and
 /// keeps the others in place (a 2-D transpose or a batched one), else `None`.
@@ -144,6 +148,10 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
         out.fill(0.0);
         return Ok(());
     }
+    if mn.saturating_mul(k).saturating_mul(batch) <= SMALL_MACS {
+        small_matmul(a, b, out);
+        return Ok(());
+    }
     let threads = rayon::current_num_threads();
     let par = |macs: usize| {
         if threads > 1 && macs >= PAR_MIN_MACS {
@@ -183,6 +191,33 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// `out = a · b` for tiny products: row i of the output accumulates a[i, q] · row q of b
+/// (contiguous over j when b is row-major), in f32 like faer.
+fn small_matmul(a: Operand, b: Operand, out: &mut [f32]) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    for (bi, c) in out.chunks_mut(m * n).enumerate() {
+        let ao = bi * m * k;
+        let bo = if b.batch == 1 { 0 } else { bi * k * n };
+        for (i, y) in c.chunks_mut(n).enumerate() {
+            y.fill(0.0);
+            for q in 0..k {
+                let av = a.data[ao + i * a.rs + q * a.cs];
+                let brow = bo + q * b.rs;
+                if b.cs == 1 {
+                    // Row-major b: contiguous, so the loop vectorizes.
+                    for (yv, &bv) in y.iter_mut().zip(&b.data[brow..brow + n]) {
+                        *yv += av * bv;
+                    }
+                } else {
+                    for (j, yv) in y.iter_mut().enumerate() {
+                        *yv += av * b.data[brow + j * b.cs];
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -235,8 +270,11 @@ mod tests {
 
     #[test]
     fn layouts_and_batches_match_the_reference() {
-        let (m, k, n) = (37, 53, 29);
-        for batch in [1usize, 3, 8] {
+        // (5, 7, 3): at most SMALL_MACS, the plain loop; (37, 53, 29): faer.
+        for ((m, k, n), batch) in [(5, 7, 3), (37, 53, 29)]
+            .into_iter()
+            .flat_map(|d| [1usize, 3, 8].map(|b| (d, b)))
+        {
             let a = vals(batch * m * k, 1);
             let at = vals(batch * m * k, 2);
             let b = vals(batch * k * n, 3);
