@@ -6,15 +6,20 @@
 //! elementwise kernels run register-tiled instead (module `tile`). Max/Min are IEEE
 //! maxNum/minNum in every path (`fmax`, `fmin`). Numerics come
 //! from the Kernels crate where it has them (softmax, log-softmax, logsumexp, logaddexp,
-//! the fused RMSNorm+SwiGLU). The executor counts the bytes it reads from and writes to
+//! the fused RMSNorm+SwiGLU). MatMul runs on faer (module `gemm`): a matmul kernel computes
+//! each product whole first (into its output buffer when stored), then evaluates its fused
+//! elementwise epilogue (bias, activation, residual) per block of output rows from that
+//! product; a MatMul operand that is a transpose of the last two axes of a stored tensor is
+//! read in place through swapped strides, never copied. The executor counts the bytes it reads from and writes to
 //! full-size buffers: each kernel's input buffers once and its outputs once, in the
 //! declared dtype's size, which is exactly the analytical traffic. Values are held in f32
-//! whatever the declared dtype (Cast to bf16 rounds; other casts keep f32). Views are
+//! whatever the declared dtype (Cast to bf16 rounds; other casts keep f32). Other views are
 //! materialized on demand as uncounted copies (the model treats them as strided aliases).
 //! Not executable: Opaque ops.
 
 use crate::error::{GraphError, Result};
 use crate::fusion::{Kernel, KernelKind, Program};
+use crate::gemm::transposed_source;
 use crate::ir::{norm_axis, DType, Op, TypedGraph};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -246,6 +251,8 @@ impl State<'_> {
             Op::Transpose { perm } => {
                 let s = tg.node_inputs[p][0];
                 self.ensure(s)?;
+                #[cfg(test)]
+                tests::TRANSPOSE_COPIES.with(|c| c.set(c.get() + 1));
                 let src = self.bufs[s].as_deref().unwrap_or(&[]);
                 let mut v = self.pool.take(src.len());
                 transpose_into(src, &tg.tensors[s].shape, perm, &mut v);
@@ -388,11 +395,16 @@ fn run_program(
     let (mut rb, mut wb) = (0u64, 0u64);
     let t0 = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
-        // Views the kernel reads from outside.
+        // Views the kernel reads from outside. A MatMul reads a transpose of the last two
+        // axes in place (strided), so only the transpose's source is made available.
         for &n in &k.nodes {
+            let mm = matches!(tg.nodes[n].op, Op::MatMul);
             for &t in &tg.node_inputs[n] {
                 if !k.nodes.contains(&tg.producer[tg.base(t)]) {
-                    st.ensure(t)?;
+                    match transposed_source(tg, t).filter(|_| mm) {
+                        Some(s) => st.ensure(s)?,
+                        None => st.ensure(t)?,
+                    }
                 }
             }
         }
@@ -1003,6 +1015,59 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
         .iter()
         .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
         .collect();
+    // MatMul nodes first, whole, with faer: into the kernel's output buffer when the
+    // product is stored (taken out of `outs`, so no block writes it), else into a pooled
+    // full-size buffer; the blocks below then treat them as computed (`eval_block`).
+    let mut pre: Vec<Option<Vec<f32>>> = vec![None; plans.len()];
+    for (pi, p) in plans.iter().enumerate() {
+        let n = p.node;
+        if !matches!(tg.nodes[n].op, Op::MatMul) {
+            continue;
+        }
+        let mut c = match p.store {
+            Some(oi) => std::mem::take(&mut outs[oi]),
+            None => st
+                .pool
+                .take(tg.tensors[tg.node_outputs[n][0]].numel as usize),
+        };
+        let operand = |j: usize| {
+            let t = tg.node_inputs[n][j];
+            crate::gemm::operand(tg, &st.bufs, t).ok_or_else(|| {
+                exec_err(
+                    tg,
+                    n,
+                    format!("operand `{}` is not available", tg.tensors[t].name),
+                )
+            })
+        };
+        crate::gemm::matmul_into(operand(0)?, operand(1)?, &mut c)
+            .map_err(|e| exec_err(tg, n, e))?;
+        pre[pi] = Some(c);
+    }
+    let finish = |st: &mut State, outs: Vec<Vec<f32>>, pre: Vec<Option<Vec<f32>>>| {
+        let mut outs: Vec<Option<Vec<f32>>> = outs.into_iter().map(Some).collect();
+        for (p, c) in plans.iter().zip(pre) {
+            match (p.store, c) {
+                (Some(oi), Some(c)) => {
+                    if let Some(empty) = outs[oi].replace(c) {
+                        st.pool.put(empty);
+                    }
+                }
+                (None, Some(c)) => st.pool.put(c),
+                _ => {}
+            }
+        }
+        for (t, v) in k.outputs.iter().zip(outs) {
+            st.bufs[*t] = v;
+        }
+    };
+    if plans
+        .iter()
+        .all(|p| matches!(tg.nodes[p.node].op, Op::MatMul))
+    {
+        finish(st, outs, pre);
+        return Ok(());
+    }
     let ptrs: Vec<(SendPtr, usize)> = outs
         .iter_mut()
         .map(|v| (SendPtr(v.as_mut_ptr()), v.len()))
@@ -1024,7 +1089,7 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
     let work = |s: &mut Scratch, b: usize| -> Result<()> {
         let r0 = b * rows_per_block;
         let r1 = (r0 + rows_per_block).min(rows);
-        eval_block(tg, bufs, &plans, s, r0, r1, cols, &ptrs)
+        eval_block(tg, bufs, &plans, &pre, s, r0, r1, cols, &ptrs)
     };
     let init = || Scratch {
         vals: vec![Vec::with_capacity(cap); plans.iter().map(|p| p.slot + 1).max().unwrap_or(1)],
@@ -1041,9 +1106,7 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
             work(&mut s, b)?;
         }
     }
-    for (t, v) in k.outputs.iter().zip(outs) {
-        st.bufs[*t] = Some(v);
-    }
+    finish(st, outs, pre);
     Ok(())
 }
 
@@ -1057,6 +1120,7 @@ fn eval_block(
     tg: &TypedGraph,
     bufs: &[Option<Vec<f32>>],
     plans: &[NodePlan],
+    pre: &[Option<Vec<f32>>],
     s: &mut Scratch,
     r0: usize,
     r1: usize,
@@ -1064,7 +1128,7 @@ fn eval_block(
     ptrs: &[(SendPtr, usize)],
 ) -> Result<()> {
     let nb = r1 - r0;
-    for p in plans.iter() {
+    for (pi, p) in plans.iter().enumerate() {
         let len = if p.per_row { nb } else { nb * cols };
         let (f0, f1) = if p.per_row {
             (r0, r1)
@@ -1209,31 +1273,21 @@ fn eval_block(
                 }
             }
             Op::MatMul => {
-                let (a_t, b_t) = (tg.node_inputs[n][0], tg.node_inputs[n][1]);
-                let a = buf(a_t);
-                let b = buf(b_t);
-                let ash = &tg.tensors[a_t].shape;
-                let kdim = ash[ash.len() - 1];
-                let m = ash[ash.len() - 2].max(1);
-                let batched = tg.tensors[b_t].shape.len() > 2;
-                for r in r0..r1 {
-                    let y = &mut out[(r - r0) * cols..(r - r0 + 1) * cols];
-                    y.fill(0.0);
-                    let arow = &a[r * kdim..(r + 1) * kdim];
-                    let boff = if batched { (r / m) * kdim * cols } else { 0 };
-                    for (kk, &av) in arow.iter().enumerate() {
-                        let brow = &b[boff + kk * cols..boff + (kk + 1) * cols];
-                        for (yv, &bv) in y.iter_mut().zip(brow) {
-                            *yv += av * bv;
-                        }
-                    }
-                }
+                // Computed whole by faer before the blocks (`run_blocks`); this block's rows
+                // feed the epilogue from scratch like any other node's.
+                let c = pre
+                    .get(pi)
+                    .and_then(|c| c.as_deref())
+                    .ok_or_else(|| exec_err(tg, n, "the product was not computed"))?;
+                out.copy_from_slice(&c[f0..f1]);
             }
             _ => {
                 return Err(exec_err(tg, n, "not supported inside a blocked kernel"));
             }
         }
-        if let Some(oi) = p.store {
+        // A stored product already sits in its output buffer.
+        let stored_whole = pre.get(pi).is_some_and(|c| c.is_some());
+        if let Some(oi) = p.store.filter(|_| !stored_whole) {
             let (ptr, olen) = ptrs[oi];
             if f1 > olen || f1 - f0 > out.len() {
                 return Err(exec_err(tg, n, "block outside the output buffer"));
@@ -1964,6 +2018,13 @@ mod tests {
     use crate::ir::Graph;
     use crate::traffic::program_traffic;
 
+    thread_local! {
+        /// Transposes materialized by `State::ensure` on this thread (the executor's view
+        /// handling runs on the calling thread), to observe that a MatMul operand was read
+        /// in place.
+        pub(super) static TRANSPOSE_COPIES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     fn load(name: &str) -> Graph {
         let p = format!(
             "{}/../../examples/graphs/{name}.json",
@@ -2228,5 +2289,232 @@ mod slice_where_tests {
             assert_eq!(r.outputs[0].1, vec![2, 2]);
             assert_eq!(r.outputs[0].2, vec![1.0, -1.0, 4.0, -1.0]);
         }
+    }
+}
+
+/// MatMul through faer: plain, batched and transposed operands against a naive f64
+/// reference, fused (with epilogues) and unfused.
+#[cfg(test)]
+mod matmul_tests {
+    use super::tests::TRANSPOSE_COPIES;
+    use super::*;
+    use crate::fusion::compile;
+    use crate::ir::Graph;
+
+    /// One MatMul graph: `decl` declares the inputs, `body` the nodes after them.
+    fn mm_graph(decl: &[(&str, &[usize])], body: &str, out: &str) -> Graph {
+        let mut nodes: Vec<String> = decl
+            .iter()
+            .map(|(n, sh)| {
+                format!(
+                    r#"{{"name":"{n}","op":"Input","attrs":{{"shape":{sh:?},"dtype":"fp32"}}}}"#
+                )
+            })
+            .collect();
+        nodes.push(body.to_string());
+        let j = format!(
+            r#"{{"schema_version":1,"name":"mm","nodes":[{}],"outputs":["{out}"]}}"#,
+            nodes.join(",")
+        );
+        Graph::from_json_str(&j).unwrap()
+    }
+
+    /// Naive f64 product of row-major `[batch, m, k]` and `[batch or 1, k, n]`; `bt` reads
+    /// the right operand as the transpose of row-major `[batch or 1, n, k]`.
+    fn naive(
+        a: &[f32],
+        b: &[f32],
+        batch: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        bt: bool,
+    ) -> Vec<f64> {
+        let shared = b.len() == k * n;
+        let mut out = vec![];
+        for bi in 0..batch {
+            let bo = if shared { 0 } else { bi * k * n };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0f64;
+                    for q in 0..k {
+                        let bv = if bt {
+                            b[bo + j * k + q]
+                        } else {
+                            b[bo + q * n + j]
+                        };
+                        acc += a[bi * m * k + i * k + q] as f64 * bv as f64;
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `g` fused and unfused on `ins` and checks the single output against `want` to
+    /// 1e-5 of its largest magnitude; returns the transposes materialized by both runs.
+    fn run_both(g: &Graph, ins: &HashMap<String, Vec<f32>>, want: &[f64]) -> usize {
+        let c = compile(g).unwrap();
+        let before = TRANSPOSE_COPIES.with(|c| c.get());
+        for p in [&c.fused, &c.unfused] {
+            let r = execute(p, ins).unwrap();
+            let got = &r.outputs[0].2;
+            assert_eq!(got.len(), want.len());
+            let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+            for (i, (&x, &y)) in got.iter().zip(want).enumerate() {
+                assert!((x as f64 - y).abs() <= 1e-5 * scale, "[{i}] {x} vs {y}");
+            }
+        }
+        TRANSPOSE_COPIES.with(|c| c.get()) - before
+    }
+
+    #[test]
+    fn faer_matmul_with_bias_relu_epilogue() {
+        let g = |m: usize, k: usize, n: usize| {
+            mm_graph(
+                &[("x", &[m, k]), ("w", &[k, n]), ("bias", &[n])],
+                r#"{"name":"y","op":"MatMul","inputs":["x","w"]},
+                   {"name":"z","op":"Add","inputs":["y","bias"]},
+                   {"name":"r","op":"ReLU","inputs":["z"]}"#,
+                "r",
+            )
+        };
+        // By hand: x = [[1, 2], [3, 4]], w = [[1, 0, -1], [0, 1, 1]]:
+        // x·w = [[1, 2, 2-1=1], [3, 4, 4-3=1]]; + bias [0.5, -3, 0] = [[1.5, -1, 1], [3.5, 1, 1]];
+        // ReLU = [[1.5, 0, 1], [3.5, 1, 1]].
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![1.0, 2.0, 3.0, 4.0]);
+        ins.insert("w".to_string(), vec![1.0, 0.0, -1.0, 0.0, 1.0, 1.0]);
+        ins.insert("bias".to_string(), vec![0.5, -3.0, 0.0]);
+        run_both(&g(2, 2, 3), &ins, &[1.5, 0.0, 1.0, 3.5, 1.0, 1.0]);
+        // The fused program holds one matmul kernel with the two epilogue nodes.
+        let c = compile(&g(2, 2, 3)).unwrap();
+        assert_eq!(c.fused.kernels.len(), 1);
+        assert_eq!(c.fused.kernels[0].kind, KernelKind::Matmul);
+        assert_eq!(c.fused.kernels[0].nodes.len(), 3);
+        // Random, several row blocks and above the parallel threshold.
+        for (m, k, n) in [(67, 45, 130), (256, 128, 96)] {
+            let mut ins = HashMap::new();
+            fill_inputs(&compile(&g(m, k, n)).unwrap().unfused.graph, &mut ins, 11).unwrap();
+            let y = naive(&ins["x"], &ins["w"], 1, m, k, n, false);
+            let want: Vec<f64> = y
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v + ins["bias"][i % n] as f64).max(0.0))
+                .collect();
+            run_both(&g(m, k, n), &ins, &want);
+        }
+    }
+
+    #[test]
+    fn faer_batched_times_shared_matrix() {
+        let g = |b: usize, m: usize, k: usize, n: usize| {
+            mm_graph(
+                &[("a", &[b, m, k]), ("w", &[k, n])],
+                r#"{"name":"y","op":"MatMul","inputs":["a","w"]}"#,
+                "y",
+            )
+        };
+        // By hand: a = [[[1, 2]], [[3, 4]]] (2 x 1 x 2), w = [[1, 2], [3, 4]]:
+        // [1·1+2·3, 1·2+2·4] = [7, 10]; [3·1+4·3, 3·2+4·4] = [15, 22].
+        let mut ins = HashMap::new();
+        ins.insert("a".to_string(), vec![1.0, 2.0, 3.0, 4.0]);
+        ins.insert("w".to_string(), vec![1.0, 2.0, 3.0, 4.0]);
+        run_both(&g(2, 1, 2, 2), &ins, &[7.0, 10.0, 15.0, 22.0]);
+        let (b, m, k, n) = (3, 41, 33, 27);
+        let mut ins = HashMap::new();
+        fill_inputs(
+            &compile(&g(b, m, k, n)).unwrap().unfused.graph,
+            &mut ins,
+            12,
+        )
+        .unwrap();
+        let want = naive(&ins["a"], &ins["w"], b, m, k, n, false);
+        run_both(&g(b, m, k, n), &ins, &want);
+    }
+
+    #[test]
+    fn faer_batched_times_batched() {
+        let g = |b: usize, m: usize, k: usize, n: usize| {
+            mm_graph(
+                &[("a", &[b, m, k]), ("c", &[b, k, n])],
+                r#"{"name":"y","op":"MatMul","inputs":["a","c"]}"#,
+                "y",
+            )
+        };
+        // By hand: a = [[[2]], [[3]]], c = [[[1, 2]], [[10, 20]]]: [2, 4] and [30, 60].
+        let mut ins = HashMap::new();
+        ins.insert("a".to_string(), vec![2.0, 3.0]);
+        ins.insert("c".to_string(), vec![1.0, 2.0, 10.0, 20.0]);
+        run_both(&g(2, 1, 1, 2), &ins, &[2.0, 4.0, 30.0, 60.0]);
+        for (b, m, k, n) in [(5, 19, 23, 17), (2, 130, 70, 120)] {
+            let mut ins = HashMap::new();
+            fill_inputs(
+                &compile(&g(b, m, k, n)).unwrap().unfused.graph,
+                &mut ins,
+                13,
+            )
+            .unwrap();
+            let want = naive(&ins["a"], &ins["c"], b, m, k, n, false);
+            run_both(&g(b, m, k, n), &ins, &want);
+        }
+    }
+
+    #[test]
+    fn faer_reads_a_transposed_operand_in_place() {
+        // 2-D: y = x · wᵀ. By hand: w = [[1, 2], [3, 4], [5, 6]] (3 x 2), wᵀ = [[1, 3, 5],
+        // [2, 4, 6]]; x = [[1, 1]]: y = [1+2, 3+4, 5+6] = [3, 7, 11].
+        let g2 = |m: usize, k: usize, n: usize| {
+            mm_graph(
+                &[("x", &[m, k]), ("w", &[n, k])],
+                r#"{"name":"wt","op":"Transpose","attrs":{"perm":[1,0]},"inputs":["w"]},
+                   {"name":"y","op":"MatMul","inputs":["x","wt"]}"#,
+                "y",
+            )
+        };
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![1.0, 1.0]);
+        ins.insert("w".to_string(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            run_both(&g2(1, 2, 3), &ins, &[3.0, 7.0, 11.0]),
+            0,
+            "no copy"
+        );
+        let (m, k, n) = (50, 64, 70);
+        let mut ins = HashMap::new();
+        fill_inputs(&compile(&g2(m, k, n)).unwrap().unfused.graph, &mut ins, 14).unwrap();
+        let want = naive(&ins["x"], &ins["w"], 1, m, k, n, true);
+        assert_eq!(run_both(&g2(m, k, n), &ins, &want), 0, "no copy");
+        // Batched (attention's Q·Kᵀ): perm [0, 2, 1], with a scale epilogue.
+        let (b, m, k, n) = (4, 16, 8, 24);
+        let gb = mm_graph(
+            &[("q", &[b, m, k]), ("kk", &[b, n, k]), ("s", &[1])],
+            r#"{"name":"kt","op":"Transpose","attrs":{"perm":[0,2,1]},"inputs":["kk"]},
+               {"name":"y","op":"MatMul","inputs":["q","kt"]},
+               {"name":"z","op":"Mul","inputs":["y","s"]}"#,
+            "z",
+        );
+        let mut ins = HashMap::new();
+        fill_inputs(&compile(&gb).unwrap().unfused.graph, &mut ins, 15).unwrap();
+        ins.insert("s".to_string(), vec![0.25]);
+        let want: Vec<f64> = naive(&ins["q"], &ins["kk"], b, m, k, n, true)
+            .iter()
+            .map(|v| v * 0.25)
+            .collect();
+        assert_eq!(run_both(&gb, &ins, &want), 0, "no copy");
+        // Another permutation keeps the copy path (and the counter sees it): [1, 0, 2]
+        // moves the batch axis, so the operand is materialized before the product.
+        let gp = mm_graph(
+            &[("q", &[b, m, k]), ("kk", &[b, k, n])],
+            r#"{"name":"kp","op":"Transpose","attrs":{"perm":[1,0,2]},"inputs":["kk"]},
+               {"name":"kq","op":"Transpose","attrs":{"perm":[1,0,2]},"inputs":["kp"]},
+               {"name":"y","op":"MatMul","inputs":["q","kq"]}"#,
+            "y",
+        );
+        let mut ins = HashMap::new();
+        fill_inputs(&compile(&gp).unwrap().unfused.graph, &mut ins, 16).unwrap();
+        let want = naive(&ins["q"], &ins["kk"], b, m, k, n, false);
+        assert!(run_both(&gp, &ins, &want) > 0);
     }
 }

@@ -10,6 +10,7 @@ pub mod codegen;
 pub mod error;
 pub mod exec;
 pub mod fusion;
+mod gemm;
 pub mod ir;
 pub mod jit;
 pub mod mlp;

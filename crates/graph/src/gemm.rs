@@ -1,0 +1,332 @@
+//! MatMul products of the CPU executor, computed with faer (the GEMM the kernels and measure
+//! crates already use). An operand is described by its buffer and the strides of its last
+//! two axes, so that a Transpose of the last two axes of a stored tensor is read in place
+//! (swapped strides) instead of being copied first. A batched product whose right operand
+//! is shared (rank 2) and whose left operand is row-major folds the batch into M (one GEMM);
+//! other batches run one product per batch matrix, in parallel across the batch when there
+//! are many small products and sequentially (each product parallel inside faer) otherwise.
+//! Products of at most [`SMALL_MACS`] multiply-accumulates run a plain loop instead (faer's
+//! dispatch would cost more). The thread count is explicit: `Par::rayon(rayon::current_num_threads())`, or `Par::Seq`
+//! below [`PAR_MIN_MACS`] multiply-accumulates per product; never both levels at once.
+
+use crate::ir::{Op, TypedGraph};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+/// Multiply-accumulates of one product below which faer runs it on the calling thread.
+pub const PAR_MIN_MACS: usize = 1 << 20;
+/// Multiply-accumulates of a whole MatMul node at or below which a plain loop runs it
+/// (faer's dispatch costs more than such a product).
+pub const SMALL_MACS: usize = 1 << 15;
+
+/// The stored tensor behind `t` when `t` is a Transpose that swaps the last two axes and
+/// keeps the others in place (a 2-D transpose or a batched one), else `None`.
+pub fn transposed_source(tg: &TypedGraph, t: usize) -> Option<usize> {
+    let p = *tg.producer.get(t)?;
+    let Op::Transpose { perm } = &tg.nodes[p].op else {
+        return None;
+    };
+    let r = perm.len();
+    if r < 2 {
+        return None;
+    }
+    let lead_in_place = perm[..r - 2].iter().enumerate().all(|(i, &q)| i == q);
+    (lead_in_place && perm[r - 2] == r - 1 && perm[r - 1] == r - 2).then(|| tg.node_inputs[p][0])
+}
+
+/// One MatMul operand as faer reads it: `batch` matrices of `rows` × `cols`, element
+/// (b, i, j) at `data[b * rows * cols + i * rs + j * cs]`. Built only by the checked
+/// constructors, which guarantee every such offset is inside `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    data: &'a [f32],
+    batch: usize,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> Operand<'a> {
+    fn checked(
+        data: &'a [f32],
+        batch: usize,
+        rows: usize,
+        cols: usize,
+        rs: usize,
+        cs: usize,
+    ) -> Option<Self> {
+        let n = batch.checked_mul(rows)?.checked_mul(cols)?;
+        // Within one matrix the largest offset is (rows-1)*rs + (cols-1)*cs = rows*cols - 1
+        // for both layouts below, so `data.len() == batch * rows * cols` bounds every read.
+        (data.len() == n && isize::try_from(n).is_ok()).then_some(Operand {
+            data,
+            batch,
+            rows,
+            cols,
+            rs,
+            cs,
+        })
+    }
+
+    /// Row-major `[batch, rows, cols]` values.
+    pub fn row_major(data: &'a [f32], batch: usize, rows: usize, cols: usize) -> Option<Self> {
+        Self::checked(data, batch, rows, cols, cols, 1)
+    }
+
+    /// The transpose of the last two axes of row-major `[batch, cols, rows]` values, read in
+    /// place: element (i, j) of a batch matrix is the source's (j, i).
+    pub fn transposed(data: &'a [f32], batch: usize, rows: usize, cols: usize) -> Option<Self> {
+        Self::checked(data, batch, rows, cols, 1, rows)
+    }
+
+    /// True when the matrices are row-major and back to back (the batch folds into rows).
+    pub fn is_row_major(&self) -> bool {
+        self.cs == 1 && (self.rs == self.cols || self.rows <= 1)
+    }
+
+    /// Batch matrix `b` (`b < batch`) as a faer view.
+    fn mat(&self, b: usize) -> MatRef<'a, f32> {
+        assert!(b < self.batch.max(1));
+        let off = b * self.rows * self.cols;
+        // SAFETY: `checked` made data.len() == batch * rows * cols; the view's elements are
+        // at off + i * rs + j * cs <= off + rows * cols - 1 < data.len() (see `checked`),
+        // the strides fit isize because the whole length does, and the slice outlives 'a.
+        // `as_ptr` is non-null even for an empty slice.
+        unsafe {
+            MatRef::from_raw_parts(
+                self.data.as_ptr().add(off.min(self.data.len())),
+                self.rows,
+                self.cols,
+                self.rs as isize,
+                self.cs as isize,
+            )
+        }
+    }
+}
+
+/// The operand tensor `t` of a MatMul: its own buffer when it has one (row-major), else,
+/// when it is a transpose of the last two axes of a stored tensor, that tensor read with
+/// swapped strides. `None` when neither buffer is available or the sizes disagree.
+pub fn operand<'a>(tg: &TypedGraph, bufs: &'a [Option<Vec<f32>>], t: usize) -> Option<Operand<'a>> {
+    let sh = &tg.tensors[t].shape;
+    let r = sh.len();
+    if r < 2 {
+        return None;
+    }
+    let (rows, cols) = (sh[r - 2], sh[r - 1]);
+    let batch = sh[..r - 2].iter().product();
+    if let Some(v) = bufs[t].as_deref() {
+        return Operand::row_major(v, batch, rows, cols);
+    }
+    let s = transposed_source(tg, t)?;
+    Operand::transposed(bufs[s].as_deref()?, batch, rows, cols)
+}
+
+/// `out = a · b`, row-major `[a.batch, a.rows, b.cols]`. `b` has one matrix (shared by the
+/// whole batch) or `a.batch` of them.
+pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String> {
+    let (batch, m, k, n) = (a.batch, a.rows, a.cols, b.cols);
+    if b.rows != k {
+        return Err(format!("contraction mismatch: K = {k} vs {}", b.rows));
+    }
+    if b.batch != 1 && b.batch != batch {
+        return Err(format!("batch {} vs {batch}", b.batch));
+    }
+    let mn = m * n;
+    if out.len() != batch * mn {
+        return Err(format!(
+            "output has {} elements, expected {batch} x {m} x {n}",
+            out.len()
+        ));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    if mn.saturating_mul(k).saturating_mul(batch) <= SMALL_MACS {
+        small_matmul(a, b, out);
+        return Ok(());
+    }
+    let threads = rayon::current_num_threads();
+    let par = |macs: usize| {
+        if threads > 1 && macs >= PAR_MIN_MACS {
+            Par::rayon(threads)
+        } else {
+            Par::Seq
+        }
+    };
+    let macs = mn.saturating_mul(k);
+    if b.batch == 1 && a.is_row_major() {
+        // Shared right operand: the batch folds into M, one GEMM.
+        let am = MatRef::from_row_major_slice(a.data, batch * m, k);
+        let cm = MatMut::from_row_major_slice_mut(out, batch * m, n);
+        matmul(
+            cm,
+            Accum::Replace,
+            am,
+            b.mat(0),
+            1.0f32,
+            par(macs.saturating_mul(batch)),
+        );
+        return Ok(());
+    }
+    let one = |i: usize, c: &mut [f32], p: Par| {
+        let bi = if b.batch == 1 { 0 } else { i };
+        let cm = MatMut::from_row_major_slice_mut(c, m, n);
+        matmul(cm, Accum::Replace, a.mat(i), b.mat(bi), 1.0f32, p);
+    };
+    if threads > 1 && batch >= threads && macs < PAR_MIN_MACS {
+        // Many small products: parallel across the batch, each one sequential.
+        out.par_chunks_mut(mn)
+            .enumerate()
+            .for_each(|(i, c)| one(i, c, Par::Seq));
+    } else {
+        for (i, c) in out.chunks_mut(mn).enumerate() {
+            one(i, c, par(macs));
+        }
+    }
+    Ok(())
+}
+
+/// `out = a · b` for tiny products: row i of the output accumulates a[i, q] · row q of b
+/// (contiguous over j when b is row-major), in f32 like faer.
+fn small_matmul(a: Operand, b: Operand, out: &mut [f32]) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    for (bi, c) in out.chunks_mut(m * n).enumerate() {
+        let ao = bi * m * k;
+        let bo = if b.batch == 1 { 0 } else { bi * k * n };
+        for (i, y) in c.chunks_mut(n).enumerate() {
+            y.fill(0.0);
+            for q in 0..k {
+                let av = a.data[ao + i * a.rs + q * a.cs];
+                let brow = bo + q * b.rs;
+                if b.cs == 1 {
+                    // Row-major b: contiguous, so the loop vectorizes.
+                    for (yv, &bv) in y.iter_mut().zip(&b.data[brow..brow + n]) {
+                        *yv += av * bv;
+                    }
+                } else {
+                    for (j, yv) in y.iter_mut().enumerate() {
+                        *yv += av * b.data[brow + j * b.cs];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Naive f64 reference for one batch matrix of `a` · `b`.
+    fn reference(a: &Operand, b: &Operand) -> Vec<f64> {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        let at = |o: &Operand, bi: usize, i: usize, j: usize| {
+            o.data[bi * o.rows * o.cols + i * o.rs + j * o.cs] as f64
+        };
+        let mut out = vec![];
+        for bi in 0..a.batch {
+            let bb = if b.batch == 1 { 0 } else { bi };
+            for i in 0..m {
+                for j in 0..n {
+                    out.push((0..k).map(|q| at(a, bi, i, q) * at(b, bb, q, j)).sum());
+                }
+            }
+        }
+        out
+    }
+
+    fn vals(n: usize, seed: u64) -> Vec<f32> {
+        crate::exec::random_values(n, seed)
+    }
+
+    fn check(a: Operand, b: Operand) {
+        let mut out = vec![f32::NAN; a.batch * a.rows * b.cols];
+        matmul_into(a, b, &mut out).unwrap();
+        let r = reference(&a, &b);
+        let scale = r.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        for (i, (&x, &y)) in out.iter().zip(&r).enumerate() {
+            assert!((x as f64 - y).abs() <= 1e-5 * scale, "[{i}] {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn transposed_view_by_hand() {
+        // s = [[1, 2, 3], [4, 5, 6]] (2 x 3); t = sᵀ (3 x 2) read in place.
+        // a = [[1, 1, 1]] (1 x 3): a · t = [1+2+3, 4+5+6] = [6, 15].
+        let s = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let t = Operand::transposed(&s, 1, 3, 2).unwrap();
+        let a = [1.0f32; 3];
+        let mut out = [0f32; 2];
+        matmul_into(Operand::row_major(&a, 1, 1, 3).unwrap(), t, &mut out).unwrap();
+        assert_eq!(out, [6.0, 15.0]);
+    }
+
+    #[test]
+    fn layouts_and_batches_match_the_reference() {
+        // (5, 7, 3): at most SMALL_MACS, the plain loop; (37, 53, 29): faer.
+        for ((m, k, n), batch) in [(5, 7, 3), (37, 53, 29)]
+            .into_iter()
+            .flat_map(|d| [1usize, 3, 8].map(|b| (d, b)))
+        {
+            let a = vals(batch * m * k, 1);
+            let at = vals(batch * m * k, 2);
+            let b = vals(batch * k * n, 3);
+            let b2 = vals(k * n, 4);
+            let ra = Operand::row_major(&a, batch, m, k).unwrap();
+            let ta = Operand::transposed(&at, batch, m, k).unwrap();
+            let rb = Operand::row_major(&b, batch, k, n).unwrap();
+            let tb = Operand::transposed(&b, batch, k, n).unwrap();
+            let shared = Operand::row_major(&b2, 1, k, n).unwrap();
+            let shared_t = Operand::transposed(&b2, 1, k, n).unwrap();
+            for (x, y) in [
+                (ra, rb),
+                (ra, tb),
+                (ta, rb),
+                (ta, tb),
+                (ra, shared),
+                (ta, shared),
+                (ra, shared_t),
+            ] {
+                check(x, y);
+            }
+        }
+    }
+
+    #[test]
+    fn large_products_in_parallel_match_the_reference() {
+        // Above PAR_MIN_MACS, so faer runs with Par::rayon when the pool has > 1 thread.
+        let (m, k, n) = (128, 96, 100);
+        let a = vals(2 * m * k, 5);
+        let b = vals(k * n, 6);
+        let bb = vals(2 * k * n, 7);
+        check(
+            Operand::row_major(&a, 2, m, k).unwrap(),
+            Operand::row_major(&b, 1, k, n).unwrap(),
+        );
+        check(
+            Operand::row_major(&a, 2, m, k).unwrap(),
+            Operand::transposed(&bb, 2, k, n).unwrap(),
+        );
+    }
+
+    #[test]
+    fn empty_and_k_zero() {
+        let mut out = vec![7.0f32; 6];
+        let a: [f32; 0] = [];
+        matmul_into(
+            Operand::row_major(&a, 1, 2, 0).unwrap(),
+            Operand::row_major(&a, 1, 0, 3).unwrap(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, vec![0.0; 6]);
+        assert!(Operand::row_major(&a, 1, 2, 3).is_none());
+    }
+}
