@@ -297,6 +297,12 @@ fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut Vec<f3
     }
 }
 
+/// Threads the executor's parallel loops use (the current rayon pool; `RAYON_NUM_THREADS`
+/// sets it for the CLI).
+pub fn worker_threads() -> usize {
+    rayon::current_num_threads()
+}
+
 /// Execute a program on the given Input / Weight values (by tensor name).
 pub fn execute(p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<ExecResult> {
     execute_pooled(p, inputs, &mut Pool::default())

@@ -27,7 +27,8 @@ use thiserror::Error;
 /// Bumped when the calling convention of generated kernels changes (part of the cache key).
 pub const JIT_ABI_VERSION: u32 = 1;
 
-/// Compiler flags (part of the cache key).
+/// Compiler flags (part of the cache key). On x86-64, `-mprefer-vector-width=512` lets an
+/// AVX-512 CPU use its full vector width (ignored elsewhere within x86).
 pub const CFLAGS: &[&str] = &[
     "-O3",
     "-march=native",
@@ -37,6 +38,8 @@ pub const CFLAGS: &[&str] = &[
     "-fno-math-errno",
     "-fno-trapping-math",
     "-ffp-contract=off",
+    #[cfg(target_arch = "x86_64")]
+    "-mprefer-vector-width=512",
 ];
 
 /// Why the JIT could not produce compiled code.

@@ -335,6 +335,13 @@ struct BenchReport {
     fused_ns: u64,
     /// Fused program, interpreter.
     fused_interpreter_ns: u64,
+    /// Threads of the rayon pool the runs used.
+    threads: usize,
+    /// STREAM copy bandwidth at the same thread count in this process, best of 5 copies of
+    /// the fused program's modelled bytes.
+    copy_bytes_per_s: f64,
+    /// (fused modelled bytes / fused time) / copy bandwidth.
+    fused_bandwidth_fraction: f64,
     measured_speedup: f64,
     predicted_traffic_ratio: f64,
     unfused_bytes: u64,
@@ -505,10 +512,29 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         let (ti, _) = best(&c.fused, None)?;
         let (tf, rf) = best(&c.fused, fused_jit)?;
         let (ok, worst, _) = compare(&rf, &ru);
+        // The denominator: copy bandwidth at the same thread count, same process, over as
+        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes).
+        let threads = tensorforge_graph::exec::worker_threads();
+        let copy = tensorforge_measure::probes::bandwidth(
+            (model_f as usize / 16).max(1 << 16),
+            threads,
+            5,
+        )?
+        .into_iter()
+        .find(|p| p.probe == "stream_copy")
+        .map(|p| p.best)
+        .unwrap_or(0.0);
         bench = Some(BenchReport {
             unfused_ns: tu,
             fused_ns: tf,
             fused_interpreter_ns: ti,
+            threads,
+            copy_bytes_per_s: copy,
+            fused_bandwidth_fraction: if copy > 0.0 && tf > 0 {
+                model_f as f64 / (tf as f64 * 1e-9) / copy
+            } else {
+                0.0
+            },
             measured_speedup: tu as f64 / tf.max(1) as f64,
             predicted_traffic_ratio: model_u as f64 / model_f.max(1) as f64,
             unfused_bytes: model_u,
@@ -604,6 +630,14 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
             b.predicted_traffic_ratio,
             fmt::bytes(b.unfused_bytes as f64),
             fmt::bytes(b.fused_bytes as f64)
+        );
+        let _ = writeln!(
+            out,
+            "fused: {} of the modelled bytes per second = {:.0} % of copy bandwidth ({}) at {} thread(s)",
+            fmt::bandwidth(b.fused_bytes as f64 / (b.fused_ns.max(1) as f64 * 1e-9)),
+            100.0 * b.fused_bandwidth_fraction,
+            fmt::bandwidth(b.copy_bytes_per_s),
+            b.threads
         );
         let _ = writeln!(
             out,

@@ -407,6 +407,11 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                     Some(Bind::Direct(t)) | Some(Bind::Flat(t)) => Ok(format!("I{}", input(*t))),
                     _ => Err(format!("{} parameters must come from memory", op.name())),
                 };
+                // The row op's output row: its scratch row, or straight into the output.
+                let ydst = match (needs_row[pi], p.store) {
+                    (false, Some(o)) => format!("O{o} + r * {l}LL"),
+                    _ => format!("a{pi}"),
+                };
                 let _ = writeln!(w, "        {{ const float *restrict x = {x};");
                 match op {
                     Op::ReduceSum { .. } | Op::ReduceMean { .. } => {
@@ -437,13 +442,13 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                             Op::Softmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = a{pi};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             Op::LogSoftmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = a{pi};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn)); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn)); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             _ => {
@@ -458,7 +463,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                         let g = param(1)?;
                         let _ = writeln!(
                             w,
-                            "          const float inv = (float)(1.0 / sqrt(tf_row_sumsq(x, cn) / (double){l} + {eps:?}));\n          float *restrict y = a{pi}; for (int64_t c = 0; c < cn; ++c) y[c] = x[c] * inv * {g}[c]; }}"
+                            "          const float inv = (float)(1.0 / sqrt(tf_row_sumsq(x, cn) / (double){l} + {eps:?}));\n          float *restrict y = {ydst}; for (int64_t c = 0; c < cn; ++c) y[c] = x[c] * inv * {g}[c]; }}"
                         );
                     }
                     Op::LayerNorm { eps } => {
@@ -466,14 +471,14 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                         let b = param(2)?;
                         let _ = writeln!(
                             w,
-                            "          const double mean = tf_row_sum(x, cn) / (double){l};\n          const float inv = (float)(1.0 / sqrt(tf_row_sumsq_dev(x, cn, mean) / (double){l} + {eps:?}));\n          const float mf = (float)mean;\n          float *restrict y = a{pi}; for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - mf) * inv * {g}[c] + {b}[c]; }}"
+                            "          const double mean = tf_row_sum(x, cn) / (double){l};\n          const float inv = (float)(1.0 / sqrt(tf_row_sumsq_dev(x, cn, mean) / (double){l} + {eps:?}));\n          const float mf = (float)mean;\n          float *restrict y = {ydst}; for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - mf) * inv * {g}[c] + {b}[c]; }}"
                         );
                     }
                     other => return Err(format!("{} has no C form", other.name())),
                 }
                 if p.per_row {
                     store(w, pi, &format!("p{pi}"), false);
-                } else if let Some(o) = p.store {
+                } else if let (Some(o), true) = (p.store, needs_row[pi]) {
                     let _ = writeln!(
                         w,
                         "        memcpy(O{o} + r * {l}LL, a{pi}, sizeof(float) * (size_t)cn);"

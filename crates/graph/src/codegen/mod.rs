@@ -175,8 +175,18 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
             }
         }
     }
+    // A row op's full output needs a scratch row unless nothing in the kernel reads it and
+    // it is stored: then it is written straight into its output row.
+    let mut read_inside = vec![false; plans.len()];
+    for p in &plans {
+        for b in &p.binds {
+            if let Bind::Internal { pos, .. } = b {
+                read_inside[*pos] = true;
+            }
+        }
+    }
     for (pi, p) in plans.iter().enumerate() {
-        if steps[pi] == Step::Row && !p.per_row {
+        if steps[pi] == Step::Row && !p.per_row && (read_inside[pi] || p.store.is_none()) {
             needs_row[pi] = true;
         }
     }

@@ -187,30 +187,36 @@ TF_INLINE float tf_quant(float x, float s, float z) {
 
 /* Row reductions, written with independent lanes so that they vectorize without
  * reassociation flags: 8 float lanes for the max, 4 double lanes for sums. */
+/* GCC/Clang vector extensions: 16 float lanes (split into the machine's vector width). */
+typedef float tf_v16 __attribute__((vector_size(64)));
+typedef int32_t tf_v16i __attribute__((vector_size(64)));
+
+/* Row max ignoring NaN (the interpreter's f32::max), and whether a NaN was seen. */
 TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
-    float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    float nf[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    tf_v16 m;
+    tf_v16i bad = {0};
+    for (int k = 0; k < 16; ++k) m[k] = -INFINITY;
     int64_t c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int k = 0; k < 8; ++k) {
-            float v = x[c + k];
-            nf[k] = v != v ? 1.0f : nf[k];
-            mx[k] = v > mx[k] ? v : mx[k];
-        }
-    float m = mx[0];
-    float nan = nf[0];
-    for (int k = 1; k < 8; ++k) {
-        m = mx[k] > m ? mx[k] : m;
-        nan += nf[k];
+    for (; c + 16 <= n; c += 16) {
+        tf_v16 v;
+        memcpy(&v, x + c, sizeof v);
+        tf_v16i gt = v > m;
+        m = (tf_v16)(((tf_v16i)v & gt) | ((tf_v16i)m & ~gt));
+        bad |= (v != v);
+    }
+    float r = -INFINITY;
+    int nan = 0;
+    for (int k = 0; k < 16; ++k) {
+        r = m[k] > r ? m[k] : r;
+        nan |= bad[k] != 0;
     }
     for (; c < n; ++c) {
         float v = x[c];
-        nan += v != v ? 1.0f : 0.0f;
-        m = v > m ? v : m;
+        nan |= v != v;
+        r = v > r ? v : r;
     }
-    *nan_out = nan != 0.0f;
-    return m;
+    *nan_out = nan;
+    return r;
 }
 
 TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
