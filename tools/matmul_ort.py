@@ -13,7 +13,7 @@ ROOT = os.getcwd()
 REPS = 200
 print("ort", ort.__version__)
 print("fixture | threads | ort best us | tf fused best us (median of 5 CLI runs) | tf/ort time ratio")
-for f in ["bert_block", "llama_block", "mlp_gelu_erf", "tiny_mlp"]:
+for f in sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(f"{ROOT}/examples/onnx/*/model.onnx")):
     d = f"{ROOT}/examples/onnx/{f}"
     for th in (1, 2):
         so = ort.SessionOptions(); so.intra_op_num_threads = th; so.inter_op_num_threads = 1
