@@ -46,7 +46,7 @@ pub const CFLAGS: &[&str] = &[
 #[derive(Debug, Error)]
 pub enum JitError {
     /// No working C compiler.
-    #[error("no C compiler: `{compiler} --version` failed ({detail}); set CC or install cc")]
+    #[error("no C compiler: `{compiler}`: {detail}; set CC or install cc")]
     NoCompiler {
         /// The compiler command tried.
         compiler: String,
@@ -123,18 +123,31 @@ fn compiler() -> String {
         .unwrap_or_else(|| "cc".into())
 }
 
-/// `cc --version`'s first line, once per process.
+/// The compiler's identity, once per process: its resolved path, size and modification
+/// time (a compiler upgrade replaces the binary, so the cache key changes), without running
+/// it (`cc --version` alone costs ~1.7 ms). A compiler that cannot be found is an error.
 fn compiler_id() -> Result<String, JitError> {
     static ID: OnceLock<Result<String, String>> = OnceLock::new();
     let cc = compiler();
-    ID.get_or_init(|| match Command::new(&cc).arg("--version").output() {
-        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_string()),
-        Ok(o) => Err(format!("exit status {}", o.status)),
-        Err(e) => Err(e.to_string()),
+    ID.get_or_init(|| {
+        let found = if cc.contains('/') {
+            Some(PathBuf::from(&cc))
+        } else {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(&cc))
+                    .find(|p| p.is_file())
+            })
+        };
+        let path = found.ok_or_else(|| "not found on PATH".to_string())?;
+        let real = path.canonicalize().map_err(|e| e.to_string())?;
+        let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        Ok(format!("{} {} {mtime}", real.display(), meta.len()))
     })
     .clone()
     .map_err(|detail| JitError::NoCompiler {
@@ -162,7 +175,8 @@ pub fn cache_dir() -> PathBuf {
     std::env::temp_dir().join("tensorforge-jit")
 }
 
-/// Cache key: SHA-256 of the ABI version, compiler command and identity, flags, source.
+/// Cache key: SHA-256 of the ABI version, compiler command and identity (resolved path,
+/// size, modification time), flags, source.
 pub fn cache_key(source: &str, compiler: &str, compiler_id: &str) -> String {
     let mut h = Sha256::new();
     h.update(format!(
