@@ -82,21 +82,8 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
             "/* TensorForge kernel {} ({:?}), {} rows x {} columns.\n",
             k.name, k.kind, ck.rows, ck.cols
         );
-        for d in p
-            .decisions
-            .iter()
-            .filter(|d| d.target.as_deref() == Some(k.name.as_str()))
-        {
-            head.push_str(
-                &format!(
-                    " * [{}] {} ({}): {}\n",
-                    if d.accepted { "+" } else { "-" },
-                    d.node,
-                    d.rule,
-                    d.reason
-                )
-                .replace("*/", "* /"),
-            );
+        for line in super::decision_lines(p, &k.name) {
+            head.push_str(&format!(" * {}\n", line.replace("*/", "* /")));
         }
         head.push_str(" */\n#include \"prelude.h\"\n\n");
         out.push((format!("{}.c", k.name), format!("{head}{}", ck.source)));
@@ -115,11 +102,7 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
         }));
     }
     out.push(("program.c".to_string(), cp.source()));
-    let skipped: Vec<serde_json::Value> = cp
-        .skipped
-        .iter()
-        .map(|(i, why)| serde_json::json!({"kernel": p.kernels[*i].name, "reason": why}))
-        .collect();
+    let skipped = super::interpreted_json(p, &cp.skipped);
     let m = serde_json::json!({
         "schema_version": 1,
         "target": "c",

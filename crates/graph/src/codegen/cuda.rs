@@ -25,19 +25,8 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
     let mut manifest = vec![];
     for ck in &cp.kernels {
         let k = &p.kernels[ck.kernel];
-        for d in p
-            .decisions
-            .iter()
-            .filter(|d| d.target.as_deref() == Some(k.name.as_str()))
-        {
-            let _ = writeln!(
-                src,
-                "/* [{}] {} ({}): {} */",
-                if d.accepted { "+" } else { "-" },
-                d.node,
-                d.rule,
-                d.reason.replace("*/", "* /")
-            );
+        for line in super::decision_lines(p, &k.name) {
+            let _ = writeln!(src, "/* {} */", line.replace("*/", "* /"));
         }
         src.push_str(&ck.source);
         let _ = writeln!(
@@ -55,11 +44,7 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
             "inputs": names(&ck.inputs), "outputs": names(&k.outputs),
         }));
     }
-    let skipped: Vec<serde_json::Value> = cp
-        .skipped
-        .iter()
-        .map(|(i, why)| serde_json::json!({"kernel": p.kernels[*i].name, "reason": why}))
-        .collect();
+    let skipped = super::interpreted_json(p, &cp.skipped);
     let m = serde_json::json!({
         "schema_version": 1, "target": "cuda", "threads": "one per row",
         "kernels": manifest, "interpreted": skipped,

@@ -20,6 +20,36 @@ use crate::fusion::{Kernel, KernelKind};
 use crate::ir::{norm_axis, Op, TypedGraph};
 use std::collections::{HashMap, HashSet};
 
+/// The fusion decisions that formed kernel `kernel`, one line each (`[+] node (rule):
+/// reason`, newlines removed), for the comment above its generated source.
+pub(crate) fn decision_lines(p: &crate::fusion::Program, kernel: &str) -> Vec<String> {
+    p.decisions
+        .iter()
+        .filter(|d| d.target.as_deref() == Some(kernel))
+        .map(|d| {
+            format!(
+                "[{}] {} ({}): {}",
+                if d.accepted { "+" } else { "-" },
+                d.node,
+                d.rule,
+                d.reason
+            )
+            .replace(['\n', '\r'], " ")
+        })
+        .collect()
+}
+
+/// The manifest's list of kernels left to the interpreter, with the reason.
+pub(crate) fn interpreted_json(
+    p: &crate::fusion::Program,
+    skipped: &[(usize, String)],
+) -> Vec<serde_json::Value> {
+    skipped
+        .iter()
+        .map(|(i, why)| serde_json::json!({"kernel": p.kernels[*i].name, "reason": why}))
+        .collect()
+}
+
 /// Longest row an elementwise kernel is cut into.
 pub const ELEMENTWISE_ROW: usize = 4096;
 

@@ -317,19 +317,8 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
     for (i, k) in p.kernels.iter().enumerate() {
         match (render_kernel(tg, k, i), lower(tg, k)) {
             (Ok(s), Ok(n)) => {
-                for d in p
-                    .decisions
-                    .iter()
-                    .filter(|d| d.target.as_deref() == Some(k.name.as_str()))
-                {
-                    let _ = writeln!(
-                        src,
-                        "# [{}] {} ({}): {}",
-                        if d.accepted { "+" } else { "-" },
-                        d.node.replace('\n', " "),
-                        d.rule,
-                        d.reason.replace('\n', " ")
-                    );
+                for line in super::decision_lines(p, &k.name) {
+                    let _ = writeln!(src, "# {line}");
                 }
                 src.push_str(&s);
                 src.push_str("\n\n");
