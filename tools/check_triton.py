@@ -154,7 +154,7 @@ def check(name, path, g, work):
                     os.path.join(d, "in"), "--out", os.path.join(d, "ref")], check=True,
                    capture_output=True)
     sys.modules["torch"] = _fake_torch()
-    spec = importlib.util.spec_from_file_location(f"k_{name}", os.path.join(d, "kernels.py"))
+    spec = importlib.util.spec_from_file_location(f"k_{name}", os.path.join(d, "launcher.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.run(tensors)

@@ -593,13 +593,15 @@ fn codegen_writes_triton_and_cuda_sources() {
     .arg(&t)
     .assert()
     .success();
-    let py = std::fs::read_to_string(t.join("kernels.py")).unwrap();
-    assert_eq!(py.matches("@triton.jit\ndef tf_k").count(), 1, "{py}");
-    assert!(
-        py.contains("INTERPRETED = []") && py.contains("def run(tensors)"),
-        "{py}"
-    );
+    let py = std::fs::read_to_string(t.join("k0.py")).unwrap();
+    assert_eq!(py.matches("@triton.jit\ndef tf_k0").count(), 1, "{py}");
     assert!(py.contains("# [+] y ("), "{py}");
+    let launcher = std::fs::read_to_string(t.join("launcher.py")).unwrap();
+    assert!(
+        launcher.contains("INTERPRETED = []") && launcher.contains("def run(tensors)"),
+        "{launcher}"
+    );
+    assert!(t.join("tf_common.py").exists());
     let t2 = dir.join("triton_attn");
     tf().args([
         "codegen",
@@ -611,8 +613,9 @@ fn codegen_writes_triton_and_cuda_sources() {
     .arg(&t2)
     .assert()
     .success();
-    let py = std::fs::read_to_string(t2.join("kernels.py")).unwrap();
+    let py = std::fs::read_to_string(t2.join("launcher.py")).unwrap();
     assert!(py.contains("INTERPRETED = [\"k0\"]"), "{py}");
+    assert!(t2.join("k1.py").exists() && !t2.join("k0.py").exists());
     let c = dir.join("cuda");
     tf().args([
         "codegen",
@@ -624,9 +627,16 @@ fn codegen_writes_triton_and_cuda_sources() {
     .arg(&c)
     .assert()
     .success();
-    let cu = std::fs::read_to_string(c.join("kernels.cu")).unwrap();
+    let cu = std::fs::read_to_string(c.join("k0.cu")).unwrap();
+    assert!(std::fs::read_to_string(c.join("kernels.cu"))
+        .unwrap()
+        .contains("#include \"k0.cu\""));
+    assert!(std::fs::read_to_string(c.join("prelude.cuh"))
+        .unwrap()
+        .contains("__device__"));
     assert!(
-        cu.contains("extern \"C\" __global__ void tf_k0_launch(") && cu.contains("__device__"),
+        cu.contains("extern \"C\" __global__ void tf_k0_launch(")
+            && cu.contains("TF_FN void tf_k0("),
         "{cu}"
     );
     let m: Value =

@@ -11,49 +11,57 @@ use super::c::{render_program, PRELUDE};
 use crate::fusion::Program;
 use std::fmt::Write;
 
-/// `kernels.cu` and `manifest.json`.
+/// The files `codegen --target cuda` writes: `prelude.cuh` (the C prelude as device
+/// functions), one `<kernel>.cu` per rendered kernel (the fusion decisions as comments, the
+/// device function and its `__global__` launcher), `kernels.cu` (includes them all: one unit
+/// for `nvcc -c`), and `manifest.json`.
 pub fn files(p: &Program) -> Vec<(String, String)> {
     let cp = render_program(p);
     let tg = &p.graph;
-    let mut src = String::from(
+    let mut prelude = String::from(
         "/* TensorForge generated CUDA kernels: the C loop nest as device code, one thread per row. */\n\
+         #pragma once\n\
          #define TF_INLINE static __device__ inline\n\
          #define TF_FN __device__\n\
          #define restrict __restrict__\n",
     );
-    src.push_str(PRELUDE);
+    prelude.push_str(PRELUDE);
+    let mut out = vec![("prelude.cuh".to_string(), prelude)];
+    let mut all = String::from("/* Every generated kernel in one translation unit. */\n");
     let mut manifest = vec![];
     for ck in &cp.kernels {
         let k = &p.kernels[ck.kernel];
+        let mut src = String::from("#include \"prelude.cuh\"\n\n");
         for line in super::decision_lines(p, &k.name) {
             let _ = writeln!(src, "/* {} */", line.replace("*/", "* /"));
         }
         src.push_str(&ck.source);
         let _ = writeln!(
             src,
-            "extern \"C\" __global__ void {s}_launch(const float *const *in, float *const *out, int64_t rows, float *scratch) {{\n    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n    if (r < rows) {s}(in, out, r, r + 1, scratch + r * {f}LL);\n}}\n",
+            "extern \"C\" __global__ void {s}_launch(const float *const *in, float *const *out, int64_t rows, float *scratch) {{\n    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n    if (r < rows) {s}(in, out, r, r + 1, scratch + r * {f}LL);\n}}",
             s = ck.symbol,
             f = ck.scratch_floats
         );
+        let _ = writeln!(all, "#include \"{}.cu\"", k.name);
+        out.push((format!("{}.cu", k.name), src));
         let names = |ts: &[usize]| -> Vec<String> {
             ts.iter().map(|&t| tg.tensors[t].name.clone()).collect()
         };
         manifest.push(serde_json::json!({
-            "kernel": k.name, "function": format!("{}_launch", ck.symbol), "rows": ck.rows,
+            "kernel": k.name, "file": format!("{}.cu", k.name),
+            "function": format!("{}_launch", ck.symbol), "rows": ck.rows,
             "cols": ck.cols, "scratch_floats_per_row": ck.scratch_floats,
             "inputs": names(&ck.inputs), "outputs": names(&k.outputs),
         }));
     }
-    let skipped = super::interpreted_json(p, &cp.skipped);
+    out.push(("kernels.cu".into(), all));
     let m = serde_json::json!({
         "schema_version": 1, "target": "cuda", "threads": "one per row",
-        "kernels": manifest, "interpreted": skipped,
+        "kernels": manifest, "interpreted": super::interpreted_json(p, &cp.skipped),
     });
-    vec![
-        ("kernels.cu".into(), src),
-        (
-            "manifest.json".into(),
-            serde_json::to_string_pretty(&m).unwrap_or_default(),
-        ),
-    ]
+    out.push((
+        "manifest.json".into(),
+        serde_json::to_string_pretty(&m).unwrap_or_default(),
+    ));
+    out
 }

@@ -1,7 +1,7 @@
 //! Triton rendering of the same loop nest: one program per row, the row held in a block of
 //! `BLOCK` = next power of two ≥ columns lanes with a mask; runs of elementwise nodes are
 //! block expressions, row ops are `tl.max` / `tl.sum` over the block, per-row values are
-//! scalars. `kernels.py` also holds a launcher, `run(tensors)`, that allocates outputs
+//! scalars. One file per kernel, and `launcher.py`, whose `run(tensors)` allocates outputs
 //! (torch tensors) and launches every kernel in program order; it refuses a program with
 //! kernels this backend does not render (matmul and opaque kernels; see `manifest.json`).
 //!
@@ -275,10 +275,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<String, 
     Ok(w)
 }
 
-const HEADER: &str = "import math
-
-import torch
-import triton
+const COMMON: &str = "import triton
 import triton.language as tl
 
 
@@ -304,30 +301,59 @@ def _logaddexp(a, b):
     t = tl.exp(lo - hi)
     l1p = tl.where(t < 1e-4, t * (1.0 - 0.5 * t), tl.log(1.0 + t))
     return tl.where(a == b, a + 0.6931471805599453, hi + l1p)
+";
+
+const KERNEL_HEADER: &str = "import triton
+import triton.language as tl
+
+from tf_common import _bf16, _logaddexp, _rne  # noqa: F401
 
 ";
 
-/// `kernels.py` (every rendered kernel and the launcher) and `manifest.json`.
+const LAUNCHER_HEADER: &str = "import importlib.util
+import os
+import sys
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+
+def _load(name, fn):
+    spec = importlib.util.spec_from_file_location(f\"tf_{abs(hash(_HERE))}_{name}\", os.path.join(_HERE, f\"{name}.py\"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, fn)
+
+";
+
+/// The files `codegen --target triton` writes: `tf_common.py` (shared `@triton.jit`
+/// helpers), one `<kernel>.py` per rendered kernel with the fusion decisions as comments,
+/// `launcher.py` (`run(tensors)` launches every kernel in program order, and refuses a
+/// program with kernels left to the interpreter), and `manifest.json`.
 pub fn files(p: &Program) -> Vec<(String, String)> {
     let tg = &p.graph;
-    let mut src = String::from(HEADER);
+    let mut out = vec![("tf_common.py".to_string(), COMMON.to_string())];
     let mut launch = vec![];
     let mut skipped = vec![];
     let mut manifest = vec![];
     for (i, k) in p.kernels.iter().enumerate() {
         match (render_kernel(tg, k, i), lower(tg, k)) {
             (Ok(s), Ok(n)) => {
+                let mut src = String::from(KERNEL_HEADER);
                 for line in super::decision_lines(p, &k.name) {
                     let _ = writeln!(src, "# {line}");
                 }
                 src.push_str(&s);
-                src.push_str("\n\n");
+                out.push((format!("{}.py", k.name), src));
                 let names = |ts: &[usize]| -> Vec<String> {
                     ts.iter().map(|&t| tg.tensors[t].name.clone()).collect()
                 };
                 let block = n.cols.next_power_of_two();
                 launch.push(format!(
-                    "    (tf_k{i}, {}, {block}, {:?}, {:?}, {:?}),",
+                    "    (_load({:?}, \"tf_k{i}\"), {}, {block}, {:?}, {:?}, {:?}),",
+                    k.name,
                     n.rows,
                     names(&n.inputs),
                     names(&k.outputs),
@@ -337,8 +363,8 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
                         .collect::<Vec<_>>()
                 ));
                 manifest.push(serde_json::json!({
-                    "kernel": k.name, "function": format!("tf_k{i}"), "grid": n.rows,
-                    "block": block, "inputs": names(&n.inputs), "outputs": names(&k.outputs),
+                    "kernel": k.name, "file": format!("{}.py", k.name), "function": format!("tf_k{i}"),
+                    "grid": n.rows, "block": block, "inputs": names(&n.inputs), "outputs": names(&k.outputs),
                 }));
             }
             (Err(why), _) | (_, Err(why)) => {
@@ -346,23 +372,23 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
             }
         }
     }
+    let mut launcher = String::from(LAUNCHER_HEADER);
     let _ = writeln!(
-        src,
-        "# (function, grid, BLOCK, input names, output names, output element counts)\nKERNELS = [\n{}\n]\nINTERPRETED = {:?}\n\n\ndef run(tensors):\n    \"\"\"Launch every kernel in program order; `tensors` maps names to flat float32 torch\n    tensors and receives the outputs.\"\"\"\n    if INTERPRETED:\n        raise NotImplementedError(f\"kernels not rendered for Triton: {{INTERPRETED}}\")\n    for fn, grid, block, ins, outs, sizes in KERNELS:\n        out = [torch.empty(n, dtype=torch.float32) for n in sizes]\n        fn[(grid,)](*[tensors[n] for n in ins], *out, BLOCK=block)\n        tensors.update(zip(outs, out))\n    return tensors",
+        launcher,
+        "\n# (function, grid, BLOCK, input names, output names, output element counts)\nKERNELS = [\n{}\n]\nINTERPRETED = {:?}\n\n\ndef run(tensors):\n    \"\"\"Launch every kernel in program order; `tensors` maps names to flat float32 torch\n    tensors and receives the outputs.\"\"\"\n    if INTERPRETED:\n        raise NotImplementedError(f\"kernels not rendered for Triton: {{INTERPRETED}}\")\n    for fn, grid, block, ins, outs, sizes in KERNELS:\n        out = [torch.empty(n, dtype=torch.float32) for n in sizes]\n        fn[(grid,)](*[tensors[n] for n in ins], *out, BLOCK=block)\n        tensors.update(zip(outs, out))\n    return tensors",
         launch.join("\n"),
         skipped
             .iter()
             .map(|s| s["kernel"].as_str().unwrap_or("").to_string())
             .collect::<Vec<_>>()
     );
+    out.push(("launcher.py".into(), launcher));
     let m = serde_json::json!({
         "schema_version": 1, "target": "triton", "kernels": manifest, "interpreted": skipped,
     });
-    vec![
-        ("kernels.py".into(), src),
-        (
-            "manifest.json".into(),
-            serde_json::to_string_pretty(&m).unwrap_or_default(),
-        ),
-    ]
+    out.push((
+        "manifest.json".into(),
+        serde_json::to_string_pretty(&m).unwrap_or_default(),
+    ));
+    out
 }
