@@ -918,6 +918,23 @@ fn overflow(n: &Node, t: &str, shape: &[usize]) -> GraphError {
     }
 }
 
+/// A quantization scale must be a positive normal f32: the executor computes in f32, where
+/// 1e-320 would become 0 and 1e300 infinity. The message shows the value as written.
+fn check_scale(scale: f64) -> std::result::Result<(), String> {
+    let s32 = scale as f32;
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(format!("scale {scale:?} must be finite and > 0"));
+    }
+    if !s32.is_normal() {
+        return Err(format!(
+            "scale {scale:?} is outside the positive normal f32 range [{:e}, {:e}] the executor computes in",
+            f32::MIN_POSITIVE,
+            f32::MAX
+        ));
+    }
+    Ok(())
+}
+
 fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
     let op = n.op.name();
     let inv = |detail: String| GraphError::Invalid {
@@ -1059,9 +1076,7 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
         Op::Quantize { scale, zero_point } => {
             arity(1)?;
             float(ins[0])?;
-            if !(scale.is_finite() && *scale > 0.0) {
-                return Err(inv(format!("scale {scale} must be finite and > 0")));
-            }
+            check_scale(*scale).map_err(inv)?;
             if !(-128..=127).contains(zero_point) {
                 return Err(inv(format!(
                     "zero_point {zero_point} is outside [-128, 127] of int8"
@@ -1084,9 +1099,7 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                     got: ins[0].dtype.to_string(),
                 });
             }
-            if !(scale.is_finite() && *scale > 0.0) {
-                return Err(inv(format!("scale {scale} must be finite and > 0")));
-            }
+            check_scale(*scale).map_err(inv)?;
             if !(-128..=127).contains(zero_point) {
                 return Err(inv(format!(
                     "zero_point {zero_point} is outside [-128, 127] of int8"
@@ -1486,6 +1499,30 @@ impl TypedGraph {
     /// True when tensor `t` is a graph output.
     pub fn is_output(&self, t: usize) -> bool {
         self.out_flag.get(t).copied().unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod scale_tests {
+    use super::*;
+
+    #[test]
+    fn quantize_scales_must_survive_f32() {
+        // 1e-320 is a subnormal f64 that rounds to 0 in f32; 1e300 overflows to inf;
+        // 3.5e38 > f32::MAX (3.4028235e38). The message shows the value as written.
+        for bad in [1e-320, 1e300, 3.5e38, 1e-39] {
+            let e = check_scale(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+        assert!(check_scale(0.1).is_ok());
+        assert!(check_scale(f32::MIN_POSITIVE as f64).is_ok());
+        let g = Graph::from_json_str(
+            r#"{"nodes":[{"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+              {"name":"q","op":"Quantize","inputs":["x"],"attrs":{"scale":1e-320,"zero_point":0}}]}"#,
+        )
+        .unwrap();
+        let e = g.validate().unwrap_err().to_string();
+        assert!(e.contains("1e-320") && e.contains("`q`"), "{e}");
     }
 }
 

@@ -44,10 +44,10 @@ pub enum KernelError {
         shape: Vec<usize>,
     },
     /// A quantization scale that is zero, negative, NaN or infinite.
-    #[error("invalid scale {scale} at index {index}: a scale must be finite and > 0")]
+    #[error("invalid scale {scale:?} at index {index}: a scale must be finite and > 0")]
     InvalidScale {
-        /// The offending scale.
-        scale: f64,
+        /// The offending scale (the f32 the kernel received, printed as its shortest form).
+        scale: f32,
         /// Its position (0 for per-tensor).
         index: usize,
     },

@@ -85,10 +85,7 @@ pub struct QuantParams {
 /// Check that `scale` is finite and > 0 and `zero_point` fits `Q`; `index` names the channel.
 pub fn validate<Q: QuantInt>(scale: f32, zero_point: i32, index: usize) -> Result<(), KernelError> {
     if !(scale.is_finite() && scale > 0.0) {
-        return Err(KernelError::InvalidScale {
-            scale: scale as f64,
-            index,
-        });
+        return Err(KernelError::InvalidScale { scale, index });
     }
     if zero_point < Q::MIN || zero_point > Q::MAX {
         return Err(KernelError::ZeroPointOutOfRange {

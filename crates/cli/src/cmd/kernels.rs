@@ -248,10 +248,23 @@ fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Numbers parsed in f64 and checked to survive the f32 the kernels compute in: a finite
+/// value that would become ±inf, or a non-zero one that would become 0 or subnormal, is an
+/// error quoting what was typed.
 fn parse_f32_list(s: &str, flag: &str) -> Result<Vec<f32>> {
     super::parse_list(s, flag, |x| {
-        x.parse::<f32>()
-            .map_err(|_| anyhow!("invalid value for `{flag}`: `{x}` (expected a number)"))
+        let v = x
+            .parse::<f64>()
+            .map_err(|_| anyhow!("invalid value for `{flag}`: `{x}` (expected a number)"))?;
+        let f = v as f32;
+        if v.is_finite() && (f.is_infinite() || (v != 0.0 && !f.is_normal())) {
+            bail!(
+                "`{x}` is outside the normal f32 range (±{:e} to ±{:e}) the kernels compute in",
+                f32::MIN_POSITIVE,
+                f32::MAX
+            );
+        }
+        Ok(f)
     })
 }
 

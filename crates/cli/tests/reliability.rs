@@ -1,0 +1,97 @@
+//! The reproductions of the reliability issue, each as a test: hostile or careless input
+//! gets a one-line error naming what is wrong and exit 2 (or works, where it is valid), never
+//! a panic.
+
+use assert_cmd::Command;
+use std::path::PathBuf;
+
+fn tf() -> Command {
+    Command::cargo_bin("tensorforge").unwrap()
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf_reliab_{tag}_{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Exit 2, one line on stderr, no panic, containing every needle.
+fn fails(c: &mut Command, needles: &[&str]) -> String {
+    let out = c.assert().code(2).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+    err
+}
+
+#[test]
+fn a_table_cell_over_65535_characters_is_cut_not_a_panic() {
+    // A ReLU node named with 70 000 characters: `format!` padding panics beyond 65 535.
+    let d = tmpdir("cell");
+    let name = "n".repeat(70_000);
+    let g = format!(
+        r#"{{"schema_version":1,"name":"g","nodes":[{{"name":"x","op":"Input","attrs":{{"shape":[2],"dtype":"fp32"}}}},{{"name":"{name}","op":"ReLU","inputs":["x"]}}]}}"#
+    );
+    let p = d.join("long.json");
+    std::fs::write(&p, g).unwrap();
+    for cmd in ["fuse", "plan-memory", "run"] {
+        tf().arg(cmd).arg(&p).assert().success();
+    }
+    // The fuse table's node cell is cut and says by how much: 70 000 − 176 kept = 69 824.
+    let out = tf()
+        .arg("fuse")
+        .arg(&p)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("… [+69824 chars]"), "{text}");
+}
+
+#[test]
+fn quantization_scales_are_checked_in_the_precision_used() {
+    // Graph attribute: 1e-320 becomes 0 in f32 and 1e300 becomes inf; both refused at
+    // validation, the message quoting the value as written.
+    let d = tmpdir("scale");
+    for bad in ["1e-320", "1e300"] {
+        let g = format!(
+            r#"{{"schema_version":1,"name":"g","nodes":[{{"name":"x","op":"Input","attrs":{{"shape":[4],"dtype":"fp32"}}}},{{"name":"q","op":"Quantize","inputs":["x"],"attrs":{{"scale":{bad},"zero_point":0}}}},{{"name":"y","op":"Dequantize","inputs":["q"],"attrs":{{"scale":0.5,"zero_point":0}}}}]}}"#
+        );
+        let p = d.join("q.json");
+        std::fs::write(&p, g).unwrap();
+        fails(tf().arg("run").arg(&p), &[bad, "`q`"]);
+    }
+    // `kernel quantize`: the message shows what was typed, not its f32 rounding.
+    let x = tensorforge_kernels::npy::NpyArray::new(
+        vec![4],
+        tensorforge_kernels::npy::NpyData::F32(vec![0.0, 1.0, 2.0, 3.0]),
+    )
+    .unwrap();
+    let xin = d.join("x.npy");
+    std::fs::write(&xin, tensorforge_kernels::npy::to_npy(&x).unwrap()).unwrap();
+    let out = d.join("o.npy");
+    let q = |scale: &str| {
+        let mut c = tf();
+        c.args(["kernel", "quantize", "--in"])
+            .arg(&xin)
+            .arg("--out")
+            .arg(&out)
+            .arg(format!("--scale={scale}"));
+        c
+    };
+    let e = fails(&mut q("-0.1"), &["-0.1"]);
+    assert!(!e.contains("0.10000000149"), "{e}");
+    fails(&mut q("1e-320"), &["`1e-320`", "--scale"]);
+    fails(&mut q("3.5e38"), &["`3.5e38`", "--scale"]);
+    tf().args(["kernel", "quantize", "--in"])
+        .arg(&xin)
+        .arg("--out")
+        .arg(&out)
+        .arg("--scale=0.1")
+        .assert()
+        .success();
+}
