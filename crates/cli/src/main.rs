@@ -6,7 +6,7 @@ mod cmd;
 mod fmt;
 mod render;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[global_allocator]
@@ -81,8 +81,47 @@ enum Command {
     CountInstructions(cmd::measure::CountArgs),
 }
 
+/// Let every command take negative numbers as values, so that `--m -5` is reported as an
+/// invalid value of `--m` instead of an unexpected argument `-5`.
+fn allow_negatives(c: clap::Command) -> clap::Command {
+    let c = c.allow_negative_numbers(true);
+    let names: Vec<String> = c
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    names
+        .iter()
+        .fold(c, |c, n| c.mut_subcommand(n, allow_negatives))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::error::ErrorKind;
+    // Usage errors print one line (clap's first line, without its tips) and exit 2, like
+    // every other error; help and version print as clap writes them.
+    let parsed = allow_negatives(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
+        Ok(c) => c,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            eprintln!(
+                "{}",
+                text.lines().next().unwrap_or("error: invalid arguments")
+            );
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Analyze(a) => cmd::analyze::run(a).map(|()| None),
         Command::Explore(a) => cmd::explore::run(a).map(|()| None),

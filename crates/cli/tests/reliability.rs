@@ -95,3 +95,25 @@ fn quantization_scales_are_checked_in_the_precision_used() {
         .assert()
         .success();
 }
+
+#[test]
+fn empty_tensors_and_negative_flag_values_are_named_errors() {
+    // A [0, 4] input: refused by name instead of "min inf max -inf, bound balanced".
+    let d = tmpdir("empty");
+    let p = d.join("empty.json");
+    std::fs::write(
+        &p,
+        r#"{"schema_version":1,"name":"g","nodes":[{"name":"x","op":"Input","attrs":{"shape":[0,4],"dtype":"fp32"}},{"name":"y","op":"ReLU","inputs":["x"]}]}"#,
+    )
+    .unwrap();
+    for cmd in ["fuse", "run", "plan-memory"] {
+        fails(tf().arg(cmd).arg(&p), &["`x`", "0 elements"]);
+    }
+    // `--m -5`: an invalid value of `--m`, not an unexpected argument `-5`.
+    fails(
+        tf().args(["analyze", "gemm", "--m", "-5", "--n", "4", "--k", "4"]),
+        &["'-5'", "--m"],
+    );
+    // Any usage error is one line, exit 2.
+    fails(tf().args(["analyze", "gemm", "--bogus"]), &["--bogus"]);
+}

@@ -862,6 +862,19 @@ fn validate(g: &Graph) -> Result<TypedGraph> {
         let mut out_ids = vec![];
         for (name, (shape, dtype)) in names.into_iter().zip(outs) {
             let ne = numel(&shape).ok_or_else(|| overflow(n, &name, &shape))?;
+            if ne == 0 {
+                // Statistics, roofline bounds and the executor's blocks all assume at least
+                // one element; an empty tensor is refused by name rather than reported as
+                // "min inf, max -inf, bound balanced".
+                return Err(GraphError::Shape {
+                    node: n.name.clone(),
+                    op: n.op.name().into(),
+                    tensor: name,
+                    detail: format!(
+                        "shape {shape:?} has 0 elements: empty tensors are not supported"
+                    ),
+                });
+            }
             let bytes = dtype
                 .bytes_for(ne)
                 .map_err(|_| overflow(n, &name, &shape))?;
