@@ -117,3 +117,22 @@ fn empty_tensors_and_negative_flag_values_are_named_errors() {
     // Any usage error is one line, exit 2.
     fails(tf().args(["analyze", "gemm", "--bogus"]), &["--bogus"]);
 }
+
+#[test]
+fn a_run_larger_than_memory_is_an_error_not_an_abort() {
+    // x [65536, 1] broadcast to [65536, 16384] then ReLU: 2 × 2^30 + 2^16 elements, 8 GiB of
+    // f32. With the run capped at 1 GiB it is refused before anything is allocated.
+    let d = tmpdir("mem");
+    let p = d.join("big.json");
+    std::fs::write(
+        &p,
+        r#"{"schema_version":1,"name":"g","nodes":[{"name":"x","op":"Input","attrs":{"shape":[65536,1],"dtype":"fp32"}},{"name":"b","op":"Broadcast","inputs":["x"],"attrs":{"shape":[65536,16384]}},{"name":"y","op":"ReLU","inputs":["b"]}]}"#,
+    )
+    .unwrap();
+    fails(
+        tf().env("TENSORFORGE_MEMORY_LIMIT_BYTES", (1u64 << 30).to_string())
+            .arg("run")
+            .arg(&p),
+        &["8.00 GiB", "1.00 GiB", "available"],
+    );
+}

@@ -62,7 +62,49 @@ fn check_size(tg: &TypedGraph) -> Result<()> {
             ),
         });
     }
+    // Every tensor held once as f32 is an upper bound on what a run allocates: refuse a run
+    // that cannot fit in the memory the OS says is available, instead of aborting in an
+    // allocation half-way through.
+    if let Some(avail) = available_memory_bytes() {
+        let need = total.saturating_mul(4);
+        if need > avail {
+            let big = tg
+                .tensors
+                .iter()
+                .max_by_key(|t| t.numel)
+                .map(|t| (t.name.clone(), t.shape.clone()))
+                .unwrap_or_default();
+            return Err(GraphError::Input {
+                tensor: big.0,
+                detail: format!(
+                    "shape {:?}: running the graph needs up to {} of f32 buffers, and {} is available (MemAvailable, or TENSORFORGE_MEMORY_LIMIT_BYTES)",
+                    big.1,
+                    tensorforge_core::units::bytes(need as f64),
+                    tensorforge_core::units::bytes(avail as f64)
+                ),
+            });
+        }
+    }
     Ok(())
+}
+
+/// The memory a run may use, in bytes: `MemAvailable` from `/proc/meminfo`, capped by
+/// `TENSORFORGE_MEMORY_LIMIT_BYTES` when set (`None` when neither is known).
+pub fn available_memory_bytes() -> Option<u64> {
+    let os = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        });
+    let cap = std::env::var("TENSORFORGE_MEMORY_LIMIT_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (os, cap) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Relative tolerance (of the tensor's largest magnitude) for fused vs unfused agreement.
@@ -197,11 +239,22 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A buffer of exactly `n` elements (contents unspecified).
-    fn take(&mut self, n: usize) -> Vec<f32> {
+    /// A buffer of exactly `n` elements (contents unspecified); an allocation the machine
+    /// cannot satisfy is an error, not an abort.
+    fn take(&mut self, n: usize) -> Result<Vec<f32>> {
         match self.free.get_mut(&n).and_then(|v| v.pop()) {
-            Some(b) => b,
-            None => vec![0f32; n],
+            Some(b) => Ok(b),
+            None => {
+                let mut v: Vec<f32> = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| {
+                    GraphError::Argument(format!(
+                        "cannot allocate a buffer of {n} f32 values ({}): out of memory",
+                        tensorforge_core::units::bytes(n as f64 * 4.0)
+                    ))
+                })?;
+                v.resize(n, 0.0);
+                Ok(v)
+            }
         }
     }
 
@@ -242,7 +295,7 @@ impl State<'_> {
                 // A view: the same values under another shape. Copied into a pooled
                 // buffer (not cloned) so that repeated runs do not grow the pool.
                 let n = self.bufs[s].as_ref().map_or(0, |v| v.len());
-                let mut b = self.pool.take(n);
+                let mut b = self.pool.take(n)?;
                 if let Some(src) = self.bufs[s].as_deref() {
                     b.copy_from_slice(src);
                 }
@@ -254,7 +307,7 @@ impl State<'_> {
                 #[cfg(test)]
                 tests::TRANSPOSE_COPIES.with(|c| c.set(c.get() + 1));
                 let src = self.bufs[s].as_deref().unwrap_or(&[]);
-                let mut v = self.pool.take(src.len());
+                let mut v = self.pool.take(src.len())?;
                 transpose_into(src, &tg.tensors[s].shape, perm, &mut v);
                 self.bufs[t] = Some(v);
             }
@@ -386,12 +439,12 @@ fn run_program(
                         ),
                     });
                 }
-                let mut b = st.pool.take(v.len());
+                let mut b = st.pool.take(v.len())?;
                 b.copy_from_slice(v);
                 st.bufs[t] = Some(b);
             }
             Op::Constant { value, .. } => {
-                let mut b = st.pool.take(tg.tensors[t].numel as usize);
+                let mut b = st.pool.take(tg.tensors[t].numel as usize)?;
                 b.fill(*value as f32);
                 st.bufs[t] = Some(b);
             }
@@ -459,7 +512,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
             let outer: usize = s[..a].iter().product();
             let len = s[a];
             let inner: usize = s[a + 1..].iter().product();
-            let mut out = st.pool.take(outer * inner);
+            let mut out = st.pool.take(outer * inner)?;
             let src = st.bufs[x].as_deref().unwrap_or(&[]);
             for o in 0..outer {
                 for i in 0..inner {
@@ -494,7 +547,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
             };
             let o = tg.node_outputs[n][0];
             // Every element is written by the kernel, so a pooled buffer needs no clearing.
-            let mut out = st.pool.take(tg.tensors[o].numel as usize);
+            let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
             let get = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
             tensorforge_kernels::fused::rmsnorm_swiglu_fused(
                 get(ins[0]),
@@ -518,7 +571,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     let a =
                         norm_axis(*axis, os.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
                     let outer: usize = os[..a].iter().product();
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
                     for ob in 0..outer {
                         for &t in &tg.node_inputs[n] {
@@ -543,7 +596,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     let plan = crate::ir::slice_plan(ishape, starts, ends, axes, steps)
                         .map_err(|e| exec_err(tg, n, e))?;
                     let src = st.bufs[i].as_deref().unwrap_or(&[]);
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
                     let istr = strides(ishape);
                     let oshape: Vec<usize> = plan.iter().map(|p| p.2).collect();
@@ -570,7 +623,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
                     let (c, h, wd) = (xs[1], xs[2] as isize, xs[3] as isize);
                     let (kk, cg, r, sk) = (ws[0], ws[1], ws[2], ws[3]);
@@ -627,8 +680,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         } else {
                             count.max(1) as f32
                         }
-                    });
-                    Ok(())
+                    })
                 }
                 Op::MaxPool2d {
                     kernel,
@@ -641,8 +693,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             f32::NEG_INFINITY,
                             |m, v| if v > m || v.is_nan() { v } else { m },
                         )
-                    });
-                    Ok(())
+                    })
                 }
                 Op::Where => {
                     let ins = &tg.node_inputs[n];
@@ -658,7 +709,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         st.bufs[ins[1]].as_deref().unwrap_or(&[]),
                         st.bufs[ins[2]].as_deref().unwrap_or(&[]),
                     );
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
                     for_each_index(&oshape, |idx| {
                         let at = |s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
@@ -696,7 +747,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         }
                         rows.push(r as usize);
                     }
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
                     for ob in 0..outer {
                         for &r in &rows {
@@ -748,7 +799,7 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
         .outputs
         .iter()
         .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
-        .collect();
+        .collect::<Result<_>>()?;
     let optrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
     let ptrs = SendConst(ins.as_ptr(), optrs.as_ptr());
     let rows = m.rows;
@@ -794,13 +845,13 @@ fn pool2d(
     strides: &[usize],
     pads: &[usize],
     reduce: impl Fn(&mut dyn Iterator<Item = f32>) -> f32,
-) {
+) -> Result<()> {
     let i = tg.node_inputs[n][0];
     let o = tg.node_outputs[n][0];
     let xs = &tg.tensors[i].shape;
     let os = &tg.tensors[o].shape;
     let x = st.bufs[i].as_deref().unwrap_or(&[]);
-    let mut out = st.pool.take(tg.tensors[o].numel as usize);
+    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
     out.clear();
     let (h, w) = (xs[2] as isize, xs[3] as isize);
     for nc in 0..os[0] * os[1] {
@@ -819,6 +870,7 @@ fn pool2d(
         }
     }
     st.bufs[o] = Some(out);
+    Ok(())
 }
 
 /// Row-major strides of `shape`, in elements.
@@ -1020,7 +1072,7 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
         .outputs
         .iter()
         .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
-        .collect();
+        .collect::<Result<_>>()?;
     // MatMul nodes first, whole, with faer: into the kernel's output buffer when the
     // product is stored (taken out of `outs`, so no block writes it), else into a pooled
     // full-size buffer; the blocks below then treat them as computed (`eval_block`).
@@ -1034,7 +1086,7 @@ fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
             Some(oi) => std::mem::take(&mut outs[oi]),
             None => st
                 .pool
-                .take(tg.tensors[tg.node_outputs[n][0]].numel as usize),
+                .take(tg.tensors[tg.node_outputs[n][0]].numel as usize)?,
         };
         let operand = |j: usize| {
             let t = tg.node_inputs[n][j];
