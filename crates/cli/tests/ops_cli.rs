@@ -286,3 +286,45 @@ fn history_marks_the_step() {
         .assert()
         .code(2);
 }
+
+/// `report --markdown ok.md --html /nonexistent/x.html`: exit 2 and no `ok.md` (every file
+/// is staged before any is published).
+#[test]
+fn a_report_that_cannot_write_one_file_writes_none() {
+    let d = tmp("report_atomic");
+    let bf = write(
+        &d.join("b.jsonl"),
+        &[rec("w", "f32", "b", ramp(1000.0, 30), 1)],
+    );
+    let cf = write(
+        &d.join("c.jsonl"),
+        &[rec("w", "f32", "c", ramp(1000.0, 30), 2)],
+    );
+    let md = d.join("ok.md");
+    let out = tf()
+        .args([
+            "report",
+            "--baseline",
+            &bf,
+            "--candidate",
+            &cf,
+            "--markdown",
+        ])
+        .arg(&md)
+        .args(["--html", "/nonexistent/dir/x.html"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/dir"), "{err}");
+    assert!(!md.exists(), "ok.md was written although the report failed");
+    assert!(
+        std::fs::read_dir(&d).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp-")),
+        "a temporary file was left"
+    );
+}

@@ -334,3 +334,22 @@ fn default_store_comes_from_the_environment() {
     assert_eq!(v["store"], store.display().to_string());
     assert_eq!(v["runs"].as_array().unwrap().len(), 1);
 }
+
+/// `ingest ... --record --store NOT_A_STORE --out o.jsonl`: exit 2 and no `o.jsonl`.
+#[test]
+fn an_ingest_whose_store_fails_leaves_no_out_file() {
+    let d = tmp("ingest_atomic");
+    let hf = write(&d, "hf.json", HYPERFINE);
+    let not_a_store = write(&d, "not_a_store.sqlite", "this is not SQLite");
+    let o = d.join("o.jsonl");
+    let mut c = tf();
+    ingest_args(&mut c, "hyperfine", &hf);
+    c.arg("--record")
+        .arg("--store")
+        .arg(&not_a_store)
+        .arg("--out")
+        .arg(&o)
+        .assert()
+        .code(2);
+    assert!(!o.exists(), "o.jsonl was written although recording failed");
+}

@@ -136,3 +136,26 @@ fn a_run_larger_than_memory_is_an_error_not_an_abort() {
         &["8.00 GiB", "1.00 GiB", "available"],
     );
 }
+
+#[test]
+fn run_out_and_codegen_write_all_files_or_none() {
+    // residual_layernorm writes resid.npy and y.npy; y.npy is a folder: nothing is written.
+    let g = format!(
+        "{}/../../examples/graphs/residual_layernorm.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let d = tmpdir("atomic_out");
+    std::fs::create_dir_all(d.join("y.npy")).unwrap();
+    fails(
+        tf().args(["run", &g, "--out"]).arg(&d),
+        &["y.npy", "directory"],
+    );
+    assert!(!d.join("resid.npy").exists());
+    let c = tmpdir("atomic_cg");
+    std::fs::create_dir_all(c.join("manifest.json")).unwrap();
+    fails(
+        tf().args(["codegen", &g, "--target", "c", "--out"]).arg(&c),
+        &["manifest.json"],
+    );
+    assert!(!c.join("k0.c").exists() && !c.join("prelude.h").exists());
+}

@@ -35,7 +35,7 @@ use tensorforge_ops::{
     downgrade_timed_failures, gate, render_html_with_lead, render_markdown_with_lead, Date,
     GateResult, HtmlBody, HtmlSection, Policy, Report, Verdict,
 };
-use tensorforge_store::{write_atomic, Record, Store};
+use tensorforge_store::{write_all_atomic, Record, Store};
 
 /// Label key that marks the runs this job records; the value is `quickstart-<threads>t`, so
 /// the job gates only against its own runs at the same thread count.
@@ -412,8 +412,10 @@ pub fn run_quickstart(
     })?;
     let md_path = o.out_dir.join("report.md");
     let html_path = o.out_dir.join("report.html");
-    write_atomic(&md_path, markdown.as_bytes())?;
-    write_atomic(&html_path, html.as_bytes())?;
+    write_all_atomic(&[
+        (&md_path, markdown.as_bytes()),
+        (&html_path, html.as_bytes()),
+    ])?;
 
     progress(&format!(
         "[6/6] recording the run in {}",

@@ -65,6 +65,11 @@ fn record_from_value(v: serde_json::Value, at: &str) -> Result<Record, StoreErro
 /// Write records as JSON lines: to a temporary sibling file, flushed and synced, then
 /// renamed over `path`; on any error the temporary file is removed and `path` is untouched.
 pub fn write_records_jsonl(path: &Path, records: &[Record]) -> Result<(), StoreError> {
+    write_atomic(path, records_jsonl_text(path, records)?.as_bytes())
+}
+
+/// Records as JSON lines (one record per line); `path` names the destination in errors.
+pub fn records_jsonl_text(path: &Path, records: &[Record]) -> Result<String, StoreError> {
     let mut text = String::new();
     for r in records {
         let line = serde_json::to_string(r).map_err(|e| StoreError::Io {
@@ -74,46 +79,140 @@ pub fn write_records_jsonl(path: &Path, records: &[Record]) -> Result<(), StoreE
         text.push_str(&line);
         text.push('\n');
     }
-    write_atomic(path, text.as_bytes())
+    Ok(text)
 }
 
 /// Write `bytes` to `path` via a temporary sibling file and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let io = |message: String| StoreError::Io {
-        path: path.display().to_string(),
-        message,
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| io("not a file path".into()))?
-        .to_string_lossy()
-        .into_owned();
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    if !dir.is_dir() {
-        return Err(io(format!("directory {} does not exist", dir.display())));
+    let mut s = StagedWrite::new();
+    s.stage(path, bytes)?;
+    s.publish()
+}
+
+/// Write several files as one output: all or nothing.
+pub fn write_all_atomic<P: AsRef<Path>, B: AsRef<[u8]>>(
+    files: &[(P, B)],
+) -> Result<(), StoreError> {
+    let mut s = StagedWrite::new();
+    for (p, b) in files {
+        s.stage(p.as_ref(), b.as_ref())?;
     }
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", crate::store::new_run_id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(format!("cannot write: {e}")));
+    s.publish()
+}
+
+/// Files published together. [`StagedWrite::stage`] writes and syncs each under a temporary
+/// name beside its destination (checking the folder exists and the destination is not a
+/// folder); [`StagedWrite::publish`] renames them all into place only after every one is
+/// staged. A failure while staging, or dropping the value unpublished, removes every
+/// temporary file and leaves every destination untouched. (A rename on one file system does
+/// not fail in practice; if one did, the files already renamed would stay.)
+#[derive(Debug, Default)]
+pub struct StagedWrite {
+    /// (temporary, destination), in staging order.
+    staged: Vec<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl StagedWrite {
+    /// Nothing staged yet.
+    pub fn new() -> Self {
+        Self::default()
     }
-    Ok(())
+
+    /// Write `bytes` for `path` under a temporary sibling name, flushed and synced.
+    pub fn stage(&mut self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        let io = |message: String| StoreError::Io {
+            path: path.display().to_string(),
+            message,
+        };
+        let file_name = path
+            .file_name()
+            .ok_or_else(|| io("not a file path".into()))?
+            .to_string_lossy()
+            .into_owned();
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(io(format!("directory {} does not exist", dir.display())));
+        }
+        if path.is_dir() {
+            return Err(io("is a directory".into()));
+        }
+        let tmp = dir.join(format!(".{file_name}.tmp-{}", crate::store::new_run_id()));
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(format!("cannot write: {e}")));
+        }
+        self.staged.push((tmp, path.to_path_buf()));
+        Ok(())
+    }
+
+    /// Rename every staged file into place.
+    pub fn publish(mut self) -> Result<(), StoreError> {
+        let staged = std::mem::take(&mut self.staged);
+        for (i, (tmp, dest)) in staged.iter().enumerate() {
+            if let Err(e) = std::fs::rename(tmp, dest) {
+                for (t, _) in &staged[i..] {
+                    let _ = std::fs::remove_file(t);
+                }
+                return Err(StoreError::Io {
+                    path: dest.display().to_string(),
+                    message: format!("cannot write: {e}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StagedWrite {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::new_run_id;
+
+    #[test]
+    fn staged_writes_publish_all_or_nothing() {
+        let d = std::env::temp_dir().join(format!("tf_staged_{}", new_run_id()));
+        std::fs::create_dir_all(d.join("blocked")).unwrap();
+        let listing = |d: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // The second destination is a folder: staging fails, the first temp file is gone.
+        let e = write_all_atomic(&[(d.join("a.txt"), "a"), (d.join("blocked"), "b")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("blocked") && e.contains("directory"), "{e}");
+        assert_eq!(listing(&d), vec!["blocked"]);
+        // Dropped unpublished: nothing appears.
+        let mut s = StagedWrite::new();
+        s.stage(&d.join("c.txt"), b"c").unwrap();
+        drop(s);
+        assert_eq!(listing(&d), vec!["blocked"]);
+        // Published: both files, with their contents.
+        write_all_atomic(&[(d.join("a.txt"), "a"), (d.join("b.txt"), "bb")]).unwrap();
+        assert_eq!(listing(&d), vec!["a.txt", "b.txt", "blocked"]);
+        assert_eq!(std::fs::read_to_string(d.join("b.txt")).unwrap(), "bb");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     fn sample(run: &str, m: u64) -> Record {
         let mut params = std::collections::BTreeMap::new();

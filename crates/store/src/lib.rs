@@ -13,7 +13,10 @@ pub mod time;
 
 pub use error::StoreError;
 pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
-pub use jsonl::{parse_records_text, read_records_jsonl, write_atomic, write_records_jsonl};
+pub use jsonl::{
+    parse_records_text, read_records_jsonl, records_jsonl_text, write_all_atomic, write_atomic,
+    write_records_jsonl, StagedWrite,
+};
 pub use record::{
     DeviceContext, GpuContext, HarnessSettings, Record, SoftwareContext, Throughput,
     WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,

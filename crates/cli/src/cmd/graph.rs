@@ -88,9 +88,9 @@ pub fn run_codegen(a: CodegenArgs) -> Result<()> {
         bail!("invalid `--out` = `{}`: not a directory", a.out);
     }
     std::fs::create_dir_all(d).with_context(|| format!("{}: cannot create directory", a.out))?;
-    for (name, text) in &files {
-        tensorforge_store::write_atomic(&d.join(name), text.as_bytes())?;
-    }
+    let files: Vec<(std::path::PathBuf, &String)> =
+        files.iter().map(|(n, t)| (d.join(n), t)).collect();
+    tensorforge_store::write_all_atomic(&files)?;
     println!(
         "wrote {} files to {} ({} kernels in the fused program; manifest.json lists the generated ones and why the others are left to the interpreter)",
         files.len(),
@@ -397,9 +397,9 @@ fn write_outputs(dir: &str, r: &ExecResult, g: &tensorforge_graph::TypedGraph) -
         ));
     }
     std::fs::create_dir_all(d).with_context(|| format!("{dir}: cannot create directory"))?;
-    for (path, bytes) in files {
-        tensorforge_store::write_atomic(&path, &bytes)?;
-    }
+    // All or nothing: a path that cannot be written (say, a folder of the same name) leaves
+    // none of the other outputs behind.
+    tensorforge_store::write_all_atomic(&files)?;
     Ok(())
 }
 

@@ -518,11 +518,13 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
     if let (Some(dir), Some((roof, pvm))) = (&a.plots, svgs) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create plot directory {}", dir.display()))?;
-        for (name, svg) in [("roofline.svg", roof), ("predicted_vs_measured.svg", pvm)] {
-            let p = dir.join(name);
-            write_atomic(&p, svg.as_bytes())?;
-            written.push(p.display().to_string());
-        }
+        let files: Vec<(std::path::PathBuf, String)> =
+            [("roofline.svg", roof), ("predicted_vs_measured.svg", pvm)]
+                .into_iter()
+                .map(|(name, svg)| (dir.join(name), svg))
+                .collect();
+        tensorforge_store::write_all_atomic(&files)?;
+        written.extend(files.iter().map(|(p, _)| p.display().to_string()));
     }
     if a.json {
         for line in ceiling_violation_lines(&report) {

@@ -238,8 +238,9 @@ pub fn run_report(a: ReportArgs) -> Result<()> {
     if let Some(p) = &a.json {
         targets.push((p.clone(), report.to_json()));
     }
-    for (p, text) in &targets {
-        write_file(p, text)?;
+    // All or nothing: every file is staged before any is published.
+    tensorforge_store::write_all_atomic(&targets)?;
+    for (p, _) in &targets {
         println!("wrote {}", p.display());
     }
     println!(

@@ -426,17 +426,26 @@ pub fn run_ingest(a: IngestArgs) -> Result<()> {
         bytes: a.bytes,
     };
     let record = ingest_record(format, &text, &file, a.select.as_deref(), ctx)?;
-    // Write the file first: it is atomic, and a store failure afterwards leaves no run.
-    if let Some(out) = &a.out {
-        write_records_jsonl(out, std::slice::from_ref(&record))?;
-    }
-    let stored_in = if a.record {
-        let store = open_store(a.store.as_deref())?;
-        store.insert_run(std::slice::from_ref(&record))?;
-        Some(store.path().display().to_string())
+    // All or nothing: the store is opened and the file staged before anything is
+    // published; the file appears only once the run is in the store.
+    let store = if a.record {
+        Some(open_store(a.store.as_deref())?)
     } else {
         None
     };
+    let mut staged = tensorforge_store::StagedWrite::new();
+    if let Some(out) = &a.out {
+        let text = tensorforge_store::records_jsonl_text(out, std::slice::from_ref(&record))?;
+        staged.stage(out, text.as_bytes())?;
+    }
+    let stored_in = match &store {
+        Some(store) => {
+            store.insert_run(std::slice::from_ref(&record))?;
+            Some(store.path().display().to_string())
+        }
+        None => None,
+    };
+    staged.publish()?;
     if a.json {
         return print_json(&IngestJson {
             schema_version: RECORDS_JSON_SCHEMA_VERSION,
