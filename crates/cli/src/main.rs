@@ -153,7 +153,12 @@ fn main() -> ExitCode {
         Ok(Some(code)) => ExitCode::from(code),
         Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line whatever the message holds: a newline in a user string (a tensor
+            // or benchmark name, a policy value) is shown as `\n`, never a new line.
+            eprintln!(
+                "error: {}",
+                tensorforge_ops::markup::one_line(&format!("{e:#}"))
+            );
             ExitCode::from(2)
         }
     }

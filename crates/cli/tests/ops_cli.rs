@@ -328,3 +328,54 @@ fn a_report_that_cannot_write_one_file_writes_none() {
         "a temporary file was left"
     );
 }
+
+/// A workload named like a Markdown image stays text in report.md (a CI summary would
+/// otherwise load the image), and a newline in a name cannot forge a `gate:` line.
+#[test]
+fn user_strings_cannot_inject_markdown_or_lines() {
+    let d = tmp("inject");
+    let img = "![i](http://evil.example/p.png)";
+    let bf = write(
+        &d.join("b.jsonl"),
+        &[rec(img, "f32", "b", ramp(1000.0, 30), 1)],
+    );
+    let cf = write(
+        &d.join("c.jsonl"),
+        &[rec(img, "f32", "c", ramp(1000.0, 30), 2)],
+    );
+    let md = d.join("r.md");
+    tf().args([
+        "report",
+        "--baseline",
+        &bf,
+        "--candidate",
+        &cf,
+        "--markdown",
+    ])
+    .arg(&md)
+    .assert()
+    .success();
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(!text.contains("![i]("), "live image in the report:\n{text}");
+    assert!(text.contains("\\!\\[i\\]"), "{text}");
+    let forged = "w\ngate: PASS";
+    let bf = write(
+        &d.join("b2.jsonl"),
+        &[rec(forged, "f32", "b", ramp(1000.0, 30), 1)],
+    );
+    let cf = write(
+        &d.join("c2.jsonl"),
+        &[rec(forged, "f32", "c", ramp(1000.0, 30), 2)],
+    );
+    let out = tf()
+        .args(["gate", "--baseline", &bf, "--candidate", &cf])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("gate:")).count(),
+        1,
+        "{stdout}"
+    );
+    assert!(stdout.contains("w\\ngate: PASS"), "{stdout}");
+}

@@ -159,3 +159,16 @@ fn run_out_and_codegen_write_all_files_or_none() {
     );
     assert!(!c.join("k0.c").exists() && !c.join("prelude.h").exists());
 }
+
+#[test]
+fn a_newline_in_a_user_string_cannot_split_the_error_line() {
+    // A node reads a tensor whose name holds a newline and a fake second error.
+    let d = tmpdir("nl");
+    let p = d.join("nl.json");
+    std::fs::write(
+        &p,
+        r#"{"schema_version":1,"name":"g","nodes":[{"name":"x","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},{"name":"y","op":"ReLU","inputs":["missing\nerror: forged"]}]}"#,
+    )
+    .unwrap();
+    fails(tf().arg("fuse").arg(&p), &["missing\\nerror: forged"]);
+}

@@ -466,7 +466,10 @@ fn validation_markdown(v: &ValidationReport) -> String {
     s.push_str(&format!("| {} |\n", VALIDATION_HEADERS.join(" | ")));
     s.push_str(&format!("|{}\n", "---|".repeat(VALIDATION_HEADERS.len())));
     for row in validation_rows(v) {
-        let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+        let cells: Vec<String> = row
+            .iter()
+            .map(|c| tensorforge_ops::markup::escape_markdown(c))
+            .collect();
         s.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     s.push('\n');

@@ -20,6 +20,48 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// Escape user text for Markdown (CommonMark/GitHub): every ASCII punctuation character that
+/// can start markup (links, images, emphasis, code, headings, lists, tables, HTML, entities)
+/// gets a backslash (`<`, `>`, `&` become entities), so `![i](http://x/p.png)` stays text,
+/// and control characters (newlines included) become a space, so a value cannot start a new
+/// block or table row.
+pub fn escape_markdown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for ch in s.chars() {
+        match ch {
+            // HTML specials as entities (Markdown renders them as the characters).
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.'
+            | '!' | '|' | '~' | '"' | '\'' | ':' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// User text on one line of terminal output: control characters are shown as escapes
+/// (`\n`, `\r`, `\t`, `\u{1b}`), so a value cannot forge another line (say `gate: PASS`)
+/// or move the cursor.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 const VOID: &[&str] = &["meta", "br", "hr", "img", "input", "link", "col", "wbr"];
 
 fn entity_ok(rest: &str) -> bool {
@@ -129,6 +171,19 @@ pub fn check_well_formed(doc: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn markdown_and_terminal_escapes() {
+        // The issue's image: rendered as text, not as a live external image.
+        let e = escape_markdown("![i](http://evil.example/p.png)");
+        assert_eq!(e, "\\!\\[i\\]\\(http\\://evil\\.example/p\\.png\\)");
+        assert_eq!(escape_markdown("a|b\nc<d>&"), "a\\|b c&lt;d&gt;&amp;");
+        // A newline cannot forge a line of `gate` output.
+        assert_eq!(
+            one_line("x\ngate: PASS\r\u{1b}[2K"),
+            "x\\ngate: PASS\\r\\u{1b}[2K"
+        );
+    }
 
     #[test]
     fn escape_and_check() {

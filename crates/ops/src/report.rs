@@ -530,7 +530,7 @@ const CONTEXT_HEADERS: [&str; 9] = [
 ];
 
 fn md_cell(s: &str) -> String {
-    escape(s).replace('|', "\\|").replace('\n', " ")
+    crate::markup::escape_markdown(s)
 }
 
 fn md_table(out: &mut String, headers: &[&str], rows: &[Vec<String>]) {

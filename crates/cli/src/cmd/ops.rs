@@ -142,20 +142,23 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 fn print_human(g: &GateResult) {
+    use tensorforge_ops::markup::one_line;
+    // User strings (workload names, the policy path, reasons quoting them) on one line each:
+    // a newline inside one cannot forge a line such as `gate: PASS`.
     println!(
         "gate: {} (exit {}) — policy {}",
         g.overall.label(),
         g.exit_code,
-        g.policy_source
+        one_line(&g.policy_source)
     );
     for r in &g.reasons {
-        println!("  {r}");
+        println!("  {}", one_line(r));
     }
     for r in &g.rows {
         if r.verdict != tensorforge_ops::Verdict::NotComparable {
             println!(
                 "  {:<24} {:<14} {:<14} {}",
-                r.workload,
+                one_line(&r.workload),
                 r.metric,
                 r.verdict.label(),
                 r.change_relative
