@@ -172,3 +172,31 @@ fn a_newline_in_a_user_string_cannot_split_the_error_line() {
     .unwrap();
     fails(tf().arg("fuse").arg(&p), &["missing\\nerror: forged"]);
 }
+
+#[test]
+fn duplicate_json_keys_are_refused_in_every_format() {
+    // Graph attributes: {"axis": 0, "axis": -1} used to keep -1 silently.
+    let d = tmpdir("dupkeys");
+    let g = d.join("g.json");
+    std::fs::write(
+        &g,
+        r#"{"schema_version":1,"name":"g","nodes":[{"name":"x","op":"Input","attrs":{"shape":[2,3],"dtype":"fp32"}},{"name":"s","op":"Softmax","inputs":["x"],"attrs":{"axis":0,"axis":-1}}]}"#,
+    )
+    .unwrap();
+    fails(
+        tf().arg("fuse").arg(&g),
+        &["duplicate key `axis`", "$.nodes[1].attrs"],
+    );
+    // A Hugging Face config.json.
+    let hf = d.join("config.json");
+    std::fs::write(
+        &hf,
+        r#"{"hidden_size":4096,"hidden_size":64,"num_attention_heads":32,"num_hidden_layers":32,"intermediate_size":11008,"vocab_size":32000}"#,
+    )
+    .unwrap();
+    fails(
+        tf().args(["analyze", "model", "--seq", "128", "--config"])
+            .arg(&hf),
+        &["duplicate key `hidden_size`"],
+    );
+}

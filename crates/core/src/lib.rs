@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod error;
 pub mod gemm;
 pub mod hardware;
+pub mod json;
 pub mod mapping;
 pub mod presets;
 pub mod roofline;

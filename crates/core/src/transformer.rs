@@ -1073,6 +1073,7 @@ pub fn decoder_from_hf_config(
         message,
     };
     let v: Value = serde_json::from_str(json_text).map_err(|e| parse_err(e.to_string()))?;
+    crate::json::reject_duplicate_keys(json_text).map_err(parse_err)?;
     let obj = v
         .as_object()
         .ok_or_else(|| parse_err("expected a JSON object (a Hugging Face config.json)".into()))?;

@@ -531,6 +531,7 @@ impl Graph {
     pub fn from_json_str(text: &str) -> Result<Graph> {
         let mut v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        tensorforge_core::json::reject_duplicate_keys(text).map_err(GraphError::Json)?;
         if let Some(nodes) = v.get_mut("nodes").and_then(|n| n.as_array_mut()) {
             for n in nodes.iter_mut().filter_map(|n| n.as_object_mut()) {
                 let defaulted = matches!(

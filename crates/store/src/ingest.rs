@@ -170,6 +170,10 @@ pub fn parse_series(
         source_name: file.to_string(),
         message: format!("{} JSON: {e}", format.name()),
     })?;
+    tensorforge_core::json::reject_duplicate_keys(text).map_err(|message| StoreError::Parse {
+        source_name: file.to_string(),
+        message,
+    })?;
     match format {
         IngestFormat::PytestBenchmark => pytest(&v, file, select),
         IngestFormat::GoogleBenchmark => google(&v, file, select),

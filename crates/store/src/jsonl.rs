@@ -31,6 +31,12 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
                 source_name: name.to_string(),
                 message: format!("JSON array of records: {e}"),
             })?;
+        tensorforge_core::json::reject_duplicate_keys(text).map_err(|message| {
+            StoreError::Parse {
+                source_name: name.to_string(),
+                message,
+            }
+        })?;
         return values
             .into_iter()
             .enumerate()
@@ -42,7 +48,14 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
         if line.trim().is_empty() {
             continue;
         }
-        out.push(Record::from_json_str(line, &format!("{name}:{}", i + 1))?);
+        let at = format!("{name}:{}", i + 1);
+        tensorforge_core::json::reject_duplicate_keys(line).map_err(|message| {
+            StoreError::Parse {
+                source_name: at.clone(),
+                message,
+            }
+        })?;
+        out.push(Record::from_json_str(line, &at)?);
     }
     if out.is_empty() {
         return Err(StoreError::Parse {
