@@ -893,7 +893,10 @@ fn validate(g: &Graph) -> Result<TypedGraph> {
             out_ids.push(id);
         }
         for &t in &ins {
-            if !tg.consumers[t].contains(&ni) {
+            // Nodes are added in order, so `ni` can only already be listed last (a node
+            // reading `t` twice): O(1) instead of a scan of every consumer (a 300 000-way
+            // fan-out was quadratic).
+            if tg.consumers[t].last() != Some(&ni) {
                 tg.consumers[t].push(ni);
             }
         }
