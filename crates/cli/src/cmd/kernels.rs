@@ -229,22 +229,14 @@ fn read_npy(path: &str) -> Result<NpyArray> {
     parse_npy(&bytes).with_context(|| format!("{path}: malformed .npy input"))
 }
 
-/// Write bytes to `path` through a temporary sibling file and a rename.
+/// Write bytes to `path` through a synced temporary sibling file and a rename (the store's
+/// one implementation).
 fn write_atomic(path: &str, bytes: &[u8]) -> Result<()> {
     let p = Path::new(path);
-    let name = p
-        .file_name()
-        .ok_or_else(|| anyhow!("invalid value for `--out`: `{path}` is not a file name"))?;
-    let tmp = p.with_file_name(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("{path}: cannot write file"))?;
-    if let Err(e) = std::fs::rename(&tmp, p) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("{path}: cannot write file"));
+    if p.file_name().is_none() {
+        bail!("invalid value for `--out`: `{path}` is not a file name");
     }
+    tensorforge_store::write_atomic(p, bytes)?;
     Ok(())
 }
 
