@@ -1,0 +1,9 @@
+#![no_main]
+//! Fuzz target: design-space (explore candidates) TOML.
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = tensorforge_core::dse::DesignSpace::from_toml_str(text, "candidates.toml");
+    }
+});
