@@ -11,6 +11,9 @@
 # at most 64 KiB (over 1000x its size) is reported as a failure; -rss_limit_mb=2048 bounds the
 # whole process.
 set -euo pipefail
+# -O: optimized build without debug assertions (FUZZ_FLAGS= for cargo-fuzz's default build
+# with overflow checks, slower).
+FUZZ_FLAGS=${FUZZ_FLAGS--O}
 SECS=${1:-60}
 shift || true
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +38,7 @@ status=0
 printf '%-12s %12s %8s  %s\n' target executions seconds result
 for t in $TARGETS; do
   log="$ROOT/fuzz/$t.log"
-  if cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536 \
+  if cargo +nightly fuzz run $FUZZ_FLAGS "$t" "corpus/$t" -- -max_total_time="$SECS" -max_len=65536 \
        -malloc_limit_mb=64 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     result=ok
   else
@@ -44,7 +47,7 @@ for t in $TARGETS; do
     mkdir -p "regressions/$t"
     for a in artifacts/"$t"/*; do
       [ -f "$a" ] || continue
-      cargo +nightly fuzz tmin "$t" "$a" >/dev/null 2>&1 || true
+      cargo +nightly fuzz tmin $FUZZ_FLAGS "$t" "$a" >/dev/null 2>&1 || true
       cp "$a" "regressions/$t/" || true
     done
   fi

@@ -5,7 +5,12 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         use tensorforge_store::ingest::{parse_series, IngestFormat};
-        for f in [IngestFormat::PytestBenchmark, IngestFormat::GoogleBenchmark, IngestFormat::Criterion, IngestFormat::Hyperfine] {
+        for f in [
+            IngestFormat::PytestBenchmark,
+            IngestFormat::GoogleBenchmark,
+            IngestFormat::Criterion,
+            IngestFormat::Hyperfine,
+        ] {
             let _ = parse_series(f, text, "bench.json", None);
         }
     }
