@@ -1205,8 +1205,8 @@ mod tests {
     use crate::presets;
     use proptest::prelude::*;
 
-    const LLAMA2: &str = include_str!("../../../examples/models/llama2_7b_config.json");
-    const LLAMA3: &str = include_str!("../../../examples/models/llama3_8b_config.json");
+    const LLAMA2: &str = include_str!("../data/models/llama2_7b_config.json");
+    const LLAMA3: &str = include_str!("../data/models/llama3_8b_config.json");
 
     fn hw() -> HardwareSpec {
         presets::hardware("balanced").unwrap()

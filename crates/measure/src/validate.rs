@@ -351,7 +351,7 @@ pub fn validate(
 }
 
 /// The holdout suite compiled into the binary (examples/holdout.toml).
-pub const EMBEDDED_HOLDOUT_TOML: &str = include_str!("../../../examples/holdout.toml");
+pub const EMBEDDED_HOLDOUT_TOML: &str = include_str!("../data/holdout.toml");
 
 /// Parse the embedded holdout suite.
 pub fn embedded_holdout_suite() -> Result<Vec<WorkloadSpec>> {

@@ -92,23 +92,23 @@ pub enum KernelWorkload {
 pub const BUILTIN_GRAPHS: &[(&str, &str)] = &[
     (
         "attention_softmax",
-        include_str!("../../../examples/graphs/attention_softmax.json"),
+        include_str!("../data/graphs/attention_softmax.json"),
     ),
     (
         "elementwise_chain",
-        include_str!("../../../examples/graphs/elementwise_chain.json"),
+        include_str!("../data/graphs/elementwise_chain.json"),
     ),
     (
         "logaddexp_chain",
-        include_str!("../../../examples/graphs/logaddexp_chain.json"),
+        include_str!("../data/graphs/logaddexp_chain.json"),
     ),
     (
         "residual_layernorm",
-        include_str!("../../../examples/graphs/residual_layernorm.json"),
+        include_str!("../data/graphs/residual_layernorm.json"),
     ),
     (
         "rmsnorm_swiglu_mlp",
-        include_str!("../../../examples/graphs/rmsnorm_swiglu_mlp.json"),
+        include_str!("../data/graphs/rmsnorm_swiglu_mlp.json"),
     ),
 ];
 

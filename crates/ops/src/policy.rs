@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 pub const POLICY_SCHEMA_VERSION: u32 = 1;
 
 /// The embedded default policy (the text of `examples/policy.toml`).
-pub const DEFAULT_POLICY_TOML: &str = include_str!("../../../examples/policy.toml");
+pub const DEFAULT_POLICY_TOML: &str = include_str!("../data/policy.toml");
 
 /// A gated metric of one workload.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

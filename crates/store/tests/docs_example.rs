@@ -4,13 +4,17 @@
 
 use tensorforge_store::{Record, Store};
 
-const DOC: &str = include_str!("../../../docs/records.md");
+/// docs/records.md, read at run time (it lies outside the crate, so it is not compiled in).
+fn doc() -> String {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/records.md");
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
 
-fn example_block() -> &'static str {
-    let start = DOC
+fn example_block(doc: &str) -> &str {
+    let start = doc
         .find("### Example GPU record")
         .expect("docs/records.md has an example section");
-    let rest = &DOC[start..];
+    let rest = &doc[start..];
     let open = rest.find("```json\n").expect("a json code block") + "```json\n".len();
     let close = rest[open..].find("\n```").expect("closed code block");
     &rest[open..open + close]
@@ -18,7 +22,7 @@ fn example_block() -> &'static str {
 
 #[test]
 fn documented_gpu_record_is_valid() {
-    let r = Record::from_json_str(example_block(), "docs/records.md").unwrap();
+    let r = Record::from_json_str(example_block(&doc()), "docs/records.md").unwrap();
     let gpu = r.device.gpu.as_ref().expect("the example is a GPU record");
     assert_eq!(r.device.kind, "gpu");
     assert_eq!(gpu.name, "NVIDIA H100 80GB HBM3");
