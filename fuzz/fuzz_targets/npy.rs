@@ -2,6 +2,11 @@
 //! Fuzz target: NumPy .npy decoding.
 use libfuzzer_sys::fuzz_target;
 
+#[global_allocator]
+static ALLOC: tensorforge_fuzz::PeakAlloc = tensorforge_fuzz::PeakAlloc;
+
 fuzz_target!(|data: &[u8]| {
-    let _ = tensorforge_kernels::npy::parse_npy(data);
+    tensorforge_fuzz::within_budget(data.len(), tensorforge_fuzz::FLOOR_BYTES, || {
+        let _ = tensorforge_kernels::npy::parse_npy(data);
+    });
 });

@@ -2,8 +2,13 @@
 //! Fuzz target: gate policy TOML.
 use libfuzzer_sys::fuzz_target;
 
+#[global_allocator]
+static ALLOC: tensorforge_fuzz::PeakAlloc = tensorforge_fuzz::PeakAlloc;
+
 fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = tensorforge_ops::policy::Policy::from_toml_str(text, "policy.toml");
-    }
+    tensorforge_fuzz::within_budget(data.len(), tensorforge_fuzz::FLOOR_BYTES, || {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let _ = tensorforge_ops::policy::Policy::from_toml_str(text, "policy.toml");
+        }
+    });
 });

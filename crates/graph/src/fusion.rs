@@ -80,7 +80,7 @@ pub struct Compiled {
 pub fn compile(g: &Graph) -> Result<Compiled> {
     let tg = g.validate()?;
     let (rg, mut decisions) = rewrite(&tg)?;
-    let rtg = rg.validate()?;
+    let rtg = rg.into_typed()?;
     let unfused = Program::unfused(tg);
     let fused = Program::fused(rtg);
     decisions.extend(fused.decisions.iter().cloned());

@@ -207,23 +207,40 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
             _ => {}
         }
     }
-    // Drop nodes left without readers (sources are kept: they are the interface).
+    // Drop nodes left without readers (sources are kept: they are the interface): keep what
+    // the graph outputs reach backwards, one pass over the edges (removing readerless nodes
+    // round by round was quadratic on a long dead chain).
     let outputs: Vec<String> = tg.outputs.iter().map(|&t| tname(t)).collect();
-    loop {
-        let mut read: std::collections::HashSet<String> = nodes
-            .iter()
-            .flat_map(|n| n.inputs.iter().cloned())
-            .collect();
-        read.extend(outputs.iter().cloned());
-        let before = nodes.len();
-        nodes.retain(|n| {
-            n.op.base_class() == OpClass::Source
-                || n.output_names().iter().any(|o| read.contains(o))
-        });
-        if nodes.len() == before {
-            break;
+    let mut producer: rustc_hash::FxHashMap<&str, usize> = Default::default();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in n.output_names_ref() {
+            producer.insert(o, i);
         }
     }
+    let mut live = vec![false; nodes.len()];
+    let mut stack: Vec<usize> = outputs
+        .iter()
+        .filter_map(|o| producer.get(o.as_str()).copied())
+        .collect();
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut live[i], true) {
+            continue;
+        }
+        for t in &nodes[i].inputs {
+            if let Some(&p) = producer.get(t.as_str()) {
+                if !live[p] {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    drop(producer);
+    let mut k = 0;
+    nodes.retain(|n| {
+        let keep = live[k] || n.op.base_class() == OpClass::Source;
+        k += 1;
+        keep
+    });
     let mut g = Graph::new(tg.name.clone(), nodes);
     g.outputs = outputs;
     Ok((g, dec))

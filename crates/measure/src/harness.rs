@@ -356,7 +356,7 @@ fn time_instances(
             break;
         }
     }
-    let peak = crate::alloc::peak_bytes().saturating_sub(base) as u64;
+    let peak = crate::alloc::peak_bytes_since(base);
     Ok((samples, batch, peak))
 }
 
