@@ -1140,59 +1140,19 @@ fn run(p: &Prepared, cap: usize) -> ChunkOut {
 // Text: numbers with units, the `why` and each row's `reason`.
 // ---------------------------------------------------------------------------------------
 
-fn sig3(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
-}
-
-/// Seconds with a scaled unit, three significant figures.
+/// Seconds with a scaled unit (the workspace's one formatter, [`crate::units::time`]).
 fn fmt_time(s: f64) -> String {
-    if !s.is_finite() {
-        return format!("{s} s");
-    }
-    let (v, u) = if s >= 1.0 {
-        (s, "s")
-    } else if s >= 1e-3 {
-        (s * 1e3, "ms")
-    } else if s >= 1e-6 {
-        (s * 1e6, "µs")
-    } else {
-        (s * 1e9, "ns")
-    };
-    format!("{} {u}", sig3(v))
+    crate::units::time(s)
 }
 
-/// Bytes with a binary unit (B, KiB, MiB, GiB, TiB).
+/// Bytes with a binary unit ([`crate::units::bytes`]).
 fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    format!("{} {}", sig3(v), UNITS[i])
+    crate::units::bytes(b as f64)
 }
 
-/// An integer with thousands separators.
+/// An integer with thousands separators ([`crate::units::grouped`]).
 fn fmt_count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
+    crate::units::grouped(n)
 }
 
 /// `(a / b − 1) · 100` as text, e.g. `22 %`.
@@ -1947,7 +1907,7 @@ mod tests {
             r.top[2].reason
         );
         assert!(
-            r.why.contains("wins on overlapped time: 320 ns vs 384 ns")
+            r.why.contains("wins on overlapped time: 320.00 ns vs 384.00 ns")
                 && r.why.contains("moves 20 % more DRAM bytes: 384 B vs 320 B")
                 && r.why
                     .contains("tile 2x2x2, PE 4x4, schedule c-resident, output-stationary")
@@ -1986,7 +1946,7 @@ mod tests {
             r.why.contains("field tie-break")
                 && r.why.contains("3 candidates tie")
                 && r.why.contains("first candidate outside the tie is tile 2x2x2, PE 4x4, schedule a-resident, output-stationary")
-                && r.why.contains("wins on overlapped time: 320 ns vs 384 ns"),
+                && r.why.contains("wins on overlapped time: 320.00 ns vs 384.00 ns"),
             "{}",
             r.why
         );

@@ -18,6 +18,7 @@ pub mod hardware;
 pub mod json;
 pub mod mapping;
 pub mod presets;
+pub mod rng;
 pub mod roofline;
 pub mod schedule;
 pub mod transformer;

@@ -54,10 +54,30 @@ pub fn bandwidth(r: f64) -> String {
 pub fn count(c: f64, unit: &str) -> String {
     let (v, p) = scale(c);
     if p.is_empty() {
-        format!("{c} {unit}").trim_end().to_string()
+        // Below a thousand: an integer as is, a fraction to two decimals ("119.25 iter/s").
+        let text = if c.fract() == 0.0 {
+            format!("{c}")
+        } else {
+            format!("{c:.2}")
+        };
+        format!("{text} {unit}").trim_end().to_string()
     } else {
         format!("{v:.2} {p}{unit}")
     }
+}
+
+/// An integer with thousands separators, e.g. `1,048,576` (cycle and PE counts, where every
+/// digit is meaningful).
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 fn scale(r: f64) -> (f64, &'static str) {
@@ -90,5 +110,11 @@ mod tests {
         assert_eq!(bytes(104.0), "104 B");
         assert_eq!(rate(989.4e12, "FLOP"), "989.40 TFLOP/s");
         assert_eq!(bandwidth(3.35e12), "3.35 TB/s");
+        // 119.25 iterations per second stays unprefixed, two decimals; 5e7 FLOP is 50 M.
+        assert_eq!(count(119.2534, "iter/s"), "119.25 iter/s");
+        assert_eq!(count(5e7, "FLOP"), "50.00 MFLOP");
+        assert_eq!(count(7.0, "FLOP"), "7 FLOP");
+        assert_eq!(grouped(1_048_576), "1,048,576");
+        assert_eq!(grouped(999), "999");
     }
 }

@@ -132,19 +132,10 @@ impl ExecResult {
     }
 }
 
-/// Deterministic uniform values in [−1, 1) (splitmix64), for inputs not supplied.
+/// Deterministic uniform values in [−1, 1) for inputs not supplied
+/// ([`tensorforge_core::rng::SplitMix64::f32_pm1_vec`]).
 pub fn random_values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, n)
 }
 
 /// Seeded random values for every Input and Weight of `tg` not already in `given`.

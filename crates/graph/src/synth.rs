@@ -192,13 +192,8 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
 /// A synthetic graph of about `n` nodes with steps drawn from a seeded generator; its only
 /// output is the last node.
 pub fn synthetic_graph(n: usize, r: usize, c: usize, seed: u64) -> Graph {
-    let mut s = seed;
-    let mut next = || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as u32
-    };
+    let mut rng = tensorforge_core::rng::SplitMix64::new(seed);
+    let mut next = || (rng.next_u64() >> 32) as u32;
     let steps: Vec<(u8, u16, u16)> = (0..n)
         .map(|_| ((next() % 13) as u8, next() as u16, next() as u16))
         .collect();

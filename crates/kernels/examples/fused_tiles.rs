@@ -10,14 +10,10 @@ use tensorforge_kernels::fused::{
     rmsnorm_swiglu_unfused, SwigluShape,
 };
 
+/// Uniform values in [−1.0, 1.0) from the workspace's one generator.
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
+    let mut r = tensorforge_core::rng::SplitMix64::new(u64::from(seed));
+    (0..n).map(|_| r.next_f32_pm1() * 1.0).collect()
 }
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {

@@ -22,13 +22,8 @@ fn main() {
     };
     let (cols, threads, rounds) = (arg(1, 4096), arg(2, 1), arg(3, 9));
     let n = (arg(4, 16 << 20) / cols).max(1) * cols;
-    let mut s = 1u32;
-    let x: Vec<f32> = (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 20.0 - 10.0
-        })
-        .collect();
+    let mut r = tensorforge_core::rng::SplitMix64::new(1);
+    let x: Vec<f32> = (0..n).map(|_| r.next_f32_pm1() * 10.0).collect();
     let mut y = vec![0.0f32; n];
     let mut l = vec![0.0f32; n / cols];
     let sh = Shape2::new(n / cols, cols);

@@ -575,19 +575,9 @@ impl OutPtr {
 mod tests {
     use super::*;
 
-    /// Deterministic values in [−1, 1) (splitmix64).
+    /// Deterministic values in [−1, 1) (the workspace's one generator).
     fn fill(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = s;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^= z >> 31;
-                (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
+        tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, n)
     }
 
     /// The definition in f64, straight from the formula.

@@ -29,19 +29,10 @@ fn us(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 
-/// Deterministic pseudo-random f32 in [-1, 1) (a 64-bit LCG; no zero pages, no denormals).
+/// Deterministic pseudo-random f32 in [-1, 1) (no zero pages, no denormals): the Core's
+/// generator, [`tensorforge_core::rng::SplitMix64::f32_pm1_vec`].
 pub fn filled(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, len)
 }
 
 fn par_for(threads: usize) -> Par {

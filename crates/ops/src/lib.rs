@@ -16,7 +16,8 @@ pub mod history;
 pub mod markup;
 pub mod policy;
 pub mod report;
-pub mod rng;
+/// The workspace's seeded generator lives in the Core; re-exported at its old path.
+pub use tensorforge_core::rng;
 pub mod stats;
 pub mod svg;
 

@@ -9,7 +9,8 @@
 
 use crate::gate::{describe_row, GateResult, MetricRow, Verdict};
 use crate::markup::escape;
-use crate::svg::{self, fmt_ns, RoofPoint, Series};
+use crate::svg::{self, RoofPoint, Series};
+use tensorforge_core::units;
 use serde::{Deserialize, Serialize};
 use tensorforge_core::schedule::{sram_fit, SramFit, Tile};
 use tensorforge_core::{roofline, DType, Gemm, HardwareSpec};
@@ -383,22 +384,11 @@ impl Report {
 pub fn fmt_value(v: Option<f64>, unit: &str) -> String {
     match v {
         None => "—".into(),
-        Some(x) if unit == "ns" => fmt_ns(x),
-        Some(x) if unit == "bytes" => fmt_bytes(x),
+        Some(x) if unit == "ns" => units::time(x * 1e-9),
+        Some(x) if unit == "bytes" => units::bytes(x),
         Some(x) if unit.is_empty() => format!("{x:.4}"),
-        Some(x) => format!("{x:.4e} {unit}"),
-    }
-}
-
-fn fmt_bytes(x: f64) -> String {
-    if x.abs() >= 1024.0 * 1024.0 * 1024.0 {
-        format!("{:.2} GiB", x / 1024f64.powi(3))
-    } else if x.abs() >= 1024.0 * 1024.0 {
-        format!("{:.2} MiB", x / 1024f64.powi(2))
-    } else if x.abs() >= 1024.0 {
-        format!("{:.2} KiB", x / 1024.0)
-    } else {
-        format!("{x:.0} B")
+        // Rates and counts with a decimal prefix: "119.25 iter/s", "2.15 GFLOP/s".
+        Some(x) => units::count(x, unit),
     }
 }
 
@@ -467,12 +457,12 @@ fn context_cells(c: &WorkloadContext) -> Vec<String> {
     let mem = c.memory.as_ref().map(|m| {
         format!(
             "{} of {} ({}) — {}",
-            fmt_bytes(
+            units::bytes(
                 m.baseline_peak_bytes
                     .unwrap_or(0)
                     .max(m.candidate_peak_bytes.unwrap_or(0)) as f64
             ),
-            fmt_bytes(m.capacity_bytes as f64),
+            units::bytes(m.capacity_bytes as f64),
             m.capacity_source,
             if m.fits { "fits" } else { "does NOT fit" }
         )
@@ -507,7 +497,7 @@ fn context_cells(c: &WorkloadContext) -> Vec<String> {
             .unwrap_or_else(|| "—".into()),
         pred.map(|p| format!("{} ({})", p.bound, p.binding_roof))
             .unwrap_or_else(|| "—".into()),
-        pred.map(|p| fmt_ns(p.time_lower_bound_s * 1e9))
+        pred.map(|p| units::time(p.time_lower_bound_s))
             .unwrap_or_else(|| "—".into()),
         pct(c.baseline_pct_of_roofline),
         pct(c.candidate_pct_of_roofline),

@@ -50,20 +50,6 @@ fn frame(title: &str, x_lo: &str, x_hi: &str, y_lo: &str, y_hi: &str, x_name: &s
     )
 }
 
-/// Format a nanosecond value with a scaled unit (ns, µs, ms, s).
-pub fn fmt_ns(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{:.3} s", v / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.3} ms", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.3} µs", v / 1e3)
-    } else {
-        format!("{v:.1} ns")
-    }
-}
-
 /// Most points drawn per ECDF series: the curve is drawn through this many evenly spaced
 /// quantiles (plus the extremes), so a run of 100 000 samples costs a few KiB of SVG.
 pub const ECDF_MAX_POINTS: usize = 400;
@@ -460,6 +446,5 @@ mod tests {
         );
         check_well_formed(&t).unwrap();
         check_well_formed(&trend_plot("t", "ns", &[], &[], &[])).unwrap();
-        assert_eq!(fmt_ns(1500.0), "1.500 µs");
     }
 }

@@ -23,18 +23,13 @@ fn main() {
         }
     };
     let run = new_run_id();
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rng = tensorforge_core::rng::SplitMix64::new(1);
     let records: Vec<Record> = (0..RECORDS)
         .map(|i| {
             let mut params = BTreeMap::new();
             params.insert("m".into(), serde_json::json!(64 + i));
             let samples: Vec<f64> = (0..SAMPLES)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    10_000.0 + (x % 1_000_000) as f64 / 997.0
-                })
+                .map(|_| 10_000.0 + rng.next_f64() * 1_003.0)
                 .collect();
             Record::new(
                 run.clone(),

@@ -1,5 +1,6 @@
-//! A small seeded pseudo-random generator (SplitMix64, Steele, Lea & Flood 2014) for
-//! reproducible bootstrap resampling and simulations. It decides nothing about statistics;
+//! The one seeded pseudo-random generator of the workspace (SplitMix64, Steele, Lea & Flood
+//! 2014): bootstrap resampling and simulations in `ops`, the executors' random inputs in
+//! `graph` and `measure`, synthetic graphs, and the tests' data. It decides nothing about statistics;
 //! it is not cryptographic and makes no claim beyond passing the usual equidistribution
 //! checks for 64-bit outputs.
 
@@ -34,6 +35,18 @@ impl SplitMix64 {
     /// `n / 2^64`, negligible for resampling.
     pub fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+
+    /// Uniform f32 in [−1, 1) on a grid of 2^-23 (24 random bits): `(x >> 40) · 2^-23 − 1`.
+    /// Executor and benchmark inputs: never a denormal, exactly 0 with probability 2^-24.
+    pub fn next_f32_pm1(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 23) as f32) - 1.0
+    }
+
+    /// `n` values of [`SplitMix64::next_f32_pm1`] from a generator seeded with `seed`.
+    pub fn f32_pm1_vec(seed: u64, n: usize) -> Vec<f32> {
+        let mut r = SplitMix64::new(seed);
+        (0..n).map(|_| r.next_f32_pm1()).collect()
     }
 
     /// Standard normal by Box–Muller: `sqrt(−2 ln u1) · cos(2π u2)`, `u1` in (0, 1].
