@@ -315,7 +315,8 @@ fn hardware_files_are_validated_with_file_and_field() {
 #[test]
 fn hw_list_and_show() {
     let v = json(&["hw", "list", "--json"]);
-    let names: Vec<&str> = v
+    assert_eq!(v["schema_version"], 1);
+    let names: Vec<&str> = v["presets"]
         .as_array()
         .unwrap()
         .iter()
@@ -327,12 +328,18 @@ fn hw_list_and_show() {
     let b = json(&["hw", "show", "balanced", "--json"]);
     // 2·32·32·1 GHz = 2.048e12.
     assert_eq!(b["peak_ops_per_s"]["fp16"], 2.048e12);
+    assert_eq!(b["schema_version"], 1);
+    // The table states units: 2.048e12 FLOP/s prints as 2.05 TFLOP/s.
+    let out = tf().args(["hw", "list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fp16 2.05 TFLOP/s"), "{text}");
 }
 
 #[test]
 fn every_workload_preset_analyzes() {
     let v = json(&["workloads", "list", "--json"]);
-    let list = v.as_array().unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let list = v["workloads"].as_array().unwrap();
     assert!(list.len() >= 10, "{list:?}");
     for e in list {
         let name = e["name"].as_str().unwrap();

@@ -1827,6 +1827,7 @@ mod tests {
         let mut peak = BTreeMap::new();
         peak.insert(DType::Fp32, 3.2e10);
         HardwareSpec {
+            schema_version: crate::hardware::HARDWARE_SCHEMA_VERSION,
             name: "toy".into(),
             description: String::new(),
             peak_ops_per_s: peak,
@@ -1907,7 +1908,8 @@ mod tests {
             r.top[2].reason
         );
         assert!(
-            r.why.contains("wins on overlapped time: 320.00 ns vs 384.00 ns")
+            r.why
+                .contains("wins on overlapped time: 320.00 ns vs 384.00 ns")
                 && r.why.contains("moves 20 % more DRAM bytes: 384 B vs 320 B")
                 && r.why
                     .contains("tile 2x2x2, PE 4x4, schedule c-resident, output-stationary")

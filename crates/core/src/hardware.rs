@@ -69,10 +69,20 @@ impl PeArray {
     }
 }
 
+/// Version of the hardware file format (and of `hw show --json` / `hw list --json`).
+pub const HARDWARE_SCHEMA_VERSION: u32 = 1;
+
+fn hardware_schema_version() -> u32 {
+    HARDWARE_SCHEMA_VERSION
+}
+
 /// A chip as TensorForge sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HardwareSpec {
+    /// File format version ([`HARDWARE_SCHEMA_VERSION`]); optional in files, always written.
+    #[serde(default = "hardware_schema_version")]
+    pub schema_version: u32,
     /// Preset or file name.
     pub name: String,
     /// One-line description (what part, which configuration).
@@ -153,6 +163,13 @@ impl HardwareSpec {
     /// at least one peak; DRAM bandwidth present; on-chip levels no larger in total than DRAM;
     /// unique level names; a PE array's derived peak within 5 % of some stated peak.
     pub fn validate(&self) -> Result<()> {
+        if self.schema_version != HARDWARE_SCHEMA_VERSION {
+            return Err(CoreError::invalid(
+                "schema_version",
+                self.schema_version,
+                format!("this build reads version {HARDWARE_SCHEMA_VERSION}"),
+            ));
+        }
         if self.name.trim().is_empty() {
             return Err(CoreError::invalid("name", "\"\"", "must not be empty"));
         }
@@ -321,6 +338,21 @@ clock_hz = 1.0e9
         assert_eq!(s, again);
         let j = serde_json::to_string(&s).unwrap();
         assert_eq!(HardwareSpec::from_json_str(&j, "x.json").unwrap(), s);
+    }
+
+    #[test]
+    fn schema_version_defaults_is_written_and_a_newer_one_is_refused() {
+        let s = HardwareSpec::from_toml_str(GOOD, "toy.toml").unwrap();
+        assert_eq!(s.schema_version, 1);
+        assert!(s.to_toml_string().unwrap().contains("schema_version = 1"));
+        let newer = format!("schema_version = 2\n{GOOD}");
+        let e = HardwareSpec::from_toml_str(&newer, "chip.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("chip.toml") && e.contains("schema_version") && e.contains('2'),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod analysis;
 pub mod conv;
+pub mod digest;
 pub mod dse;
 pub mod dtype;
 pub mod error;

@@ -180,6 +180,7 @@ mod tests {
         let mut p = BTreeMap::new();
         p.insert(DType::Fp16, peak);
         HardwareSpec {
+            schema_version: crate::hardware::HARDWARE_SCHEMA_VERSION,
             name: "t".into(),
             description: String::new(),
             peak_ops_per_s: p,

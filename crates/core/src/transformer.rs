@@ -5,7 +5,7 @@
 //! a Hugging Face `config.json` text. Every op reads its inputs from and writes its outputs
 //! to DRAM (no fusion, softmax materialized); causal GEMMs are counted dense. Left out:
 //! biases, dropout, MoE routing, sliding-window attention, tensor/pipeline parallelism and
-//! anything not in the op list below (see docs/model-workloads.md).
+//! anything not in the op list below (see docs/model.md, "Model workloads").
 
 use crate::analysis::{LIMITATIONS, SCHEMA_VERSION};
 use crate::dtype::DType;
@@ -677,7 +677,7 @@ pub const TRANSFORMER_LIMITATIONS: &[&str] = &[
     "no fusion across ops: every GEMM and element-wise op reads its inputs from DRAM and writes its outputs to DRAM",
     "softmax is materialized: scores are written, read, and probabilities written and read again; flash-attention-style fusion would remove that traffic",
     "causal attention GEMMs and softmax are counted dense (what an unskipped kernel runs); causal_useful_fraction gives the unmasked share",
-    "element-wise FLOPs use fixed per-element conventions (exp, tanh, rsqrt each one op); see docs/model-workloads.md",
+    "element-wise FLOPs use fixed per-element conventions (exp, tanh, rsqrt each one op); see docs/model.md (Model workloads, element-wise FLOP conventions)",
     "rotary position embedding is assumed on q and k; learned/absolute position embeddings and ALiBi are not modelled",
     "no biases, dropout, KV-cache paging or layout; the KV-cache append is the k_proj/v_proj output write",
     "time_lower_bound_s sums per-op bounds (ops run back to back); the roofline field treats the whole as one perfectly fused kernel",

@@ -1374,13 +1374,9 @@ fn row_input<'a>(
     }
 }
 
+/// f32 rounded to the nearest bfloat16 (ties to even) and back: the `half` crate.
 fn round_bf16(x: f32) -> f32 {
-    if x.is_nan() {
-        return x;
-    }
-    let b = x.to_bits();
-    let r = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
-    f32::from_bits(r)
+    half::bf16::from_f32(x).to_f32()
 }
 
 #[inline(always)]

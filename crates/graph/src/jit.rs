@@ -17,7 +17,6 @@
 
 use crate::codegen::c::{render_program, CKernel, CProgram};
 use crate::fusion::Program;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -178,14 +177,13 @@ pub fn cache_dir() -> PathBuf {
 /// Cache key: SHA-256 of the ABI version, compiler command and identity (resolved path,
 /// size, modification time), flags, source.
 pub fn cache_key(source: &str, compiler: &str, compiler_id: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(format!(
-        "tensorforge-jit-abi-{JIT_ABI_VERSION}\0{compiler}\0{compiler_id}\0"
-    ));
-    h.update(CFLAGS.join(" "));
-    h.update([0u8]);
-    h.update(source.as_bytes());
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    let head = format!("tensorforge-jit-abi-{JIT_ABI_VERSION}\0{compiler}\0{compiler_id}\0");
+    tensorforge_core::digest::sha256_hex(&[
+        head.as_bytes(),
+        CFLAGS.join(" ").as_bytes(),
+        &[0u8],
+        source.as_bytes(),
+    ])
 }
 
 fn io(path: &Path, detail: &str) -> impl FnOnce(std::io::Error) -> JitError {

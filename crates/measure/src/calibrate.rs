@@ -470,6 +470,7 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
         notes.push("warning: no vector FMA ISA detected; the FMA microkernel is scalar".into());
     }
     let profile = HardwareSpec {
+        schema_version: tensorforge_core::hardware::HARDWARE_SCHEMA_VERSION,
         name: format!("calibrated_{}_t{t}", provenance.machine_id),
         description: format!(
             "{} ({} logical cores), {t} thread(s): ceilings measured by tensorforge calibrate ({})",

@@ -5,7 +5,6 @@
 //! frequency and its scaling, SMT topology, NUMA layout, co-tenant load. The host name is
 //! never recorded; `machine_id` is a hash of (cpu_model, logical_cores, memory_bytes, os).
 
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use tensorforge_store::{DeviceContext, SoftwareContext};
 
@@ -16,10 +15,7 @@ pub const FALLBACK_LLC_BYTES: u64 = 32 << 20;
 const MACHINE_ID_HEX: usize = 16;
 
 fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    tensorforge_core::digest::sha256_hex(&[text.as_bytes()])
 }
 
 /// `sha256(cpu_model | logical_cores | memory_bytes | os)` as a 16-hex-digit prefix.

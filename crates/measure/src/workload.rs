@@ -24,7 +24,6 @@
 
 use crate::error::{MeasureError, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use tensorforge_core::conv::{conv2d_preset, Conv2d, CONV2D_PRESET_NAMES};
 use tensorforge_core::presets::GEMM_PRESETS;
@@ -207,12 +206,8 @@ impl GraphWorkload {
             o.remove("name");
             o.remove("description");
         }
-        let mut text = String::new();
-        canonical_json(&v, &mut text);
-        Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        let text = tensorforge_core::digest::canonical_json(&v);
+        tensorforge_core::digest::sha256_hex(&[text.as_bytes()])
     }
 
     /// Validate, rewrite and fuse the graph.
@@ -268,36 +263,6 @@ pub fn builtin_graph_names() -> Vec<&'static str> {
 }
 
 /// JSON with object keys sorted at every level and no whitespace.
-fn canonical_json(v: &serde_json::Value, out: &mut String) {
-    match v {
-        serde_json::Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical_json(&m[k], out);
-            }
-            out.push('}');
-        }
-        serde_json::Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical_json(x, out);
-            }
-            out.push(']');
-        }
-        x => out.push_str(&x.to_string()),
-    }
-}
-
 /// The kinds of work the harness runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

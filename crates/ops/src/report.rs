@@ -10,9 +10,9 @@
 use crate::gate::{describe_row, GateResult, MetricRow, Verdict};
 use crate::markup::escape;
 use crate::svg::{self, RoofPoint, Series};
-use tensorforge_core::units;
 use serde::{Deserialize, Serialize};
 use tensorforge_core::schedule::{sram_fit, SramFit, Tile};
+use tensorforge_core::units;
 use tensorforge_core::{roofline, DType, Gemm, HardwareSpec};
 use tensorforge_store::Record;
 

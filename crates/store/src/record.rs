@@ -8,7 +8,6 @@
 use crate::error::StoreError;
 use crate::stats::LatencyStats;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// Version of the record JSON; bumped on any incompatible change. Version 2 added the
@@ -46,30 +45,14 @@ impl WorkloadIdentity {
         let v = serde_json::json!({
             "dtype": self.dtype,
             "kind": self.kind,
-            "params": canonicalize(&serde_json::to_value(&self.params).unwrap_or_default()),
+            "params": serde_json::to_value(&self.params).unwrap_or_default(),
         });
-        serde_json::to_string(&v).unwrap_or_default()
+        tensorforge_core::digest::canonical_json(&v)
     }
 
     /// `sha256(canonical_json)` as 64 lowercase hex digits.
     pub fn fingerprint(&self) -> String {
-        let digest = Sha256::digest(self.canonical_json().as_bytes());
-        digest.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-fn canonicalize(v: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match v {
-        Value::Object(m) => {
-            let sorted: BTreeMap<String, Value> = m
-                .iter()
-                .map(|(k, v)| (k.clone(), canonicalize(v)))
-                .collect();
-            serde_json::to_value(sorted).unwrap_or_default()
-        }
-        Value::Array(a) => Value::Array(a.iter().map(canonicalize).collect()),
-        other => other.clone(),
+        tensorforge_core::digest::sha256_hex(&[self.canonical_json().as_bytes()])
     }
 }
 
@@ -347,6 +330,7 @@ mod tests {
 
     #[test]
     fn fingerprint_is_sha256_of_canonical_json() {
+        use sha2::{Digest, Sha256};
         let w = gemm(128, "f32");
         assert_eq!(
             w.canonical_json(),

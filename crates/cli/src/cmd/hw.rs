@@ -35,7 +35,10 @@ pub fn run(c: HwCommand) -> Result<()> {
         HwCommand::List { json } => {
             let all = presets::hardware_presets();
             if json {
-                return print_json(&all);
+                return print_json(&serde_json::json!({
+                    "schema_version": tensorforge_core::hardware::HARDWARE_SCHEMA_VERSION,
+                    "presets": all,
+                }));
             }
             let mut t = Table::new(&["name", "peaks (dense)", "DRAM", "tile buffer", "PE array"]);
             for h in &all {
@@ -101,7 +104,14 @@ pub fn run(c: HwCommand) -> Result<()> {
 fn peaks_short(h: &HardwareSpec) -> String {
     h.peak_ops_per_s
         .iter()
-        .map(|(d, v)| format!("{d} {:.1}T", v / 1e12))
+        .map(|(d, v)| {
+            let unit = if d.name().starts_with("int") {
+                "OP"
+            } else {
+                "FLOP"
+            };
+            format!("{d} {}", fmt::rate(*v, unit))
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -82,13 +82,19 @@ fn entries() -> Result<Vec<Entry>> {
     Ok(v)
 }
 
+/// Version of `workloads list --json`.
+const WORKLOADS_SCHEMA_VERSION: u32 = 1;
+
 /// Run `workloads`.
 pub fn run(c: WorkloadsCommand) -> Result<()> {
     match c {
         WorkloadsCommand::List { json } => {
             let e = entries()?;
             if json {
-                return print_json(&e);
+                return print_json(&serde_json::json!({
+                    "schema_version": WORKLOADS_SCHEMA_VERSION,
+                    "workloads": e,
+                }));
             }
             let mut t = Table::new(&["name", "kind", "shape", "analyze with"]);
             for x in e {

@@ -40,6 +40,7 @@ impl Device<'_> {
     /// Build the spec: DRAM level named `dram`, on-chip levels without bandwidth.
     fn build(self) -> HardwareSpec {
         HardwareSpec {
+            schema_version: crate::hardware::HARDWARE_SCHEMA_VERSION,
             name: self.name.into(),
             description: self.description.into(),
             peak_ops_per_s: self.peaks.iter().copied().collect(),

@@ -17,6 +17,7 @@ fn abstract_accel(name: &str, pe: u64, sram_kib: u64, bw_gb_s: f64) -> HardwareS
     let peak = 2.0 * (pe * pe) as f64 * clock_hz;
     let peak_ops_per_s: BTreeMap<DType, f64> = DType::COMPUTE.iter().map(|d| (*d, peak)).collect();
     HardwareSpec {
+        schema_version: crate::hardware::HARDWARE_SCHEMA_VERSION,
         name: name.into(),
         description: format!(
             "reference-model abstract accelerator: {pe}x{pe} PEs at 1 GHz, {sram_kib} KiB SRAM, {bw_gb_s} GB/s DRAM"
