@@ -43,6 +43,33 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
             .map(|(i, v)| record_from_value(v, &format!("{name}[{i}]")))
             .collect();
     }
+    // The envelope `bench --json` prints: {"schema_version": 1, "run_id": ..., "records": [...]},
+    // so that `tensorforge bench ... --json > base.json` is a valid `--baseline`.
+    if text.trim_start().starts_with('{') {
+        if let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(text) {
+            if !m.contains_key("fingerprint") {
+                if let Some(serde_json::Value::Array(values)) = m.remove("records") {
+                    tensorforge_core::json::reject_duplicate_keys(text).map_err(|message| {
+                        StoreError::Parse {
+                            source_name: name.to_string(),
+                            message,
+                        }
+                    })?;
+                    if values.is_empty() {
+                        return Err(StoreError::Parse {
+                            source_name: name.to_string(),
+                            message: "`records` is empty".into(),
+                        });
+                    }
+                    return values
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, v)| record_from_value(v, &format!("{name}: records[{i}]")))
+                        .collect();
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -60,7 +87,7 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
     if out.is_empty() {
         return Err(StoreError::Parse {
             source_name: name.to_string(),
-            message: "no records (expected JSON lines or a JSON array of records)".into(),
+            message: "no records (expected JSON lines, a JSON array of records, or the object `bench --json` prints)".into(),
         });
     }
     Ok(out)
@@ -196,6 +223,28 @@ impl Drop for StagedWrite {
 mod tests {
     use super::*;
     use crate::store::new_run_id;
+
+    #[test]
+    fn the_bench_json_envelope_is_a_records_file() {
+        let a = crate::store::tests::rec("r1", 64, "m", 1, None);
+        let b = crate::store::tests::rec("r1", 128, "m", 1, None);
+        let text = serde_json::json!({
+            "schema_version": 1,
+            "run_id": "r1",
+            "stored_in": null,
+            "records": [a, b],
+        })
+        .to_string();
+        let got = parse_records_text(&text, "base.json").unwrap();
+        assert_eq!(got, vec![a, b]);
+        // One record on one line is still JSON lines, not an envelope.
+        let one = serde_json::to_string(&got[0]).unwrap();
+        assert_eq!(parse_records_text(&one, "x.jsonl").unwrap().len(), 1);
+        let e = parse_records_text(r#"{"schema_version":1,"records":[]}"#, "e.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("e.json") && e.contains("empty"), "{e}");
+    }
 
     #[test]
     fn staged_writes_publish_all_or_nothing() {

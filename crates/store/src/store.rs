@@ -942,7 +942,7 @@ fn prepare_run(records: &[Record]) -> Result<(RunInfo, Vec<String>), StoreError>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
 

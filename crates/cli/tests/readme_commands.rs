@@ -1,0 +1,146 @@
+//! The README's "Using it" commands run as written on a fresh checkout: every input file they
+//! name exists in the repository or is written by an earlier command of the block, and the
+//! commands that need no measurement run and exit 0 (in a temporary folder, with the
+//! repository's `examples/` linked in and a private store).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `sh` block under "## Using it", one command per entry (continuations joined,
+/// comments dropped).
+fn commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("## Using it")
+        .expect("README has a Using it section");
+    let block = &readme[start..];
+    let open = block.find("```sh\n").unwrap() + 6;
+    let close = open + block[open..].find("```").unwrap();
+    let mut out = vec![];
+    let mut cur = String::new();
+    for line in block[open..close].lines() {
+        let line = line.trim();
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let line = match line.find(" # ") {
+            Some(i) => line[..i].trim_end(),
+            None => line,
+        };
+        if let Some(l) = line.strip_suffix('\\') {
+            cur.push_str(l);
+            cur.push(' ');
+            continue;
+        }
+        cur.push_str(line);
+        out.push(std::mem::take(&mut cur));
+    }
+    out
+}
+
+/// Split like a shell for the README's simple forms: whitespace, double quotes kept whole.
+fn words(cmd: &str) -> Vec<String> {
+    let mut v = vec![];
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in cmd.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    v.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        v.push(cur);
+    }
+    v
+}
+
+const INPUT_EXTENSIONS: [&str; 5] = [".npy", ".json", ".jsonl", ".toml", ".onnx"];
+/// Flags (and the shell's `>`) whose value a command writes.
+const OUTPUT_FLAGS: [&str; 6] = [
+    ">",
+    "--out",
+    "--out-dir",
+    "--svg",
+    "--plots",
+    "--export-json",
+];
+
+#[test]
+fn every_input_file_exists_or_is_written_before() {
+    let cmds = commands();
+    assert!(cmds.len() > 20, "found {} commands", cmds.len());
+    let mut written: Vec<String> = vec![];
+    let mut missing = vec![];
+    for c in &cmds {
+        let w = words(c);
+        for (i, t) in w.iter().enumerate() {
+            if t.contains(' ') || !INPUT_EXTENSIONS.iter().any(|e| t.ends_with(e)) {
+                continue;
+            }
+            if i > 0 && OUTPUT_FLAGS.contains(&w[i - 1].as_str()) {
+                written.push(t.clone());
+            } else if !root().join(t).exists() && !written.contains(t) {
+                missing.push(format!("`{t}` in: {c}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+}
+
+#[test]
+fn the_model_and_graph_commands_run_as_written() {
+    // Commands that measure this machine (bench, calibrate, validate, compare, gate on
+    // measured files, report, history, records) take minutes and are covered by their own
+    // end-to-end tests; everything else in the block runs here.
+    const RUN: [&str; 13] = [
+        "hw",
+        "workloads",
+        "analyze",
+        "roofline",
+        "explore",
+        "verify-overflow",
+        "verify-quant",
+        "kernel",
+        "fuse",
+        "plan-memory",
+        "codegen",
+        "memory-traffic",
+        "ingest",
+    ];
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("readme_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(root().join("examples"), dir.join("examples")).unwrap();
+    let mut ran = 0;
+    for c in commands() {
+        let w = words(&c);
+        if w[0] != "tensorforge" || !RUN.contains(&w[1].as_str()) {
+            continue;
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorforge"))
+            .args(&w[1..])
+            .current_dir(&dir)
+            .env("TENSORFORGE_STORE", dir.join("store.sqlite"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`{c}` exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 15, "ran only {ran} commands");
+    let _ = std::fs::remove_dir_all(&dir);
+}
