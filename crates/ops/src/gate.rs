@@ -368,7 +368,7 @@ fn runtime_changes(a: &Record, b: &Record) -> Vec<FieldChange> {
     v
 }
 
-fn error_row(
+pub(crate) fn error_row(
     workload: &str,
     fingerprint: &str,
     metric: &str,

@@ -419,6 +419,12 @@ fn fmt_interval(r: &MetricRow) -> String {
 
 fn fmt_allowed(r: &MetricRow) -> String {
     match (r.allowed, r.allowed_relative) {
+        // An allowance ten times the baseline or more comes from the policy's absolute floor
+        // (a 64 KiB floor on a 16 B baseline): say so instead of printing "409600.0 %".
+        (Some(a), Some(rel)) if rel >= 10.0 => format!(
+            "{} (absolute floor, {rel:.0}× the baseline)",
+            fmt_value(Some(a), &r.unit)
+        ),
         (Some(a), Some(rel)) => format!("{} ({:.1} %)", fmt_value(Some(a), &r.unit), rel * 100.0),
         (Some(a), None) => fmt_value(Some(a), &r.unit),
         _ => "—".into(),
@@ -821,6 +827,22 @@ pub fn render_html_with_lead(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_allowance_from_the_absolute_floor_is_named_not_a_huge_percent() {
+        let mut r = crate::gate::error_row("w", "f", "peak_alloc", "bytes", String::new());
+        // 64 KiB allowed over a 16 B baseline: 65536 / 16 = 4096 times the baseline.
+        r.allowed = Some(65536.0);
+        r.allowed_relative = Some(4096.0);
+        assert_eq!(
+            fmt_allowed(&r),
+            "64.00 KiB (absolute floor, 4096× the baseline)"
+        );
+        // 25 % of a 1 MiB baseline prints as a percentage.
+        r.allowed = Some(262144.0);
+        r.allowed_relative = Some(0.25);
+        assert_eq!(fmt_allowed(&r), "256.00 KiB (25.0 %)");
+    }
     use super::*;
     use crate::markup::check_well_formed;
     use crate::{gate, Date, Policy};
