@@ -279,6 +279,18 @@ fn history_marks_the_step() {
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.contains("change point"));
     tensorforge_ops::markup::check_well_formed(&s).unwrap();
+    // Text: times scaled with their unit, timestamps as UTC dates. Run 0's p50 is about
+    // 1000 ns ("1.00 µs" after scaling; the ramp adds a little), timestamp 100 s after the
+    // epoch is 1970-01-01 00:01:40Z.
+    let out = tf()
+        .args(["history", "g", "--metric", "latency_p50", "--records", &f])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1970-01-01 00:01:40Z") && text.contains(" µs") && !text.contains("e3"),
+        "{text}"
+    );
     tf().args(["history", "g", "--metric", "latency_p42", "--records", &f])
         .assert()
         .code(2);

@@ -333,8 +333,11 @@ pub fn run_history(a: HistoryArgs) -> Result<()> {
         h.points.len()
     );
     println!(
-        "  {:<4} {:<28} {:>20} {:>16}  change",
-        "#", "run", "timestamp_unix_s", h.unit
+        "  {:<4} {:<28} {:<20} {:>16}  change",
+        "#",
+        "run",
+        "time (UTC)",
+        h.metric.name()
     );
     for (i, p) in h.points.iter().enumerate() {
         let mark = h
@@ -344,13 +347,25 @@ pub fn run_history(a: HistoryArgs) -> Result<()> {
             .map(|c| format!("<- change point {:+.1} %", c.relative_change * 100.0))
             .unwrap_or_default();
         println!(
-            "  {:<4} {:<28} {:>20} {:>16.4e}  {}",
-            i, p.run_id, p.timestamp_unix_s, p.value, mark
+            "  {:<4} {:<28} {:<20} {:>16}  {}",
+            i,
+            p.run_id,
+            tensorforge_store::time::utc_text(p.timestamp_unix_s),
+            value_in_unit(p.value, &h.unit),
+            mark
         );
     }
     println!(
-        "  method: {} (σ = {:.4e}, penalty = {:.4e})",
-        h.fit.method, h.fit.sigma, h.fit.penalty
+        "  method: {} (σ = {}, penalty = {:.4e})",
+        h.fit.method,
+        value_in_unit(h.fit.sigma, &h.unit),
+        h.fit.penalty
     );
     Ok(())
+}
+
+/// A history value in its unit, scaled: ns as time, bytes as binary sizes, rates with a
+/// decimal prefix (the report's formatter).
+fn value_in_unit(v: f64, unit: &str) -> String {
+    tensorforge_ops::report::fmt_value(Some(v), unit)
 }
