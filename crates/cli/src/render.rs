@@ -616,11 +616,20 @@ pub fn explore_many(r: &MultiExploreResult) -> String {
         fmt::time(r.total_overlapped_time_s),
         fmt::time(r.total_serialized_time_s),
         fmt::bytes(r.total_dram_bytes as f64),
-        r.total_compute_cycles
+        fmt::grouped(r.total_compute_cycles)
     );
+    // GEMMs of one shape (q/k/v/o projections) share their explanation: print it once,
+    // naming every GEMM it explains, in the order of first appearance.
     o.push_str("Why each wins:\n");
+    let mut groups: Vec<(Vec<&str>, &str)> = vec![];
     for x in &r.rows {
-        let _ = writeln!(o, "  {}: {}", x.name, x.why);
+        match groups.iter_mut().find(|(_, why)| *why == x.why) {
+            Some((names, _)) => names.push(&x.name),
+            None => groups.push((vec![&x.name], &x.why)),
+        }
+    }
+    for (names, why) in groups {
+        let _ = writeln!(o, "  {}: {}", names.join(", "), why);
     }
     o.push('\n');
     o.push_str(&limitations(&r.limitations));

@@ -599,3 +599,29 @@ fn roofline_original_form_on_blackhole() {
     assert_eq!(v["hardware"], "tenstorrent_blackhole_p150");
     assert_eq!(v["attainable_flops_per_s"], 2.56e13);
 }
+
+#[test]
+fn explore_says_when_the_best_is_off_the_pareto_front() {
+    // fp16, balanced (32x32 PEs): both tiles are compute-bound at 32,768 cycles, so they tie
+    // on overlapped time; 128x128x32 wins on serialized time (less DRAM) but stages
+    // A 128·32·2 + B 32·128·2 + C 128·128·2 = 8 + 8 + 32 = 48 KiB of SRAM, against
+    // 64x128x32's 4 + 8 + 16 = 28 KiB: the front holds 64x128x32 alone.
+    let out = tf()
+        .args([
+            "explore", "gemm", "--m", "128", "--n", "512", "--k", "512", "--dtype", "fp16", "--hw",
+            "balanced", "--tile-m", "64,128", "--tile-n", "128", "--tile-k", "32", "--pe", "32x32",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("The best is not on the Pareto front")
+            && text.contains("tile 64x128x32")
+            && text.contains("28.00 KiB of SRAM (best: 48.00 KiB)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("LoopOrder::ALL") && !text.contains("total_cmp"),
+        "{text}"
+    );
+}

@@ -45,7 +45,7 @@ pub const REASON_SRAM_DOUBLE: &str = "double-buffered tile exceeds SRAM";
 pub const REASON_OVERFLOW: &str = "overflow";
 
 /// The ranking rule, in words: the lexicographic chain of keys every candidate is sorted by.
-pub const RANKING_RULE: &str = "ascending overlapped_time_s (perfect overlap), then serialized_time_s, then dram_bytes, then compute_cycles, then pe_count, then the candidate's fields: tile tm, tn, tk, PE rows, cols, loop-order index in LoopOrder::ALL (c-resident, a-resident, b-resident, nmk, kmn, knm), dataflow index in Dataflow::ALL (output-, weight-, input-stationary); times compared with f64::total_cmp";
+pub const RANKING_RULE: &str = "lowest overlapped time (compute and memory fully overlapped) first, then serialized time, DRAM bytes, compute cycles and PE count; exact ties are broken by the candidate's fields in a fixed order: tile (M, N, K), PE rows and columns, loop order (c-resident, a-resident, b-resident, nmk, kmn, knm), dataflow (output-, weight-, input-stationary)";
 
 /// The Pareto rule, in words.
 pub const PARETO_RULE: &str = "candidates not dominated on (overlapped_time_s, sram_used_bytes, pe_count), all minimized (a dominates b when it is no worse on all three and better on one); of candidates equal on all three only the first in ranking order is kept; sorted in ranking order";
@@ -1487,7 +1487,7 @@ pub fn explore(
         .filter(|(_, n)| *n > 0)
         .map(|(r, n)| (r.to_string(), n))
         .collect();
-    let why = why_text(&p, &m, total, &infeasible);
+    let mut why = why_text(&p, &m, total, &infeasible);
     let (best, ties_for_best, top, pareto) = match m.top.first() {
         None => (None, vec![], vec![], vec![]),
         Some(b) => {
@@ -1507,6 +1507,9 @@ pub fn explore(
             )
         }
     };
+    if let Some(b) = &best {
+        why.push_str(&off_front_text(b, &pareto));
+    }
     let elapsed_s = start.elapsed().as_secs_f64();
     Ok(ExploreResult {
         schema_version: SCHEMA_VERSION,
@@ -1535,6 +1538,44 @@ pub fn explore(
         evaluations_per_s: rate(m.evaluated, elapsed_s),
         limitations: limitations(),
     })
+}
+
+/// Same design point: tile, PE shape, loop order and dataflow.
+fn same_point(a: &Candidate, b: &Candidate) -> bool {
+    a.tile == b.tile
+        && (a.pe_rows, a.pe_cols, a.pe_arrays) == (b.pe_rows, b.pe_cols, b.pe_arrays)
+        && a.schedule == b.schedule
+        && a.dataflow == b.dataflow
+}
+
+/// When the ranking's best is not on the Pareto front (a candidate as fast uses less SRAM
+/// or fewer PEs, and loses only on a later ranking key), one sentence saying which candidate
+/// dominates it and why the ranking still puts the best first; empty otherwise.
+fn off_front_text(best: &Candidate, pareto: &[Candidate]) -> String {
+    if pareto.is_empty() || pareto.iter().any(|c| same_point(c, best)) {
+        return String::new();
+    }
+    let t = best.timing.overlapped_time_s;
+    let Some(d) = pareto.iter().find(|c| {
+        c.timing.overlapped_time_s <= t
+            && c.sram_used_bytes <= best.sram_used_bytes
+            && c.pe_count <= best.pe_count
+    }) else {
+        return String::new();
+    };
+    format!(
+        " The best is not on the Pareto front (overlapped time, SRAM, PE count): tile {}, PE {}x{}, schedule {}, {} is as fast ({}) with {} of SRAM (best: {}) and {} PEs (best: {}); the ranking puts the best first on a later key (serialized time, DRAM bytes, cycles), which the front does not weigh.",
+        d.tile,
+        d.pe_rows,
+        d.pe_cols,
+        d.schedule,
+        d.dataflow.name(),
+        fmt_time(d.timing.overlapped_time_s),
+        fmt_bytes(d.sram_used_bytes),
+        fmt_bytes(best.sram_used_bytes),
+        fmt_count(d.pe_count),
+        fmt_count(best.pe_count),
+    )
 }
 
 fn rate(n: u64, s: f64) -> f64 {
