@@ -5,7 +5,18 @@
 //! The Core is pure: it performs no file, network or process I/O and depends on no
 //! measurement or storage crate (a test in `tests/dependency_arrow.rs` enforces both). Its
 //! results are hypotheses labelled `evidence = "model"`, each listing what it omits.
-
+//!
+//! ```
+//! use tensorforge_core::analysis::{analyze_gemm, GemmOptions};
+//! use tensorforge_core::{presets, DType, Gemm};
+//! let hw = presets::hardware("balanced").unwrap();
+//! let g = Gemm::new(1024, 1024, 1024, DType::Fp16).unwrap();
+//! let a = analyze_gemm(&g, &hw, &GemmOptions::default()).unwrap();
+//! // 2·M·N·K = 2·1024³ FLOPs; compulsory bytes = 2 B·(MK + KN + MN) = 2·3·1024² = 6 MiB.
+//! assert_eq!(a.flops, 2 * 1024 * 1024 * 1024);
+//! assert_eq!(a.compulsory_bytes, 6 * 1024 * 1024);
+//! assert_eq!(a.evidence, "model");
+//! ```
 #![warn(missing_docs)]
 
 pub mod analysis;

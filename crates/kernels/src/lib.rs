@@ -3,7 +3,15 @@
 //! gemmlowp-exact integer requantization, verification sweeps that compare the stable kernels
 //! with naive ones, `.npy` encoding on byte buffers, and a fused RMSNorm+SwiGLU. The crate
 //! performs no file I/O and never panics on user input; errors are [`KernelError`].
-
+//!
+//! ```
+//! // log(e^1000 + e^1000) = 1000 + ln 2: the naive form overflows f32 (e^1000 = inf).
+//! let (a, b) = ([1000.0f32, -5.0], [1000.0f32, -5.0]);
+//! let mut out = [0.0f32; 2];
+//! tensorforge_kernels::logaddexp_slice(&a, &b, &mut out).unwrap();
+//! assert!((out[0] - (1000.0 + std::f32::consts::LN_2)).abs() < 1e-3);
+//! assert!((out[1] - (-5.0 + std::f32::consts::LN_2)).abs() < 1e-6);
+//! ```
 #![warn(missing_docs)]
 
 pub mod dd;

@@ -7,6 +7,14 @@
 //!
 //! Measurements are evidence of the *measurement* kind; predictions come from the Core and
 //! are reported beside them, never blended in. The Core does not depend on this crate.
+//!
+//! ```
+//! use tensorforge_measure::workload::{parse_workload_name, WorkloadKind};
+//! let w = parse_workload_name("gemm_tiny").unwrap();
+//! assert!(matches!(w.kind, WorkloadKind::Gemm { m: 128, n: 128, k: 128, .. }));
+//! // A, B and C in f32: 3 · 128 · 128 · 4 B = 196 608 B per instance.
+//! assert_eq!(w.working_set_bytes(), 196_608);
+//! ```
 
 #![warn(missing_docs)]
 

@@ -7,6 +7,15 @@
 //! Everything here works on plain `&[Record]` slices; reading files and the store is the
 //! caller's job. The model context never changes a verdict: only measurements and the
 //! policy decide.
+//!
+//! ```
+//! use tensorforge_ops::stats::mann_whitney_greater;
+//! // Every candidate sample exceeds every baseline sample: U = 3 · 3 = 9, and exactly one of
+//! // the C(6, 3) = 20 equally likely rank splits is that extreme, so p = 1/20.
+//! let r = mann_whitney_greater(&[4.0, 5.0, 6.0], &[1.0, 2.0, 3.0]);
+//! assert_eq!(r.u, 9.0);
+//! assert!((r.p_value - 0.05).abs() < 1e-12);
+//! ```
 
 pub mod compare;
 pub mod date;

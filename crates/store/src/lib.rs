@@ -2,6 +2,21 @@
 //! statistics, an embedded SQLite store, and ingestion of benchmark results measured
 //! elsewhere. This crate holds *measurement* evidence only; it never computes a model
 //! prediction and the Core never depends on it.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use tensorforge_store::WorkloadIdentity;
+//! let mut params = BTreeMap::new();
+//! for (k, v) in [("m", 4096), ("n", 4096), ("k", 4096), ("batch", 1)] {
+//!     params.insert(k.to_string(), serde_json::json!(v));
+//! }
+//! params.insert("layout".into(), serde_json::json!("row_major"));
+//! params.insert("transpose_b".into(), serde_json::json!(false));
+//! let w = WorkloadIdentity { kind: "gemm".into(), name: "any label".into(), params, dtype: "bf16".into() };
+//! // The identity is sha256 of the canonical JSON of (kind, params, dtype), as Python's
+//! // hashlib.sha256(json.dumps(..., sort_keys=True, separators=(",", ":"))) computes it.
+//! assert_eq!(w.fingerprint(), "b79bc6965d8c8b1873ad5e4ce5f0d6ca84cef44f9fc1776fd951833c892e3135");
+//! ```
 
 pub mod error;
 pub mod ingest;
