@@ -1759,7 +1759,11 @@ impl<'a> Importer<'a> {
                 }
             }
             "Dropout" => {
-                // Inference: the identity (a mask output, if read, is not produced).
+                // Inference: the identity (a mask output, if read, is not produced). The data
+                // input is required (a fuzzed model without one panicked here).
+                if np.input.first().is_none_or(|s| s.is_empty()) {
+                    opaque!("the data input is missing");
+                }
                 if np.output.len() > 1 && !np.output[1].is_empty() {
                     opaque!("the mask output is used");
                 }

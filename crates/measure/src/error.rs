@@ -66,8 +66,8 @@ pub enum MeasureError {
     /// A kernel rejected its arguments.
     #[error("kernel: {0}")]
     Kernel(#[from] tensorforge_kernels::KernelError),
-    /// Record construction or the store failed.
-    #[error("{0}")]
+    /// Record construction or the store failed (its message and source, unchanged).
+    #[error(transparent)]
     Store(#[from] tensorforge_store::StoreError),
     /// Anything else (thread pool creation, plotting), described.
     #[error("{0}")]

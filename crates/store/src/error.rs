@@ -2,6 +2,9 @@
 
 use thiserror::Error;
 
+/// An underlying error kept as the source of a [`StoreError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors from records, statistics, the store and ingestion.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -35,6 +38,10 @@ pub enum StoreError {
         path: String,
         /// What failed.
         message: String,
+        /// The SQLite, I/O or JSON error underneath, when there is one (`{e:#}` in a
+        /// chain-printing caller such as anyhow shows it after the message).
+        #[source]
+        source: Option<Cause>,
     },
     /// File I/O failed.
     #[error("{path}: {message}")]
@@ -43,6 +50,9 @@ pub enum StoreError {
         path: String,
         /// What failed.
         message: String,
+        /// The I/O or serialization error underneath, when there is one.
+        #[source]
+        source: Option<Cause>,
     },
 }
 

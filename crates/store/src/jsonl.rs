@@ -14,7 +14,8 @@ pub fn read_records_jsonl(path: &Path) -> Result<Vec<Record>, StoreError> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| StoreError::Io {
         path: name.clone(),
-        message: format!("cannot read records file: {e}"),
+        message: "cannot read records file".into(),
+        source: Some(e.into()),
     })?;
     let text = String::from_utf8(bytes).map_err(|e| StoreError::Parse {
         source_name: name.clone(),
@@ -114,7 +115,8 @@ pub fn records_jsonl_text(path: &Path, records: &[Record]) -> Result<String, Sto
     for r in records {
         let line = serde_json::to_string(r).map_err(|e| StoreError::Io {
             path: path.display().to_string(),
-            message: format!("cannot serialize record `{}`: {e}", r.workload.name),
+            message: format!("cannot serialize record `{}`", r.workload.name),
+            source: Some(e.into()),
         })?;
         text.push_str(&line);
         text.push('\n');
@@ -163,6 +165,7 @@ impl StagedWrite {
         let io = |message: String| StoreError::Io {
             path: path.display().to_string(),
             message,
+            source: None,
         };
         let file_name = path
             .file_name()
@@ -187,7 +190,11 @@ impl StagedWrite {
         })();
         if let Err(e) = result {
             let _ = std::fs::remove_file(&tmp);
-            return Err(io(format!("cannot write: {e}")));
+            return Err(StoreError::Io {
+                path: path.display().to_string(),
+                message: "cannot write".into(),
+                source: Some(e.into()),
+            });
         }
         self.staged.push((tmp, path.to_path_buf()));
         Ok(())
@@ -203,7 +210,8 @@ impl StagedWrite {
                 }
                 return Err(StoreError::Io {
                     path: dest.display().to_string(),
-                    message: format!("cannot write: {e}"),
+                    message: "cannot write".into(),
+                    source: Some(e.into()),
                 });
             }
         }

@@ -201,6 +201,7 @@ impl Store {
         let db_err = |message: String| StoreError::Database {
             path: shown.clone(),
             message,
+            source: None,
         };
         if path.is_dir() {
             return Err(db_err("is a directory, expected a store file".into()));
@@ -208,10 +209,15 @@ impl Store {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Io {
                 path: parent.display().to_string(),
-                message: format!("cannot create store directory: {e}"),
+                message: "cannot create store directory".into(),
+                source: Some(e.into()),
             })?;
         }
-        let conn = Connection::open(path).map_err(|e| db_err(format!("cannot open: {e}")))?;
+        let conn = Connection::open(path).map_err(|e| StoreError::Database {
+            path: shown.clone(),
+            message: "cannot open".into(),
+            source: Some(e.into()),
+        })?;
         let store = Store {
             conn,
             path: path.to_path_buf(),
@@ -260,21 +266,22 @@ impl Store {
 
     fn err(&self, what: &str, e: rusqlite::Error) -> StoreError {
         let message = match e.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase) => format!(
-                "not a TensorForge store (not an SQLite database, or corrupt): {e}; the file was left untouched"
-            ),
+            Some(ErrorCode::NotADatabase) => {
+                "not a TensorForge store (not an SQLite database, or corrupt; the file was left untouched)".to_string()
+            }
             Some(ErrorCode::DatabaseCorrupt) => {
-                format!("the store file is corrupt ({what}): {e}")
+                format!("the store file is corrupt ({what})")
             }
             Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => format!(
-                "{what}: store is locked by another process for more than {} s: {e}",
+                "{what}: store is locked by another process for more than {} s",
                 BUSY_TIMEOUT.as_secs()
             ),
-            _ => format!("{what}: {e}"),
+            _ => what.to_string(),
         };
         StoreError::Database {
             path: self.path.display().to_string(),
             message,
+            source: Some(e.into()),
         }
     }
 
@@ -554,7 +561,8 @@ impl Store {
     fn corrupt(&self, what: &str, e: serde_json::Error) -> StoreError {
         StoreError::Database {
             path: self.path.display().to_string(),
-            message: format!("{what} does not parse: {e}"),
+            message: format!("{what} does not parse"),
+            source: Some(e.into()),
         }
     }
 
