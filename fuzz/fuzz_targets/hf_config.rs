@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]
-static ALLOC: tensorforge_fuzz::PeakAlloc = tensorforge_fuzz::PeakAlloc;
+static ALLOC: tensorforge_fuzz::CountingAlloc = tensorforge_fuzz::CountingAlloc;
 
 fuzz_target!(|data: &[u8]| {
     tensorforge_fuzz::within_budget(data.len(), tensorforge_fuzz::FLOOR_BYTES, || {
