@@ -19,7 +19,10 @@ fn files(target: &str) -> Vec<std::path::PathBuf> {
 #[test]
 fn onnx_regressions_are_errors_not_panics() {
     let found = files("onnx");
-    assert!(!found.is_empty(), "fuzz/regressions/onnx holds the Dropout case");
+    assert!(
+        !found.is_empty(),
+        "fuzz/regressions/onnx holds the Dropout case"
+    );
     for f in found {
         let data = std::fs::read(&f).unwrap();
         if let Ok(imp) = tensorforge_graph::onnx::import_onnx_bytes(&data, "fuzz.onnx") {
