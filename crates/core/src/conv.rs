@@ -170,8 +170,8 @@ impl Conv2d {
 
     fn check_groups(&self) -> Result<()> {
         if self.groups == 0
-            || self.in_channels % self.groups != 0
-            || self.out_channels % self.groups != 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
         {
             return Err(CoreError::invalid(
                 "groups",

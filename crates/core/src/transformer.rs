@@ -289,7 +289,7 @@ impl TransformerBlock {
                 if self.heads == 0 {
                     return Err(CoreError::invalid("heads", 0, "must be at least 1"));
                 }
-                if self.d_model % self.heads != 0 {
+                if !self.d_model.is_multiple_of(self.heads) {
                     return Err(CoreError::invalid(
                         "d_model",
                         self.d_model,
@@ -349,7 +349,7 @@ impl TransformerBlock {
         if hkv == 0 {
             return Err(CoreError::invalid("kv_heads", 0, "must be at least 1"));
         }
-        if hkv > self.heads || self.heads % hkv != 0 {
+        if hkv > self.heads || !self.heads.is_multiple_of(hkv) {
             return Err(CoreError::invalid(
                 "kv_heads",
                 hkv,

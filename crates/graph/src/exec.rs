@@ -1200,13 +1200,13 @@ fn eval_block(
                 Bind::Internal { slot, per_row, .. } if *per_row && !p.per_row => {
                     tmp.clear();
                     for &v in &done[*slot][..nb] {
-                        tmp.extend(std::iter::repeat(v).take(cols));
+                        tmp.extend(std::iter::repeat_n(v, cols));
                     }
                 }
                 Bind::PerRow(t) => {
                     tmp.clear();
                     for &v in &buf(*t)[r0..r1] {
-                        tmp.extend(std::iter::repeat(v).take(cols));
+                        tmp.extend(std::iter::repeat_n(v, cols));
                     }
                 }
                 Bind::Gather(t, strides) => {

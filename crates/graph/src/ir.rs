@@ -617,7 +617,7 @@ pub fn conv_out(
     if strides.contains(&0) || dilations.contains(&0) || group == 0 {
         return Err("strides, dilations and group must be positive".into());
     }
-    if x[1] % group != 0 || w[0] % group != 0 || w[1] != x[1] / group {
+    if !x[1].is_multiple_of(group) || !w[0].is_multiple_of(group) || w[1] != x[1] / group {
         return Err(format!(
             "channels: x has {} (group {group}), w {:?} needs C/group = {}",
             x[1],
@@ -1357,7 +1357,7 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             }
             let mut s: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
             if let Some(u) = unknown {
-                if known == 0 || t.numel % known != 0 {
+                if known == 0 || !t.numel.is_multiple_of(known) {
                     return Err(shape_err(
                         t,
                         format!("{} elements cannot be reshaped to {shape:?}", t.numel),

@@ -416,7 +416,10 @@ fn weight_values(t: &TensorProto) -> std::result::Result<Vec<f32>, String> {
         let Some(size) = raw_elem_bytes(d) else {
             return Err(unsupported());
         };
-        (t.raw_data.len() / size, t.raw_data.len() % size == 0)
+        (
+            t.raw_data.len() / size,
+            t.raw_data.len().is_multiple_of(size),
+        )
     } else {
         let len = match d {
             dt::FLOAT => t.float_data.len(),

@@ -215,7 +215,7 @@ pub fn history(
     let sel: Vec<&Record> = records
         .iter()
         .filter(|r| r.fingerprint == workload || r.workload.name == workload)
-        .filter(|r| machine_id.map_or(true, |m| r.device.machine_id == m))
+        .filter(|r| machine_id.is_none_or(|m| r.device.machine_id == m))
         .collect();
     let fps: std::collections::BTreeSet<&str> =
         sel.iter().map(|r| r.fingerprint.as_str()).collect();

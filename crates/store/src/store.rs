@@ -642,7 +642,7 @@ impl Store {
                 "expected a run id, `latest`, `label:NAME=VALUE` or a label value",
             ));
         }
-        let on_machine = |r: &RunInfo| machine_id.map_or(true, |m| r.machine_id == m);
+        let on_machine = |r: &RunInfo| machine_id.is_none_or(|m| r.machine_id == m);
         if selector == "latest" {
             return match machine_id {
                 Some(m) => self.latest_run(m, None)?,

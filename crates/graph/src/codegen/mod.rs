@@ -120,7 +120,7 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
                 let d = *gather_dims.iter().next().unwrap_or(&1);
                 (1..=d.clamp(1, ELEMENTWISE_ROW))
                     .rev()
-                    .find(|l| d % l == 0)
+                    .find(|l| d.is_multiple_of(*l))
                     .unwrap_or(1)
             }
             _ => return Err("broadcast inputs over nodes of different last dims".into()),

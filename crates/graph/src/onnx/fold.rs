@@ -401,7 +401,7 @@ pub(super) fn reshape_dims(from: &[usize], target: &[i64], allowzero: bool) -> R
     }
     if let Some(i) = infer {
         let rest: usize = dims.iter().product();
-        if rest == 0 || total % rest != 0 {
+        if rest == 0 || !total.is_multiple_of(rest) {
             return Err(format!(
                 "cannot infer the −1 dim of {target:?} for {from:?}"
             ));
