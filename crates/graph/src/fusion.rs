@@ -12,7 +12,7 @@
 
 use crate::error::Result;
 use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
-use crate::rewrite::{rewrite, Decision};
+use crate::rewrite::{rewrite, Decision, FusionRule, Stage};
 use serde::{Deserialize, Serialize};
 
 /// What kind of loop nest a kernel is.
@@ -139,11 +139,11 @@ impl Program {
             }
             if c == OpClass::View {
                 dec.push(Decision::new(
-                    "fusion",
+                    Stage::Fusion,
                     &name,
                     None,
                     true,
-                    "view",
+                    FusionRule::View,
                     format!(
                         "{} is a view: it aliases `{}`, needs no kernel and moves no bytes",
                         tg.nodes[i].op.name(),
@@ -182,22 +182,22 @@ impl Program {
                             groups[keep].nodes.push(i);
                             group_of[i] = Some(keep);
                             dec.push(Decision::new(
-                                "fusion",
+                                Stage::Fusion,
                                 &name,
                                 Some(&kname(keep)),
                                 true,
-                                "swiglu_pair",
+                                FusionRule::SwigluPair,
                                 r,
                             ));
                             joined = Some(keep);
                         }
                         Err(r) => {
                             dec.push(Decision::new(
-                                "fusion",
+                                Stage::Fusion,
                                 &name,
                                 Some(&kname(g1)),
                                 false,
-                                "swiglu_pair",
+                                FusionRule::SwigluPair,
                                 r,
                             ));
                         }
@@ -220,7 +220,7 @@ impl Program {
                     });
                     match verdict {
                         Ok((rule, reason)) => {
-                            if rule == "producer_into_reduction" {
+                            if rule == FusionRule::ProducerIntoReduction {
                                 let r = tg.tensors[tg.node_inputs[i][0]].shape.clone();
                                 groups[g].kind = KernelKind::Row;
                                 groups[g].domain = r;
@@ -231,7 +231,7 @@ impl Program {
                             groups[g].nodes.push(i);
                             group_of[i] = Some(g);
                             dec.push(Decision::new(
-                                "fusion",
+                                Stage::Fusion,
                                 &name,
                                 Some(&kname(g)),
                                 true,
@@ -243,11 +243,11 @@ impl Program {
                         }
                         Err(reason) => {
                             dec.push(Decision::new(
-                                "fusion",
+                                Stage::Fusion,
                                 &name,
                                 Some(&kname(g)),
                                 false,
-                                "refused",
+                                FusionRule::Refused,
                                 reason,
                             ));
                         }
@@ -264,11 +264,11 @@ impl Program {
                     "no producer kernel accepted it (see the refusals above)".to_string()
                 };
                 dec.push(Decision::new(
-                    "fusion",
+                    Stage::Fusion,
                     &name,
                     Some(&kname(g)),
                     true,
-                    "new_kernel",
+                    FusionRule::NewKernel,
                     format!("starts kernel {} ({:?}): {why}", kname(g), groups[g].kind)
                         .to_lowercase(),
                 ));
@@ -474,7 +474,7 @@ pub fn exposed(tg: &TypedGraph, t: usize) -> bool {
     })
 }
 
-type Verdict = std::result::Result<(&'static str, String), String>;
+type Verdict = std::result::Result<(FusionRule, String), String>;
 
 fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: usize) -> Verdict {
     let k = kname(g);
@@ -536,9 +536,9 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
             }
             let t = &tg.tensors[internal[0].1].name;
             let rule = if class == OpClass::Broadcast {
-                "broadcast_chain"
+                FusionRule::BroadcastChain
             } else {
-                "elementwise_chain"
+                FusionRule::ElementwiseChain
             };
             let what = if class == OpClass::Broadcast {
                 "broadcast elementwise"
@@ -570,20 +570,20 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
                 let after = depends_within(tg, group_of, g, i, &grp.reductions);
                 if after {
                     Ok((
-                        "reduction_epilogue",
+                        FusionRule::ReductionEpilogue,
                         format!(
                             "broadcast elementwise epilogue after kernel {k}'s last-axis reduction, applied while the row is in cache (the RMSNorm / softmax shape)"
                         ),
                     ))
                 } else {
                     Ok((
-                        "row_prologue",
+                        FusionRule::RowPrologue,
                         format!("elementwise on kernel {k}'s row domain {dom:?}, computed per row"),
                     ))
                 }
             } else if n_out == rows && internal.iter().all(|&(_, t)| tg.tensors[t].numel == rows) {
                 Ok((
-                    "row_scalar_epilogue",
+                    FusionRule::RowScalarEpilogue,
                     format!("one value per row of kernel {k} (on the reduction's output), no extra pass"),
                 ))
             } else {
@@ -607,7 +607,7 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
                 }
             }
             Ok((
-                "matmul_epilogue",
+                FusionRule::MatmulEpilogue,
                 format!("elementwise epilogue (bias / activation) applied to kernel {k}'s output tile before it is stored"),
             ))
         }
@@ -638,7 +638,7 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
                         return Err(format!("`{}` does not cover kernel {k}'s domain", x.name));
                     }
                     Ok((
-                        "producer_into_reduction",
+                        FusionRule::ProducerIntoReduction,
                         format!(
                             "kernel {k}'s elementwise producers of `{}` fuse into the last-axis {}: computed per row, never stored",
                             x.name,
@@ -657,7 +657,7 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
                         ));
                     }
                     Ok((
-                        "dependent_reduction",
+                        FusionRule::DependentReduction,
                         format!("depends on kernel {k}'s reduction over the same rows: one more pass over a row in cache (e.g. max then sum)"),
                     ))
                 }
@@ -854,7 +854,7 @@ mod tests {
         let k = &c.fused.kernels[0];
         assert_eq!(k.inputs.len(), 2);
         assert_eq!(k.outputs.len(), 1);
-        assert!(c.decisions.iter().any(|d| d.rule == "view"));
+        assert!(c.decisions.iter().any(|d| d.rule == FusionRule::View));
     }
 
     #[test]
@@ -917,13 +917,13 @@ mod example_tests {
         assert!(c
             .decisions
             .iter()
-            .any(|d| d.rule == "softmax" && d.accepted));
+            .any(|d| d.rule == FusionRule::Softmax && d.accepted));
         let c = load("logaddexp_chain");
         assert_eq!(c.fused.kernels.len(), 1);
         assert_eq!(
             c.decisions
                 .iter()
-                .filter(|d| d.rule == "logaddexp" && d.accepted)
+                .filter(|d| d.rule == FusionRule::Logaddexp && d.accepted)
                 .count(),
             2
         );

@@ -10,11 +10,108 @@ use crate::error::Result;
 use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
 use serde::{Deserialize, Serialize};
 
+/// Where a decision was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// A numerics rewrite (overflow-safe forms).
+    Rewrite,
+    /// A multi-node pattern replaced by one op.
+    Pattern,
+    /// The fuser grouping nodes into kernels.
+    Fusion,
+}
+
+impl Stage {
+    /// The name used in JSON and text (`rewrite`, `pattern`, `fusion`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Rewrite => "rewrite",
+            Stage::Pattern => "pattern",
+            Stage::Fusion => "fusion",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The rule behind a rewrite or fusion decision (its JSON and text name in snake_case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusionRule {
+    /// A view (reshape, transpose, slice) joins its producer's kernel without moving data.
+    View,
+    /// The two GEMMs of a SwiGLU pair share their input.
+    SwigluPair,
+    /// A fusion was considered and refused (the reason says why).
+    Refused,
+    /// The node starts a kernel of its own.
+    NewKernel,
+    /// `log(exp(a) + exp(b))` rewritten to the overflow-safe LogAddExp.
+    Logaddexp,
+    /// `log(sum(exp(x)))` rewritten to the overflow-safe LogSumExp.
+    Logsumexp,
+    /// `exp(x) / sum(exp(x))` rewritten to the max-subtracting Softmax.
+    Softmax,
+    /// RMSNorm followed by a SwiGLU MLP matched as one fused pattern.
+    RmsnormSwiglu,
+    /// An elementwise op over a broadcast joins its producer.
+    BroadcastChain,
+    /// An elementwise op joins an elementwise kernel of the same domain.
+    ElementwiseChain,
+    /// An elementwise op on a reduction's output joins the row kernel.
+    ReductionEpilogue,
+    /// An elementwise op on a row kernel's input joins it.
+    RowPrologue,
+    /// An op on one value per row joins the row kernel.
+    RowScalarEpilogue,
+    /// An elementwise op on a matmul's output joins it as an epilogue.
+    MatmulEpilogue,
+    /// An elementwise producer joins the reduction that reads it (the kernel becomes a row kernel).
+    ProducerIntoReduction,
+    /// A reduction over the same rows joins a row kernel.
+    DependentReduction,
+}
+
+impl FusionRule {
+    /// The rule's name as JSON and the text output write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FusionRule::View => "view",
+            FusionRule::SwigluPair => "swiglu_pair",
+            FusionRule::Refused => "refused",
+            FusionRule::NewKernel => "new_kernel",
+            FusionRule::Logaddexp => "logaddexp",
+            FusionRule::Logsumexp => "logsumexp",
+            FusionRule::Softmax => "softmax",
+            FusionRule::RmsnormSwiglu => "rmsnorm_swiglu",
+            FusionRule::BroadcastChain => "broadcast_chain",
+            FusionRule::ElementwiseChain => "elementwise_chain",
+            FusionRule::ReductionEpilogue => "reduction_epilogue",
+            FusionRule::RowPrologue => "row_prologue",
+            FusionRule::RowScalarEpilogue => "row_scalar_epilogue",
+            FusionRule::MatmulEpilogue => "matmul_epilogue",
+            FusionRule::ProducerIntoReduction => "producer_into_reduction",
+            FusionRule::DependentReduction => "dependent_reduction",
+        }
+    }
+}
+
+impl std::fmt::Display for FusionRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One accepted or refused decision of a rewrite or of the fuser, with its reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
-    /// `rewrite`, `pattern` or `fusion`.
-    pub stage: String,
+    /// Where it was taken.
+    pub stage: Stage,
     /// The node decided about.
     pub node: String,
     /// The kernel (or rewrite result) it joined or would have joined.
@@ -22,42 +119,42 @@ pub struct Decision {
     pub target: Option<String>,
     /// Whether the fusion / rewrite was done.
     pub accepted: bool,
-    /// Short rule name.
-    pub rule: String,
+    /// The rule applied or refused.
+    pub rule: FusionRule,
     /// Why.
     pub reason: String,
 }
 
 impl Decision {
     pub(crate) fn new(
-        stage: &str,
+        stage: Stage,
         node: &str,
         target: Option<&str>,
         accepted: bool,
-        rule: &str,
+        rule: FusionRule,
         reason: impl Into<String>,
     ) -> Self {
         Decision {
-            stage: stage.into(),
+            stage,
             node: node.into(),
             target: target.map(|s| s.to_string()),
             accepted,
-            rule: rule.into(),
+            rule,
             reason: reason.into(),
         }
     }
 }
 
 /// Naive vs rewritten value at an input where the naive f32 form overflows (for reasons).
-pub fn overflow_demo(rule: &str) -> String {
+pub fn overflow_demo(rule: FusionRule) -> String {
     match rule {
-        "logaddexp" => {
+        FusionRule::Logaddexp => {
             let (a, b) = (100.0f32, 100.0f32);
             let naive = (a.exp() + b.exp()).ln();
             let safe = tensorforge_kernels::logaddexp(a, b);
             format!("at a = b = 100 (f32) the naive form gives exp(100) = {} and log(inf) = {naive}; LogAddExp gives {safe:.6}", a.exp())
         }
-        "logsumexp" => {
+        FusionRule::Logsumexp => {
             let x = [100.0f32, 100.0];
             let naive = (x[0].exp() + x[1].exp()).ln();
             let mut out = [0.0f32];
@@ -108,17 +205,17 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                             nodes[i].op = Op::LogAddExp;
                             nodes[i].inputs = vec![tname(a), tname(b)];
                             dec.push(Decision::new(
-                                "rewrite",
+                                Stage::Rewrite,
                                 &n.name,
                                 Some("LogAddExp"),
                                 true,
-                                "logaddexp",
+                                FusionRule::Logaddexp,
                                 format!(
                                     "Log(Add(Exp({}), Exp({}))) -> LogAddExp: exp overflows f32 above 88.72, \
                                      max(a,b) + log1p(exp(-|a-b|)) never does; {}",
                                     tname(a),
                                     tname(b),
-                                    overflow_demo("logaddexp")
+                                    overflow_demo(FusionRule::Logaddexp)
                                 ),
                             ));
                         }
@@ -136,24 +233,24 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                                 };
                                 nodes[i].inputs = vec![tname(x)];
                                 dec.push(Decision::new(
-                                    "rewrite",
+                                    Stage::Rewrite,
                                     &n.name,
                                     Some("LogSumExp"),
                                     true,
-                                    "logsumexp",
+                                    FusionRule::Logsumexp,
                                     format!(
                                         "Log(ReduceSum(Exp({}))) -> LogSumExp: subtracting the row max first keeps exp <= 1; {}",
                                         tname(x),
-                                        overflow_demo("logsumexp")
+                                        overflow_demo(FusionRule::Logsumexp)
                                     ),
                                 ));
                             } else {
                                 dec.push(Decision::new(
-                                    "rewrite",
+                                    Stage::Rewrite,
                                     &n.name,
                                     Some("LogSumExp"),
                                     false,
-                                    "logsumexp",
+                                    FusionRule::Logsumexp,
                                     format!("Log(ReduceSum(Exp)) reduces axis {axis}, not the last axis; the LogSumExp kernel reduces the last axis only"),
                                 ));
                             }
@@ -176,24 +273,24 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                         nodes[i].op = Op::Softmax { axis: -1 };
                         nodes[i].inputs = vec![tname(x)];
                         dec.push(Decision::new(
-                            "rewrite",
+                            Stage::Rewrite,
                             &n.name,
                             Some("Softmax"),
                             true,
-                            "softmax",
+                            FusionRule::Softmax,
                             format!(
                                 "Div(Exp({x}), ReduceSum(Exp({x}))) -> Softmax: exp(x - max) cannot overflow; {}",
-                                overflow_demo("softmax"),
+                                overflow_demo(FusionRule::Softmax),
                                 x = tname(x)
                             ),
                         ));
                     } else if same {
                         dec.push(Decision::new(
-                            "rewrite",
+                            Stage::Rewrite,
                             &n.name,
                             Some("Softmax"),
                             false,
-                            "softmax",
+                            FusionRule::Softmax,
                             "Div(Exp, ReduceSum(Exp)) matched but the sum is not over the last axis with keepdims; the Softmax kernel needs both",
                         ));
                     }
@@ -267,11 +364,11 @@ fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> O
         };
         let refuse = |why: String| {
             Some(Decision::new(
-                "pattern",
+                Stage::Pattern,
                 name,
                 Some("RMSNormSwiGLU"),
                 false,
-                "rmsnorm_swiglu",
+                FusionRule::RmsnormSwiglu,
                 why,
             ))
         };
@@ -315,11 +412,11 @@ fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> O
             tg.tensors[wu].name.clone(),
         ];
         return Some(Decision::new(
-            "pattern",
+            Stage::Pattern,
             name,
             Some("RMSNormSwiGLU"),
             true,
-            "rmsnorm_swiglu",
+            FusionRule::RmsnormSwiglu,
             format!(
                 "RMSNorm({x}) -> MatMul gate / MatMul up -> SiLU -> Mul matches the Kernels crate's fused RMSNorm+SwiGLU: \
                  h, gate, up and SiLU(gate) stay in row blocks and never reach DRAM"
@@ -347,7 +444,7 @@ mod tests {
         assert_eq!(g.nodes.len(), 3, "Exp, Exp, Add dropped: {:?}", g.nodes);
         assert!(d[0].accepted && d[0].reason.contains("inf"), "{:?}", d);
         assert!(g.nodes.iter().any(|n| n.op == Op::LogAddExp));
-        assert!(overflow_demo("softmax").contains("NaN"));
-        assert!(overflow_demo("logsumexp").contains("100.693"));
+        assert!(overflow_demo(FusionRule::Softmax).contains("NaN"));
+        assert!(overflow_demo(FusionRule::Logsumexp).contains("100.693"));
     }
 }
