@@ -92,14 +92,16 @@ pub struct MetricRow {
     pub workload: String,
     /// Workload fingerprint (baseline side's for a mismatch).
     pub fingerprint: String,
-    /// Metric name, or `workload` for workload-level rows.
-    pub metric: String,
+    /// The metric, or `None` for a workload-level row (identity mismatch, missing evidence),
+    /// written `workload` in JSON.
+    #[serde(with = "row_metric")]
+    pub metric: Option<Metric>,
     /// Unit of baseline/candidate/allowed.
     pub unit: String,
     /// The decision.
     pub verdict: Verdict,
     /// Statistic compared (`p50`, `mean`...).
-    pub statistic: Option<String>,
+    pub statistic: Option<Statistic>,
     /// Baseline statistic.
     pub baseline: Option<f64>,
     /// Candidate statistic.
@@ -113,7 +115,7 @@ pub struct MetricRow {
     /// `allowed / |baseline|`.
     pub allowed_relative: Option<f64>,
     /// Test used (`mann_whitney`, `bootstrap`, `none`).
-    pub test: Option<String>,
+    pub test: Option<TestKind>,
     /// `exact` or `normal` for Mann–Whitney.
     pub test_method: Option<String>,
     /// One-sided p-value in the regression direction.
@@ -368,17 +370,44 @@ fn runtime_changes(a: &Record, b: &Record) -> Vec<FieldChange> {
     v
 }
 
+impl MetricRow {
+    /// The metric's name, or `workload` for a workload-level row.
+    pub fn metric_name(&self) -> &'static str {
+        self.metric.map_or("workload", Metric::name)
+    }
+}
+
+/// `MetricRow::metric` in JSON: the metric's snake-case name, or `workload`.
+mod row_metric {
+    use super::Metric;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &Option<Metric>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.map_or("workload", Metric::name))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Metric>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "workload" {
+            return Ok(None);
+        }
+        Metric::parse(&text).map(Some).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown metric `{text}` (or `workload`)"))
+        })
+    }
+}
+
 pub(crate) fn error_row(
     workload: &str,
     fingerprint: &str,
-    metric: &str,
+    metric: Option<Metric>,
     unit: &str,
     reason: String,
 ) -> MetricRow {
     MetricRow {
         workload: workload.into(),
         fingerprint: fingerprint.into(),
-        metric: metric.into(),
+        metric,
         unit: unit.into(),
         verdict: Verdict::Error,
         statistic: None,
@@ -512,7 +541,7 @@ pub fn describe_row(r: &MetricRow) -> String {
     format!(
         "{} {}: {} — {}",
         r.workload,
-        r.metric,
+        r.metric_name(),
         r.verdict.label(),
         r.reason
     )
@@ -529,7 +558,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             rows.push(error_row(
                 name,
                 fp,
-                "workload",
+                None,
                 "",
                 format!("invalid {side} record: {e}"),
             ));
@@ -551,7 +580,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             ),
             None => "missing in the candidate: no record with this fingerprint".to_string(),
         };
-        rows.push(error_row(&s.name, fp, "workload", "", reason));
+        rows.push(error_row(&s.name, fp, None, "", reason));
     }
     for fp in &c_only {
         let s = &cmap[*fp];
@@ -561,7 +590,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
         rows.push(error_row(
             &s.name,
             fp,
-            "workload",
+            None,
             "",
             "missing in the baseline: no record with this fingerprint".into(),
         ));
@@ -600,7 +629,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             runtime_changes: runtime_changes(b0, c0),
         });
         if dev_b != dev_c && policy.identity.device_model == IdentityRule::MustMatch {
-            rows.push(error_row(&b.name, fp, "workload", "", format!(
+            rows.push(error_row(&b.name, fp, None, "", format!(
                 "identity mismatch: device model `{}` in baseline vs `{}` in candidate (identity.device_model = must_match)",
                 join(&dev_b), join(&dev_c))));
             pending.resize(rows.len(), None);
@@ -611,7 +640,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             rows.push(error_row(
                 &b.name,
                 fp,
-                "workload",
+                None,
                 "",
                 format!(
                     "identity mismatch: software differs in {} (identity.software = must_match)",
@@ -622,7 +651,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             continue;
         }
         if b0.workload.kind == "empty" {
-            let mut r = error_row(&b.name, fp, "workload", "", String::new());
+            let mut r = error_row(&b.name, fp, None, "", String::new());
             r.verdict = Verdict::NotComparable;
             r.baseline = Some(b0.stats.p50_ns);
             r.candidate = Some(c0.stats.p50_ns);
@@ -678,7 +707,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
         })
         .collect();
     for row in rows.iter_mut() {
-        let Some(metric) = Metric::parse(&row.metric) else {
+        let Some(metric) = row.metric else {
             continue;
         };
         let Some((wi, w)) = policy
@@ -798,7 +827,7 @@ fn summarize(
 pub fn downgrade_timed_failures(g: &mut GateResult, why: &str) -> usize {
     let mut n = 0;
     for r in g.rows.iter_mut() {
-        let timed = Metric::parse(&r.metric).is_some_and(|m| !m.is_count());
+        let timed = r.metric.is_some_and(|m| !m.is_count());
         if timed && r.verdict == Verdict::Fail {
             r.verdict = Verdict::Inconclusive;
             r.reason = format!("{}; but {why}", r.reason);
@@ -861,7 +890,7 @@ fn metric_row(
     c: &[&Record],
     metric: Metric,
 ) -> (MetricRow, Option<(MetricPolicy, bool)>) {
-    let mut row = error_row(name, fp, metric.name(), metric.unit(), String::new());
+    let mut row = error_row(name, fp, Some(metric), metric.unit(), String::new());
     let mp = policy.metrics.get(&metric);
     let (bs, cs) = match (metric_samples(b, metric), metric_samples(c, metric)) {
         (Ok(x), Ok(y)) => (x, y),
@@ -896,7 +925,7 @@ fn metric_row(
         .map(|m| m.statistic)
         .or(metric.implied_statistic())
         .unwrap_or(Statistic::P50);
-    row.statistic = Some(statistic.name().into());
+    row.statistic = Some(statistic);
     let test = mp.map(|m| m.test).unwrap_or(TestKind::None);
     // Per-run statistics: the observations of the run-level test.
     let run_stats = |runs: &[Vec<&Record>]| -> Vec<f64> {
@@ -941,7 +970,7 @@ fn metric_row(
     if bv != 0.0 {
         row.allowed_relative = Some(allowed / bv.abs());
     }
-    row.test = Some(mp.test.name().into());
+    row.test = Some(mp.test);
     row.alpha = Some(mp.alpha);
     let beyond = worse > allowed;
     if mp.test != TestKind::None && (bs.len() < mp.min_samples || cs.len() < mp.min_samples) {
@@ -1132,8 +1161,35 @@ mod tests {
         Date::parse(s, "t", "t").unwrap()
     }
 
+    #[test]
+    fn row_metric_is_a_name_in_json_and_workload_rows_say_workload() {
+        let mut r = error_row("w", "f", None, "", String::new());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["metric"], "workload");
+        r.metric = Some(Metric::LatencyP50);
+        r.statistic = Some(Statistic::P50);
+        r.test = Some(TestKind::RunT);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (&v["metric"], &v["statistic"], &v["test"]),
+            (
+                &serde_json::json!("latency_p50"),
+                &serde_json::json!("p50"),
+                &serde_json::json!("run_t")
+            )
+        );
+        let back: MetricRow = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, r);
+        let mut bad = v;
+        bad["metric"] = serde_json::json!("latency_p42");
+        let e = serde_json::from_value::<MetricRow>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("latency_p42"), "{e}");
+    }
+
     fn row<'a>(g: &'a GateResult, metric: &str) -> &'a MetricRow {
-        g.rows.iter().find(|r| r.metric == metric).unwrap()
+        g.rows.iter().find(|r| r.metric_name() == metric).unwrap()
     }
 
     fn ramp(base: f64, n: usize) -> Vec<f64> {
@@ -1182,7 +1238,7 @@ mod tests {
             "{r:#?}"
         );
         assert!((r.significance_limit.unwrap() - 1052.137304040062).abs() < 1e-6);
-        assert_eq!(r.test.as_deref(), Some("run_t"));
+        assert_eq!(r.test, Some(TestKind::RunT));
         // +10 % > 5 % allowed, and BH over p50 and throughput keeps it ≤ 0.01.
         assert_eq!(r.verdict, Verdict::Fail, "{r:#?}");
         assert_eq!(g.overall, Verdict::Fail);

@@ -435,7 +435,7 @@ fn fmt_allowed(r: &MetricRow) -> String {
 fn metric_cells(r: &MetricRow) -> Vec<String> {
     vec![
         r.workload.clone(),
-        r.metric.clone(),
+        r.metric_name().to_string(),
         fmt_value(r.baseline, &r.unit),
         fmt_value(r.candidate, &r.unit),
         fmt_pct(r.change_relative),
@@ -830,7 +830,13 @@ mod tests {
 
     #[test]
     fn an_allowance_from_the_absolute_floor_is_named_not_a_huge_percent() {
-        let mut r = crate::gate::error_row("w", "f", "peak_alloc", "bytes", String::new());
+        let mut r = crate::gate::error_row(
+            "w",
+            "f",
+            Some(crate::policy::Metric::PeakAlloc),
+            "bytes",
+            String::new(),
+        );
         // 64 KiB allowed over a 16 B baseline: 65536 / 16 = 4096 times the baseline.
         r.allowed = Some(65536.0);
         r.allowed_relative = Some(4096.0);

@@ -159,7 +159,7 @@ fn print_human(g: &GateResult) {
             println!(
                 "  {:<24} {:<14} {:<14} {}",
                 one_line(&r.workload),
-                r.metric,
+                r.metric_name(),
                 r.verdict.label(),
                 r.change_relative
                     .map(|c| format!("{:+.1} %", c * 100.0))
