@@ -34,9 +34,25 @@ pub enum LoopDim {
     K,
 }
 
-/// An order of the three tile loops, outermost first.
+/// An order of the three tile loops, outermost first: a permutation of (M, N, K). The field
+/// is private so that `[M, M, M]` cannot be built; use the constants, [`LoopOrder::new`] or
+/// [`LoopOrder::parse`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct LoopOrder(pub [LoopDim; 3]);
+#[serde(try_from = "[LoopDim; 3]", into = "[LoopDim; 3]")]
+pub struct LoopOrder([LoopDim; 3]);
+
+impl TryFrom<[LoopDim; 3]> for LoopOrder {
+    type Error = CoreError;
+    fn try_from(dims: [LoopDim; 3]) -> Result<Self> {
+        LoopOrder::new(dims)
+    }
+}
+
+impl From<LoopOrder> for [LoopDim; 3] {
+    fn from(o: LoopOrder) -> Self {
+        o.0
+    }
+}
 
 use LoopDim::{K, M, N};
 
@@ -56,6 +72,26 @@ impl LoopOrder {
         LoopOrder([K, M, N]),
         LoopOrder([K, N, M]),
     ];
+
+    /// The order with loops `dims`, outermost first; an error unless each of M, N and K
+    /// appears exactly once.
+    pub fn new(dims: [LoopDim; 3]) -> Result<Self> {
+        let has = |d| dims.contains(&d);
+        if has(M) && has(N) && has(K) {
+            Ok(LoopOrder(dims))
+        } else {
+            Err(CoreError::invalid(
+                "loop order",
+                format!("{dims:?}"),
+                "must hold each of M, N and K exactly once",
+            ))
+        }
+    }
+
+    /// The loops, outermost first.
+    pub fn dims(self) -> [LoopDim; 3] {
+        self.0
+    }
 
     /// `c-resident`, `a-resident`, `b-resident`, or the loop letters (`nmk`, `kmn`, `knm`).
     pub fn name(self) -> String {
@@ -333,6 +369,19 @@ pub fn sram_fit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loop_order_is_a_permutation() {
+        assert_eq!(LoopOrder::new([M, N, K]).unwrap(), LoopOrder::C_RESIDENT);
+        assert_eq!(LoopOrder::C_RESIDENT.dims(), [M, N, K]);
+        let e = LoopOrder::new([M, M, K]).unwrap_err().to_string();
+        assert!(e.contains("exactly once"), "{e}");
+        // JSON goes through the same check.
+        let ok: LoopOrder = serde_json::from_str(r#"["ni","ki","mi"]"#).unwrap();
+        assert_eq!(ok, LoopOrder::B_RESIDENT);
+        assert_eq!(serde_json::to_string(&ok).unwrap(), r#"["ni","ki","mi"]"#);
+        assert!(serde_json::from_str::<LoopOrder>(r#"["mi","mi","mi"]"#).is_err());
+    }
 
     fn traffic(g: &Gemm, t: Tile, o: LoopOrder) -> DramTraffic {
         tiled_traffic(&g.operand_bytes().unwrap(), t.trips(g), o, g.accumulate).unwrap()
