@@ -35,20 +35,20 @@ fn rec(name: &str, dtype: &str, run: &str, samples: Vec<f64>, ts: i64) -> Record
         machine_id: "m1".into(),
         ..Default::default()
     };
-    Record::new(
-        run.into(),
-        w,
-        d,
-        SoftwareContext::default(),
-        HarnessSettings::default(),
-        samples,
-        None,
-        None,
-        None,
-        ts,
-        BTreeMap::new(),
-        "harness".into(),
-    )
+    Record::new(tensorforge_store::RecordParts {
+        run_id: run.into(),
+        workload: w,
+        device: d,
+        software: SoftwareContext::default(),
+        harness: HarnessSettings::default(),
+        samples_ns: samples,
+        flops: None,
+        bytes: None,
+        peak_alloc_bytes: None,
+        timestamp_unix_s: ts,
+        labels: BTreeMap::new(),
+        source: "harness".into(),
+    })
     .unwrap()
 }
 

@@ -64,20 +64,20 @@ fn first_run_then_a_regression_against_a_faster_history() {
                     .iter()
                     .map(|x| x * 0.5 * (1.0 + i as f64 / 100.0))
                     .collect();
-                let mut n = tensorforge_store::Record::new(
-                    format!("synthetic-{i}"),
-                    r.workload.clone(),
-                    r.device.clone(),
-                    r.software.clone(),
-                    r.harness.clone(),
-                    samples,
-                    r.flops,
-                    r.bytes,
-                    r.peak_alloc_bytes,
-                    r.timestamp_unix_s - 100 + i,
-                    r.labels.clone(),
-                    r.source.clone(),
-                )
+                let mut n = tensorforge_store::Record::new(tensorforge_store::RecordParts {
+                    run_id: format!("synthetic-{i}"),
+                    workload: r.workload.clone(),
+                    device: r.device.clone(),
+                    software: r.software.clone(),
+                    harness: r.harness.clone(),
+                    samples_ns: samples,
+                    flops: r.flops,
+                    bytes: r.bytes,
+                    peak_alloc_bytes: r.peak_alloc_bytes,
+                    timestamp_unix_s: r.timestamp_unix_s - 100 + i,
+                    labels: r.labels.clone(),
+                    source: r.source.clone(),
+                })
                 .unwrap();
                 n.labels
                     .insert(QUICKSTART_LABEL_KEY.into(), "quickstart-1t".into());

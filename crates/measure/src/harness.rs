@@ -482,20 +482,20 @@ pub fn measure(
     tick: &(dyn Fn(u64) + Sync),
 ) -> Result<Record> {
     let t = time_workload(spec, opts, clock, pool, tick)?;
-    Ok(Record::new(
-        opts.run_id.clone(),
-        spec.identity(),
-        device.clone(),
-        software.clone(),
-        t.settings,
-        t.samples_ns,
-        spec.flops()?,
-        spec.bytes()?,
-        t.peak_alloc_bytes,
-        unix_now_s(),
-        opts.labels.clone(),
-        "harness".into(),
-    )?)
+    Ok(Record::new(tensorforge_store::RecordParts {
+        run_id: opts.run_id.clone(),
+        workload: spec.identity(),
+        device: device.clone(),
+        software: software.clone(),
+        harness: t.settings,
+        samples_ns: t.samples_ns,
+        flops: spec.flops()?,
+        bytes: spec.bytes()?,
+        peak_alloc_bytes: t.peak_alloc_bytes,
+        timestamp_unix_s: unix_now_s(),
+        labels: opts.labels.clone(),
+        source: "harness".into(),
+    })?)
 }
 
 /// Measure every workload of a suite in order on one pool; one record each, sharing

@@ -1140,20 +1140,20 @@ mod tests {
             machine_id: "mach".into(),
             ..Default::default()
         };
-        Record::new(
-            "run".into(),
-            w,
+        Record::new(tensorforge_store::RecordParts {
+            run_id: "run".into(),
+            workload: w,
             device,
-            SoftwareContext::default(),
-            HarnessSettings::default(),
-            samples,
-            None,
-            None,
-            peak,
-            0,
-            BTreeMap::new(),
-            "harness".into(),
-        )
+            software: SoftwareContext::default(),
+            harness: HarnessSettings::default(),
+            samples_ns: samples,
+            flops: None,
+            bytes: None,
+            peak_alloc_bytes: peak,
+            timestamp_unix_s: 0,
+            labels: BTreeMap::new(),
+            source: "harness".into(),
+        })
         .unwrap()
     }
 

@@ -878,20 +878,20 @@ mod tests {
         };
         let samples: Vec<f64> = (0..30).map(|i| scale * (1000.0 + f64::from(i))).collect();
         // 2·64³ = 524288 FLOPs; bytes 3·64²·4 = 49152.
-        Record::new(
-            "r".into(),
-            w,
-            d,
-            sw,
-            HarnessSettings::default(),
-            samples,
-            Some(524_288.0),
-            Some(49_152.0),
-            Some(1 << 20),
-            0,
-            BTreeMap::new(),
-            "harness".into(),
-        )
+        Record::new(tensorforge_store::RecordParts {
+            run_id: "r".into(),
+            workload: w,
+            device: d,
+            software: sw,
+            harness: HarnessSettings::default(),
+            samples_ns: samples,
+            flops: Some(524_288.0),
+            bytes: Some(49_152.0),
+            peak_alloc_bytes: Some(1 << 20),
+            timestamp_unix_s: 0,
+            labels: BTreeMap::new(),
+            source: "harness".into(),
+        })
         .unwrap()
     }
 

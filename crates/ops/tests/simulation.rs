@@ -33,20 +33,20 @@ fn rec(run: &str, t: i64, samples: Vec<f64>) -> Record {
         cpu_model: "sim".into(),
         ..Default::default()
     };
-    Record::new(
-        run.into(),
-        w,
-        d,
-        SoftwareContext::default(),
-        HarnessSettings::default(),
-        samples,
-        None,
-        None,
-        None,
-        t,
-        BTreeMap::new(),
-        "sim".into(),
-    )
+    Record::new(tensorforge_store::RecordParts {
+        run_id: run.into(),
+        workload: w,
+        device: d,
+        software: SoftwareContext::default(),
+        harness: HarnessSettings::default(),
+        samples_ns: samples,
+        flops: None,
+        bytes: None,
+        peak_alloc_bytes: None,
+        timestamp_unix_s: t,
+        labels: BTreeMap::new(),
+        source: "sim".into(),
+    })
     .unwrap()
 }
 

@@ -31,29 +31,29 @@ fn main() {
             let samples: Vec<f64> = (0..SAMPLES)
                 .map(|_| 10_000.0 + rng.next_f64() * 1_003.0)
                 .collect();
-            Record::new(
-                run.clone(),
-                WorkloadIdentity {
+            Record::new(tensorforge_store::RecordParts {
+                run_id: run.clone(),
+                workload: WorkloadIdentity {
                     kind: "gemm".into(),
                     name: format!("gemm_{i}"),
                     params,
                     dtype: "f32".into(),
                 },
-                DeviceContext {
+                device: DeviceContext {
                     kind: "cpu".into(),
                     machine_id: "bench".into(),
                     ..Default::default()
                 },
-                SoftwareContext::default(),
-                HarnessSettings::default(),
-                samples,
-                Some(1e9),
-                None,
-                None,
-                1_700_000_000,
-                BTreeMap::new(),
-                "harness".into(),
-            )
+                software: SoftwareContext::default(),
+                harness: HarnessSettings::default(),
+                samples_ns: samples,
+                flops: Some(1e9),
+                bytes: None,
+                peak_alloc_bytes: None,
+                timestamp_unix_s: 1_700_000_000,
+                labels: BTreeMap::new(),
+                source: "harness".into(),
+            })
             .expect("valid synthetic record")
         })
         .collect();

@@ -142,20 +142,20 @@ pub fn ingest_record(
         timer_resolution_ns: None,
         overhead_ns: None,
     };
-    Record::new(
-        ctx.run_id,
-        ctx.workload,
-        ctx.device,
-        ctx.software,
+    Record::new(crate::record::RecordParts {
+        run_id: ctx.run_id,
+        workload: ctx.workload,
+        device: ctx.device,
+        software: ctx.software,
         harness,
-        series.samples_ns,
-        ctx.flops,
-        ctx.bytes,
-        None,
-        ctx.timestamp_unix_s,
-        ctx.labels,
-        format!("ingest:{}", format.name()),
-    )
+        samples_ns: series.samples_ns,
+        flops: ctx.flops,
+        bytes: ctx.bytes,
+        peak_alloc_bytes: None,
+        timestamp_unix_s: ctx.timestamp_unix_s,
+        labels: ctx.labels,
+        source: format!("ingest:{}", format.name()),
+    })
     .map_err(|e| e.with_source(file))
 }
 

@@ -287,25 +287,25 @@ mod tests {
     fn sample(run: &str, m: u64) -> Record {
         let mut params = std::collections::BTreeMap::new();
         params.insert("m".into(), serde_json::json!(m));
-        Record::new(
-            run.into(),
-            crate::WorkloadIdentity {
+        Record::new(crate::record::RecordParts {
+            run_id: run.into(),
+            workload: crate::WorkloadIdentity {
                 kind: "gemm".into(),
                 name: format!("g{m}"),
                 params,
                 dtype: "f32".into(),
             },
-            Default::default(),
-            Default::default(),
-            Default::default(),
-            vec![1.0, 2.0],
-            None,
-            None,
-            None,
-            5,
-            Default::default(),
-            "harness".into(),
-        )
+            device: Default::default(),
+            software: Default::default(),
+            harness: Default::default(),
+            samples_ns: vec![1.0, 2.0],
+            flops: None,
+            bytes: None,
+            peak_alloc_bytes: None,
+            timestamp_unix_s: 5,
+            labels: Default::default(),
+            source: "harness".into(),
+        })
         .unwrap()
     }
 

@@ -33,7 +33,7 @@ pub use jsonl::{
     write_records_jsonl, StagedWrite,
 };
 pub use record::{
-    DeviceContext, GpuContext, HarnessSettings, Record, SoftwareContext, Throughput,
+    DeviceContext, GpuContext, HarnessSettings, Record, RecordParts, SoftwareContext, Throughput,
     WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };
 pub use stats::LatencyStats;

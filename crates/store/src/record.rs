@@ -200,24 +200,54 @@ pub struct Record {
     pub instructions_source: Option<String>,
 }
 
+/// What a caller supplies to build a [`Record`] ([`Record::new`] derives the fingerprint,
+/// statistics and throughput from it): named fields instead of twelve positional arguments.
+#[derive(Clone, Debug)]
+pub struct RecordParts {
+    /// Run the record belongs to.
+    pub run_id: String,
+    /// What was measured.
+    pub workload: WorkloadIdentity,
+    /// Where.
+    pub device: DeviceContext,
+    /// With what software.
+    pub software: SoftwareContext,
+    /// How the harness ran.
+    pub harness: HarnessSettings,
+    /// Per-sample latencies, ns.
+    pub samples_ns: Vec<f64>,
+    /// FLOPs per iteration, when known.
+    pub flops: Option<f64>,
+    /// Bytes moved per iteration, when known.
+    pub bytes: Option<f64>,
+    /// Peak heap held by the workload, bytes.
+    pub peak_alloc_bytes: Option<u64>,
+    /// When, Unix seconds.
+    pub timestamp_unix_s: i64,
+    /// Free labels.
+    pub labels: BTreeMap<String, String>,
+    /// Where the samples came from (`tensorforge bench`, `ingest:hyperfine`...).
+    pub source: String,
+}
+
 impl Record {
     /// Build a record from raw samples, computing statistics and throughput; rejects empty,
-    /// non-finite or negative samples and a fingerprint that does not match the identity.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        run_id: String,
-        workload: WorkloadIdentity,
-        device: DeviceContext,
-        software: SoftwareContext,
-        harness: HarnessSettings,
-        samples_ns: Vec<f64>,
-        flops: Option<f64>,
-        bytes: Option<f64>,
-        peak_alloc_bytes: Option<u64>,
-        timestamp_unix_s: i64,
-        labels: BTreeMap<String, String>,
-        source: String,
-    ) -> Result<Record, StoreError> {
+    /// non-finite or negative samples.
+    pub fn new(parts: RecordParts) -> Result<Record, StoreError> {
+        let RecordParts {
+            run_id,
+            workload,
+            device,
+            software,
+            harness,
+            samples_ns,
+            flops,
+            bytes,
+            peak_alloc_bytes,
+            timestamp_unix_s,
+            labels,
+            source,
+        } = parts;
         let stats = LatencyStats::from_samples(&samples_ns)?;
         let throughput = Throughput::from_p50(stats.p50_ns, flops, bytes);
         let fingerprint = workload.fingerprint();
@@ -390,20 +420,20 @@ mod tests {
 
     #[test]
     fn record_round_trips_and_rejects_tampering() {
-        let r = Record::new(
-            "run-1".into(),
-            gemm(8, "f32"),
-            DeviceContext::default(),
-            SoftwareContext::default(),
-            HarnessSettings::default(),
-            vec![10.0, 20.0, 30.0],
-            Some(1000.0),
-            None,
-            None,
-            0,
-            BTreeMap::new(),
-            "harness".into(),
-        )
+        let r = Record::new(crate::record::RecordParts {
+            run_id: "run-1".into(),
+            workload: gemm(8, "f32"),
+            device: DeviceContext::default(),
+            software: SoftwareContext::default(),
+            harness: HarnessSettings::default(),
+            samples_ns: vec![10.0, 20.0, 30.0],
+            flops: Some(1000.0),
+            bytes: None,
+            peak_alloc_bytes: None,
+            timestamp_unix_s: 0,
+            labels: BTreeMap::new(),
+            source: "harness".into(),
+        })
         .unwrap();
         // p50 of [10,20,30] = 20 ns -> 1000 flops / 20e-9 s = 5e10 FLOP/s.
         assert_eq!(r.throughput.flops_per_s, Some(5e10));
@@ -420,20 +450,20 @@ mod tests {
 
     #[test]
     fn nan_samples_are_rejected() {
-        let r = Record::new(
-            "run".into(),
-            gemm(8, "f32"),
-            DeviceContext::default(),
-            SoftwareContext::default(),
-            HarnessSettings::default(),
-            vec![1.0, f64::NAN],
-            None,
-            None,
-            None,
-            0,
-            BTreeMap::new(),
-            "harness".into(),
-        );
+        let r = Record::new(crate::record::RecordParts {
+            run_id: "run".into(),
+            workload: gemm(8, "f32"),
+            device: DeviceContext::default(),
+            software: SoftwareContext::default(),
+            harness: HarnessSettings::default(),
+            samples_ns: vec![1.0, f64::NAN],
+            flops: None,
+            bytes: None,
+            peak_alloc_bytes: None,
+            timestamp_unix_s: 0,
+            labels: BTreeMap::new(),
+            source: "harness".into(),
+        });
         assert!(r.is_err());
     }
 }

@@ -961,29 +961,29 @@ pub(crate) mod tests {
         if let Some(l) = label {
             labels.insert("label".to_string(), l.to_string());
         }
-        Record::new(
-            run.into(),
-            WorkloadIdentity {
+        Record::new(crate::record::RecordParts {
+            run_id: run.into(),
+            workload: WorkloadIdentity {
                 kind: "gemm".into(),
                 name: format!("g{m}"),
                 params,
                 dtype: "f32".into(),
             },
-            DeviceContext {
+            device: DeviceContext {
                 kind: "cpu".into(),
                 machine_id: machine.into(),
                 ..Default::default()
             },
-            SoftwareContext::default(),
-            HarnessSettings::default(),
-            vec![10.0 + m as f64, 20.0, 30.0],
-            None,
-            None,
-            None,
-            ts,
+            software: SoftwareContext::default(),
+            harness: HarnessSettings::default(),
+            samples_ns: vec![10.0 + m as f64, 20.0, 30.0],
+            flops: None,
+            bytes: None,
+            peak_alloc_bytes: None,
+            timestamp_unix_s: ts,
             labels,
-            "harness".into(),
-        )
+            source: "harness".into(),
+        })
         .unwrap()
     }
 

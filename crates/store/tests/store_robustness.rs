@@ -15,29 +15,29 @@ use tensorforge_store::{
 fn record(run: &str, i: u64, machine: &str) -> Record {
     let mut params = BTreeMap::new();
     params.insert("m".into(), serde_json::json!(i));
-    Record::new(
-        run.into(),
-        WorkloadIdentity {
+    Record::new(tensorforge_store::RecordParts {
+        run_id: run.into(),
+        workload: WorkloadIdentity {
             kind: "gemm".into(),
             name: format!("g{i}"),
             params,
             dtype: "f32".into(),
         },
-        DeviceContext {
+        device: DeviceContext {
             kind: "cpu".into(),
             machine_id: machine.into(),
             ..Default::default()
         },
-        SoftwareContext::default(),
-        HarnessSettings::default(),
-        (0..50).map(|k| 100.0 + k as f64).collect(),
-        None,
-        None,
-        None,
-        1_700_000_000 + i as i64,
-        BTreeMap::new(),
-        "harness".into(),
-    )
+        software: SoftwareContext::default(),
+        harness: HarnessSettings::default(),
+        samples_ns: (0..50).map(|k| 100.0 + k as f64).collect(),
+        flops: None,
+        bytes: None,
+        peak_alloc_bytes: None,
+        timestamp_unix_s: 1_700_000_000 + i as i64,
+        labels: BTreeMap::new(),
+        source: "harness".into(),
+    })
     .unwrap()
 }
 
