@@ -521,7 +521,7 @@ fn explore_hand_checked_and_capped() {
             "--max-candidates",
             "10",
         ],
-        &["candidates", "cap"],
+        &["candidates", "cap", "--max-candidates N"],
     );
     fails(
         &[

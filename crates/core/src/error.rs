@@ -53,7 +53,7 @@ pub enum CoreError {
         available: String,
     },
     /// A design-space exploration asked for more candidates than the cap.
-    #[error("design space has {count} candidates, above the cap of {cap}; narrow the lists or raise --max-candidates")]
+    #[error("design space has {count} candidates, above the cap of {cap}; narrow the lists or raise the cap (`max_candidates`)")]
     TooManyCandidates {
         /// Candidate count requested (saturating).
         count: u64,

@@ -232,9 +232,9 @@ fn context_for(
     ctx.candidate_flops_per_s = achieved(c);
     let dtype = DType::parse(&first.workload.dtype);
     match (hw, ctx.flops, ctx.bytes, &dtype) {
-        (None, ..) => ctx
-            .notes
-            .push("no hardware spec given (--hw or --profile): no roofline context".into()),
+        (None, ..) => ctx.notes.push(
+            "no hardware spec given (a preset or a calibrated profile): no roofline context".into(),
+        ),
         (Some(_), None, _, _) | (Some(_), _, None, _) => ctx
             .notes
             .push("the record has no flops or bytes: no roofline context".into()),

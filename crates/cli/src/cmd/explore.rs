@@ -147,7 +147,7 @@ impl SpaceArgs {
 fn many(gemms: &[NamedGemm], sp: &SpaceArgs) -> Result<()> {
     let hw = sp.hw.load()?;
     let space = sp.space()?;
-    let r = explore_many(gemms, &hw, &space, sp.top)?;
+    let r = explore_many(gemms, &hw, &space, sp.top).map_err(flag_hint)?;
     if sp.json {
         print_json(&r)
     } else {
@@ -163,7 +163,7 @@ pub fn run(a: ExploreArgs) -> Result<()> {
             let g = shape.gemm()?;
             let hw = sp.hw.load()?;
             let space = sp.space()?;
-            let r = explore(&g, &hw, &space, sp.top)?;
+            let r = explore(&g, &hw, &space, sp.top).map_err(flag_hint)?;
             if sp.json {
                 print_json(&r)
             } else {
@@ -183,5 +183,15 @@ pub fn run(a: ExploreArgs) -> Result<()> {
             let b = block.block()?;
             many(&b.decompose()?.gemms, &space)
         }
+    }
+}
+
+/// The Core names its cap `max_candidates`; on the command line it is a flag.
+fn flag_hint(e: tensorforge_core::CoreError) -> anyhow::Error {
+    match e {
+        tensorforge_core::CoreError::TooManyCandidates { .. } => {
+            anyhow::anyhow!("{e} (--max-candidates N)")
+        }
+        e => e.into(),
     }
 }
