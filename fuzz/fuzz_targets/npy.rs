@@ -2,9 +2,6 @@
 //! Fuzz target: NumPy .npy decoding.
 use libfuzzer_sys::fuzz_target;
 
-#[global_allocator]
-static ALLOC: tensorforge_fuzz::CountingAlloc = tensorforge_fuzz::CountingAlloc;
-
 fuzz_target!(|data: &[u8]| {
     tensorforge_fuzz::within_budget(data.len(), tensorforge_fuzz::FLOOR_BYTES, || {
         let _ = tensorforge_kernels::npy::parse_npy(data);

@@ -2,9 +2,6 @@
 //! Fuzz target: record JSON lines and arrays.
 use libfuzzer_sys::fuzz_target;
 
-#[global_allocator]
-static ALLOC: tensorforge_fuzz::CountingAlloc = tensorforge_fuzz::CountingAlloc;
-
 fuzz_target!(|data: &[u8]| {
     tensorforge_fuzz::within_budget(data.len(), tensorforge_fuzz::FLOOR_BYTES, || {
         if let Ok(text) = std::str::from_utf8(data) {

@@ -1,15 +1,19 @@
 //! Peak-memory budget shared by the fuzz targets.
 //!
 //! libFuzzer's `-malloc_limit_mb` catches one oversized allocation; it does not catch an
-//! input that amplifies into many small ones. Each target installs the workspace's counting
-//! allocator (`tensorforge_measure::alloc::CountingAlloc`) and runs every input inside
-//! [`within_budget`], which fails (panics, which libFuzzer reports as a crash and
+//! input that amplifies into many small ones. This crate installs the workspace's counting
+//! allocator (`tensorforge_measure::alloc::CountingAlloc`) for every target, which runs each
+//! input inside [`within_budget`], which fails (panics, which libFuzzer reports as a crash and
 //! `tools/fuzz_all.sh` minimizes) when the heap held at the peak of one parse exceeds
 //! `100 × input + floor`. What it leaves out: memory mapped without the allocator (none of the
 //! parsers map files) and the allocator's own overhead per block.
 
-pub use tensorforge_measure::alloc::CountingAlloc;
-use tensorforge_measure::alloc::{peak_bytes_since, reset_peak};
+use tensorforge_measure::alloc::{peak_bytes_since, reset_peak, CountingAlloc};
+
+/// Installed here once for every target binary that links this crate (all of them call
+/// [`within_budget`]).
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Floor of the budget for every parser except ONNX: runtime structures (rayon's pool, error
 /// strings, hash tables' first buckets) that do not scale with the input.
@@ -35,4 +39,20 @@ pub fn within_budget<R>(input_bytes: usize, floor_bytes: usize, f: impl FnOnce()
         "peak heap {peak} bytes for a {input_bytes}-byte input exceeds the budget of {budget} bytes"
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    // One test: the counters are process-wide, so two tests on two threads would see each
+    // other's allocations.
+    #[test]
+    fn the_budget_passes_a_small_parse_and_fails_an_amplifying_one() {
+        // 100 input bytes allow 100 · 100 + 0 = 10 000 bytes: holding 5 000 passes.
+        super::within_budget(100, 0, || std::hint::black_box(vec![0u8; 5_000]).len());
+        // 10 input bytes allow 1 000 bytes: holding 10 000 fails.
+        let r = std::panic::catch_unwind(|| {
+            super::within_budget(10, 0, || std::hint::black_box(vec![0u8; 10_000]).len())
+        });
+        assert!(r.is_err());
+    }
 }
