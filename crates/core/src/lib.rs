@@ -28,6 +28,7 @@ pub mod error;
 pub mod gemm;
 pub mod hardware;
 pub mod json;
+pub mod kernel;
 pub mod mapping;
 pub mod presets;
 pub mod rng;

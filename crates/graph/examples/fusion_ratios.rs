@@ -11,7 +11,7 @@ use std::time::Instant;
 use tensorforge_graph::exec::{compare, execute_pooled, fill_inputs, Pool};
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::ir::{DType, Graph, Node, Op};
-use tensorforge_graph::traffic::program_traffic;
+use tensorforge_graph::traffic::program_bytes;
 
 fn copy_bandwidth(n: usize, reps: usize) -> f64 {
     let src = vec![1.0f32; n];
@@ -30,9 +30,8 @@ fn copy_bandwidth(n: usize, reps: usize) -> f64 {
 
 fn bench(label: &str, g: &Graph, reps: usize, copy_bw: f64) {
     let c = compile(g).unwrap();
-    let hw = tensorforge_core::presets::hardware("balanced").unwrap();
-    let bu = program_traffic(&c.unfused, &hw).total_bytes;
-    let bf = program_traffic(&c.fused, &hw).total_bytes;
+    let bu = program_bytes(&c.unfused);
+    let bf = program_bytes(&c.fused);
     let mut ins = HashMap::new();
     fill_inputs(&c.unfused.graph, &mut ins, 1).unwrap();
     let mut tu = u64::MAX;

@@ -33,6 +33,20 @@ pub enum KernelKind {
     Opaque,
 }
 
+impl KernelKind {
+    /// The snake-case name, as serialized (`elementwise`, `row`, `matmul`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            KernelKind::Elementwise => "elementwise",
+            KernelKind::Row => "row",
+            KernelKind::Matmul => "matmul",
+            KernelKind::Reduction => "reduction",
+            KernelKind::Pattern => "pattern",
+            KernelKind::Opaque => "opaque",
+        }
+    }
+}
+
 /// One kernel of a program.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {
@@ -837,6 +851,20 @@ mod tests {
 
     fn g(text: &str) -> Graph {
         Graph::from_json_str(text).unwrap()
+    }
+
+    #[test]
+    fn kernel_kind_labels_are_the_serialized_names() {
+        for k in [
+            KernelKind::Elementwise,
+            KernelKind::Row,
+            KernelKind::Matmul,
+            KernelKind::Reduction,
+            KernelKind::Pattern,
+            KernelKind::Opaque,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.label());
+        }
     }
 
     #[test]

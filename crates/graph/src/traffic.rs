@@ -198,12 +198,64 @@ pub fn kernel_read_bytes(tg: &TypedGraph, k: &Kernel) -> u64 {
         .sum()
 }
 
-/// Traffic and time of one kernel.
-pub fn kernel_traffic(tg: &TypedGraph, k: &Kernel, hw: &HardwareSpec) -> KernelTraffic {
+/// What one kernel moves and computes, without a chip: the counts that
+/// [`kernel_traffic`] turns into times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelCounts {
+    /// Kernel name.
+    pub name: String,
+    /// Loop-nest kind.
+    pub kind: KernelKind,
+    /// Named pattern, when recognized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// Bytes read ([`kernel_read_bytes`]).
+    pub read_bytes: u64,
+    /// Bytes written: each output once.
+    pub write_bytes: u64,
+    /// Read + written bytes.
+    pub total_bytes: u64,
+    /// Operations ([`node_flops`] summed over the kernel's nodes).
+    pub flops: u64,
+}
+
+/// Bytes and FLOPs of one kernel; no hardware spec is needed to count.
+pub fn kernel_counts(tg: &TypedGraph, k: &Kernel) -> KernelCounts {
     let read_bytes = kernel_read_bytes(tg, k);
     let write_bytes: u64 = k.outputs.iter().map(|&t| tg.tensors[t].bytes).sum();
-    let flops: u64 = k.nodes.iter().map(|&n| node_flops(tg, n)).sum();
-    let total = read_bytes + write_bytes;
+    KernelCounts {
+        name: k.name.clone(),
+        kind: k.kind,
+        pattern: k.pattern.clone(),
+        read_bytes,
+        write_bytes,
+        total_bytes: read_bytes + write_bytes,
+        flops: k.nodes.iter().map(|&n| node_flops(tg, n)).sum(),
+    }
+}
+
+/// Bytes and FLOPs of every kernel of a program, in order; no hardware spec is needed.
+pub fn program_counts(p: &Program) -> Vec<KernelCounts> {
+    p.kernels
+        .iter()
+        .map(|k| kernel_counts(&p.graph, k))
+        .collect()
+}
+
+/// Total DRAM bytes of a program: the sum of [`kernel_counts`]' `total_bytes`.
+pub fn program_bytes(p: &Program) -> u64 {
+    program_counts(p).iter().map(|k| k.total_bytes).sum()
+}
+
+/// Traffic and time of one kernel: [`kernel_counts`] on `hw`'s roofs.
+pub fn kernel_traffic(tg: &TypedGraph, k: &Kernel, hw: &HardwareSpec) -> KernelTraffic {
+    let KernelCounts {
+        read_bytes,
+        write_bytes,
+        total_bytes: total,
+        flops,
+        ..
+    } = kernel_counts(tg, k);
     let dtype = k
         .nodes
         .last()

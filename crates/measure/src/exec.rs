@@ -82,12 +82,13 @@ impl GemmBufs {
     }
 }
 
+/// f32 elements of A, B and C: the Core's compulsory bytes in f32 / 4 (`u64::MAX` when the
+/// shape overflows).
 fn gemm_elems(m: u64, n: u64, k: u64, batch: u64) -> u64 {
-    batch.saturating_mul(
-        m.saturating_mul(k)
-            .saturating_add(k.saturating_mul(n))
-            .saturating_add(m.saturating_mul(n)),
-    )
+    crate::workload::fp32_gemm(m, n, k, batch)
+        .compulsory_bytes()
+        .map(|b| b / 4)
+        .unwrap_or(u64::MAX)
 }
 
 fn conv_dims(c: &Conv2d) -> Result<(u64, u64, u64, u64)> {
@@ -415,29 +416,12 @@ pub fn buffer_elements(kind: &WorkloadKind) -> u64 {
         WorkloadKind::Conv2d(c) => conv_elems(c),
         WorkloadKind::Attention(b) => block_ops(b, true, false).map(|r| r.1).unwrap_or(u64::MAX),
         WorkloadKind::Transformer(b) => block_ops(b, false, false).map(|r| r.1).unwrap_or(u64::MAX),
-        WorkloadKind::Kernel(k) => {
-            let u = |x: usize| x as u64;
-            match *k {
-                KernelWorkload::Logaddexp { n } => 3 * u(n),
-                KernelWorkload::Logsumexp { rows, cols } => u(rows) * u(cols) + u(rows),
-                KernelWorkload::Softmax { rows, cols } => 2 * u(rows) * u(cols),
-                // int8 output: a quarter of an f32 element each, rounded up.
-                KernelWorkload::Quantize { n } => u(n) + u(n).div_ceil(4),
-                KernelWorkload::RmsnormSwigluFused {
-                    tokens,
-                    d_model,
-                    d_ff,
-                }
-                | KernelWorkload::RmsnormSwigluUnfused {
-                    tokens,
-                    d_model,
-                    d_ff,
-                } => {
-                    let (t, d, f) = (u(tokens), u(d_model), u(d_ff));
-                    t * d + d + 2 * d * f + t * f
-                }
-            }
-        }
+        // The kernels allocate exactly the buffers they read and write (the quantizer's int8
+        // output counted in f32 elements, rounded up): the Core's compulsory bytes / 4.
+        WorkloadKind::Kernel(k) => k
+            .compulsory_bytes()
+            .map(|b| b.div_ceil(4))
+            .unwrap_or(u64::MAX),
         WorkloadKind::Graph(g) => graph_elements(g).unwrap_or(u64::MAX),
         WorkloadKind::Empty => 0,
     }

@@ -28,8 +28,7 @@ use std::collections::BTreeMap;
 use tensorforge_core::conv::{conv2d_preset, Conv2d, CONV2D_PRESET_NAMES};
 use tensorforge_core::presets::GEMM_PRESETS;
 use tensorforge_core::transformer::{
-    transformer_preset, TransformerBlock, RMSNORM_FLOPS_PER_ELEMENT, SOFTMAX_FLOPS_PER_ELEMENT,
-    SWIGLU_FLOPS_PER_ELEMENT, TRANSFORMER_PRESET_NAMES,
+    transformer_preset, TransformerBlock, TRANSFORMER_PRESET_NAMES,
 };
 use tensorforge_core::{DType, Gemm};
 use tensorforge_graph::fusion::{compile, Compiled, Program};
@@ -39,53 +38,9 @@ use tensorforge_store::WorkloadIdentity;
 /// The dtype string of every harness workload's identity.
 pub const DTYPE: &str = "f32";
 
-/// A kernel of the kernels crate with its problem size.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kernel", rename_all = "snake_case", deny_unknown_fields)]
-pub enum KernelWorkload {
-    /// `out[i] = logaddexp(a[i], b[i])` over `n` elements.
-    Logaddexp {
-        /// Elements.
-        n: usize,
-    },
-    /// Row-wise logsumexp of a `rows × cols` matrix.
-    Logsumexp {
-        /// Rows.
-        rows: usize,
-        /// Row length.
-        cols: usize,
-    },
-    /// Row-wise softmax of a `rows × cols` matrix.
-    Softmax {
-        /// Rows.
-        rows: usize,
-        /// Row length.
-        cols: usize,
-    },
-    /// Per-tensor saturating quantization of `n` f32 values to int8.
-    Quantize {
-        /// Elements.
-        n: usize,
-    },
-    /// Fused RMSNorm + SwiGLU input projection.
-    RmsnormSwigluFused {
-        /// Tokens T.
-        tokens: usize,
-        /// Model width D.
-        d_model: usize,
-        /// Hidden width F.
-        d_ff: usize,
-    },
-    /// Unfused RMSNorm + SwiGLU (every intermediate materialized).
-    RmsnormSwigluUnfused {
-        /// Tokens T.
-        tokens: usize,
-        /// Model width D.
-        d_model: usize,
-        /// Hidden width F.
-        d_ff: usize,
-    },
-}
+/// A kernel of the kernels crate with its problem size: the Core's model of it, which owns
+/// its FLOPs and bytes ([`tensorforge_core::kernel`]).
+pub use tensorforge_core::kernel::KernelWorkload;
 
 /// Example graphs of `examples/graphs/` compiled into the binary, by name.
 pub const BUILTIN_GRAPHS: &[(&str, &str)] = &[
@@ -316,7 +271,7 @@ fn bad(src: &str, field: &str, value: impl ToString, reason: &str) -> MeasureErr
     MeasureError::invalid(src, field, value, reason)
 }
 
-fn fp32_gemm(m: u64, n: u64, k: u64, batch: u64) -> Gemm {
+pub(crate) fn fp32_gemm(m: u64, n: u64, k: u64, batch: u64) -> Gemm {
     Gemm {
         m,
         n,
@@ -365,32 +320,15 @@ impl WorkloadSpec {
                 b.validate().map_err(wrap)?;
                 b.decompose().map_err(wrap)?;
             }
-            WorkloadKind::Kernel(k) => {
-                let dims: Vec<(&str, usize)> = match k {
-                    KernelWorkload::Logaddexp { n } | KernelWorkload::Quantize { n } => {
-                        vec![("n", *n)]
-                    }
-                    KernelWorkload::Logsumexp { rows, cols }
-                    | KernelWorkload::Softmax { rows, cols } => {
-                        vec![("rows", *rows), ("cols", *cols)]
-                    }
-                    KernelWorkload::RmsnormSwigluFused {
-                        tokens,
-                        d_model,
-                        d_ff,
-                    }
-                    | KernelWorkload::RmsnormSwigluUnfused {
-                        tokens,
-                        d_model,
-                        d_ff,
-                    } => vec![("tokens", *tokens), ("d_model", *d_model), ("d_ff", *d_ff)],
-                };
-                for (f, v) in &dims {
-                    if *v == 0 {
-                        return Err(bad(src, f, v, "must be at least 1"));
-                    }
-                }
-            }
+            WorkloadKind::Kernel(k) => k.validate().map_err(|e| match e {
+                tensorforge_core::CoreError::InvalidField {
+                    field,
+                    value,
+                    reason,
+                    ..
+                } => bad(src, &field, value, &reason),
+                other => wrap(other),
+            })?,
             WorkloadKind::Graph(g) => g.check(src)?,
             WorkloadKind::Empty => {}
         }
@@ -488,60 +426,19 @@ impl WorkloadSpec {
                 }
                 ops
             }
-            WorkloadKind::Kernel(k) => {
-                let f = 4.0f64;
-                match *k {
-                    KernelWorkload::Logaddexp { n } => {
-                        vec![op("logaddexp", None, 3.0 * f * n as f64)]
-                    }
-                    KernelWorkload::Logsumexp { rows, cols } => vec![op(
-                        "logsumexp",
-                        None,
-                        f * (rows as f64 * cols as f64 + rows as f64),
-                    )],
-                    KernelWorkload::Softmax { rows, cols } => {
-                        let e = rows as f64 * cols as f64;
-                        vec![op(
-                            "softmax",
-                            Some(SOFTMAX_FLOPS_PER_ELEMENT as f64 * e),
-                            2.0 * f * e,
-                        )]
-                    }
-                    KernelWorkload::Quantize { n } => vec![op("quantize", None, 5.0 * n as f64)],
-                    KernelWorkload::RmsnormSwigluFused {
-                        tokens,
-                        d_model,
-                        d_ff,
-                    }
-                    | KernelWorkload::RmsnormSwigluUnfused {
-                        tokens,
-                        d_model,
-                        d_ff,
-                    } => {
-                        let (t, d, ff) = (tokens as f64, d_model as f64, d_ff as f64);
-                        let flops = 4.0 * t * d * ff
-                            + RMSNORM_FLOPS_PER_ELEMENT as f64 * t * d
-                            + SWIGLU_FLOPS_PER_ELEMENT as f64 * t * ff;
-                        let bytes = f * (t * d + d + 2.0 * d * ff + t * ff);
-                        vec![op("rmsnorm_swiglu", Some(flops), bytes)]
-                    }
-                }
-            }
+            WorkloadKind::Kernel(k) => vec![op(
+                k.op_name(),
+                k.flops()?.map(|f| f as f64),
+                k.compulsory_bytes()? as f64,
+            )],
             WorkloadKind::Graph(g) => {
-                // The graph compiler's analytical traffic, one operation per kernel; FLOPs
-                // and bytes do not depend on the hardware preset (only its times do).
+                // The graph compiler's analytical counts, one operation per kernel (no
+                // hardware spec: counting bytes and FLOPs needs no chip).
                 let p = g.program(&self.name)?;
-                let hw = tensorforge_core::presets::hardware("balanced")?;
-                tensorforge_graph::traffic::program_traffic(&p, &hw)
-                    .kernels
+                tensorforge_graph::traffic::program_counts(&p)
                     .into_iter()
                     .map(|k| {
-                        let what = k.pattern.clone().unwrap_or_else(|| {
-                            serde_json::to_value(k.kind)
-                                .ok()
-                                .and_then(|v| v.as_str().map(String::from))
-                                .unwrap_or_default()
-                        });
+                        let what = k.pattern.clone().unwrap_or_else(|| k.kind.label().into());
                         op(
                             &format!("{} ({what})", k.name),
                             (k.flops > 0).then_some(k.flops as f64),

@@ -13,7 +13,7 @@ use tensorforge_core::DType;
 use tensorforge_graph::exec::{compare, execute_with, fill_inputs, ExecResult, Pool, ATOL, RTOL};
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::planner::{check_capacity, plan, DEFAULT_ALIGN_BYTES};
-use tensorforge_graph::traffic::{fuse_report, program_traffic};
+use tensorforge_graph::traffic::{fuse_report, program_bytes};
 use tensorforge_graph::{mlp, Graph, SCHEMA_VERSION};
 use tensorforge_kernels::npy::{parse_npy, NpyData};
 
@@ -464,9 +464,8 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         ins.entry(name).or_insert(data);
     }
     fill_inputs(&c.unfused.graph, &mut ins, a.seed)?;
-    let hw = tensorforge_core::presets::hardware(super::DEFAULT_HW)?;
-    let model_u = program_traffic(&c.unfused, &hw).total_bytes;
-    let model_f = program_traffic(&c.fused, &hw).total_bytes;
+    let model_u = program_bytes(&c.unfused);
+    let model_f = program_bytes(&c.fused);
     let (prog, model) = if a.unfused {
         (&c.unfused, model_u)
     } else {
