@@ -1,8 +1,11 @@
-//! HTML/XML escaping of user-supplied text and a small well-formedness checker for the
-//! markup this crate writes (tags balanced, attribute values quoted without `<`, every `&`
-//! an entity, no bare `<` or `>` in text). The checker is deliberately stricter than HTML5
-//! in text (a bare `>` is rejected, so unescaped user strings are caught) and more lenient
-//! elsewhere: it does not validate element nesting rules or attribute names.
+//! Escaping of user-supplied text: for HTML (also as [`Text`], a maud splice that escapes
+//! like [`escape`]), for Markdown, and for one line of terminal output; and a small
+//! well-formedness checker for markup (tags balanced, attribute values quoted without `<`,
+//! every `&` an entity, no bare `<` or `>` in text). The HTML report is built with maud,
+//! whose templates balance their tags at compile time; the checker stays for tests that
+//! check a written page as a whole. It is deliberately stricter than HTML5 in text (a bare
+//! `>` is rejected, so unescaped user strings are caught) and more lenient elsewhere: it
+//! does not validate element nesting rules or attribute names.
 
 /// Escape `& < > " '` so text is safe in element content and quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -18,6 +21,17 @@ pub fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// User text spliced into a maud template: rendered through [`escape`], so apostrophes
+/// become `&#39;` as well (maud's own escaping covers `& < > "` only), and the page's text
+/// is escaped exactly as it was before maud.
+pub struct Text<'a>(pub &'a str);
+
+impl maud::Render for Text<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&escape(self.0));
+    }
 }
 
 /// Escape user text for Markdown (CommonMark/GitHub): every ASCII punctuation character that
@@ -182,6 +196,15 @@ mod tests {
         assert_eq!(
             one_line("x\ngate: PASS\r\u{1b}[2K"),
             "x\\ngate: PASS\\r\\u{1b}[2K"
+        );
+    }
+
+    #[test]
+    fn text_splices_escape_like_escape() {
+        let page = maud::html! { p title=(Text("'\"")) { (Text("it's <b> & co")) } };
+        assert_eq!(
+            page.into_string(),
+            "<p title=\"&#39;&quot;\">it&#39;s &lt;b&gt; &amp; co</p>"
         );
     }
 

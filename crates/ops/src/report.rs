@@ -3,13 +3,15 @@
 //! given hardware spec, its bound, the percentage of the roofline each side reached), sizing
 //! feasibility (peak allocation against device memory; a GEMM's tile against the tile
 //! buffer), software and runtime changes, waivers and limitations — rendered as Markdown
-//! (for a CI job summary), one self-contained HTML page with inline SVG, or JSON. The model
+//! (for a CI job summary), one self-contained HTML page (a maud template; plots from
+//! plotters inlined as SVG), or JSON. The model
 //! context is labelled as such and never changes the decision. Left out: scripts, external
 //! assets, and any plot not derivable from the records.
 
 use crate::gate::{describe_row, GateResult, MetricRow, Verdict};
-use crate::markup::escape;
+use crate::markup::Text;
 use crate::svg::{self, RoofPoint, Series};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::{Deserialize, Serialize};
 use tensorforge_core::schedule::{sram_fit, SramFit, Tile};
 use tensorforge_core::units;
@@ -645,38 +647,31 @@ pub fn render_markdown_with_lead(report: &Report, lead: &[(String, String)]) -> 
     s
 }
 
-fn html_table(headers: &[String], rows: &[Vec<String>], verdict_col: Option<usize>) -> String {
-    let mut s = String::from("<table><thead><tr>");
-    for h in headers {
-        s.push_str(&format!("<th>{}</th>", escape(h)));
-    }
-    s.push_str("</tr></thead><tbody>");
-    for r in rows {
-        s.push_str("<tr>");
-        for (i, c) in r.iter().enumerate() {
-            if Some(i) == verdict_col {
-                s.push_str(&format!(
-                    "<td class=\"v-{}\">{}</td>",
-                    escape(&c.to_ascii_lowercase()),
-                    escape(c)
-                ));
-            } else {
-                s.push_str(&format!("<td>{}</td>", escape(c)));
+/// A table of plain-text cells; the cells of column `verdict_col` also get a `v-<verdict>`
+/// class for their colour.
+fn html_table(headers: &[String], rows: &[Vec<String>], verdict_col: Option<usize>) -> Markup {
+    html! {
+        table {
+            thead { tr { @for h in headers { th { (Text(h)) } } } }
+            tbody {
+                @for r in rows {
+                    tr {
+                        @for (i, c) in r.iter().enumerate() {
+                            @if Some(i) == verdict_col {
+                                td class=(format!("v-{}", c.to_ascii_lowercase())) { (Text(c)) }
+                            } @else {
+                                td { (Text(c)) }
+                            }
+                        }
+                    }
+                }
             }
         }
-        s.push_str("</tr>");
     }
-    s.push_str("</tbody></table>");
-    s
 }
 
-fn html_list(items: &[String]) -> String {
-    let mut s = String::from("<ul>");
-    for i in items {
-        s.push_str(&format!("<li>{}</li>", escape(i)));
-    }
-    s.push_str("</ul>");
-    s
+fn html_list(items: &[String]) -> Markup {
+    html! { ul { @for i in items { li { (Text(i)) } } } }
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}\
@@ -691,12 +686,63 @@ pub fn render_html(report: &Report, extra: &[HtmlSection]) -> String {
     render_html_with_lead(report, &[], extra)
 }
 
-fn push_section(s: &mut String, sec: &HtmlSection) {
-    s.push_str(&format!("<h2>{}</h2>", escape(&sec.title)));
-    match &sec.body {
-        HtmlBody::Text(t) => s.push_str(&format!("<p>{}</p>", escape(t))),
-        HtmlBody::Table { headers, rows } => s.push_str(&html_table(headers, rows, None)),
-        HtmlBody::TrustedHtml(h) => s.push_str(h),
+fn section(sec: &HtmlSection) -> Markup {
+    html! {
+        h2 { (Text(&sec.title)) }
+        @match &sec.body {
+            HtmlBody::Text(t) => p { (Text(t)) },
+            HtmlBody::Table { headers, rows } => (html_table(headers, rows, None)),
+            // The caller's markup (an SVG from plotters), trusted by contract.
+            HtmlBody::TrustedHtml(h) => (PreEscaped(h)),
+        }
+    }
+}
+
+/// One ECDF per workload, baseline against candidate.
+fn distribution_plots(report: &Report) -> Markup {
+    html! {
+        @for d in &report.distributions {
+            (PreEscaped(svg::ecdf_plot(
+                &d.workload,
+                &[
+                    Series { label: "baseline", color: "#1f77b4", values: &d.baseline_ns },
+                    Series { label: "candidate", color: "#d62728", values: &d.candidate_ns },
+                ],
+            )))
+        }
+    }
+}
+
+/// One roofline per workload with a prediction, with the achieved rate of each side.
+fn roofline_plots(report: &Report) -> Markup {
+    html! {
+        @for c in &report.context {
+            @if let Some(p) = &c.prediction {
+                @let bl = format!("{} baseline", c.name);
+                @let cl = format!("{} candidate", c.name);
+                @let sides = [
+                    (bl.as_str(), "#1f77b4", c.baseline_flops_per_s),
+                    (cl.as_str(), "#d62728", c.candidate_flops_per_s),
+                ];
+                @let points: Vec<RoofPoint<'_>> = sides
+                    .iter()
+                    .filter_map(|&(label, color, f)| {
+                        Some(RoofPoint {
+                            label,
+                            color,
+                            intensity: p.arithmetic_intensity,
+                            flops_per_s: f?,
+                        })
+                    })
+                    .collect();
+                (PreEscaped(svg::roofline_plot(
+                    &format!("{} on {}", c.name, p.hardware),
+                    p.peak_flops_per_s,
+                    &p.bandwidth_roofs,
+                    &points,
+                )))
+            }
+        }
     }
 }
 
@@ -708,120 +754,82 @@ pub fn render_html_with_lead(
     extra: &[HtmlSection],
 ) -> String {
     let g = &report.gate;
-    let mut s = String::new();
-    s.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>TensorForge impact report</title>");
-    s.push_str(&format!("<style>{STYLE}</style></head><body>"));
-    s.push_str("<h1>TensorForge impact report</h1>");
-    s.push_str(&format!(
-        "<p class=\"decision\">Decision: <strong class=\"v-{}\">{}</strong> (exit {})</p><p>Policy <code>{}</code>; waivers checked on {}; false-discovery control: {} over {} test(s).</p>",
-        escape(&g.overall.label().to_ascii_lowercase()),
-        escape(&report.decision()),
-        g.exit_code,
-        escape(&g.policy_source),
-        g.today,
-        escape(&g.fdr_method),
-        g.fdr_family_size
-    ));
-    s.push_str("<h2>Reasons</h2>");
-    s.push_str(&html_list(&g.reasons));
-    // The caller's lead sections (how the decision was reached) follow the decision.
-    for sec in lead {
-        push_section(&mut s, sec);
-    }
-    s.push_str("<h2>Metrics (measurement; decides)</h2>");
-    let headers: Vec<String> = METRIC_HEADERS.iter().map(|h| h.to_string()).collect();
-    let rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();
-    s.push_str(&html_table(&headers, &rows, Some(8)));
+    let metric_headers: Vec<String> = METRIC_HEADERS.iter().map(|h| h.to_string()).collect();
+    let metric_rows: Vec<Vec<String>> = g.rows.iter().map(metric_cells).collect();
     let notable: Vec<String> = g
         .rows
         .iter()
         .filter(|r| !matches!(r.verdict, Verdict::Pass | Verdict::NotComparable))
         .map(describe_row)
         .collect();
-    if !notable.is_empty() {
-        s.push_str(&html_list(&notable));
-    }
-    s.push_str("<h2>Latency distributions</h2>");
-    for d in &report.distributions {
-        s.push_str(&svg::ecdf_plot(
-            &d.workload,
-            &[
-                Series {
-                    label: "baseline",
-                    color: "#1f77b4",
-                    values: &d.baseline_ns,
-                },
-                Series {
-                    label: "candidate",
-                    color: "#d62728",
-                    values: &d.candidate_ns,
-                },
-            ],
-        ));
-    }
-    s.push_str(
-        "<div class=\"model\"><h2>Analytical context (model; never changes the decision)</h2>",
-    );
     let violations: Vec<String> = report
         .context
         .iter()
         .flat_map(|c| c.ceiling_violations.iter().cloned())
         .collect();
-    if !violations.is_empty() {
-        s.push_str("<p><strong>Ceiling violated</strong></p>");
-        s.push_str(&html_list(&violations));
-    }
-    let headers: Vec<String> = CONTEXT_HEADERS.iter().map(|h| h.to_string()).collect();
-    let rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
-    s.push_str(&html_table(&headers, &rows, None));
-    for c in &report.context {
-        let Some(p) = &c.prediction else { continue };
-        let ai = p.arithmetic_intensity;
-        let mut points = Vec::new();
-        let bl = format!("{} baseline", c.name);
-        let cl = format!("{} candidate", c.name);
-        if let Some(f) = c.baseline_flops_per_s {
-            points.push(RoofPoint {
-                label: &bl,
-                color: "#1f77b4",
-                intensity: ai,
-                flops_per_s: f,
-            });
+    let context_headers: Vec<String> = CONTEXT_HEADERS.iter().map(|h| h.to_string()).collect();
+    let context_rows: Vec<Vec<String>> = report.context.iter().map(context_cells).collect();
+    let changes = change_lines(report);
+    let waivers = waiver_lines(report);
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "TensorForge impact report" }
+                style { (STYLE) }
+            }
+            body {
+                h1 { "TensorForge impact report" }
+                p.decision {
+                    "Decision: "
+                    strong class=(format!("v-{}", g.overall.label().to_ascii_lowercase())) {
+                        (Text(&report.decision()))
+                    }
+                    " (exit " (g.exit_code) ")"
+                }
+                p {
+                    "Policy " code { (Text(&g.policy_source)) } "; waivers checked on "
+                    (g.today.to_string()) "; false-discovery control: " (Text(&g.fdr_method)) " over "
+                    (g.fdr_family_size) " test(s)."
+                }
+                h2 { "Reasons" }
+                (html_list(&g.reasons))
+                // The caller's lead sections (how the decision was reached) follow the
+                // decision.
+                @for sec in lead { (section(sec)) }
+                h2 { "Metrics (measurement; decides)" }
+                (html_table(&metric_headers, &metric_rows, Some(8)))
+                @if !notable.is_empty() { (html_list(&notable)) }
+                h2 { "Latency distributions" }
+                (distribution_plots(report))
+                div.model {
+                    h2 { "Analytical context (model; never changes the decision)" }
+                    @if !violations.is_empty() {
+                        p { strong { "Ceiling violated" } }
+                        (html_list(&violations))
+                    }
+                    (html_table(&context_headers, &context_rows, None))
+                    (roofline_plots(report))
+                }
+                h2 { "Software and runtime changes" }
+                @if changes.is_empty() {
+                    p { "None recorded." }
+                } @else {
+                    (html_list(&changes))
+                }
+                @if !waivers.is_empty() {
+                    h2 { "Waivers" }
+                    (html_list(&waivers))
+                }
+                @for sec in extra { (section(sec)) }
+                h2 { "Limitations" }
+                (html_list(&report.limitations))
+            }
         }
-        if let Some(f) = c.candidate_flops_per_s {
-            points.push(RoofPoint {
-                label: &cl,
-                color: "#d62728",
-                intensity: ai,
-                flops_per_s: f,
-            });
-        }
-        s.push_str(&svg::roofline_plot(
-            &format!("{} on {}", c.name, p.hardware),
-            p.peak_flops_per_s,
-            &p.bandwidth_roofs,
-            &points,
-        ));
-    }
-    s.push_str("</div>");
-    s.push_str("<h2>Software and runtime changes</h2>");
-    let ch = change_lines(report);
-    if ch.is_empty() {
-        s.push_str("<p>None recorded.</p>");
-    } else {
-        s.push_str(&html_list(&ch));
-    }
-    let wl = waiver_lines(report);
-    if !wl.is_empty() {
-        s.push_str("<h2>Waivers</h2>");
-        s.push_str(&html_list(&wl));
-    }
-    for sec in extra {
-        push_section(&mut s, sec);
-    }
-    s.push_str("<h2>Limitations</h2>");
-    s.push_str(&html_list(&report.limitations));
-    s.push_str("</body></html>\n");
+    };
+    let mut s = page.into_string();
+    s.push('\n');
     s
 }
 
@@ -893,6 +901,97 @@ mod tests {
             source: "harness".into(),
         })
         .unwrap()
+    }
+
+    /// The text of every `<tag>…</tag>` in `html`, in order (no nested tags inside).
+    fn texts_of(html: &str, tag: &str) -> Vec<String> {
+        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+        html.split(open.as_str())
+            .skip(1)
+            .filter_map(|rest| rest.split_once(close.as_str()).map(|(t, _)| t.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn html_has_its_sections_in_order_and_escapes_apostrophes() {
+        let name = "it's <b>";
+        let b = vec![rec(name, 1.0, "aaa")];
+        let c = vec![rec(name, 2.0, "bbb")];
+        let g = gate(
+            &Policy::default_embedded(),
+            &b,
+            &c,
+            Date::parse("2025-01-01", "t", "t").unwrap(),
+        );
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        let report = Report::new(g, &b, &c, Some(&hw));
+        let lead = vec![HtmlSection {
+            title: "How this was decided".into(),
+            body: HtmlBody::Text("first".into()),
+        }];
+        let extra = vec![HtmlSection {
+            title: "Model validation".into(),
+            body: HtmlBody::Table {
+                headers: vec!["a".into(), "b".into()],
+                rows: vec![vec!["1".into(), "2".into()]],
+            },
+        }];
+        let html = render_html_with_lead(&report, &lead, &extra);
+        assert!(html.starts_with("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"));
+        assert!(html.ends_with("</body></html>\n"));
+        assert_eq!(
+            texts_of(&html, "h2"),
+            [
+                "Reasons",
+                "How this was decided",
+                "Metrics (measurement; decides)",
+                "Latency distributions",
+                "Analytical context (model; never changes the decision)",
+                "Software and runtime changes",
+                "Model validation",
+                "Limitations",
+            ]
+        );
+        assert_eq!(texts_of(&html, "h1"), ["TensorForge impact report"]);
+        // Every header of both report tables and of the caller's table.
+        let th = texts_of(&html, "th");
+        assert_eq!(
+            th.len(),
+            METRIC_HEADERS.len() + CONTEXT_HEADERS.len() + 2,
+            "{th:?}"
+        );
+        assert_eq!(th[..9], METRIC_HEADERS);
+        // The verdict cell carries its colour class; the decision its label.
+        assert!(
+            html.contains("<td class=\"v-inconclusive\">INCONCLUSIVE</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<strong class=\"v-inconclusive\">INCONCLUSIVE</strong> (exit 3)"));
+        // The workload name in a table cell: `<`, `>` and the apostrophe all escaped.
+        assert!(texts_of(&html, "td")
+            .iter()
+            .any(|t| t == "it&#39;s &lt;b&gt;"));
+        assert!(!html.contains("it's") && !html.contains("<b>"));
+        // One ECDF and one roofline, both plotters' SVG.
+        assert_eq!(html.matches("<svg").count(), 2);
+        // Lists: the reasons, the notable rows, the software change and the limitations.
+        let li = texts_of(&html, "li");
+        let notable = report
+            .gate
+            .rows
+            .iter()
+            .filter(|r| !matches!(r.verdict, Verdict::Pass | Verdict::NotComparable))
+            .count();
+        assert_eq!(
+            li.len(),
+            report.gate.reasons.len() + notable + 1 + LIMITATIONS.len(),
+            "{li:?}"
+        );
+        assert!(
+            li.iter().any(|l| l.ends_with("git_commit: aaa → bbb")),
+            "{li:?}"
+        );
+        assert_eq!(li[li.len() - LIMITATIONS.len()..], *LIMITATIONS);
     }
 
     #[test]
