@@ -1,34 +1,36 @@
-//! UTC civil time from Unix seconds, for run ids and human-readable timestamps. Proleptic
-//! Gregorian calendar; no time zones, no leap seconds.
+//! UTC civil time from Unix seconds, for run ids and human-readable timestamps, through
+//! `jiff` (its `Timestamp` and the UTC offset; no time-zone database). Proleptic Gregorian
+//! calendar; no local time zones, no leap seconds. Seconds outside jiff's range (years
+//! -9999..=9999) are clamped to its ends.
+
+use jiff::{civil::DateTime, tz::Offset, Timestamp};
 
 /// Seconds since the Unix epoch now (0 if the system clock is before 1970).
 pub fn now_unix_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    Timestamp::now().as_second().max(0)
 }
 
-/// `(year, month, day)` of the civil date `days` after 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// The UTC date and time of Unix seconds `secs` (clamped to jiff's range).
+fn utc(secs: i64) -> DateTime {
+    let ts = Timestamp::from_second(secs).unwrap_or(if secs < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    });
+    Offset::UTC.to_datetime(ts)
 }
 
 /// `(year, month, day, hour, minute, second)` in UTC for Unix seconds.
 pub fn utc_fields(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400) as u32;
-    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
+    let t = utc(secs);
+    (
+        i64::from(t.year()),
+        t.month() as u32,
+        t.day() as u32,
+        t.hour() as u32,
+        t.minute() as u32,
+        t.second() as u32,
+    )
 }
 
 /// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds.
@@ -43,13 +45,32 @@ mod tests {
 
     #[test]
     fn hand_checked_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        let day = |d: i64| {
+            let (y, m, dd, ..) = utc_fields(d * 86_400);
+            (y, m, dd)
+        };
+        assert_eq!(day(0), (1970, 1, 1));
         // 2000-03-01 is day 11 017: 30 years of 365 days + 7 leap days (72..96) = 10 957,
         // plus 31 (Jan) + 29 (Feb 2000, a leap year) = 11 017.
-        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(day(11_017), (2000, 3, 1));
+        assert_eq!(day(-1), (1969, 12, 31));
         // 1 796 262 052 s = 20 790 days + 6 052 s (1 h 40 min 52 s) -> 2026-12-03 01:40:52Z
         // (python3: datetime.datetime.utcfromtimestamp(1796262052)).
         assert_eq!(utc_text(1_796_262_052), "2026-12-03 01:40:52Z");
+        // 2024-02-29 12:34:56 UTC = 1709210096 (a leap day).
+        assert_eq!(utc_text(1_709_210_096), "2024-02-29 12:34:56Z");
+        assert_eq!(utc_text(-1), "1969-12-31 23:59:59Z");
+        // Out of range: clamped, never a panic.
+        assert!(
+            utc_text(i64::MAX).starts_with("9999-12-"),
+            "{}",
+            utc_text(i64::MAX)
+        );
+        assert!(
+            utc_text(i64::MIN).starts_with("-9999-01-"),
+            "{}",
+            utc_text(i64::MIN)
+        );
+        assert!(now_unix_s() > 1_700_000_000);
     }
 }
