@@ -1,0 +1,86 @@
+//! Input values for a run: seeded uniform values in [−1, 1) for every Input and Weight the
+//! caller did not supply, and whole numbers for integer tensors (indices every `Gather`
+//! reading them accepts, 0/1 for booleans, else [0, 100)). Left out: any other
+//! distribution; supplied values are only checked for their element count.
+
+use super::pool::check_size;
+use crate::error::{GraphError, Result};
+use crate::ir::{norm_axis, DType, Op, TypedGraph};
+use std::collections::HashMap;
+
+/// Deterministic uniform values in [−1, 1) for inputs not supplied
+/// ([`tensorforge_core::rng::SplitMix64::f32_pm1_vec`]).
+pub fn random_values(n: usize, seed: u64) -> Vec<f32> {
+    tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, n)
+}
+
+/// Seeded random values for every Input and Weight of `tg` not already in `given`.
+pub fn fill_inputs(
+    tg: &TypedGraph,
+    given: &mut HashMap<String, Vec<f32>>,
+    seed: u64,
+) -> Result<()> {
+    check_size(tg)?;
+    for (i, n) in tg.nodes.iter().enumerate() {
+        if matches!(n.op, Op::Input { .. } | Op::Weight { .. }) {
+            let t = &tg.tensors[tg.node_outputs[i][0]];
+            if let Some(v) = given.get(&t.name) {
+                if v.len() as u64 != t.numel {
+                    return Err(GraphError::Input {
+                        tensor: t.name.clone(),
+                        detail: format!(
+                            "has {} elements, the graph declares {:?} ({} elements)",
+                            v.len(),
+                            t.shape,
+                            t.numel
+                        ),
+                    });
+                }
+                continue;
+            }
+            let n = usize::try_from(t.numel).map_err(|_| GraphError::Input {
+                tensor: t.name.clone(),
+                detail: "too large for this machine".into(),
+            })?;
+            let h = t
+                .name
+                .bytes()
+                .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+            let mut v = random_values(n, h);
+            if let Some(hi) = integer_range(tg, tg.node_outputs[i][0]) {
+                // Whole numbers in [0, hi): valid indices for every Gather that reads them.
+                for x in &mut v {
+                    *x = (((*x + 1.0) * 0.5 * hi as f32) as usize).min(hi - 1) as f32;
+                }
+            }
+            given.insert(t.name.clone(), v);
+        }
+    }
+    Ok(())
+}
+
+/// For a generated integer tensor `t`: values are drawn from `[0, hi)`, `hi` the shortest
+/// axis a `Gather` indexes with it, 2 for booleans, else 100. `None` for float tensors.
+fn integer_range(tg: &TypedGraph, t: usize) -> Option<usize> {
+    let spec = &tg.tensors[t];
+    if !spec.dtype.is_integer() {
+        return None;
+    }
+    let gathered = tg
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(n, node)| match node.op {
+            Op::Gather { axis } if tg.node_inputs[n].get(1) == Some(&t) => {
+                let d = &tg.tensors[tg.node_inputs[n][0]].shape;
+                norm_axis(axis, d.len()).map(|a| d[a])
+            }
+            _ => None,
+        })
+        .min();
+    Some(
+        gathered
+            .unwrap_or(if spec.dtype == DType::Bool { 2 } else { 100 })
+            .max(1),
+    )
+}

@@ -1,0 +1,323 @@
+//! CPU executor for a [`Program`]. The unfused program runs one op per kernel with every
+//! tensor materialized; the fused program evaluates each fused kernel in blocks (about
+//! [`BLOCK_ELEMS`] elements, so that a kernel's scratch fits L1, whole rows for row and matmul kernels) with rayon over blocks,
+//! every node of the kernel computed op by op into small per-thread scratch buffers that
+//! stay in L1/L2, and only the kernel's outputs stored to full-size buffers; on AVX2 CPUs pure
+//! elementwise kernels run register-tiled instead (module `tile`). Max/Min are IEEE
+//! maxNum/minNum in every path (`fmax`, `fmin`). Numerics come
+//! from the Kernels crate where it has them (softmax, log-softmax, logsumexp, logaddexp,
+//! the fused RMSNorm+SwiGLU). MatMul runs on faer (module `gemm`): a matmul kernel computes
+//! each product whole first (into its output buffer when stored), then evaluates its fused
+//! elementwise epilogue (bias, activation, residual) per block of output rows from that
+//! product; a MatMul operand that is a transpose of the last two axes of a stored tensor is
+//! read in place through swapped strides, never copied. The executor counts the bytes it reads from and writes to
+//! full-size buffers: each kernel's input buffers once and its outputs once, in the
+//! declared dtype's size, which is exactly the analytical traffic. Values are held in f32
+//! whatever the declared dtype (Cast to bf16 rounds; other casts keep f32). Other views are
+//! materialized on demand as uncounted copies (the model treats them as strided aliases).
+//! Not executable: Opaque ops.
+//
+// Files by job: `inputs` (seeded input values), `pool` (recycled buffers and the memory
+// check), `program` (the interpreter: one kernel after another, views, whole-tensor ops,
+// compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
+// `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path); this
+// file holds the entry points, the result type and the fused-vs-unfused comparison.
+
+mod blocks;
+mod elementwise;
+mod inputs;
+mod pool;
+mod program;
+#[cfg(target_arch = "x86_64")]
+mod tile;
+
+pub use blocks::BLOCK_ELEMS;
+pub(crate) use blocks::{plan_nodes, Bind, NodePlan};
+pub use inputs::{fill_inputs, random_values};
+pub use pool::{available_memory_bytes, Pool, MAX_EXEC_ELEMENTS};
+
+use crate::error::Result;
+use crate::fusion::Program;
+use program::{run_program_checked, State};
+use std::collections::HashMap;
+
+/// Relative tolerance (of the tensor's largest magnitude) for fused vs unfused agreement.
+pub const RTOL: f32 = 1e-4;
+/// Absolute tolerance for fused vs unfused agreement.
+pub const ATOL: f32 = 1e-5;
+
+/// Result of one execution.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    /// Graph outputs: name, shape, values.
+    pub outputs: Vec<(String, Vec<usize>, Vec<f32>)>,
+    /// Bytes read from full-size buffers.
+    pub read_bytes: u64,
+    /// Bytes written to full-size buffers.
+    pub write_bytes: u64,
+    /// Wall time of the kernels, ns.
+    pub elapsed_ns: u64,
+}
+
+impl ExecResult {
+    /// read + write.
+    pub fn total_bytes(&self) -> u64 {
+        self.read_bytes + self.write_bytes
+    }
+}
+
+/// Threads the executor's parallel loops use (the current rayon pool; `RAYON_NUM_THREADS`
+/// sets it for the CLI).
+pub fn worker_threads() -> usize {
+    rayon::current_num_threads()
+}
+
+/// Execute a program on the given Input / Weight values (by tensor name).
+pub fn execute(p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<ExecResult> {
+    execute_pooled(p, inputs, &mut Pool::default())
+}
+
+/// [`execute`] with buffers taken from and returned to `pool`.
+pub fn execute_pooled(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    pool: &mut Pool,
+) -> Result<ExecResult> {
+    execute_with(p, inputs, pool, None)
+}
+
+/// [`execute_pooled`], running the kernels `jit` compiled for `p` as native code (see
+/// [`crate::jit`]) and every other kernel in the interpreter. `jit` must come from
+/// [`crate::jit::compile`] on this same program.
+pub fn execute_with(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    pool: &mut Pool,
+    jit: Option<&crate::jit::Jit>,
+) -> Result<ExecResult> {
+    let tg = &p.graph;
+    let mut st = State {
+        tg,
+        bufs: vec![None; tg.tensors.len()],
+        pool: std::mem::take(pool),
+    };
+    let r = run_program_checked(p, inputs, &mut st, jit);
+    for b in st.bufs.iter_mut() {
+        if let Some(v) = b.take() {
+            st.pool.put(v);
+        }
+    }
+    *pool = std::mem::take(&mut st.pool);
+    r
+}
+
+/// True when every output agrees norm-wise: `|a − b| ≤ ATOL + RTOL · max|b|` over the
+/// tensor's finite values (matmul and reduction sums are reassociated between the paths);
+/// NaN matches NaN and equal infinities match. Returns the worst absolute difference and where.
+pub fn compare(a: &ExecResult, b: &ExecResult) -> (bool, f32, String) {
+    let mut ok = true;
+    let mut worst = 0.0f32;
+    let mut at = String::new();
+    for ((n, _, x), (_, _, y)) in a.outputs.iter().zip(&b.outputs) {
+        if x.len() != y.len() {
+            return (false, f32::INFINITY, n.clone());
+        }
+        let scale = y
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f32, |m, v| m.max(v.abs()));
+        for (i, (&u, &v)) in x.iter().zip(y).enumerate() {
+            let same = (u.is_nan() && v.is_nan()) || u == v;
+            if same {
+                continue;
+            }
+            let d = (u - v).abs();
+            if d.is_nan() || d > ATOL + RTOL * scale {
+                ok = false;
+            }
+            if d.is_nan() || d > worst {
+                worst = d;
+                at = format!("{n}[{i}]");
+            }
+        }
+    }
+    (ok, worst, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::compile;
+    use crate::ir::Graph;
+    use crate::traffic::program_traffic;
+
+    thread_local! {
+        /// Transposes materialized by `State::ensure` on this thread (the executor's view
+        /// handling runs on the calling thread), to observe that a MatMul operand was read
+        /// in place.
+        pub(super) static TRANSPOSE_COPIES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn load(name: &str) -> Graph {
+        let p = format!(
+            "{}/../../examples/graphs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        Graph::from_json_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn repeated_runs_do_not_grow_the_pool() {
+        // Every buffer a run puts back must have been taken from the pool, or the pool (and
+        // the peak memory a harness measures) grows with the iteration count.
+        for name in [
+            "rmsnorm_swiglu_mlp",
+            "attention_softmax",
+            "logaddexp_chain",
+            "residual_layernorm",
+        ] {
+            let c = compile(&load(name)).unwrap();
+            let mut ins = HashMap::new();
+            fill_inputs(&c.unfused.graph, &mut ins, 3).unwrap();
+            for p in [&c.fused, &c.unfused] {
+                let mut pool = Pool::default();
+                execute_pooled(p, &ins, &mut pool).unwrap();
+                let after_first = pool.held_bytes();
+                for _ in 0..3 {
+                    execute_pooled(p, &ins, &mut pool).unwrap();
+                }
+                assert_eq!(pool.held_bytes(), after_first, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_example_agrees_and_counts_match_the_model() {
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        for name in [
+            "rmsnorm_swiglu_mlp",
+            "attention_softmax",
+            "logaddexp_chain",
+            "residual_layernorm",
+        ] {
+            let c = compile(&load(name)).unwrap();
+            let mut ins = HashMap::new();
+            fill_inputs(&c.unfused.graph, &mut ins, 7).unwrap();
+            let u = execute(&c.unfused, &ins).unwrap();
+            let f = execute(&c.fused, &ins).unwrap();
+            let (ok, worst, at) = compare(&f, &u);
+            assert!(ok, "{name}: worst {worst} at {at}");
+            assert_eq!(
+                u.total_bytes(),
+                program_traffic(&c.unfused, &hw).total_bytes,
+                "{name} unfused"
+            );
+            assert_eq!(
+                f.total_bytes(),
+                program_traffic(&c.fused, &hw).total_bytes,
+                "{name} fused"
+            );
+            assert!(f.total_bytes() < u.total_bytes(), "{name}");
+        }
+    }
+
+    #[test]
+    fn other_ops_run_and_agree() {
+        // Non-last-axis reduction, keepdims=false, Concat, Broadcast, Quantize/Dequantize,
+        // Cast to bf16, Pow, LogSoftmax, LayerNorm, Reshape inside a chain, an Opaque op.
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[3,4],"dtype":"fp32"}},
+          {"name":"g","op":"Weight","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[4],"dtype":"fp32"}},
+          {"name":"s0","op":"ReduceSum","attrs":{"axis":0,"keepdims":false},"inputs":["x"]},
+          {"name":"m1","op":"ReduceMean","attrs":{"axis":1,"keepdims":false},"inputs":["x"]},
+          {"name":"bc","op":"Broadcast","attrs":{"shape":[2,3,4]},"inputs":["x"]},
+          {"name":"cat","op":"Concat","attrs":{"axis":0},"inputs":["x","x"]},
+          {"name":"q","op":"Quantize","attrs":{"scale":0.01,"zero_point":3},"inputs":["x"]},
+          {"name":"dq","op":"Dequantize","attrs":{"scale":0.01,"zero_point":3},"inputs":["q"]},
+          {"name":"c16","op":"Cast","attrs":{"to":"bf16"},"inputs":["dq"]},
+          {"name":"p","op":"Pow","attrs":{"exponent":3.0},"inputs":["x"]},
+          {"name":"r","op":"Reshape","attrs":{"shape":[12]},"inputs":["p"]},
+          {"name":"t","op":"Tanh","inputs":["r"]},
+          {"name":"ls","op":"LogSoftmax","inputs":["x"]},
+          {"name":"ln","op":"LayerNorm","inputs":["ls","g","b"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        fill_inputs(&c.unfused.graph, &mut ins, 11).unwrap();
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        let (ok, worst, at) = compare(&f, &u);
+        assert!(ok, "{worst} at {at}");
+        let out = |r: &ExecResult, n: &str| r.outputs.iter().find(|o| o.0 == n).unwrap().2.clone();
+        let x = &ins["x"];
+        // s0[j] = x[0][j] + x[1][j] + x[2][j].
+        assert!((out(&u, "s0")[1] - (x[1] + x[5] + x[9])).abs() < 1e-6);
+        assert_eq!(out(&u, "cat")[12..], x[..]);
+        assert_eq!(out(&u, "bc")[12..], x[..]);
+        // Dequantize(Quantize(x)) is x rounded to the 0.01 grid (|x| < 1 never saturates).
+        assert!(out(&u, "c16")
+            .iter()
+            .zip(x)
+            .all(|(a, b)| (a - b).abs() < 0.01));
+        assert_eq!(
+            f.total_bytes(),
+            program_traffic(
+                &c.fused,
+                &tensorforge_core::presets::hardware("balanced").unwrap()
+            )
+            .total_bytes
+        );
+        let op = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},
+          {"name":"o","op":"Opaque","attrs":{"name":"NonMaxSuppression","output_specs":[{"shape":[3],"dtype":"fp32"}]},"inputs":["x"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&op).unwrap();
+        let mut ins = HashMap::new();
+        fill_inputs(&c.unfused.graph, &mut ins, 1).unwrap();
+        let e = execute(&c.fused, &ins).unwrap_err().to_string();
+        assert!(e.contains("NonMaxSuppression") && e.contains("`o`"), "{e}");
+    }
+
+    #[test]
+    fn naive_overflows_rewritten_does_not() {
+        let c = compile(&load("logaddexp_chain")).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("a".to_string(), vec![100.0f32; 4096]);
+        ins.insert("b".to_string(), vec![100.0f32; 4096]);
+        ins.insert("c".to_string(), vec![-5.0f32; 4096]);
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        // Naive: exp(100) = inf in f32, log(inf + ...) = inf.
+        assert!(u.outputs[0].2[0].is_infinite());
+        // Rewritten: logaddexp(logaddexp(100, 100), -5) = 100 + ln 2 + ~e^-105.7 = 100.693147.
+        assert!(
+            (f.outputs[0].2[0] - 100.693_15).abs() < 1e-4,
+            "{}",
+            f.outputs[0].2[0]
+        );
+    }
+
+    #[test]
+    fn softmax_rewrite_survives_large_logits() {
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[2,2],"dtype":"fp32"}},
+          {"name":"e","op":"Exp","inputs":["x"]},
+          {"name":"s","op":"ReduceSum","attrs":{"axis":-1},"inputs":["e"]},
+          {"name":"y","op":"Div","inputs":["e","s"]}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![100.0, 100.0, 0.0, 0.0]);
+        let u = execute(&c.unfused, &ins).unwrap();
+        let f = execute(&c.fused, &ins).unwrap();
+        assert!(u.outputs[0].2[0].is_nan(), "inf / inf");
+        assert_eq!(f.outputs[0].2, vec![0.5, 0.5, 0.5, 0.5]);
+    }
+}

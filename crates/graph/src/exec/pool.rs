@@ -1,0 +1,118 @@
+//! The memory of a run: full-size f32 buffers recycled by length across runs (as a
+//! preallocated arena would be), and the check that refuses a graph above the executor's
+//! element cap or above the memory the OS reports available, every tensor counted once as
+//! f32. Left out: the planner's liveness-based reuse (a run holds every tensor to its end).
+
+use crate::error::{GraphError, Result};
+use crate::ir::TypedGraph;
+use std::collections::HashMap;
+
+/// Largest total element count the executor allocates across all tensors (2³² f32 values,
+/// 16 GiB); larger graphs are refused with an error rather than aborting on allocation.
+pub const MAX_EXEC_ELEMENTS: u64 = 1 << 32;
+
+pub(super) fn check_size(tg: &TypedGraph) -> Result<()> {
+    let total = tg
+        .tensors
+        .iter()
+        .fold(0u64, |a, t| a.saturating_add(t.numel));
+    if total > MAX_EXEC_ELEMENTS {
+        let big = tg
+            .tensors
+            .iter()
+            .max_by_key(|t| t.numel)
+            .map(|t| t.name.clone())
+            .unwrap_or_default();
+        return Err(GraphError::Input {
+            tensor: big,
+            detail: format!(
+                "the graph holds {total} elements in all, more than the executor's limit of {MAX_EXEC_ELEMENTS}"
+            ),
+        });
+    }
+    // Every tensor held once as f32 is an upper bound on what a run allocates: refuse a run
+    // that cannot fit in the memory the OS says is available, instead of aborting in an
+    // allocation half-way through.
+    if let Some(avail) = available_memory_bytes() {
+        let need = total.saturating_mul(4);
+        if need > avail {
+            let big = tg
+                .tensors
+                .iter()
+                .max_by_key(|t| t.numel)
+                .map(|t| (t.name.clone(), t.shape.clone()))
+                .unwrap_or_default();
+            return Err(GraphError::Input {
+                tensor: big.0,
+                detail: format!(
+                    "shape {:?}: running the graph needs up to {} of f32 buffers, and {} is available (MemAvailable, or TENSORFORGE_MEMORY_LIMIT_BYTES)",
+                    big.1,
+                    tensorforge_core::units::bytes(need as f64),
+                    tensorforge_core::units::bytes(avail as f64)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The memory a run may use, in bytes: `MemAvailable` from `/proc/meminfo`, capped by
+/// `TENSORFORGE_MEMORY_LIMIT_BYTES` when set (`None` when neither is known).
+pub fn available_memory_bytes() -> Option<u64> {
+    let os = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        });
+    let cap = std::env::var("TENSORFORGE_MEMORY_LIMIT_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (os, cap) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Recycled full-size buffers by length, so that repeated runs (benchmarks) do not pay
+/// first-touch page faults on every fresh allocation, as a runtime with a preallocated arena
+/// would not.
+#[derive(Debug, Default)]
+pub struct Pool {
+    free: HashMap<usize, Vec<Vec<f32>>>,
+}
+
+impl Pool {
+    /// A buffer of exactly `n` elements (contents unspecified); an allocation the machine
+    /// cannot satisfy is an error, not an abort.
+    pub(super) fn take(&mut self, n: usize) -> Result<Vec<f32>> {
+        match self.free.get_mut(&n).and_then(|v| v.pop()) {
+            Some(b) => Ok(b),
+            None => {
+                let mut v: Vec<f32> = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| {
+                    GraphError::Argument(format!(
+                        "cannot allocate a buffer of {n} f32 values ({}): out of memory",
+                        tensorforge_core::units::bytes(n as f64 * 4.0)
+                    ))
+                })?;
+                v.resize(n, 0.0);
+                Ok(v)
+            }
+        }
+    }
+
+    pub(super) fn put(&mut self, b: Vec<f32>) {
+        self.free.entry(b.len()).or_default().push(b);
+    }
+
+    /// Bytes held for reuse; constant across repeated runs of one program.
+    pub fn held_bytes(&self) -> usize {
+        self.free
+            .values()
+            .flat_map(|v| v.iter())
+            .map(|b| b.capacity() * std::mem::size_of::<f32>())
+            .sum()
+    }
+}

@@ -1,0 +1,658 @@
+//! The interpreter of a compiled program: Input, Weight and Constant buffers, views
+//! materialized on demand (uncounted), then one kernel after another with its bytes counted:
+//! natively when the JIT compiled it, in blocks for elementwise, row and matmul kernels,
+//! whole-tensor loops for reductions, Concat, Slice, Conv2d, pooling, Where and Gather, the
+//! Kernels crate for fused RMSNorm+SwiGLU. Left out: other Opaque ops (an error names them).
+
+use super::blocks::run_blocks;
+use super::pool::check_size;
+use super::{ExecResult, Pool};
+use crate::error::{GraphError, Result};
+use crate::fusion::{Kernel, KernelKind, Program};
+use crate::gemm::transposed_source;
+use crate::ir::{norm_axis, Op, TypedGraph};
+use rayon::prelude::*;
+use std::collections::HashMap;
+
+pub(super) struct State<'a> {
+    pub(super) tg: &'a TypedGraph,
+    pub(super) bufs: Vec<Option<Vec<f32>>>,
+    pub(super) pool: Pool,
+}
+
+pub(super) fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> GraphError {
+    GraphError::Exec {
+        node: tg.nodes[n].name.clone(),
+        op: tg.nodes[n].op.name().into(),
+        detail: detail.into(),
+    }
+}
+
+impl State<'_> {
+    /// Make tensor `t` available (views materialized on demand, uncounted).
+    fn ensure(&mut self, t: usize) -> Result<()> {
+        if self.bufs[t].is_some() {
+            return Ok(());
+        }
+        let tg = self.tg;
+        let p = tg.producer[t];
+        match &tg.nodes[p].op {
+            Op::Reshape { .. } => {
+                let s = tg.node_inputs[p][0];
+                self.ensure(s)?;
+                // A view: the same values under another shape. Copied into a pooled
+                // buffer (not cloned) so that repeated runs do not grow the pool.
+                let n = self.bufs[s].as_ref().map_or(0, |v| v.len());
+                let mut b = self.pool.take(n)?;
+                if let Some(src) = self.bufs[s].as_deref() {
+                    b.copy_from_slice(src);
+                }
+                self.bufs[t] = Some(b);
+            }
+            Op::Transpose { perm } => {
+                let s = tg.node_inputs[p][0];
+                self.ensure(s)?;
+                #[cfg(test)]
+                super::tests::TRANSPOSE_COPIES.with(|c| c.set(c.get() + 1));
+                let src = self.bufs[s].as_deref().unwrap_or(&[]);
+                let mut v = self.pool.take(src.len())?;
+                transpose_into(src, &tg.tensors[s].shape, perm, &mut v);
+                self.bufs[t] = Some(v);
+            }
+            _ => {
+                return Err(exec_err(
+                    tg,
+                    p,
+                    format!(
+                        "tensor `{}` was read before it was written",
+                        tg.tensors[t].name
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut Vec<f32>) {
+    let r = shape.len();
+    let mut strides = vec![1usize; r];
+    for i in (0..r.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+    let n: usize = shape.iter().product();
+    out.clear();
+    let mut idx = vec![0usize; r];
+    for _ in 0..n {
+        let off: usize = idx.iter().zip(&out_strides).map(|(a, b)| a * b).sum();
+        out.push(src.get(off).copied().unwrap_or(0.0));
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+pub(super) fn run_program_checked(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    st: &mut State,
+    jit: Option<&crate::jit::Jit>,
+) -> Result<ExecResult> {
+    check_size(&p.graph)?;
+    if let Some(j) = jit {
+        if j.kernels.len() != p.kernels.len() {
+            return Err(GraphError::Argument(
+                "the JIT was compiled for another program".into(),
+            ));
+        }
+    }
+    run_program(p, inputs, st, jit)
+}
+
+fn run_program(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    st: &mut State,
+    jit: Option<&crate::jit::Jit>,
+) -> Result<ExecResult> {
+    let tg = &p.graph;
+    for (i, n) in tg.nodes.iter().enumerate() {
+        let t = tg.node_outputs[i][0];
+        match &n.op {
+            Op::Input { .. } | Op::Weight { .. } => {
+                let v = inputs
+                    .get(&tg.tensors[t].name)
+                    .ok_or_else(|| GraphError::Input {
+                        tensor: tg.tensors[t].name.clone(),
+                        detail: "no values supplied".into(),
+                    })?;
+                if v.len() as u64 != tg.tensors[t].numel {
+                    return Err(GraphError::Input {
+                        tensor: tg.tensors[t].name.clone(),
+                        detail: format!(
+                            "has {} elements, expected {}",
+                            v.len(),
+                            tg.tensors[t].numel
+                        ),
+                    });
+                }
+                let mut b = st.pool.take(v.len())?;
+                b.copy_from_slice(v);
+                st.bufs[t] = Some(b);
+            }
+            Op::Constant { value, .. } => {
+                let mut b = st.pool.take(tg.tensors[t].numel as usize)?;
+                b.fill(*value as f32);
+                st.bufs[t] = Some(b);
+            }
+            _ => {}
+        }
+    }
+    let (mut rb, mut wb) = (0u64, 0u64);
+    let t0 = std::time::Instant::now();
+    for (ki, k) in p.kernels.iter().enumerate() {
+        // Views the kernel reads from outside. A MatMul reads a transpose of the last two
+        // axes in place (strided), so only the transpose's source is made available.
+        for &n in &k.nodes {
+            let mm = matches!(tg.nodes[n].op, Op::MatMul);
+            for &t in &tg.node_inputs[n] {
+                if !k.nodes.contains(&tg.producer[tg.base(t)]) {
+                    match transposed_source(tg, t).filter(|_| mm) {
+                        Some(s) => st.ensure(s)?,
+                        None => st.ensure(t)?,
+                    }
+                }
+            }
+        }
+        rb += crate::traffic::kernel_read_bytes(tg, k);
+        match jit.and_then(|j| j.kernels[ki].as_ref()) {
+            Some(jk) => run_jit(st, k, jk)?,
+            None => run_kernel(st, k)?,
+        }
+        for &t in &k.outputs {
+            wb += tg.tensors[t].bytes;
+        }
+    }
+    let elapsed_ns = t0.elapsed().as_nanos() as u64;
+    let mut outputs = vec![];
+    for &t in &tg.outputs {
+        st.ensure(t)?;
+        outputs.push((
+            tg.tensors[t].name.clone(),
+            tg.tensors[t].shape.clone(),
+            st.bufs[t].clone().unwrap_or_default(),
+        ));
+    }
+    Ok(ExecResult {
+        outputs,
+        read_bytes: rb,
+        write_bytes: wb,
+        elapsed_ns,
+    })
+}
+
+fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
+    let tg = st.tg;
+    match k.kind {
+        KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k),
+        KernelKind::Reduction => {
+            let n = k.nodes[0];
+            let x = tg.node_inputs[n][0];
+            let (axis, kind) = match &tg.nodes[n].op {
+                Op::ReduceSum { axis, .. } => (*axis, 0),
+                Op::ReduceMax { axis, .. } => (*axis, 1),
+                Op::ReduceMean { axis, .. } => (*axis, 2),
+                _ => return Err(exec_err(tg, n, "not a reduction")),
+            };
+            let s = &tg.tensors[x].shape;
+            let a = norm_axis(axis, s.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+            let outer: usize = s[..a].iter().product();
+            let len = s[a];
+            let inner: usize = s[a + 1..].iter().product();
+            let mut out = st.pool.take(outer * inner)?;
+            let src = st.bufs[x].as_deref().unwrap_or(&[]);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = if kind == 1 { f64::NEG_INFINITY } else { 0.0 };
+                    for j in 0..len {
+                        let v = src[(o * len + j) * inner + i] as f64;
+                        acc = if kind == 1 { acc.max(v) } else { acc + v };
+                    }
+                    if kind == 2 {
+                        acc /= len as f64;
+                    }
+                    out[o * inner + i] = acc as f32;
+                }
+            }
+            st.bufs[tg.node_outputs[n][0]] = Some(out);
+            Ok(())
+        }
+        KernelKind::Pattern => {
+            let n = k.nodes[0];
+            let eps = match &tg.nodes[n].op {
+                Op::RmsNormSwiGlu { eps } => *eps as f32,
+                _ => return Err(exec_err(tg, n, "not a pattern op")),
+            };
+            let ins = &tg.node_inputs[n];
+            let x = &tg.tensors[ins[0]];
+            let d = *x.shape.last().unwrap_or(&1);
+            let f = tg.tensors[ins[2]].shape[1];
+            let shape = tensorforge_kernels::fused::SwigluShape {
+                tokens: x.numel as usize / d.max(1),
+                d_model: d,
+                d_ff: f,
+            };
+            let o = tg.node_outputs[n][0];
+            // Every element is written by the kernel, so a pooled buffer needs no clearing.
+            let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+            let get = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+            tensorforge_kernels::fused::rmsnorm_swiglu_fused(
+                get(ins[0]),
+                get(ins[1]),
+                get(ins[2]),
+                get(ins[3]),
+                shape,
+                eps,
+                &mut out,
+            )
+            .map_err(|e| exec_err(tg, n, e.to_string()))?;
+            st.bufs[o] = Some(out);
+            Ok(())
+        }
+        KernelKind::Opaque => {
+            let n = k.nodes[0];
+            match &tg.nodes[n].op {
+                Op::Concat { axis } => {
+                    let o = tg.node_outputs[n][0];
+                    let os = &tg.tensors[o].shape;
+                    let a =
+                        norm_axis(*axis, os.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let outer: usize = os[..a].iter().product();
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    for ob in 0..outer {
+                        for &t in &tg.node_inputs[n] {
+                            let s = &tg.tensors[t].shape;
+                            let chunk: usize = s[a..].iter().product();
+                            let src = st.bufs[t].as_deref().unwrap_or(&[]);
+                            out.extend_from_slice(&src[ob * chunk..(ob + 1) * chunk]);
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Slice {
+                    starts,
+                    ends,
+                    axes,
+                    steps,
+                } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let ishape = &tg.tensors[i].shape;
+                    let plan = crate::ir::slice_plan(ishape, starts, ends, axes, steps)
+                        .map_err(|e| exec_err(tg, n, e))?;
+                    let src = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    let istr = strides(ishape);
+                    let oshape: Vec<usize> = plan.iter().map(|p| p.2).collect();
+                    for_each_index(&oshape, |idx| {
+                        let mut off = 0i64;
+                        for (d, &k) in idx.iter().enumerate() {
+                            off += (plan[d].0 + plan[d].1 * k as i64) * istr[d] as i64;
+                        }
+                        out.push(src[off as usize]);
+                    });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Conv2d {
+                    strides,
+                    pads,
+                    dilations,
+                    group,
+                } => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
+                    let os = tg.tensors[o].shape.clone();
+                    let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
+                    let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
+                    let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    let (c, h, wd) = (xs[1], xs[2] as isize, xs[3] as isize);
+                    let (kk, cg, r, sk) = (ws[0], ws[1], ws[2], ws[3]);
+                    let kg = kk / group;
+                    for nn in 0..os[0] {
+                        for k in 0..kk {
+                            let g = k / kg;
+                            for p in 0..os[2] {
+                                for q in 0..os[3] {
+                                    let mut acc = b.map_or(0.0, |b| b[k]);
+                                    for ci in 0..cg {
+                                        let cin = g * cg + ci;
+                                        for rr in 0..r {
+                                            let ih = (p * strides[0] + rr * dilations[0]) as isize
+                                                - pads[0] as isize;
+                                            if ih < 0 || ih >= h {
+                                                continue;
+                                            }
+                                            for ss in 0..sk {
+                                                let iw = (q * strides[1] + ss * dilations[1])
+                                                    as isize
+                                                    - pads[1] as isize;
+                                                if iw < 0 || iw >= wd {
+                                                    continue;
+                                                }
+                                                let xi = ((nn * c + cin) * h as usize
+                                                    + ih as usize)
+                                                    * wd as usize
+                                                    + iw as usize;
+                                                let wi = ((k * cg + ci) * r + rr) * sk + ss;
+                                                acc += x[xi] * w[wi];
+                                            }
+                                        }
+                                    }
+                                    out.push(acc);
+                                }
+                            }
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::AvgPool2d {
+                    kernel,
+                    strides,
+                    pads,
+                    count_include_pad,
+                } => {
+                    let whole = (kernel[0] * kernel[1]) as f32;
+                    pool2d(tg, n, st, kernel, strides, pads, |win| {
+                        let (sum, count) = win.fold((0.0f32, 0usize), |(s, c), v| (s + v, c + 1));
+                        sum / if *count_include_pad {
+                            whole
+                        } else {
+                            count.max(1) as f32
+                        }
+                    })
+                }
+                Op::MaxPool2d {
+                    kernel,
+                    strides,
+                    pads,
+                } => {
+                    // NaN propagates, as in ONNX Runtime's max; padding never wins.
+                    pool2d(tg, n, st, kernel, strides, pads, |win| {
+                        win.fold(
+                            f32::NEG_INFINITY,
+                            |m, v| if v > m || v.is_nan() { v } else { m },
+                        )
+                    })
+                }
+                Op::Where => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let oshape = tg.tensors[o].shape.clone();
+                    let view = |t: usize| {
+                        let s = &tg.tensors[t].shape;
+                        broadcast_strides(s, &oshape)
+                    };
+                    let (sc, sx, sy) = (view(ins[0]), view(ins[1]), view(ins[2]));
+                    let (c, x, y) = (
+                        st.bufs[ins[0]].as_deref().unwrap_or(&[]),
+                        st.bufs[ins[1]].as_deref().unwrap_or(&[]),
+                        st.bufs[ins[2]].as_deref().unwrap_or(&[]),
+                    );
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    for_each_index(&oshape, |idx| {
+                        let at = |s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
+                        out.push(if c[at(&sc)] != 0.0 {
+                            x[at(&sx)]
+                        } else {
+                            y[at(&sy)]
+                        });
+                    });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Gather { axis } => {
+                    let (d, ix) = (tg.node_inputs[n][0], tg.node_inputs[n][1]);
+                    let o = tg.node_outputs[n][0];
+                    let ds = &tg.tensors[d].shape;
+                    let a =
+                        norm_axis(*axis, ds.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let outer: usize = ds[..a].iter().product();
+                    let len = ds[a];
+                    let inner: usize = ds[a + 1..].iter().product();
+                    let src = st.bufs[d].as_deref().unwrap_or(&[]);
+                    let idx = st.bufs[ix].as_deref().unwrap_or(&[]);
+                    // Indices are held as f32 (exact up to 2^24); resolve them once.
+                    let mut rows = Vec::with_capacity(idx.len());
+                    for &v in idx {
+                        let i = v as i64;
+                        let r = if i < 0 { i + len as i64 } else { i };
+                        if v.fract() != 0.0 || r < 0 || r >= len as i64 {
+                            return Err(exec_err(
+                                tg,
+                                n,
+                                format!("index {v} is outside [-{len}, {len}) on axis {a}"),
+                            ));
+                        }
+                        rows.push(r as usize);
+                    }
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    for ob in 0..outer {
+                        for &r in &rows {
+                            let at = (ob * len + r) * inner;
+                            out.extend_from_slice(&src[at..at + inner]);
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Opaque { name, .. } => Err(exec_err(
+                    tg,
+                    n,
+                    format!("opaque op `{name}` has no CPU implementation"),
+                )),
+                _ => Err(exec_err(tg, n, "no implementation")),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendConst(*const *const f32, *const *mut f32);
+// SAFETY: the pointer arrays outlive the parallel loop in `run_jit`; each call writes only
+// rows [r0, r1) of every output, and blocks are disjoint.
+unsafe impl Send for SendConst {}
+unsafe impl Sync for SendConst {}
+
+/// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
+/// current rayon pool when the kernel has at least 64 Ki elements.
+fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
+    let tg = st.tg;
+    let m = &jk.meta;
+    let mut ins: Vec<*const f32> = Vec::with_capacity(m.inputs.len());
+    for &t in &m.inputs {
+        let b = st.bufs[t].as_deref().ok_or_else(|| {
+            exec_err(
+                tg,
+                k.nodes[0],
+                format!("input `{}` has no value", tg.tensors[t].name),
+            )
+        })?;
+        if b.len() as u64 != tg.tensors[t].numel {
+            return Err(exec_err(tg, k.nodes[0], "input buffer of the wrong size"));
+        }
+        ins.push(b.as_ptr());
+    }
+    let mut outs: Vec<Vec<f32>> = k
+        .outputs
+        .iter()
+        .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
+        .collect::<Result<_>>()?;
+    let optrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+    let ptrs = SendConst(ins.as_ptr(), optrs.as_ptr());
+    let rows = m.rows;
+    let per_block = (16384 / m.cols.max(1)).max(1);
+    let nblocks = rows.div_ceil(per_block);
+    let f = jk.f;
+    let call = |scratch: &mut Vec<f32>, b: usize| {
+        let r0 = b * per_block;
+        let r1 = (r0 + per_block).min(rows);
+        let p = ptrs;
+        // SAFETY: `f` was compiled for this kernel (same program, checked by the caller):
+        // it reads the inputs it was rendered with, whose buffers hold their tensors'
+        // element counts (checked above), writes rows [r0, r1) of outputs sized to their
+        // tensors, and uses `scratch_floats` of scratch.
+        unsafe { f(p.0, p.1, r0 as i64, r1 as i64, scratch.as_mut_ptr()) }
+    };
+    let init = || vec![0f32; m.scratch_floats.max(1)];
+    if m.elems >= 1 << 16 && nblocks > 1 {
+        (0..nblocks)
+            .into_par_iter()
+            .for_each_init(init, |s, b| call(s, b));
+    } else {
+        let mut s = init();
+        for b in 0..nblocks {
+            call(&mut s, b);
+        }
+    }
+    drop(ins);
+    drop(optrs);
+    for (t, v) in k.outputs.iter().zip(outs) {
+        st.bufs[*t] = Some(v);
+    }
+    Ok(())
+}
+
+/// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
+/// gets the window's input values (padded positions left out) and returns the output.
+fn pool2d(
+    tg: &TypedGraph,
+    n: usize,
+    st: &mut State,
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    reduce: impl Fn(&mut dyn Iterator<Item = f32>) -> f32,
+) -> Result<()> {
+    let i = tg.node_inputs[n][0];
+    let o = tg.node_outputs[n][0];
+    let xs = &tg.tensors[i].shape;
+    let os = &tg.tensors[o].shape;
+    let x = st.bufs[i].as_deref().unwrap_or(&[]);
+    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+    out.clear();
+    let (h, w) = (xs[2] as isize, xs[3] as isize);
+    for nc in 0..os[0] * os[1] {
+        for p in 0..os[2] {
+            for q in 0..os[3] {
+                let mut win = (0..kernel[0])
+                    .flat_map(|r| (0..kernel[1]).map(move |c| (r, c)))
+                    .filter_map(|(r, c)| {
+                        let ih = (p * strides[0] + r) as isize - pads[0] as isize;
+                        let iw = (q * strides[1] + c) as isize - pads[1] as isize;
+                        (ih >= 0 && ih < h && iw >= 0 && iw < w)
+                            .then(|| x[(nc * h as usize + ih as usize) * w as usize + iw as usize])
+                    });
+                out.push(reduce(&mut win));
+            }
+        }
+    }
+    st.bufs[o] = Some(out);
+    Ok(())
+}
+
+/// Row-major strides of `shape`, in elements.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// Strides of a tensor of `shape` read as the NumPy broadcast `out` (rank-aligned at the
+/// right; a broadcast axis has stride 0), one per axis of `out`.
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = strides(shape);
+    let pad = out.len() - shape.len();
+    (0..out.len())
+        .map(|d| {
+            if d < pad || shape[d - pad] == 1 {
+                0
+            } else {
+                own[d - pad]
+            }
+        })
+        .collect()
+}
+
+/// Calls `f` with every multi-index of `shape` in row-major order.
+fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod slice_where_tests {
+    use super::super::execute;
+    use super::*;
+    use crate::fusion::compile;
+    use crate::ir::Graph;
+
+    #[test]
+    fn slice_and_where_by_hand() {
+        // x = [0..6] as [2, 3]; s = x[:, 1:] = [[1, 2], [4, 5]];
+        // w = where(c = [1, 0] broadcast over rows, s, y = −1) = [[1, −1], [4, −1]].
+        let g = Graph::from_json_str(
+            r#"{"schema_version":1,"name":"sw","nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[2,3],"dtype":"fp32"}},
+          {"name":"c","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},
+          {"name":"y","op":"Constant","attrs":{"shape":[1],"dtype":"fp32","value":-1.0}},
+          {"name":"s","op":"Slice","attrs":{"starts":[1],"ends":[9223372036854775807],"axes":[1],"steps":[1]},"inputs":["x"]},
+          {"name":"w","op":"Where","inputs":["c","s","y"]}],
+          "outputs":["w"]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let mut ins = HashMap::new();
+        ins.insert("x".to_string(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        ins.insert("c".to_string(), vec![1.0, 0.0]);
+        for p in [&c.unfused, &c.fused] {
+            let r = execute(p, &ins).unwrap();
+            assert_eq!(r.outputs[0].1, vec![2, 2]);
+            assert_eq!(r.outputs[0].2, vec![1.0, -1.0, 4.0, -1.0]);
+        }
+    }
+}
