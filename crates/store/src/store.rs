@@ -17,8 +17,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Newest schema version this build writes and reads (`PRAGMA user_version`).
 pub const STORE_SCHEMA_VERSION: i64 = 1;
@@ -93,40 +92,14 @@ pub fn default_store_path() -> PathBuf {
     PathBuf::from("tensorforge.sqlite")
 }
 
-/// A new run id, `YYYYMMDDTHHMMSSZ-<pid hex>-<counter>-<8 random hex>`: sortable by time
-/// and unique across processes (pid + in-process counter + 32 random bits).
+/// A new run id: a UUID version 7 in its lowercase hyphenated form
+/// (`01938a6e-5f2c-7d41-8b3e-2c9a4f10e7d5`), 48 bits of Unix milliseconds followed by
+/// random bits. Ids sort by creation time as strings (strictly within one process, to the
+/// millisecond across processes) and do not collide across processes or machines. The
+/// store treats run ids as opaque text: ids of the older form
+/// `YYYYMMDDTHHMMSSZ-<pid hex>-<counter>-<8 hex>`, and any id a user gives, stay valid.
 pub fn new_run_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let rand = random_u32().unwrap_or_else(|| {
-        // No /dev/urandom: mix the sub-second clock with the pid and counter.
-        let x = now.subsec_nanos() as u64 ^ ((std::process::id() as u64) << 17) ^ (n << 40);
-        (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as u32
-    });
-    format!(
-        "{}-{:x}-{n}-{rand:08x}",
-        utc_compact(now.as_secs() as i64),
-        std::process::id()
-    )
-}
-
-fn random_u32() -> Option<u32> {
-    use std::io::Read;
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .ok()?
-        .read_exact(&mut b)
-        .ok()?;
-    Some(u32::from_le_bytes(b))
-}
-
-/// `YYYYMMDDTHHMMSSZ` for Unix seconds (proleptic Gregorian, UTC).
-fn utc_compact(secs: i64) -> String {
-    let (y, m, d, hh, mm, ss) = crate::time::utc_fields(secs);
-    format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
+    uuid::Uuid::now_v7().hyphenated().to_string()
 }
 
 /// One workload of a run, as listed in [`RunInfo::workloads`].
@@ -996,13 +969,17 @@ pub(crate) mod tests {
 
     #[test]
     fn run_ids_are_unique_and_sortable() {
-        let a = new_run_id();
-        let b = new_run_id();
-        assert_ne!(a, b);
-        assert_eq!(&a[8..9], "T");
-        assert_eq!(utc_compact(0), "19700101T000000Z");
-        // 2024-02-29 12:34:56 UTC = 1709210096
-        assert_eq!(utc_compact(1_709_210_096), "20240229T123456Z");
+        let ids: Vec<String> = (0..1000).map(|_| new_run_id()).collect();
+        // Unique and, within a process, in creation order as plain strings.
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        let a = uuid::Uuid::parse_str(&ids[0]).unwrap();
+        assert_eq!(a.get_version_num(), 7);
+        assert_eq!(ids[0], a.hyphenated().to_string(), "lowercase, hyphenated");
+        // The time prefix is now, to the millisecond (within a minute of the clock).
+        let (secs, _) = a.get_timestamp().unwrap().to_unix();
+        assert!((secs as i64 - crate::time::now_unix_s()).abs() < 60);
+        // Safe in file names (temporary files are named after run ids).
+        assert!(ids[0].bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'));
     }
 
     #[test]
