@@ -209,7 +209,11 @@ pub fn gemm(r: &GemmAnalysis, hw: &HardwareSpec) -> String {
             o,
             "SRAM fit (capacity {} from {})",
             fmt::bytes(s.capacity_bytes as f64),
-            s.capacity_source
+            if s.capacity_source == tensorforge_core::analysis::GIVEN_SRAM_SOURCE {
+                "--sram-bytes"
+            } else {
+                &s.capacity_source
+            }
         );
         let yes = |b: bool| if b { "fits" } else { "does not fit" };
         let _ = writeln!(
@@ -403,7 +407,7 @@ fn non_gemm_rows(rows: &[&NonGemmRow]) -> String {
     for g in rows {
         t.row(vec![
             g.name.clone(),
-            g.op.clone(),
+            g.op.name().to_string(),
             fmt::count(g.elements as f64, ""),
             fmt::count(g.flops as f64, "FLOP"),
             fmt::bytes(g.dram_bytes as f64),

@@ -144,3 +144,36 @@ fn the_model_and_graph_commands_run_as_written() {
     assert!(ran >= 15, "ran only {ran} commands");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The set-up section's two commands: the main job, then the tests, each the first line of
+/// the `sh` block after its sentence.
+fn setup_commands() -> (String, String) {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("## Set-up")
+        .expect("README has a Set-up section");
+    let end = start + readme[start..].find("## Using it").unwrap();
+    let blocks: Vec<String> = readme[start..end]
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.lines().next().unwrap_or("").trim().to_string())
+        .collect();
+    assert_eq!(blocks.len(), 2, "set-up has two commands: {blocks:?}");
+    (blocks[0].clone(), blocks[1].clone())
+}
+
+#[test]
+fn ci_runs_the_readme_test_command_and_it_shares_the_main_jobs_build() {
+    let (job, test) = setup_commands();
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let last = ci.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert_eq!(
+        last.trim(),
+        test,
+        "CI's last command is the README's test command"
+    );
+    // Both in the release profile, so the tests reuse the main job's build (the workspace
+    // manifest unifies dev-dependency features; docs/architecture.md, "Build sharing").
+    assert!(job.starts_with("cargo run --release"), "{job}");
+    assert!(test.contains("--release"), "{test}");
+}

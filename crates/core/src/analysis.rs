@@ -10,6 +10,9 @@ use crate::roofline::{roofline, Bound, Roofline};
 use crate::schedule::{sram_fit, tiled_traffic, DramTraffic, LoopOrder, SramFit, Tile};
 use serde::{Deserialize, Serialize};
 
+/// The SRAM-fit `capacity_source` when the caller gave the capacity (`sram_bytes`) rather
+/// than the hardware spec's tile buffer.
+pub const GIVEN_SRAM_SOURCE: &str = "the given sram_bytes";
 /// Version of every JSON document the Core emits; bumped on any breaking change.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -184,7 +187,7 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
     };
     let dram_bw = hw.dram.bandwidth_bytes_per_s.unwrap_or(f64::NAN);
     let capacity = match opts.sram_bytes {
-        Some(b) => Some((b, "--sram-bytes".to_string())),
+        Some(b) => Some((b, GIVEN_SRAM_SOURCE.to_string())),
         None => hw.tile_buffer().and_then(|l| {
             l.capacity_bytes
                 .map(|c| (c, format!("{} ({})", l.name, hw.name)))

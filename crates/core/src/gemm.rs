@@ -167,6 +167,72 @@ mod tests {
     }
 }
 
+/// What a GEMM of a decomposed workload computes: a typed tag, so that callers select GEMMs
+/// (the attention part, the MLP) without matching names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmRole {
+    /// Not one of the roles below (a user's GEMM, a convolution's lowered GEMM).
+    #[default]
+    Other,
+    /// Query projection.
+    QProj,
+    /// Key projection.
+    KProj,
+    /// Value projection.
+    VProj,
+    /// Attention scores `Q·Kᵀ`.
+    AttnScores,
+    /// Attention-weighted values `P·V`.
+    AttnValues,
+    /// Attention output projection.
+    OProj,
+    /// SwiGLU gate projection.
+    MlpGate,
+    /// MLP up projection.
+    MlpUp,
+    /// MLP down projection.
+    MlpDown,
+    /// Vocabulary projection of a whole model.
+    LmHead,
+}
+
+impl GemmRole {
+    /// The snake-case name, which is also the GEMM's name in a transformer decomposition.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmRole::Other => "other",
+            GemmRole::QProj => "q_proj",
+            GemmRole::KProj => "k_proj",
+            GemmRole::VProj => "v_proj",
+            GemmRole::AttnScores => "attn_scores",
+            GemmRole::AttnValues => "attn_values",
+            GemmRole::OProj => "o_proj",
+            GemmRole::MlpGate => "mlp_gate",
+            GemmRole::MlpUp => "mlp_up",
+            GemmRole::MlpDown => "mlp_down",
+            GemmRole::LmHead => "lm_head",
+        }
+    }
+
+    /// Part of attention: the q/k/v projections, scores, values and output projection.
+    pub fn is_attention(self) -> bool {
+        matches!(
+            self,
+            GemmRole::QProj
+                | GemmRole::KProj
+                | GemmRole::VProj
+                | GemmRole::AttnScores
+                | GemmRole::AttnValues
+                | GemmRole::OProj
+        )
+    }
+
+    fn is_other(&self) -> bool {
+        *self == GemmRole::Other
+    }
+}
+
 /// A GEMM with a name, as produced by decomposing a larger workload (a transformer block's
 /// `q_proj`, a convolution's lowered GEMM).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -175,4 +241,18 @@ pub struct NamedGemm {
     pub name: String,
     /// The GEMM.
     pub gemm: Gemm,
+    /// What it computes (`other` is omitted from JSON).
+    #[serde(default, skip_serializing_if = "GemmRole::is_other")]
+    pub role: GemmRole,
+}
+
+impl NamedGemm {
+    /// A GEMM with a name and no particular role.
+    pub fn new(name: impl Into<String>, gemm: Gemm) -> NamedGemm {
+        NamedGemm {
+            name: name.into(),
+            gemm,
+            role: GemmRole::Other,
+        }
+    }
 }

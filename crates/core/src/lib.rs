@@ -40,7 +40,7 @@ pub mod units;
 pub use analysis::{analyze_gemm, GemmAnalysis, GemmOptions, Timing, LIMITATIONS, SCHEMA_VERSION};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
-pub use gemm::{Gemm, NamedGemm, OperandBytes};
+pub use gemm::{Gemm, GemmRole, NamedGemm, OperandBytes};
 pub use hardware::{HardwareSpec, MemoryLevel, PeArray};
 pub use mapping::{map_gemm, Dataflow, PeMapping};
 pub use roofline::{roofline, Bound, Roofline};

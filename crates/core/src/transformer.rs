@@ -10,7 +10,7 @@
 use crate::analysis::{LIMITATIONS, SCHEMA_VERSION};
 use crate::dtype::DType;
 use crate::error::{checked_product, checked_sum, CoreError, Result};
-use crate::gemm::{Gemm, NamedGemm};
+use crate::gemm::{Gemm, GemmRole, NamedGemm};
 use crate::hardware::HardwareSpec;
 use crate::roofline::{roofline, Bound, Roofline};
 use serde::{Deserialize, Serialize};
@@ -163,14 +163,77 @@ pub struct TransformerBlock {
     pub dtype: DType,
 }
 
+/// What an element-wise (non-GEMM) operation computes; serialized under the names in
+/// parentheses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ElementwiseKind {
+    /// LayerNorm (`layernorm`).
+    #[serde(rename = "layernorm")]
+    LayerNorm,
+    /// RMSNorm (`rmsnorm`).
+    #[serde(rename = "rmsnorm")]
+    RmsNorm,
+    /// Rotary position embedding (`rotary`).
+    #[serde(rename = "rotary")]
+    Rotary,
+    /// Row softmax (`softmax`).
+    #[serde(rename = "softmax")]
+    Softmax,
+    /// GELU activation (`gelu`).
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// SwiGLU gate (`swiglu`).
+    #[serde(rename = "swiglu")]
+    Swiglu,
+    /// Residual addition (`residual_add`).
+    #[serde(rename = "residual_add")]
+    ResidualAdd,
+    /// Embedding-table lookup (`embedding_gather`).
+    #[serde(rename = "embedding_gather")]
+    EmbeddingGather,
+}
+
+impl ElementwiseKind {
+    /// The serialized name (`rmsnorm`, `residual_add`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ElementwiseKind::LayerNorm => "layernorm",
+            ElementwiseKind::RmsNorm => "rmsnorm",
+            ElementwiseKind::Rotary => "rotary",
+            ElementwiseKind::Softmax => "softmax",
+            ElementwiseKind::Gelu => "gelu",
+            ElementwiseKind::Swiglu => "swiglu",
+            ElementwiseKind::ResidualAdd => "residual_add",
+            ElementwiseKind::EmbeddingGather => "embedding_gather",
+        }
+    }
+}
+
+impl From<NormKind> for ElementwiseKind {
+    fn from(n: NormKind) -> ElementwiseKind {
+        match n {
+            NormKind::LayerNorm => ElementwiseKind::LayerNorm,
+            NormKind::RmsNorm => ElementwiseKind::RmsNorm,
+        }
+    }
+}
+
+impl From<MlpKind> for ElementwiseKind {
+    fn from(m: MlpKind) -> ElementwiseKind {
+        match m {
+            MlpKind::Gelu => ElementwiseKind::Gelu,
+            MlpKind::Swiglu => ElementwiseKind::Swiglu,
+        }
+    }
+}
+
 /// An element-wise (non-GEMM) operation with its FLOP and byte counts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NonGemmOp {
     /// Name within the block, e.g. `norm_attn`, `softmax`.
     pub name: String,
-    /// Kind: `layernorm`, `rmsnorm`, `rotary`, `softmax`, `gelu`, `swiglu`, `residual_add`,
-    /// `embedding_gather`.
-    pub op: String,
+    /// What it computes.
+    pub op: ElementwiseKind,
     /// Elements produced.
     pub elements: u64,
     /// `elements · FLOPs per element` (see the `*_FLOPS_PER_ELEMENT` constants).
@@ -225,7 +288,8 @@ struct Dims {
     f: u64,
 }
 
-fn named(name: &str, m: u64, n: u64, k: u64, batch: u64, dtype: DType) -> Result<NamedGemm> {
+fn named(role: GemmRole, m: u64, n: u64, k: u64, batch: u64, dtype: DType) -> Result<NamedGemm> {
+    let name = role.name();
     let gemm = Gemm {
         m,
         n,
@@ -241,12 +305,13 @@ fn named(name: &str, m: u64, n: u64, k: u64, batch: u64, dtype: DType) -> Result
     Ok(NamedGemm {
         name: name.into(),
         gemm,
+        role,
     })
 }
 
 fn elementwise(
     name: &str,
-    op: &str,
+    op: ElementwiseKind,
     elements: u64,
     flops_per_element: u64,
     read_elements: u64,
@@ -258,7 +323,7 @@ fn elementwise(
         .ok_or_else(|| CoreError::overflow(format!("{name}: FLOPs")))?;
     Ok(NonGemmOp {
         name: name.into(),
-        op: op.into(),
+        op,
         elements,
         flops,
         bytes_read: dtype.bytes_for(read_elements)?,
@@ -403,18 +468,18 @@ impl TransformerBlock {
         let gsq = checked_product(&[x.g, x.sq], "g·S_q (grouped query rows)")?;
         let bkv = checked_product(&[x.b, x.hkv], "batch·Hkv (attention GEMM batch)")?;
         let mut gemms = vec![
-            named("q_proj", x.t, qw, x.d, 1, dt)?,
-            named("k_proj", x.t, kvw, x.d, 1, dt)?,
-            named("v_proj", x.t, kvw, x.d, 1, dt)?,
-            named("attn_scores", gsq, x.l, x.hd, bkv, dt)?,
-            named("attn_values", gsq, x.hd, x.l, bkv, dt)?,
-            named("o_proj", x.t, x.d, qw, 1, dt)?,
+            named(GemmRole::QProj, x.t, qw, x.d, 1, dt)?,
+            named(GemmRole::KProj, x.t, kvw, x.d, 1, dt)?,
+            named(GemmRole::VProj, x.t, kvw, x.d, 1, dt)?,
+            named(GemmRole::AttnScores, gsq, x.l, x.hd, bkv, dt)?,
+            named(GemmRole::AttnValues, gsq, x.hd, x.l, bkv, dt)?,
+            named(GemmRole::OProj, x.t, x.d, qw, 1, dt)?,
         ];
         if self.mlp == MlpKind::Swiglu {
-            gemms.push(named("mlp_gate", x.t, x.f, x.d, 1, dt)?);
+            gemms.push(named(GemmRole::MlpGate, x.t, x.f, x.d, 1, dt)?);
         }
-        gemms.push(named("mlp_up", x.t, x.f, x.d, 1, dt)?);
-        gemms.push(named("mlp_down", x.t, x.d, x.f, 1, dt)?);
+        gemms.push(named(GemmRole::MlpUp, x.t, x.f, x.d, 1, dt)?);
+        gemms.push(named(GemmRole::MlpDown, x.t, x.d, x.f, 1, dt)?);
 
         let td = checked_product(&[x.t, x.d], "T·D (hidden elements)")?;
         let tf = checked_product(&[x.t, x.f], "T·F (MLP hidden elements)")?;
@@ -434,13 +499,13 @@ impl TransformerBlock {
                 checked_product(&[2, tf], "2·T·F (SwiGLU reads)")?,
             ),
         };
-        let norm = self.norm.name();
+        let norm = ElementwiseKind::from(self.norm);
         let nfpe = self.norm.flops_per_element();
         let non_gemm = vec![
             elementwise("norm_attn", norm, td, nfpe, norm_read, td, dt)?,
             elementwise(
                 "rotary",
-                "rotary",
+                ElementwiseKind::Rotary,
                 rot,
                 ROTARY_FLOPS_PER_ELEMENT,
                 rot_read,
@@ -449,7 +514,7 @@ impl TransformerBlock {
             )?,
             elementwise(
                 "softmax",
-                "softmax",
+                ElementwiseKind::Softmax,
                 scores,
                 SOFTMAX_FLOPS_PER_ELEMENT,
                 scores,
@@ -458,7 +523,7 @@ impl TransformerBlock {
             )?,
             elementwise(
                 "residual_attn",
-                "residual_add",
+                ElementwiseKind::ResidualAdd,
                 td,
                 RESIDUAL_FLOPS_PER_ELEMENT,
                 td2,
@@ -466,10 +531,10 @@ impl TransformerBlock {
                 dt,
             )?,
             elementwise("norm_mlp", norm, td, nfpe, norm_read, td, dt)?,
-            elementwise("activation", self.mlp.name(), tf, act_fpe, act_read, tf, dt)?,
+            elementwise("activation", self.mlp.into(), tf, act_fpe, act_read, tf, dt)?,
             elementwise(
                 "residual_mlp",
-                "residual_add",
+                ElementwiseKind::ResidualAdd,
                 td,
                 RESIDUAL_FLOPS_PER_ELEMENT,
                 td2,
@@ -568,8 +633,8 @@ impl GemmRow {
 pub struct NonGemmRow {
     /// Op name, e.g. `softmax`.
     pub name: String,
-    /// Op kind, e.g. `rmsnorm`.
-    pub op: String,
+    /// What it computes, e.g. `rmsnorm`.
+    pub op: ElementwiseKind,
     /// Elements produced.
     pub elements: u64,
     /// FLOPs (per-element convention × elements).
@@ -595,7 +660,7 @@ impl NonGemmRow {
         let (t, bound) = op_time(hw, dtype, op.flops, bytes)?;
         Ok(NonGemmRow {
             name: op.name.clone(),
-            op: op.op.clone(),
+            op: op.op,
             elements: op.elements,
             flops: op.flops,
             bytes_read: op.bytes_read,
@@ -905,10 +970,18 @@ impl DecoderModel {
             &[b.norm.params_per_channel(), b.d_model],
             "final norm parameters",
         )?;
-        let embedding = elementwise("embedding", "embedding_gather", td, 0, td, td, b.dtype)?;
+        let embedding = elementwise(
+            "embedding",
+            ElementwiseKind::EmbeddingGather,
+            td,
+            0,
+            td,
+            td,
+            b.dtype,
+        )?;
         let final_norm = elementwise(
             "final_norm",
-            b.norm.name(),
+            b.norm.into(),
             td,
             b.norm.flops_per_element(),
             checked_sum(&[td, norm_params], "final norm elements read")?,
@@ -916,7 +989,14 @@ impl DecoderModel {
             b.dtype,
         )?;
         let lm_tokens = self.lm_head_token_count()?;
-        let lm_head = named("lm_head", lm_tokens, self.vocab_size, b.d_model, 1, b.dtype)?;
+        let lm_head = named(
+            GemmRole::LmHead,
+            lm_tokens,
+            self.vocab_size,
+            b.d_model,
+            1,
+            b.dtype,
+        )?;
         Ok(ModelParts {
             embedding,
             final_norm,
@@ -1262,6 +1342,44 @@ mod tests {
     }
 
     #[test]
+    fn gemm_roles_tag_the_attention_part() {
+        let b = TransformerBlock {
+            mlp: MlpKind::Swiglu,
+            ..transformer_preset("transformer_small").unwrap()
+        };
+        let d = b.decompose().unwrap();
+        let attention: Vec<&str> = d
+            .gemms
+            .iter()
+            .filter(|g| g.role.is_attention())
+            .map(|g| g.name.as_str())
+            .collect();
+        // Six attention GEMMs; the three SwiGLU MLP GEMMs are not attention.
+        assert_eq!(
+            attention,
+            [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "attn_scores",
+                "attn_values",
+                "o_proj"
+            ]
+        );
+        assert_eq!(d.gemms.len(), 9);
+        assert!(d.gemms.iter().all(|g| g.role.name() == g.name));
+        // The role is in the JSON, and a GEMM without one reads back as `other`.
+        let v = serde_json::to_value(&d.gemms[0]).unwrap();
+        assert_eq!(v["role"], "q_proj");
+        let g: NamedGemm = serde_json::from_value(serde_json::json!({
+            "name": "x",
+            "gemm": v["gemm"].clone()
+        }))
+        .unwrap();
+        assert_eq!(g.role, GemmRole::Other);
+    }
+
+    #[test]
     fn small_prefill_non_gemm_and_bytes() {
         // T = 128, D = 512, F = 2048, H = Hkv = 8, hd = 64, fp16.
         let d = transformer_preset("transformer_small")
@@ -1290,7 +1408,7 @@ mod tests {
         // GELU: T·F = 262 144 elements · 8.
         let g = op("activation");
         assert_eq!(
-            (g.op.as_str(), g.flops, g.bytes_read),
+            (g.op.name(), g.flops, g.bytes_read),
             ("gelu", 2_097_152, 524_288)
         );
         // Residual: read 2·T·D, write T·D.
@@ -1399,12 +1517,12 @@ mod tests {
         let act = d.non_gemm.iter().find(|o| o.name == "activation").unwrap();
         // T·F = 262 144; reads 2·262 144·2 B, 5 FLOPs each.
         assert_eq!(
-            (act.op.as_str(), act.flops, act.bytes_read),
+            (act.op.name(), act.flops, act.bytes_read),
             ("swiglu", 1_310_720, 1_048_576)
         );
         let n = d.non_gemm.iter().find(|o| o.name == "norm_mlp").unwrap();
         assert_eq!(
-            (n.op.as_str(), n.flops, n.bytes_read),
+            (n.op.name(), n.flops, n.bytes_read),
             ("rmsnorm", 262_144, (65_536 + 512) * 2)
         );
         // 4·512² + 3·512·2048 + 2·512 = 1 048 576 + 3 145 728 + 1024.

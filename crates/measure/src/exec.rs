@@ -16,6 +16,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 use tensorforge_core::conv::Conv2d;
 use tensorforge_core::transformer::{MlpKind, NormKind, TransformerBlock};
+use tensorforge_core::GemmRole;
 use tensorforge_kernels::fused::{rmsnorm_swiglu_fused, rmsnorm_swiglu_unfused, SwigluShape};
 use tensorforge_kernels::Shape2;
 
@@ -281,8 +282,8 @@ fn block_ops(
     };
     let (t, dm, f) = (d.tokens, b.d_model, b.d_ff);
     let hd = d.head_dim;
-    let gemm = |name: &str, ops: &mut Vec<BlockOp>, elems: &mut u64, seed: u64| {
-        if let Some(g) = d.gemms.iter().find(|g| g.name == name) {
+    let gemm = |role: GemmRole, ops: &mut Vec<BlockOp>, elems: &mut u64, seed: u64| {
+        if let Some(g) = d.gemms.iter().find(|g| g.role == role) {
             let g = &g.gemm;
             *elems = elems.saturating_add(gemm_elems(g.m, g.n, g.k, g.batch));
             if allocate {
@@ -313,8 +314,11 @@ fn block_ops(
             &mut elems,
         );
     }
-    for (i, name) in ["q_proj", "k_proj", "v_proj"].iter().enumerate() {
-        gemm(name, &mut ops, &mut elems, 10 + i as u64);
+    for (i, role) in [GemmRole::QProj, GemmRole::KProj, GemmRole::VProj]
+        .into_iter()
+        .enumerate()
+    {
+        gemm(role, &mut ops, &mut elems, 10 + i as u64);
     }
     if !attention_only {
         let rot = t * (b.heads + d.kv_heads) * hd;
@@ -330,7 +334,7 @@ fn block_ops(
             &mut elems,
         );
     }
-    gemm("attn_scores", &mut ops, &mut elems, 20);
+    gemm(GemmRole::AttnScores, &mut ops, &mut elems, 20);
     let scores = b.batch * b.heads * d.query_len * d.attention_len;
     push_ew(
         Elementwise::Softmax {
@@ -343,8 +347,8 @@ fn block_ops(
         &mut ops,
         &mut elems,
     );
-    gemm("attn_values", &mut ops, &mut elems, 30);
-    gemm("o_proj", &mut ops, &mut elems, 40);
+    gemm(GemmRole::AttnValues, &mut ops, &mut elems, 30);
+    gemm(GemmRole::OProj, &mut ops, &mut elems, 40);
     if !attention_only {
         push_ew(
             Elementwise::Residual {
@@ -369,8 +373,8 @@ fn block_ops(
             &mut ops,
             &mut elems,
         );
-        gemm("mlp_gate", &mut ops, &mut elems, 50);
-        gemm("mlp_up", &mut ops, &mut elems, 60);
+        gemm(GemmRole::MlpGate, &mut ops, &mut elems, 50);
+        gemm(GemmRole::MlpUp, &mut ops, &mut elems, 60);
         let tf = t * f;
         match b.mlp {
             MlpKind::Gelu => push_ew(
@@ -393,7 +397,7 @@ fn block_ops(
                 &mut elems,
             ),
         }
-        gemm("mlp_down", &mut ops, &mut elems, 70);
+        gemm(GemmRole::MlpDown, &mut ops, &mut elems, 70);
         push_ew(
             Elementwise::Residual {
                 a: v(td, 14),

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use tensorforge_core::conv::{conv2d_preset, Conv2d, CONV2D_PRESET_NAMES};
 use tensorforge_core::presets::GEMM_PRESETS;
 use tensorforge_core::transformer::{
-    transformer_preset, TransformerBlock, TRANSFORMER_PRESET_NAMES,
+    transformer_preset, ElementwiseKind, TransformerBlock, TRANSFORMER_PRESET_NAMES,
 };
 use tensorforge_core::{DType, Gemm};
 use tensorforge_graph::fusion::{compile, Compiled, Program};
@@ -405,7 +405,7 @@ impl WorkloadSpec {
                 let d = fp32_block(b).decompose()?;
                 let mut ops = Vec::new();
                 for g in &d.gemms {
-                    if attention_only && !ATTENTION_GEMMS.contains(&g.name.as_str()) {
+                    if attention_only && !g.role.is_attention() {
                         continue;
                     }
                     ops.push(op(
@@ -415,7 +415,7 @@ impl WorkloadSpec {
                     ));
                 }
                 for e in &d.non_gemm {
-                    if attention_only && e.op != "softmax" {
+                    if attention_only && e.op != ElementwiseKind::Softmax {
                         continue;
                     }
                     ops.push(op(
@@ -469,16 +469,6 @@ impl WorkloadSpec {
         crate::exec::buffer_elements(&self.kind).saturating_mul(4)
     }
 }
-
-/// GEMMs of the decomposition that belong to the attention part.
-pub const ATTENTION_GEMMS: &[&str] = &[
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "attn_scores",
-    "attn_values",
-    "o_proj",
-];
 
 pub(crate) fn fp32_conv(c: &Conv2d) -> Conv2d {
     Conv2d {

@@ -275,7 +275,7 @@ fn choose<T>(
             field,
             format!("{} benchmarks", items.len()),
             format!(
-                "the file holds several benchmarks; choose one with --select NAME: {}",
+                "the file holds several benchmarks; select one by name: {}",
                 list(&items)
             ),
         )),
@@ -449,9 +449,9 @@ fn criterion(v: &Value, file: &str, select: Option<&str>) -> Result<IngestedSeri
     if let Some(sel) = select {
         return Err(StoreError::invalid(
             file,
-            "--select",
+            "select",
             sel,
-            "a criterion sample.json holds one benchmark; --select does not apply",
+            "a criterion sample.json holds one benchmark; selecting one does not apply",
         ));
     }
     let iters = numbers(v, "iters", file, "iters")?;
@@ -629,7 +629,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("p.json") && e.contains("test_other") && e.contains("--select"),
+            e.contains("p.json") && e.contains("test_other") && e.contains("select one by name"),
             "{e}"
         );
         // summary-only entry: refused, naming the field

@@ -173,10 +173,7 @@ pub fn run(a: ExploreArgs) -> Result<()> {
         }
         ExploreKind::Conv2d { shape, space } => {
             let c = shape.conv()?;
-            let g = NamedGemm {
-                name: "lowered_conv".into(),
-                gemm: c.lowered_gemm()?,
-            };
+            let g = NamedGemm::new("lowered_conv", c.lowered_gemm()?);
             many(&[g], &space)
         }
         ExploreKind::Transformer { block, space } => {

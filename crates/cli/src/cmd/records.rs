@@ -425,7 +425,16 @@ pub fn run_ingest(a: IngestArgs) -> Result<()> {
         flops: a.flops,
         bytes: a.bytes,
     };
-    let record = ingest_record(format, &text, &file, a.select.as_deref(), ctx)?;
+    let record = ingest_record(format, &text, &file, a.select.as_deref(), ctx).map_err(|e| {
+        // The library names its `select` input; here it is the --select flag.
+        let several = matches!(&e, tensorforge_store::StoreError::InvalidField { reason, .. }
+            if reason.starts_with("the file holds several benchmarks"));
+        if several {
+            anyhow::anyhow!("{e} (pass --select NAME)")
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
     // All or nothing: the store is opened and the file staged before anything is
     // published; the file appears only once the run is in the store.
     let store = if a.record {

@@ -685,18 +685,9 @@ mod tests {
 
         let g2 = Gemm::new(16, 16, 256, DType::Fp16).unwrap();
         let gemms = vec![
-            NamedGemm {
-                name: "a".into(),
-                gemm: g.clone(),
-            },
-            NamedGemm {
-                name: "b".into(),
-                gemm: g2.clone(),
-            },
-            NamedGemm {
-                name: "a_again".into(),
-                gemm: g.clone(),
-            },
+            NamedGemm::new("a", g.clone()),
+            NamedGemm::new("b", g2.clone()),
+            NamedGemm::new("a_again", g.clone()),
         ];
         let m = explore_many(&gemms, &toy_hw(), &s, 3).unwrap();
         assert_eq!((m.rows.len(), m.distinct_gemms), (3, 2));

@@ -272,7 +272,7 @@ fn nvidia_l4() -> HardwareSpec {
             "data-center part: FP16/BF16 with FP32 accumulate runs at the full tensor rate",
             "int4 left out: no source read gives an L4 INT4 figure",
             "DRAM: 300 GB/s = 300e9 B/s; vendor '24 GB' stored as 24e9 bytes (decimal)",
-            "on-chip levels left out: the only L2 (48 MB) and L1 (128 KB/SM) figures are 3rd-party, the SM count is uncertain (58 vs 60) and no source gives the shared-memory carve-out; pass --sram-bytes for the SRAM-fit check",
+            "on-chip levels left out: the only L2 (48 MB) and L1 (128 KB/SM) figures are 3rd-party, the SM count is uncertain (58 vs 60) and no source gives the shared-memory carve-out; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
         ],
     }
     .build()
@@ -309,7 +309,7 @@ fn nvidia_rtx_4090() -> HardwareSpec {
             "tf32 82.6e12 per [WAREDB-4090] (3rd-party) and [GH-ADA-TABLE]; [VD-SPECS]' 165/330 is the sparse pair",
             "int4 left out: no source read gives an RTX 4090 INT4 figure",
             "DRAM: 1008 GB/s = 1.008e12 B/s; vendor '24 GB' stored as 24e9 bytes (decimal)",
-            "on-chip levels left out: the maximum shared-memory carve-out for cc 8.9 is not confirmed by any source read (L1/shared 128 KB per SM and L2 72 MB are sourced, but listing L2 alone would make it the tile buffer); pass --sram-bytes for the SRAM-fit check",
+            "on-chip levels left out: the maximum shared-memory carve-out for cc 8.9 is not confirmed by any source read (L1/shared 128 KB per SM and L2 72 MB are sourced, but listing L2 alone would make it the tile buffer); give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
         ],
     }
     .build()
@@ -372,7 +372,7 @@ fn apple_m3_max() -> HardwareSpec {
             "fp16 = fp32 rate (no 2x half-precision rate), 3rd-party ([HMC-M3MAX])",
             "bf16, tf32, fp8, int8, int4 left out: not published by Apple or any source read; the Neural Engine is not modelled",
             "DRAM: 400 GB/s (Apple, 40-core GPU configuration; the 30-core GPU M3 Max has 300 GB/s), shared with the CPU; 'up to 128 GB' stored as 128e9 bytes (decimal)",
-            "on-chip levels left out: Apple publishes no GPU cache or threadgroup-memory sizes; pass --sram-bytes for the SRAM-fit check",
+            "on-chip levels left out: Apple publishes no GPU cache or threadgroup-memory sizes; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
         ],
     }
     .build()
@@ -490,7 +490,7 @@ fn google_tpu_v4() -> HardwareSpec {
             "PE array: 8 MXUs (2 TCs x 4) of 128x128 at 1.05 GHz: 2 x 128^2 x 8 x 1.05e9 = 275.3e12 (derived); the 1.05 GHz clock is 3rd-party ([BJL-TPUv4])",
             "fp32, tf32, fp16, fp8, int4 left out: not published",
             "DRAM: 1200 GB/s = 1.2e12 B/s; Google's '32 GiB' stored as 32e9 bytes (decimal convention, 7 % under 32 GiB)",
-            "on-chip levels left out: CMEM exists but its size is not confirmed in any source read, VMEM per core is not published; pass --sram-bytes for the SRAM-fit check",
+            "on-chip levels left out: CMEM exists but its size is not confirmed in any source read, VMEM per core is not published; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
         ],
     }
     .build()
@@ -541,7 +541,7 @@ fn google_tpu_v5p() -> HardwareSpec {
             "PE array: 8 MXUs (2 TCs x 4) of 128x128; the 1.75 GHz clock is derived from the bf16 peak (Google does not publish it): 2 x 128^2 x 8 x 1.75e9 = 458.8e12; it models the bf16 rate, not int8's 2x",
             "fp32, tf32, fp16, fp8, int4 left out: not published",
             "DRAM: 2765 GB/s = 2.765e12 B/s ([SCALING] is internally inconsistent: 2.8e12 and 2.5e12); vendor '95 GB' stored as 95e9 bytes (decimal; [SCALING] says 96 GB)",
-            "on-chip levels left out: VMEM and CMEM sizes are not published; pass --sram-bytes for the SRAM-fit check",
+            "on-chip levels left out: VMEM and CMEM sizes are not published; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
         ],
     }
     .build()
