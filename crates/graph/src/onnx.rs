@@ -13,7 +13,7 @@
 //!   becomes [`Op::Opaque`] with the output shapes declared in the model's `value_info`,
 //!   and is listed in [`OnnxImport::opaque`] with the reason. Nothing is dropped silently:
 //!   approximations and renamings are listed in [`OnnxImport::notes`].
-//! - External tensor data is read from the model's folder (see [`external`]): paths that
+//! - External tensor data is read from the model's folder (see the `external` module): paths that
 //!   leave it, offsets past the end and lengths that disagree with the dims are errors.
 //! - Refused: files over [`MAX_FILE_BYTES`], more than
 //!   [`MAX_NODES`] nodes, ranks over [`MAX_RANK`], tensors over [`MAX_ELEMENTS`] elements,

@@ -428,7 +428,7 @@ pub fn logaddexp2_slice<T: Float>(a: &[T], b: &[T], out: &mut [T]) -> Result<(),
     binary_slice(a, b, out, logaddexp2::<T>, true)
 }
 
-/// Per row r: `out[r] = log Σ_j e^x[r,j]` = m + log1p(Σ_{j≠argmax} e^(x[r,j] − m)), m the row max.
+/// Per row r: `out[r] = log Σ_j e^x[r,j] = m + log1p(Σ_{j≠argmax} e^(x[r,j] − m))`, m the row max.
 /// `x` holds `shape.rows × shape.cols` elements, `out` holds `shape.rows`.
 pub fn logsumexp<T: Float>(x: &[T], shape: Shape2, out: &mut [T]) -> Result<(), KernelError> {
     check_len("x", shape.numel()?, x.len())?;

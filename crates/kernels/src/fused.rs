@@ -1,10 +1,10 @@
 //! RMSNorm followed by a SwiGLU feed-forward input projection, in f32:
 //! out = SiLU(h · W_gate) ⊙ (h · W_up), h = RMSNorm(x) ⊙ γ = x / sqrt(mean(x²) + eps) ⊙ γ,
-//! for x [T, D], γ [D], W_gate and W_up [D, F] (row-major), SiLU(g) = g / (1 + e^−g).
+//! for x \[T, D\], γ \[D\], W_gate and W_up \[D, F\] (row-major), SiLU(g) = g / (1 + e^−g).
 //!
 //! Two paths compute it. The **unfused** reference materializes every intermediate as a full
-//! tensor, one operation at a time: 1/rms [T], x/rms [T, D], h [T, D], h·W_gate [T, F],
-//! h·W_up [T, F], SiLU(h·W_gate) [T, F]. The **fused** path ([`rmsnorm_swiglu_fused`]) picks
+//! tensor, one operation at a time: 1/rms \[T\], x/rms \[T, D\], h \[T, D\], h·W_gate
+//! \[T, F\], h·W_up \[T, F\], SiLU(h·W_gate) \[T, F\]. The **fused** path ([`rmsnorm_swiglu_fused`]) picks
 //! one of two kernels by T:
 //! * T ≤ [`FUSED_SMALL_T`] (decode): the products are matrix-vector-like and bound by reading
 //!   the weights, so [`rmsnorm_swiglu_fused_stream`] computes h for the (≤ 16-row) block,

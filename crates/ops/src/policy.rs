@@ -3,7 +3,7 @@
 //! which statistic and significance test decide, the identity rules, waivers with expiry
 //! dates, and suite-level false-discovery control. Parsed from TOML with every value checked
 //! (errors name the file, field and value). A default policy is embedded in the binary
-//! (`examples/policy.toml`). The policy decides nothing by itself; [`crate::gate`] applies it.
+//! (`examples/policy.toml`). The policy decides nothing by itself; [`mod@crate::gate`] applies it.
 
 use crate::date::Date;
 use crate::error::OpsError;
@@ -212,7 +212,7 @@ impl Statistic {
 pub enum TestKind {
     /// Between runs (the default for timed metrics): each run is one observation, its
     /// statistic; the candidate run(s) are tested against the distribution of the last
-    /// baseline runs with a one-sided Student t on the log scale (see [`crate::gate`]).
+    /// baseline runs with a one-sided Student t on the log scale (see [`mod@crate::gate`]).
     /// Needs `history.min_runs` baseline runs to FAIL anything.
     RunT,
     /// One-sided Mann–Whitney U on the pooled samples in the regression direction. Samples

@@ -1,4 +1,4 @@
-//! CUDA C rendering: the C loop nest of each kernel ([`super::c`]) compiled as device code,
+//! CUDA C rendering: the C loop nest of each kernel ([`c`](crate::codegen::c)) compiled as device code,
 //! with one `__global__` launcher per kernel that gives each thread one row
 //! (`tf_k<i>_launch(in, out, rows, scratch)`, grid-stride free: launch ⌈rows / block⌉ blocks;
 //! `in` and `out` are device arrays of device pointers, `scratch` holds `rows ×

@@ -1,4 +1,5 @@
-//! Code generation for fused kernels: each elementwise or row kernel of a [`Program`] is
+//! Code generation for fused kernels: each elementwise or row kernel of a
+//! [`Program`](crate::fusion::Program) is
 //! lowered to one loop nest, `for each row r: for each node: (a run of elementwise nodes in
 //! one loop over the row's columns | a row operation over the whole row)`, and rendered as
 //! C ([`c`]). Values of a run stay in registers; a value read by a later loop or a row op is
