@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod block;
 pub mod dd;
 pub mod elementary;
 pub mod fused;

@@ -1,10 +1,10 @@
 //! Executors: turn a workload into a closure that runs one iteration on buffers it owns.
 //! GEMMs run on faer (f32, row-major, `Par::rayon(threads)` or sequential for one thread);
 //! Conv2D lowers each image and group with im2col into a column buffer and multiplies by the
-//! weight matrix; attention and transformer blocks run the Core decomposition's GEMMs and
-//! element-wise ops back to back, each on its own buffers of the decomposition's shapes
-//! (data does not flow between them: head-layout transposes are not modelled, which keeps each
-//! op's traffic at its compulsory bytes); kernels call the kernels crate; graphs run the graph
+//! weight matrix; attention and transformer blocks run the Core decomposition's GEMMs (faer)
+//! and element-wise ops (the kernels crate's `block` and `softmax`) back to back, each on its
+//! own buffers of the decomposition's shapes (data does not flow between them: head-layout
+//! transposes are not modelled, which keeps each op's traffic at its compulsory bytes); kernels call the kernels crate; graphs run the graph
 //! compiler's executor (`execute_pooled`, fused or unfused program) on seeded inputs
 //! allocated once, with the executor's buffer pool kept across calls. Closures must be
 //! run inside the rayon pool the harness built, so `rayon` parallelism uses its threads.
@@ -23,8 +23,8 @@ use tensorforge_kernels::Shape2;
 /// One iteration of a workload on its own buffers.
 pub type Iteration = Box<dyn FnMut() -> Result<()> + Send>;
 
-/// Element-wise loops run on rayon above this many elements (when threads > 1).
-const PAR_MIN_ELEMS: usize = 1 << 15;
+/// Loops run on rayon above this many elements (when threads > 1): the kernels' threshold.
+use tensorforge_kernels::block::PAR_MIN_ELEMS;
 
 fn us(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
@@ -150,28 +150,6 @@ enum Elementwise {
     },
 }
 
-fn map2(out: &mut [f32], a: &[f32], b: &[f32], threads: usize, f: impl Fn(f32, f32) -> f32 + Sync) {
-    if threads > 1 && out.len() >= PAR_MIN_ELEMS {
-        out.par_iter_mut()
-            .zip(a.par_iter().zip(b.par_iter()))
-            .for_each(|(o, (x, y))| *o = f(*x, *y));
-    } else {
-        for (o, (x, y)) in out.iter_mut().zip(a.iter().zip(b)) {
-            *o = f(*x, *y);
-        }
-    }
-}
-
-fn norm_row(x: &[f32], gamma: &[f32], out: &mut [f32], rms: bool) {
-    let n = x.len() as f32;
-    let mean = if rms { 0.0 } else { x.iter().sum::<f32>() / n };
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv = 1.0 / (var + 1e-5).sqrt();
-    for ((o, v), g) in out.iter_mut().zip(x).zip(gamma) {
-        *o = (v - mean) * inv * g;
-    }
-}
-
 impl Elementwise {
     #[cfg(test)]
     fn elements(&self) -> usize {
@@ -187,6 +165,7 @@ impl Elementwise {
     }
 
     fn run(&mut self, threads: usize) -> Result<()> {
+        use tensorforge_kernels::block;
         match self {
             Elementwise::Norm {
                 rows,
@@ -195,57 +174,19 @@ impl Elementwise {
                 x,
                 gamma,
                 out,
-            } => {
-                let rms = *rms;
-                let g: &[f32] = gamma;
-                if threads > 1 && *rows * *cols >= PAR_MIN_ELEMS {
-                    out.par_chunks_mut(*cols)
-                        .zip(x.par_chunks(*cols))
-                        .for_each(|(o, r)| norm_row(r, g, o, rms));
-                } else {
-                    for (o, r) in out.chunks_mut(*cols).zip(x.chunks(*cols)) {
-                        norm_row(r, g, o, rms);
-                    }
-                }
-            }
+            } => block::norm_rows(x, gamma, out, *rows, *cols, *rms, threads)?,
             Elementwise::Rotary {
                 head_dim,
                 x,
                 table,
                 out,
-            } => {
-                let hd = *head_dim;
-                let t: &[f32] = table;
-                let xs: &[f32] = x;
-                let f = |(i, o): (usize, &mut f32)| {
-                    let j = i % hd;
-                    let (c, s) = (t[2 * j], t[2 * j + 1]);
-                    *o = xs[i] * c + xs[(i ^ 1).min(xs.len() - 1)] * s;
-                };
-                if threads > 1 && out.len() >= PAR_MIN_ELEMS {
-                    out.par_iter_mut().enumerate().for_each(f);
-                } else {
-                    out.iter_mut().enumerate().for_each(f);
-                }
-            }
+            } => block::rotary(x, table, out, *head_dim, threads)?,
             Elementwise::Softmax { rows, cols, x, out } => {
                 tensorforge_kernels::softmax(x, Shape2::new(*rows, *cols), out)?;
             }
-            Elementwise::Residual { a, b, out } => map2(out, a, b, threads, |x, y| x + y),
-            Elementwise::Swiglu { g, u, out } => {
-                map2(out, g, u, threads, |g, u| g / (1.0 + (-g).exp()) * u)
-            }
-            Elementwise::Gelu { x, out } => {
-                let f = |(o, v): (&mut f32, &f32)| {
-                    let v = *v;
-                    *o = 0.5 * v * (1.0 + (0.797_884_6 * (v + 0.044715 * v * v * v)).tanh());
-                };
-                if threads > 1 && out.len() >= PAR_MIN_ELEMS {
-                    out.par_iter_mut().zip(x.par_iter()).for_each(f);
-                } else {
-                    out.iter_mut().zip(x.iter()).for_each(f);
-                }
-            }
+            Elementwise::Residual { a, b, out } => block::residual_add(a, b, out, threads)?,
+            Elementwise::Swiglu { g, u, out } => block::swiglu(g, u, out, threads)?,
+            Elementwise::Gelu { x, out } => block::gelu(x, out, threads)?,
         }
         Ok(())
     }
