@@ -1,0 +1,255 @@
+//! A whole decoder model: embedding, `layers` identical blocks, final norm and LM head, its
+//! parameters and weight bytes, and its roofline analysis. Left out: what the module comment of
+//! `transformer` lists.
+
+use super::*;
+use crate::analysis::{LIMITATIONS, SCHEMA_VERSION};
+use crate::error::{checked_product, checked_sum, CoreError, Result};
+use crate::gemm::{GemmRole, NamedGemm};
+use crate::hardware::HardwareSpec;
+use crate::roofline::{roofline, Roofline};
+use serde::{Deserialize, Serialize};
+
+/// Which tokens the LM head computes logits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LmHeadTokens {
+    /// Every processed token, `T = batch · S_q` (training-style or scoring).
+    All,
+    /// The last token of each sequence, `batch` rows (serving); in decode this equals `All`.
+    #[default]
+    Last,
+}
+
+/// A decoder-only model: embedding, `layers` identical blocks, final norm, LM head.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecoderModel {
+    /// Label, e.g. the config file it came from (may be empty).
+    #[serde(default)]
+    pub name: String,
+    /// The repeated block (its phase, batch, cache length and dtype apply to the whole model).
+    pub block: TransformerBlock,
+    /// Number of blocks.
+    pub layers: u64,
+    /// Vocabulary size, V.
+    pub vocab_size: u64,
+    /// The LM head reuses the embedding matrix (its weights are counted once).
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Tokens the LM head runs on (default `last`).
+    #[serde(default)]
+    pub lm_head_tokens: LmHeadTokens,
+    /// How the model was derived (config mapping decisions, ignored features).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl DecoderModel {
+    /// Rows of the LM-head GEMM: `batch · S_q` for `all`, `batch` for `last`.
+    pub fn lm_head_token_count(&self) -> Result<u64> {
+        match self.lm_head_tokens {
+            LmHeadTokens::All => self.block.tokens(),
+            LmHeadTokens::Last => Ok(self.block.batch),
+        }
+    }
+
+    /// Weight parameters: `V·D` embedding + `V·D` LM head unless tied + `norm_params·D` final
+    /// norm + `layers · block weight_params`.
+    pub fn weight_params(&self) -> Result<u64> {
+        let d = self.block.d_model;
+        let emb = checked_product(&[self.vocab_size, d], "V·D (embedding parameters)")?;
+        let head = if self.tie_word_embeddings { 0 } else { emb };
+        let final_norm = checked_product(
+            &[self.block.norm.params_per_channel(), d],
+            "final norm parameters",
+        )?;
+        let blocks = checked_product(
+            &[self.layers, self.block.weight_params()?],
+            "layers · block weights",
+        )?;
+        checked_sum(&[emb, head, final_norm, blocks], "model weight parameters")
+    }
+
+    /// Layers and vocabulary are ≥ 1, the block is valid, and every total fits in 64 bits.
+    pub fn validate(&self) -> Result<()> {
+        for (f, v) in [("layers", self.layers), ("vocab_size", self.vocab_size)] {
+            if v == 0 {
+                return Err(CoreError::invalid(f, v, "must be at least 1"));
+            }
+        }
+        self.block.validate()?;
+        self.block.dtype.bytes_for(self.weight_params()?)?;
+        let parts = self.parts()?;
+        parts.lm_head.gemm.validate()?;
+        Ok(())
+    }
+
+    fn parts(&self) -> Result<ModelParts> {
+        let b = &self.block;
+        let t = b.tokens()?;
+        let td = checked_product(&[t, b.d_model], "T·D (hidden elements)")?;
+        let norm_params = checked_product(
+            &[b.norm.params_per_channel(), b.d_model],
+            "final norm parameters",
+        )?;
+        let embedding = elementwise(
+            "embedding",
+            ElementwiseKind::EmbeddingGather,
+            td,
+            0,
+            td,
+            td,
+            b.dtype,
+        )?;
+        let final_norm = elementwise(
+            "final_norm",
+            b.norm.into(),
+            td,
+            b.norm.flops_per_element(),
+            checked_sum(&[td, norm_params], "final norm elements read")?,
+            td,
+            b.dtype,
+        )?;
+        let lm_tokens = self.lm_head_token_count()?;
+        let lm_head = named(
+            GemmRole::LmHead,
+            lm_tokens,
+            self.vocab_size,
+            b.d_model,
+            1,
+            b.dtype,
+        )?;
+        Ok(ModelParts {
+            embedding,
+            final_norm,
+            lm_head,
+            lm_tokens,
+        })
+    }
+}
+
+struct ModelParts {
+    embedding: NonGemmOp,
+    final_norm: NonGemmOp,
+    lm_head: NamedGemm,
+    lm_tokens: u64,
+}
+
+/// The whole-model analysis report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelAnalysis {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Always `model`.
+    pub evidence: String,
+    /// Always `model`.
+    pub kind: String,
+    /// The workload.
+    pub workload: DecoderModel,
+    /// Hardware name.
+    pub hardware: String,
+    /// Number of blocks.
+    pub layers: u64,
+    /// Rows of the LM-head GEMM.
+    pub lm_head_tokens: u64,
+    /// One block's analysis (its totals are per block; multiply by `layers`).
+    pub block: TransformerAnalysis,
+    /// Embedding gather: reads `T·D` table elements, writes `T·D`, no FLOPs.
+    pub embedding: NonGemmRow,
+    /// Final norm over `T·D`.
+    pub final_norm: NonGemmRow,
+    /// LM head GEMM `(lm_head_tokens, V, D)`.
+    pub lm_head: GemmRow,
+    /// Weight parameters of the whole model.
+    pub weight_params: u64,
+    /// `layers × block` + embedding + final norm + LM head; weights and KV cache whole-model.
+    pub totals: TransformerTotals,
+    /// Roofline of the totals as one kernel (`≤ totals.time_lower_bound_s`).
+    pub roofline: Roofline,
+    /// What the model leaves out.
+    pub limitations: Vec<String>,
+}
+
+/// Whole-model omissions, appended to the block's.
+pub const MODEL_LIMITATIONS: &[&str] = &[
+    "all layers are identical: no MoE routing, sliding-window or per-layer variation",
+    "embedding gather reads only the T·D table rows used (token ids not counted); the LM head reads the full V·D matrix",
+    "logit post-processing (softmax over the vocabulary, sampling) is not modelled",
+];
+
+/// Analyze a decoder model: one block's table, totals multiplied by `layers`, plus
+/// embedding gather, final norm and LM head.
+pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysis> {
+    m.validate()?;
+    let block = analyze_transformer(&m.block, hw)?;
+    let parts = m.parts()?;
+    let dt = m.block.dtype;
+    let embedding = NonGemmRow::new(&parts.embedding, dt, hw)?;
+    let final_norm = NonGemmRow::new(&parts.final_norm, dt, hw)?;
+    let lm_head = GemmRow::new(&parts.lm_head, hw)?;
+    let bt = &block.totals;
+    let l = m.layers;
+    let mul = |v: u64, what: &str| checked_product(&[l, v], what);
+    let weight_params = m.weight_params()?;
+    let gemm_flops = checked_sum(
+        &[mul(bt.gemm_flops, "layers · GEMM FLOPs")?, lm_head.flops],
+        "model GEMM FLOPs",
+    )?;
+    let non_gemm_flops = checked_sum(
+        &[
+            mul(bt.non_gemm_flops, "layers · element-wise FLOPs")?,
+            final_norm.flops,
+        ],
+        "model element-wise FLOPs",
+    )?;
+    let flops = checked_sum(&[gemm_flops, non_gemm_flops], "model FLOPs")?;
+    let dram = checked_sum(
+        &[
+            mul(bt.dram_bytes, "layers · DRAM bytes")?,
+            embedding.dram_bytes,
+            final_norm.dram_bytes,
+            lm_head.compulsory_bytes,
+        ],
+        "model DRAM bytes",
+    )?;
+    let totals = TransformerTotals {
+        macs: checked_sum(
+            &[mul(bt.macs, "layers · MACs")?, lm_head.macs],
+            "model MACs",
+        )?,
+        flops,
+        gemm_flops,
+        non_gemm_flops,
+        dram_bytes: dram,
+        arithmetic_intensity: flops as f64 / dram as f64,
+        weight_bytes: dt.bytes_for(weight_params)?,
+        kv_cache_bytes: mul(bt.kv_cache_bytes, "layers · KV cache bytes")?,
+        time_lower_bound_s: l as f64 * bt.time_lower_bound_s
+            + embedding.time_lower_bound_s
+            + final_norm.time_lower_bound_s
+            + lm_head.time_lower_bound_s,
+    };
+    let rl = roofline(hw, dt, flops as f64, dram as f64, &[])?;
+    let mut limitations = strings(LIMITATIONS, TRANSFORMER_LIMITATIONS);
+    limitations.extend(MODEL_LIMITATIONS.iter().map(|s| s.to_string()));
+    limitations.extend(decode_note(&m.block, block.attention_len));
+    limitations.extend(m.notes.iter().cloned());
+    Ok(ModelAnalysis {
+        schema_version: SCHEMA_VERSION,
+        evidence: "model".into(),
+        kind: "model".into(),
+        workload: m.clone(),
+        hardware: hw.name.clone(),
+        layers: l,
+        lm_head_tokens: parts.lm_tokens,
+        block,
+        embedding,
+        final_norm,
+        lm_head,
+        weight_params,
+        totals,
+        roofline: rl,
+        limitations,
+    })
+}
