@@ -177,3 +177,44 @@ fn ci_runs_the_readme_test_command_and_it_shares_the_main_jobs_build() {
     assert!(job.starts_with("cargo run --release"), "{job}");
     assert!(test.contains("--release"), "{test}");
 }
+
+/// Packages and their features in the workspace's resolve, one `name version [features]` per
+/// line, with or without dev-dependencies.
+fn resolved_features(dev: bool) -> std::collections::BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let edges = if dev {
+        "normal,build,dev"
+    } else {
+        "normal,build"
+    };
+    let out = std::process::Command::new(cargo)
+        .current_dir(root())
+        .args(["tree", "--workspace", "--offline", "-e", edges])
+        .args(["--prefix", "none", "-f", "{p} [{f}]"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim_end_matches(" (*)").to_string())
+        .collect()
+}
+
+#[test]
+fn tests_resolve_the_same_features_as_the_main_job() {
+    // Every package of the main job's build appears with the same features when
+    // dev-dependencies join the resolve; otherwise `cargo test --release` recompiles it and
+    // everything above it (docs/architecture.md, "Build sharing").
+    let main_job = resolved_features(false);
+    let with_dev = resolved_features(true);
+    let differ: Vec<&String> = main_job.difference(&with_dev).collect();
+    assert!(
+        differ.is_empty(),
+        "features differ once dev-dependencies resolve: {differ:?}"
+    );
+}
