@@ -2,17 +2,26 @@
 //! tiles by ceiling division, not padded), visited by three nested tile loops `mi`, `ni`,
 //! `ki` in one of six orders. One reuse rule covers all six:
 //!
-//! *An operand tile is fetched each time the nest reaches the innermost loop that operand
-//! depends on, and stays resident while the loops inside that one run. Each C tile is
-//! written on every visit and read back on every visit after its first.*
+//! *An operand keeps one tile resident and fetches a tile each time its tile index changes;
+//! a loop of trip count 1 changes no index. Each C tile is written back when it leaves (once
+//! per visit) and read back on every visit after its first.*
 //!
-//! A depends on (mi, ki), B on (ki, ni), C on (mi, ni). Since the loops an operand depends
-//! on together cover it exactly once, its traffic is `bytes × Π(trip counts of the loops it
-//! does not depend on that sit outside its innermost dependent loop)`. This reproduces the
-//! three named schedules: c-resident (mi, ni, ki): A·nt + B·mt + C; a-resident (mi, ki, ni):
-//! A + B·mt + C·(2kt − 1); b-resident (ni, ki, mi): A·nt + B + C·(2kt − 1). The SRAM
-//! footprint is one tile of each operand. Omitted: caches that keep more than the rule
-//! says, prefetch, partial-tile waste in DRAM bursts, and a wider accumulator for C.
+//! A depends on (mi, ki), B on (ki, ni), C on (mi, ni). Let `p` be the innermost loop that
+//! the operand depends on **among those with trip count > 1**. The index changes on every
+//! step of the loops from the outermost down to `p` (the innermost of them is a dependent
+//! loop that moves on each step, and a dependent loop with more than one trip that wraps
+//! also changes its value), and never inside `p`, so the operand is fetched
+//! `Π(trip counts of the loops down to p)` times; since its dependent loops cover it exactly
+//! once, its traffic is `bytes × Π(trip counts of the loops outside p that it does not
+//! depend on)`, and just `bytes` when every loop it depends on has trip count 1 (it is one
+//! tile, fetched once). Equivalently: delete the loops of trip count 1 and read what is left
+//! with the all-trips-above-1 rule. With every trip count above 1 this gives the three named
+//! schedules c-resident (mi, ni, ki): A·nt + B·mt + C; a-resident (mi, ki, ni):
+//! A + B·mt + C·(2kt − 1); b-resident (ni, ki, mi): A·nt + B + C·(2kt − 1). A trip count of
+//! 1 removes re-reads: c-resident with kt = 1 reads A once, a-resident with nt = 1 keeps C
+//! resident over K (no partial sums spilled). The SRAM footprint is one tile of each
+//! operand. Omitted: caches that keep more than the rule says, prefetch, partial-tile waste
+//! in DRAM bursts, and a wider accumulator for C.
 
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
@@ -144,26 +153,23 @@ impl LoopOrder {
         })
     }
 
-    #[inline]
-    fn position(self, d: LoopDim) -> usize {
-        if self.0[0] == d {
-            0
-        } else if self.0[1] == d {
-            1
-        } else {
-            2
-        }
-    }
-
-    /// Product of trip counts of the loops outside the innermost loop among `deps` that are
-    /// not themselves in `deps`: how many times each tile of that operand is fetched.
+    /// How many times each tile of an operand indexed by the loops `deps` is fetched: with
+    /// `p` the innermost loop among `deps` whose trip count exceeds 1 (a loop of trip count
+    /// 1 never changes a tile index), the product of the trip counts of the loops outside
+    /// `p` that are not in `deps`; 1 when every loop in `deps` has trip count 1 (the operand
+    /// is one tile, fetched once). `None` on 64-bit overflow.
     #[inline]
     fn refetch_factor(self, deps: [LoopDim; 2], trips: [u64; 3]) -> Option<u64> {
-        let p = self.position(deps[0]).max(self.position(deps[1]));
+        let in_deps = |d: LoopDim| d == deps[0] || d == deps[1];
+        let Some(p) = (0..3)
+            .rev()
+            .find(|&q| in_deps(self.0[q]) && trips[self.0[q] as usize] > 1)
+        else {
+            return Some(1);
+        };
         let mut f: u64 = 1;
-        for q in 0..p {
-            let d = self.0[q];
-            if d != deps[0] && d != deps[1] {
+        for &d in &self.0[..p] {
+            if !in_deps(d) {
                 f = f.checked_mul(trips[d as usize])?;
             }
         }
@@ -258,7 +264,23 @@ pub struct DramTraffic {
     pub total: u64,
 }
 
-/// Allocation-free traffic under the reuse rule; `None` on 64-bit overflow.
+/// DRAM traffic of `order` under the reuse rule of this module, allocation-free; `None` on
+/// 64-bit overflow. `ob` holds the whole operands (batch included), `trips` is
+/// `[mt, nt, kt]`.
+///
+/// With `f_X = Π { trips[d] : d outside p_X in `order`, d not a loop X depends on }`, where
+/// `p_X` is the innermost loop X depends on with a trip count above 1 (`f_X = 1` when there
+/// is none):
+///
+/// | field | bytes |
+/// |---|---|
+/// | `a_read` | `ob.a · f_A` (A depends on mi, ki) |
+/// | `b_read` | `ob.b · f_B` (B depends on ki, ni) |
+/// | `c_write` | `ob.c · v`, `v = f_C` the visits of each C tile (C depends on mi, ni; `v` is `kt` when ki sits outside p_C, else 1) |
+/// | `c_read` | `ob.c · (v − 1)`, or `ob.c · v` when `accumulate` (every visit reads C) |
+///
+/// Hand-checked in the tests: 4×4×4 fp32 with 2×2×2 tiles gives 320 B (c-resident) and
+/// 384 B (a- and b-resident); with K = 2 (kt = 1) c-resident reads A once: 160 B.
 #[inline]
 pub fn tiled_traffic(
     ob: &OperandBytes,
@@ -444,6 +466,98 @@ mod tests {
         assert_eq!((tr.a_read, tr.b_read, tr.c_write), (140, 126, 30));
     }
 
+    fn parts(tr: DramTraffic) -> (u64, u64, u64, u64, u64) {
+        (tr.a_read, tr.b_read, tr.c_read, tr.c_write, tr.total)
+    }
+
+    #[test]
+    fn a_k_loop_of_one_trip_forces_no_reread() {
+        // 4×4×2 fp32, tile 2×2×2: mt = nt = 2, kt = 1. A = 4·2·4 = 32 B, B = 2·4·4 = 32 B,
+        // C = 4·4·4 = 64 B (compulsory 128 B).
+        let g = Gemm::new(4, 4, 2, DType::Fp32).unwrap();
+        let t = Tile {
+            tm: 2,
+            tn: 2,
+            tk: 2,
+        };
+        // c-resident (mi, ni, ki): A's tile (mi, 0) changes only with mi, so A is read once
+        // (32; the old rule charged A·nt = 64 because ni sits outside ki); B's tile (0, ni)
+        // changes on every ni step, for each of the mt rows: B·mt = 64; C once (64).
+        // 32 + 64 + 64 = 160 (was 192).
+        assert_eq!(
+            parts(traffic(&g, t, LoopOrder::C_RESIDENT)),
+            (32, 64, 0, 64, 160)
+        );
+        // nmk (ni, mi, ki), the mirror image: B's tile (0, ni) changes only with ni, so B is
+        // read once (32; was B·mt = 64); A·nt = 64; C 64: 160 (was 192).
+        assert_eq!(
+            parts(traffic(&g, t, LoopOrder::parse("nmk").unwrap())),
+            (64, 32, 0, 64, 160)
+        );
+        // a-resident (mi, ki, ni): A once 32, B·mt 64, C visited kt = 1 time: 64. 160, as
+        // before (the old rule already gave C·(2kt − 1) = C here).
+        assert_eq!(
+            parts(traffic(&g, t, LoopOrder::A_RESIDENT)),
+            (32, 64, 0, 64, 160)
+        );
+    }
+
+    #[test]
+    fn an_n_loop_of_one_trip_keeps_c_resident_over_k() {
+        // 4×2×4 fp32, tile 2×2×2: mt = 2, nt = 1, kt = 2. A = 4·4·4 = 64 B, B = 4·2·4 = 32 B,
+        // C = 4·2·4 = 32 B (compulsory 128 B).
+        let g = Gemm::new(4, 2, 4, DType::Fp32).unwrap();
+        let t = Tile {
+            tm: 2,
+            tn: 2,
+            tk: 2,
+        };
+        // a-resident (mi, ki, ni) with one ni trip is (mi, ki): C's tile (mi, 0) stays
+        // resident over ki, so C is written once and never read back: 32 + 0 (the old rule
+        // spilled partial sums: C·kt = 64 written, C·(kt − 1) = 32 read). A once 64; B's tile
+        // (ki, 0) changes on each ki step for each mi: B·mt = 64. 64 + 64 + 32 = 160 (was 224).
+        assert_eq!(
+            parts(traffic(&g, t, LoopOrder::A_RESIDENT)),
+            (64, 64, 0, 32, 160)
+        );
+        // kmn (ki, mi, ni): B's tile (ki, 0) changes only with ki: B once, 32 (was B·mt =
+        // 64); C's tile (mi, 0) changes with mi inside ki: C·kt = 64 written, 32 read back.
+        // 64 + 32 + 32 + 64 = 192 (was 224).
+        assert_eq!(
+            parts(traffic(&g, t, LoopOrder::parse("kmn").unwrap())),
+            (64, 32, 32, 64, 192)
+        );
+        // c-resident is unchanged: A·nt = 64, B·mt = 64, C 32: 160.
+        assert_eq!(traffic(&g, t, LoopOrder::C_RESIDENT).total, 160);
+        // Accumulating into C, a-resident reads C on its one visit: c_read = 32 (was C·kt = 64).
+        let acc = Gemm {
+            accumulate: true,
+            ..g.clone()
+        };
+        assert_eq!(
+            parts(traffic(&acc, t, LoopOrder::A_RESIDENT)),
+            (64, 64, 32, 32, 192)
+        );
+    }
+
+    #[test]
+    fn a_one_tile_operand_is_read_once() {
+        // A decode-like shape, one M tile: 2×4×2 fp32, tile 2×2×2: mt = 1, nt = 2, kt = 1.
+        // A = 2·2·4 = 16 B, B = 2·4·4 = 32 B, C = 2·4·4 = 32 B (compulsory 80 B).
+        // b-resident (ni, ki, mi): A is a single tile (mt = kt = 1) and stays resident: 16
+        // (the old rule charged A·nt = 32); B once 32; C once 32. Total 80 = compulsory (was 96).
+        let g = Gemm::new(2, 4, 2, DType::Fp32).unwrap();
+        let t = Tile {
+            tm: 2,
+            tn: 2,
+            tk: 2,
+        };
+        for o in LoopOrder::ALL {
+            // Every order: only ni moves, and nothing but B and C depends on it.
+            assert_eq!(parts(traffic(&g, t, o)), (16, 32, 0, 32, 80), "{o}");
+        }
+    }
+
     #[test]
     fn parse_names() {
         assert_eq!(LoopOrder::parse("mnk").unwrap(), LoopOrder::C_RESIDENT);
@@ -468,6 +582,58 @@ mod tests {
         use super::*;
         use proptest::prelude::*;
 
+        /// An independent reference for [`tiled_traffic`]: walk the tile-loop nest step by
+        /// step with one resident tile per operand, charge a tile's elements whenever the
+        /// operand's tile index differs from the resident one, write the resident C tile back
+        /// when it leaves and at the end, and read a C tile on arrival when it was visited
+        /// before (always, when accumulating). Edge tiles have their exact extents; every
+        /// batch element runs the same nest. Whole-byte dtypes only, so bytes are
+        /// elements · bits / 8.
+        fn simulate(g: &Gemm, t: Tile, o: LoopOrder) -> (u64, u64, u64, u64) {
+            use std::collections::HashSet;
+            let trips = t.trips(g);
+            let dims = [g.m, g.n, g.k];
+            let tile = [t.tm, t.tn, t.tk];
+            let ext = |d: usize, i: u64| tile[d].min(dims[d] - i * tile[d]);
+            let (mut a, mut b, mut cr, mut cw) = (0u64, 0u64, 0u64, 0u64);
+            let (mut ra, mut rb, mut rc) = (None, None, None);
+            let mut seen = HashSet::new();
+            let l = o.dims().map(|d| d as usize);
+            for i0 in 0..trips[l[0]] {
+                for i1 in 0..trips[l[1]] {
+                    for i2 in 0..trips[l[2]] {
+                        let mut ix = [0u64; 3];
+                        ix[l[0]] = i0;
+                        ix[l[1]] = i1;
+                        ix[l[2]] = i2;
+                        let (im, inn, ik) = (ix[0], ix[1], ix[2]);
+                        if ra != Some((im, ik)) {
+                            ra = Some((im, ik));
+                            a += ext(0, im) * ext(2, ik);
+                        }
+                        if rb != Some((ik, inn)) {
+                            rb = Some((ik, inn));
+                            b += ext(2, ik) * ext(1, inn);
+                        }
+                        if rc != Some((im, inn)) {
+                            if let Some((pm, pn)) = rc {
+                                cw += ext(0, pm) * ext(1, pn);
+                            }
+                            rc = Some((im, inn));
+                            if !seen.insert((im, inn)) || g.accumulate {
+                                cr += ext(0, im) * ext(1, inn);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some((pm, pn)) = rc {
+                cw += ext(0, pm) * ext(1, pn);
+            }
+            let bytes = |e: u64| g.batch * e * g.dtype.bits() / 8;
+            (bytes(a), bytes(b), bytes(cr), bytes(cw))
+        }
+
         fn dtype() -> impl Strategy<Value = DType> {
             prop::sample::select(DType::COMPUTE.to_vec())
         }
@@ -486,6 +652,20 @@ mod tests {
                 let tr = tiled_traffic(&g.operand_bytes().unwrap(), t.trips(&g), LoopOrder::ALL[oi], acc).unwrap();
                 prop_assert!(tr.total >= g.compulsory_bytes().unwrap());
                 prop_assert_eq!(tr.total, tr.a_read + tr.b_read + tr.c_read + tr.c_write);
+            }
+
+            #[test]
+            fn matches_a_simulated_loop_nest(
+                m in 1u64..=12, n in 1u64..=12, k in 1u64..=12, batch in 1u64..=3,
+                tm in 1u64..=12, tn in 1u64..=12, tk in 1u64..=12,
+                di in 0usize..3, acc in any::<bool>(), oi in 0usize..6,
+            ) {
+                let d = [DType::Fp32, DType::Fp16, DType::Int8][di];
+                let g = Gemm { m, n, k, batch, dtype: d, accumulate: acc };
+                let t = Tile { tm, tn, tk };
+                let o = LoopOrder::ALL[oi];
+                let tr = tiled_traffic(&g.operand_bytes().unwrap(), t.trips(&g), o, acc).unwrap();
+                prop_assert_eq!(simulate(&g, t, o), (tr.a_read, tr.b_read, tr.c_read, tr.c_write));
             }
 
             #[test]
