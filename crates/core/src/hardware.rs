@@ -1,7 +1,8 @@
 //! Hardware descriptions: per-dtype dense peak throughput, a DRAM level, optional on-chip
-//! levels and an optional processing-element (PE) array. A spec is a set of published
-//! ceilings, not a simulator: it leaves out clocks that vary with power, caches'
-//! replacement behaviour, the interconnect, and anything the vendor does not publish.
+//! levels, an optional processing-element (PE) array and an optional device-to-device
+//! interconnect. A spec is a set of published ceilings, not a simulator: it leaves out clocks
+//! that vary with power, caches' replacement behaviour, the interconnect's latency, topology
+//! beyond one scale-up domain and contention, and anything the vendor does not publish.
 //! Fields a source does not give are absent rather than guessed.
 
 use crate::dtype::DType;
@@ -69,6 +70,94 @@ impl PeArray {
     }
 }
 
+/// The device-to-device fabric of one scale-up domain (NVLink through NVSwitch, Infinity
+/// Fabric, ICI, PCIe), as the multi-device model uses it: a bandwidth roof for collectives.
+///
+/// Bandwidths are **unidirectional** (one direction, what one device can send while it also
+/// receives as much), in bytes per second, decimal. Vendors usually print the bidirectional
+/// (duplex) figure, twice this: NVLink 4's "900 GB/s" is 450e9 here.
+///
+/// The bandwidth a group of `p` devices can use per device is
+/// `min(unidirectional_bytes_per_s, (p − 1) · peer_unidirectional_bytes_per_s)`: each device
+/// reaches each other one over at most one peer path (exact for a full mesh such as MI300X's
+/// seven Infinity Fabric links, an upper bound for a torus such as ICI, where far chips are
+/// several hops away). Without a peer figure (a switched fabric) every pair gets the whole
+/// bandwidth. Latency per message, topology beyond that rule, contention and the slower
+/// network between domains are not modelled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Interconnect {
+    /// Fabric name, e.g. `nvlink4`, `infinity_fabric`, `ici`, `pcie5`.
+    pub name: String,
+    /// Bytes per second one device sends over all its links together, one direction.
+    pub unidirectional_bytes_per_s: f64,
+    /// Bytes per second one device can send to any single peer, one direction, when that is
+    /// less than the total (one direct link: an Infinity Fabric or ICI link); absent when a
+    /// switch gives every pair the full bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_unidirectional_bytes_per_s: Option<f64>,
+    /// Links per device, when published (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<u64>,
+    /// Devices in one domain of this fabric as usually built (an 8-GPU HGX board, a 256-chip
+    /// TPU v5e pod); a group larger than this crosses a slower network that is not modelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_devices: Option<u64>,
+}
+
+impl Interconnect {
+    /// Bandwidth per device, one direction, when `group_devices` devices exchange data:
+    /// `min(U, (p − 1) · peer)` (`U` without a peer figure), bytes per second. A group of one
+    /// device sends nothing; it gets `U`.
+    pub fn group_bytes_per_s(&self, group_devices: u64) -> f64 {
+        let u = self.unidirectional_bytes_per_s;
+        match self.peer_unidirectional_bytes_per_s {
+            Some(peer) if group_devices >= 2 => u.min((group_devices - 1) as f64 * peer),
+            _ => u,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(CoreError::invalid(
+                "interconnect.name",
+                "\"\"",
+                "must not be empty",
+            ));
+        }
+        positive_finite(
+            "interconnect.unidirectional_bytes_per_s",
+            self.unidirectional_bytes_per_s,
+        )?;
+        if let Some(p) = self.peer_unidirectional_bytes_per_s {
+            positive_finite("interconnect.peer_unidirectional_bytes_per_s", p)?;
+            if p > self.unidirectional_bytes_per_s {
+                return Err(CoreError::invalid(
+                    "interconnect.peer_unidirectional_bytes_per_s",
+                    p,
+                    format!(
+                        "must not exceed interconnect.unidirectional_bytes_per_s = {}",
+                        self.unidirectional_bytes_per_s
+                    ),
+                ));
+            }
+        }
+        if let Some(l) = self.links {
+            positive_int("interconnect.links", l)?;
+        }
+        if let Some(d) = self.domain_devices {
+            if d < 2 {
+                return Err(CoreError::invalid(
+                    "interconnect.domain_devices",
+                    d,
+                    "must be at least 2 (a fabric joins devices)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Version of the hardware file format (and of `hw show --json` / `hw list --json`).
 pub const HARDWARE_SCHEMA_VERSION: u32 = 1;
 
@@ -99,6 +188,9 @@ pub struct HardwareSpec {
     /// PE array, when the chip's matrix engine is described as one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pe_array: Option<PeArray>,
+    /// Device-to-device fabric, when published (the multi-device model's interconnect roof).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<Interconnect>,
     /// Where each figure comes from (full list in docs/hardware.md for presets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
@@ -161,7 +253,8 @@ impl MemoryLevel {
 impl HardwareSpec {
     /// Check that every number is positive and finite and that the spec is self-consistent:
     /// at least one peak; DRAM bandwidth present; on-chip levels no larger in total than DRAM;
-    /// unique level names; a PE array's derived peak within 5 % of some stated peak.
+    /// unique level names; a PE array's derived peak within 5 % of some stated peak; an
+    /// interconnect's peer bandwidth no larger than its total and a domain of at least 2.
     pub fn validate(&self) -> Result<()> {
         if self.schema_version != HARDWARE_SCHEMA_VERSION {
             return Err(CoreError::invalid(
@@ -232,6 +325,9 @@ impl HardwareSpec {
                     "2·rows·cols·macs_per_pe_per_cycle·arrays·clock_hz must be within 5 % of one of the stated peak_ops_per_s",
                 ));
             }
+        }
+        if let Some(ic) = &self.interconnect {
+            ic.validate()?;
         }
         Ok(())
     }
@@ -425,6 +521,89 @@ clock_hz = 1.0e9
         );
         // A dtype without a peak keeps the array as described.
         assert_eq!(s.pe_array_for(DType::Fp8).unwrap().macs_per_pe_per_cycle, 1);
+    }
+
+    const FABRIC: &str = r#"
+[interconnect]
+name = "mesh"
+unidirectional_bytes_per_s = 448.0e9
+peer_unidirectional_bytes_per_s = 64.0e9
+links = 7
+domain_devices = 8
+"#;
+
+    #[test]
+    fn interconnect_is_optional_round_trips_and_is_written_only_when_present() {
+        // A file without [interconnect] loads (existing hardware files) and writes none.
+        let plain = HardwareSpec::from_toml_str(GOOD, "toy.toml").unwrap();
+        assert!(plain.interconnect.is_none());
+        assert!(!plain.to_toml_string().unwrap().contains("interconnect"));
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("interconnect"));
+        let s = HardwareSpec::from_toml_str(&format!("{GOOD}{FABRIC}"), "toy.toml").unwrap();
+        let ic = s.interconnect.as_ref().unwrap();
+        assert_eq!(
+            (ic.name.as_str(), ic.links, ic.domain_devices),
+            ("mesh", Some(7), Some(8))
+        );
+        let again = HardwareSpec::from_toml_str(&s.to_toml_string().unwrap(), "x").unwrap();
+        assert_eq!(s, again);
+        let j = serde_json::to_string(&s).unwrap();
+        assert_eq!(HardwareSpec::from_json_str(&j, "x.json").unwrap(), s);
+    }
+
+    #[test]
+    fn group_bandwidth_is_capped_by_peer_links() {
+        let s = HardwareSpec::from_toml_str(&format!("{GOOD}{FABRIC}"), "toy.toml").unwrap();
+        let ic = s.interconnect.unwrap();
+        // min(448e9, (p − 1)·64e9): p = 2 → 64e9; p = 4 → 192e9; p = 8 → 448e9 = 7·64e9;
+        // p = 16 → still 448e9 (the total); p = 1 → the total (nothing is sent).
+        assert_eq!(ic.group_bytes_per_s(2), 64e9);
+        assert_eq!(ic.group_bytes_per_s(4), 192e9);
+        assert_eq!(ic.group_bytes_per_s(8), 448e9);
+        assert_eq!(ic.group_bytes_per_s(16), 448e9);
+        assert_eq!(ic.group_bytes_per_s(1), 448e9);
+        // A switched fabric (no peer figure): every group gets the total.
+        let switched = Interconnect {
+            peer_unidirectional_bytes_per_s: None,
+            ..ic
+        };
+        assert_eq!(switched.group_bytes_per_s(2), 448e9);
+    }
+
+    #[test]
+    fn bad_interconnect_names_the_field() {
+        for (from, to, field) in [
+            (
+                "unidirectional_bytes_per_s = 448.0e9",
+                "unidirectional_bytes_per_s = -1.0",
+                "interconnect.unidirectional_bytes_per_s",
+            ),
+            (
+                "peer_unidirectional_bytes_per_s = 64.0e9",
+                "peer_unidirectional_bytes_per_s = 500.0e9",
+                "interconnect.peer_unidirectional_bytes_per_s",
+            ),
+            ("links = 7", "links = 0", "interconnect.links"),
+            (
+                "domain_devices = 8",
+                "domain_devices = 1",
+                "interconnect.domain_devices",
+            ),
+            ("name = \"mesh\"", "name = \" \"", "interconnect.name"),
+        ] {
+            let bad = format!("{GOOD}{}", FABRIC.replace(from, to));
+            let e = HardwareSpec::from_toml_str(&bad, "chip.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("chip.toml") && e.contains(field), "{e}");
+        }
+        let unknown = format!("{GOOD}{}", FABRIC.replace("links", "lanes"));
+        let e = HardwareSpec::from_toml_str(&unknown, "chip.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lanes"), "{e}");
     }
 
     #[test]

@@ -192,6 +192,7 @@ mod tests {
             },
             onchip: vec![],
             pe_array: None,
+            interconnect: None,
             sources: vec![],
             notes: vec![],
         }

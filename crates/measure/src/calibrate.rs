@@ -490,6 +490,7 @@ pub fn calibrate(opts: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Res
             instances: 1,
         }],
         pe_array: None,
+        interconnect: None,
         sources: vec![format!(
             "measured by tensorforge calibrate ({}) at unix time {}; samples in the provenance_json note",
             provenance.mode, provenance.created_unix_s

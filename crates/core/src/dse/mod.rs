@@ -341,6 +341,7 @@ mod tests {
                 clock_hz: 1e9,
                 arrays: 1,
             }),
+            interconnect: None,
             sources: vec![],
             notes: vec![],
         }

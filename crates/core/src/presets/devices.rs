@@ -13,9 +13,13 @@
 //!   "1.5 MB" per Tensix core without saying more.
 //! - The first on-chip level is the tile buffer used by the SRAM-fit check, per instance.
 //!   No source gives an on-chip bandwidth, so on-chip levels add no roofline roofs.
+//! - Interconnect bandwidths are per device and **unidirectional** (vendors print the duplex
+//!   figure, twice that): NVLink 4's "900 GB/s" is stored as 450e9 B/s. Only the H100 SXM,
+//!   H200, A100 SXM, MI300X and TPU v5e carry one; every other preset says in its notes why
+//!   it has none.
 
 use crate::dtype::DType;
-use crate::hardware::{HardwareSpec, MemoryLevel, PeArray};
+use crate::hardware::{HardwareSpec, Interconnect, MemoryLevel, PeArray};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -32,6 +36,8 @@ struct Device<'a> {
     /// `(name, capacity of one instance in bytes, instances)`, innermost first.
     onchip: &'a [(&'a str, u64, u64)],
     pe_array: Option<PeArray>,
+    /// Device-to-device fabric (unidirectional bandwidths), when sourced.
+    interconnect: Option<Interconnect>,
     sources: &'a [&'a str],
     notes: &'a [&'a str],
 }
@@ -61,6 +67,7 @@ impl Device<'_> {
                 })
                 .collect(),
             pe_array: self.pe_array,
+            interconnect: self.interconnect,
             sources: self.sources.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.iter().map(|s| s.to_string()).collect(),
         }
@@ -78,6 +85,24 @@ fn mxu_grid(arrays: u64, clock_hz: f64) -> Option<PeArray> {
     })
 }
 
+/// A fabric: `name`, unidirectional bytes/s per device, the per-peer limit (direct links),
+/// links per device and devices per domain.
+fn fabric(
+    name: &str,
+    unidirectional_bytes_per_s: f64,
+    peer_unidirectional_bytes_per_s: Option<f64>,
+    links: Option<u64>,
+    domain_devices: Option<u64>,
+) -> Option<Interconnect> {
+    Some(Interconnect {
+        name: name.into(),
+        unidirectional_bytes_per_s,
+        peer_unidirectional_bytes_per_s,
+        links,
+        domain_devices,
+    })
+}
+
 // Source keys, exactly as shared/reference/hardware-specs.md gives them.
 const STAS: &str = "[STAS] stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:compute/accelerator/README.md";
 const NV_H100_JP: &str =
@@ -87,6 +112,9 @@ const GK_A100: &str = "[GK-A100] https://glennklockwood.com/garden/processors/A1
 const NUMBA_AMP: &str = "[NUMBA-AMP] https://github.com/numba/numba/issues/7897";
 const SCALING: &str =
     "[SCALING] jax-ml/scaling-book@0819a7d8c55ddc113f5cba0285a5f97380cac1e3:tpus.md";
+// Interconnect sources (docs/hardware.md, "Interconnect").
+const STAS_NET: &str =
+    "[STAS-NET] stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:network/README.md";
 
 /// Every real-device preset, in a fixed order (NVIDIA, Apple, Tenstorrent, AMD, Google).
 pub fn devices() -> Vec<HardwareSpec> {
@@ -124,11 +152,13 @@ fn nvidia_h100_sxm() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 132), ("l2", 50 * MIB, 1)],
         pe_array: None,
+        interconnect: fabric("nvlink4", 450e9, None, Some(18), Some(8)),
         sources: &[
             NV_H100_JP,
             GK_H100,
             STAS,
             "[LLMA] cli99/llm-analysis:llm_analysis/gpu_configs/h100-sxm-80gb.json",
+            STAS_NET,
         ],
         notes: &[
             "dense: the datasheet's 989* TF32, 1,979* BF16/FP16 and 3,958* FP8/INT8 are 2:4-sparse; dense is half",
@@ -136,6 +166,7 @@ fn nvidia_h100_sxm() -> HardwareSpec {
             "int4 left out: Hopper has no INT4 tensor path",
             "DRAM: 3.35 TB/s = 3.35e12 B/s (older material's 3.0 TB/s is superseded); vendor '80 GB' stored as 80e9 bytes (decimal)",
             "tile buffer smem_per_sm: 228 KiB maximum shared-memory carve-out of the 256 KiB L1/shared array, x 132 SMs; l2: 50 MiB (Hopper tuning guide via [STAS]); register file not counted",
+            "interconnect nvlink4: 900 GB/s bidirectional per GPU ([NV-H100-JP]) = 450e9 B/s each way over 18 links ([STAS-NET]); NVSwitch gives every pair the full bandwidth (no peer limit); domain 8 = one HGX/DGX H100 board, eight GPUs through four NVSwitch chips ([STAS-NET]); the PCIe Gen5 host link (128 GB/s bidirectional) is not modelled",
         ],
     }
     .build()
@@ -157,6 +188,7 @@ fn nvidia_h100_pcie() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 114), ("l2", 50 * MIB, 1)],
         pe_array: None,
+        interconnect: None,
         sources: &[
             NV_H100_JP,
             STAS,
@@ -170,6 +202,7 @@ fn nvidia_h100_pcie() -> HardwareSpec {
             "int4 left out: Hopper has no INT4 tensor path",
             "DRAM: NVIDIA says 'greater than 2,000 GB/s', stored as 2.0e12 B/s (some tools use 2048e9); memory is HBM2e per NVIDIA's table; vendor '80 GB' stored as 80e9 bytes (decimal)",
             "tile buffer smem_per_sm: 228 KiB maximum shared-memory carve-out x 114 SMs; l2: 50 MiB",
+            "interconnect left out: NVIDIA gives NVLink 600 GB/s (bidirectional) and PCIe Gen5 128 GB/s ([NV-H100-JP]), but the NVLink bridge joins a few cards only and no source read says how many; give an [interconnect] table in a hardware file",
         ],
     }
     .build()
@@ -191,6 +224,7 @@ fn nvidia_h200() -> HardwareSpec {
         dram_capacity_bytes: 141 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 132), ("l2", 50 * MIB, 1)],
         pe_array: None,
+        interconnect: fabric("nvlink4", 450e9, None, Some(18), Some(8)),
         sources: &[
             STAS,
             "[LZW-H200] https://lzwjava.github.io/nvidia-h200-gpu-specs-en",
@@ -198,6 +232,7 @@ fn nvidia_h200() -> HardwareSpec {
             "[GEEK-H200] https://geektopia.es/es/technology/2023/11/13/noticias/nvidia-anuncia-la-aceleradora-h200-tiene-141-gb-de-hbm3e.html",
             NV_H100_JP,
             GK_H100,
+            STAS_NET,
         ],
         notes: &[
             "compute identical to H100 SXM ([STAS] note 16), so the H100 SXM dense figures are reused; some sellers' 'dense' 1.97 PFLOPS FP16 is the sparse figure",
@@ -205,6 +240,7 @@ fn nvidia_h200() -> HardwareSpec {
             "int4 left out: Hopper has no INT4 tensor path",
             "DRAM: 4.8 TB/s = 4.8e12 B/s; vendor '141 GB' (sold capacity; 144 GB physical) stored as 141e9 bytes (decimal)",
             "tile buffer smem_per_sm: 228 KiB carve-out of the 256 KiB L1/shared array, x 132 SMs (same Hopper SM as H100: carve-out from [NV-H100-JP], 256 KiB and 50 MiB L2 from [STAS])",
+            "interconnect nvlink4 as on H100 SXM: 18 links, 450e9 B/s each way, 900 GB/s duplex ([STAS-NET] NVLink 4 row: H100, H200, GH200); NVSwitch, no peer limit; domain 8 = an 8-GPU HGX H200 board ([MLC-H200]: H200-SXM-141GBx8, [STAS-NET] 8x H200 node)",
         ],
     }
     .build()
@@ -225,6 +261,7 @@ fn nvidia_a100_sxm() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 164 * KIB, 108), ("l2", 40 * MIB, 1)],
         pe_array: None,
+        interconnect: fabric("nvlink3", 300e9, None, Some(12), None),
         sources: &[
             GK_A100,
             STAS,
@@ -233,6 +270,7 @@ fn nvidia_a100_sxm() -> HardwareSpec {
             "[GGANG-A100] https://ggangliu.cn/2023/06/25/nvidia-ampere-architecture.html",
             "[FUDZ-A100] https://fudzilla.com./news/ai/50832-nvidia-unveils-the-a100-tensor-core-gpu",
             NUMBA_AMP,
+            STAS_NET,
         ],
         notes: &[
             "dense: 312 TF32, 624 BF16/FP16 and 1248 INT8 are the 2:4-sparse figures; dense is half",
@@ -240,6 +278,7 @@ fn nvidia_a100_sxm() -> HardwareSpec {
             "fp8 left out: Ampere has no FP8; int4 left out: no source read gives an A100 INT4 figure",
             "DRAM: 2039 GB/s = 2.039e12 B/s ([STAS] rounds to 2.0 TB/s); vendor '80 GB' stored as 80e9 bytes (decimal)",
             "tile buffer smem_per_sm: 164 KiB maximum shared-memory carve-out of the 192 KiB L1/shared array (Ampere tuning guide via [NUMBA-AMP]) x 108 SMs; l2: 40 MiB (40 960 KB, [FUDZ-A100])",
+            "interconnect nvlink3: 12 links, 300e9 B/s each way, 600 GB/s duplex ([STAS-NET]); NVSwitch, no peer limit; domain_devices left out: no source read states the board size",
         ],
     }
     .build()
@@ -261,6 +300,7 @@ fn nvidia_l4() -> HardwareSpec {
         dram_capacity_bytes: 24 * GB,
         onchip: &[],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[WZ-SPECS] winston-zhang-orz/gpu-specs@097f0fb34b7530bb7aa83535e5170a4c6701b5d7:specs.md",
             "[VD-SPECS] VladislavDuma/gpu_specs@103f3414c70a935b52b5315fb974f093d966768b:README.md",
@@ -273,6 +313,7 @@ fn nvidia_l4() -> HardwareSpec {
             "int4 left out: no source read gives an L4 INT4 figure",
             "DRAM: 300 GB/s = 300e9 B/s; vendor '24 GB' stored as 24e9 bytes (decimal)",
             "on-chip levels left out: the only L2 (48 MB) and L1 (128 KB/SM) figures are 3rd-party, the SM count is uncertain (58 vs 60) and no source gives the shared-memory carve-out; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
+            "interconnect left out: no NVLink; the PCIe link rate is not given by a source read",
         ],
     }
     .build()
@@ -294,6 +335,7 @@ fn nvidia_rtx_4090() -> HardwareSpec {
         dram_capacity_bytes: 24 * GB,
         onchip: &[],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[GH-RTXBW] GitHub doc (index id 70233061975) quoting NVIDIA RTX Blackwell whitepaper App. A",
             "[GH-ADA-TABLE] GitHub doc (index id 52619783155)",
@@ -310,6 +352,7 @@ fn nvidia_rtx_4090() -> HardwareSpec {
             "int4 left out: no source read gives an RTX 4090 INT4 figure",
             "DRAM: 1008 GB/s = 1.008e12 B/s; vendor '24 GB' stored as 24e9 bytes (decimal)",
             "on-chip levels left out: the maximum shared-memory carve-out for cc 8.9 is not confirmed by any source read (L1/shared 128 KB per SM and L2 72 MB are sourced, but listing L2 alone would make it the tile buffer); give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
+            "interconnect left out: no NVLink; the PCIe link rate is not given by a source read",
         ],
     }
     .build()
@@ -330,6 +373,7 @@ fn rtx_3050_laptop() -> HardwareSpec {
         dram_capacity_bytes: 4 * GB,
         onchip: &[("smem_per_sm", 100 * KIB, 16), ("l2", 2 * MIB, 1)],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[HMC-3050-80W] https://hmc-tech.com/gpu/nvidia-geforce-rtx-4050-laptop-30w-vs-nvidia-geforce-rtx-3050-laptop-80w",
             "[HMC-3050-50W] https://hmc-tech.com/gpu/nvidia-geforce-rtx-3050-laptop-50w-vs-apple-8-core-m1",
@@ -347,6 +391,7 @@ fn rtx_3050_laptop() -> HardwareSpec {
             "fp8 left out: Ampere has no FP8; int4 left out: no source read gives an INT4 figure",
             "DRAM: 192 GB/s (GPU-Z, 128-bit x 12 Gb/s); NVIDIA does not publish laptop memory speed (OEM-dependent); vendor '4 GB' stored as 4e9 bytes (decimal)",
             "tile buffer smem_per_sm: 100 KiB maximum shared-memory carve-out for cc 8.6 (Ampere tuning guide via [NUMBA-AMP]) x 16 SMs; l2: 2 MiB (3rd-party, [TC-3050])",
+            "interconnect left out: a laptop GPU, one device",
         ],
     }
     .build()
@@ -361,6 +406,7 @@ fn apple_m3_max() -> HardwareSpec {
         dram_capacity_bytes: 128 * GB,
         onchip: &[],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[APPLE-MBP] https://support.apple.com/en-au/117737",
             "[EENEWS-M3] https://www.eenewseurope.com/en/apple-unveils-m3-processor-threeseome-for-mac-computers/",
@@ -373,6 +419,7 @@ fn apple_m3_max() -> HardwareSpec {
             "bf16, tf32, fp8, int8, int4 left out: not published by Apple or any source read; the Neural Engine is not modelled",
             "DRAM: 400 GB/s (Apple, 40-core GPU configuration; the 30-core GPU M3 Max has 300 GB/s), shared with the CPU; 'up to 128 GB' stored as 128e9 bytes (decimal)",
             "on-chip levels left out: Apple publishes no GPU cache or threadgroup-memory sizes; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
+            "interconnect left out: one device (unified memory shared with the CPU)",
         ],
     }
     .build()
@@ -387,6 +434,7 @@ fn tenstorrent_wormhole_n150() -> HardwareSpec {
         dram_capacity_bytes: 12 * GB,
         onchip: &[("l1_per_tensix", 1_500_000, 72)],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[TT-WH] https://docs.tenstorrent.com/aibs/wormhole/specifications.html",
             "[TT-METAL] https://github.com/tenstorrent/tt-metal/blob/main/METALIUM_GUIDE.md",
@@ -399,6 +447,7 @@ fn tenstorrent_wormhole_n150() -> HardwareSpec {
             "BLOCKFP8 148e12 left out (block-scaled formats are not modelled); bf16, fp32, tf32, int8, int4 left out: not published",
             "DRAM: 288 GB/s = 288e9 B/s; vendor '12 GB' stored as 12e9 bytes (decimal)",
             "tile buffer l1_per_tensix: 1.5 MB software-managed SRAM per Tensix core, taken as 1.5e6 bytes (the docs print MB) x 72 = 108 MB",
+            "interconnect left out: the Ethernet ports' rate and direction are not given by a source read",
         ],
     }
     .build()
@@ -413,6 +462,7 @@ fn tenstorrent_blackhole_p150() -> HardwareSpec {
         dram_capacity_bytes: 32 * GB,
         onchip: &[("l1_per_tensix", 1_500_000, 140)],
         pe_array: None,
+        interconnect: None,
         sources: &[
             "[TT-BH] https://docs.tenstorrent.com/_sources/aibs/blackhole/specifications.md.txt",
             "[TT-FW] https://docs.tenstorrent.com/tt-system-firmware/_sources/boards/tenstorrent/tt_blackhole/doc/index.rst.txt",
@@ -427,6 +477,7 @@ fn tenstorrent_blackhole_p150() -> HardwareSpec {
             "BLOCKFP8 left out (block-scaled formats are not modelled); bf16 left out (only a 3rd-party 120-core figure, which would mix core counts); fp32, tf32, int8, int4 left out: not published",
             "DRAM: 512 GB/s = 512e9 B/s (the '1 TB/s' sometimes quoted is the Ethernet aggregate); vendor '32 GB' stored as 32e9 bytes (decimal)",
             "tile buffer l1_per_tensix: 1.5 MB software-managed SRAM per Tensix core, taken as 1.5e6 bytes (the docs print MB) x 140 = 210 MB",
+            "interconnect left out: [REG-BH]'s 1 TB/s Ethernet aggregate does not say its direction or how much one peer gets",
         ],
     }
     .build()
@@ -452,11 +503,13 @@ fn amd_mi300x() -> HardwareSpec {
             ("infinity_cache", 256 * MIB, 1),
         ],
         pe_array: None,
+        interconnect: fabric("infinity_fabric", 448e9, Some(64e9), Some(7), Some(8)),
         sources: &[
             "[ROCM-300] ROCm/ROCm@e396b4898f459db094bfd60b876f419f77eb9f09:docs/conceptual/gpu-arch/mi300.md",
             "[ROCM-SPECS] ROCm/ROCm@e396b4898f459db094bfd60b876f419f77eb9f09:docs/reference/gpu-arch-specs.rst",
             STAS,
             "[MI300X-H200] https://raw.githubusercontent.com/alpharomercoma/MI300X-vs-H200/6077fdc7bfc215171c33435b7cd76ca4c5f2b236/METHODOLOGY.md",
+            STAS_NET,
         ],
         notes: &[
             "dense: AMD's 'with structured sparsity' figures are 2x these; some sites call the 2,615 FP8 figure 'FP16 dense', which is wrong",
@@ -465,6 +518,7 @@ fn amd_mi300x() -> HardwareSpec {
             "int4 left out: no source read gives an MI300X INT4 figure",
             "DRAM: 5.3 TB/s = 5.3e12 B/s; '192 GB' (ROCm's table says 192 GiB) stored as 192e9 bytes (decimal)",
             "tile buffer lds_per_cu: 64 KiB LDS x 304 CUs; then L2 4 MiB per XCD x 8 and 256 MiB Infinity Cache; the 32 KiB L1 vector cache and 512 KiB VGPR file per CU are not counted",
+            "interconnect infinity_fabric: seven links per GPU form a fully connected 8-GPU system ([ROCM-300]), so one peer is one link: 64e9 B/s each way per link, 7 x 64e9 = 448e9 B/s to all peers, 896 GB/s duplex ([STAS-NET]); AMD prints 128 GB/s per link without a direction, read as duplex by [STAS-NET] (if it were per direction every figure would double); the 8th (scale-out) link is not counted",
         ],
     }
     .build()
@@ -479,6 +533,7 @@ fn google_tpu_v4() -> HardwareSpec {
         dram_capacity_bytes: 32 * GB,
         onchip: &[],
         pe_array: mxu_grid(8, 1.05e9),
+        interconnect: None,
         sources: &[
             "[GCP-v4] https://cloud.google.com/tpu/docs/v4",
             SCALING,
@@ -491,6 +546,7 @@ fn google_tpu_v4() -> HardwareSpec {
             "fp32, tf32, fp16, fp8, int4 left out: not published",
             "DRAM: 1200 GB/s = 1.2e12 B/s; Google's '32 GiB' stored as 32e9 bytes (decimal convention, 7 % under 32 GiB)",
             "on-chip levels left out: CMEM exists but its size is not confirmed in any source read, VMEM per core is not published; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
+            "interconnect left out: [SCALING] gives 4.5e10 B/s one way per ICI link and 6 links (3D torus), but Google's per-chip figure was not read",
         ],
     }
     .build()
@@ -505,11 +561,13 @@ fn google_tpu_v5e() -> HardwareSpec {
         dram_capacity_bytes: 16 * GB,
         onchip: &[("vmem", 128 * MIB, 1)],
         pe_array: mxu_grid(4, 1.5e9),
+        interconnect: fabric("ici", 200e9, Some(45e9), Some(4), Some(256)),
         sources: &[
             "[GCP-v5e-old] https://cloud.Google.com/tpu/docs/v5e",
             "[GCP-v5e-new] https://docs.cloud.google.com/tpu/docs/v5e?authuser=6",
             SCALING,
             STAS,
+            "[GCP-v5e-rev] http://mobile.dudasite.com/site/google8/default?url=https%3A%2F%2Fcloud.google.com%2Ftpu%2Fdocs%2Fv5e%23configurations (a copy of a later revision of Google's v5e page)",
         ],
         notes: &[
             "bf16 197e12 and int8 393e12 per Google ([STAS] and [SCALING] round int8 to 394e12)",
@@ -517,6 +575,7 @@ fn google_tpu_v5e() -> HardwareSpec {
             "fp32, tf32, fp16, fp8, int4 left out: not published",
             "DRAM: 819 GB/s = 819e9 B/s (Google's newer page writes '800 GiBps' = 859e9, which disagrees; 819e9 matches [SCALING]'s 8.1e11); vendor '16 GB' stored as 16e9 bytes (decimal)",
             "tile buffer vmem: 128 MiB software-managed vector memory, from [SCALING] only (not on Google's spec page)",
+            "interconnect ici: Google gives 1600 Gbps per chip ([GCP-v5e-old], direction not stated) = 200e9 B/s; a later revision of the page gives 400 GBps bidirectional per chip ([GCP-v5e-rev]), i.e. 200e9 each way, so it is read as unidirectional; 4 links to the nearest neighbours of a 2D torus at 4.5e10 B/s one way each ([SCALING]; 4 x 4.5e10 = 1.8e11, 10 % under Google's figure) give the peer limit; domain 256 = one v5e pod (16x16, [GCP-v5e-old], [SCALING])",
         ],
     }
     .build()
@@ -531,6 +590,7 @@ fn google_tpu_v5p() -> HardwareSpec {
         dram_capacity_bytes: 95 * GB,
         onchip: &[],
         pe_array: mxu_grid(8, 1.75e9),
+        interconnect: None,
         sources: &[
             "[GCP-v5p] https://cloud.google.com/tpu/docs/v5p-training",
             SCALING,
@@ -542,6 +602,7 @@ fn google_tpu_v5p() -> HardwareSpec {
             "fp32, tf32, fp16, fp8, int4 left out: not published",
             "DRAM: 2765 GB/s = 2.765e12 B/s ([SCALING] is internally inconsistent: 2.8e12 and 2.5e12); vendor '95 GB' stored as 95e9 bytes (decimal; [SCALING] says 96 GB)",
             "on-chip levels left out: VMEM and CMEM sizes are not published; give an SRAM capacity (`sram_bytes`) for the SRAM-fit check",
+            "interconnect left out: [SCALING] gives 9e10 B/s one way per ICI link and 6 links (3D torus), but Google's per-chip figure was not read",
         ],
     }
     .build()
@@ -738,6 +799,60 @@ mod tests {
         ));
         assert!(m3.peak_for(DType::Bf16).is_err() && m3.tile_buffer().is_none());
         assert!(m3.notes.iter().any(|s| s.contains("3rd-party")));
+    }
+
+    #[test]
+    fn interconnects_hand_checked() {
+        let ic = |n: &str| dev(n).interconnect.unwrap();
+        // NVLink 4: 900 GB/s duplex per GPU = 450e9 B/s each way, 18 links, 8 GPUs per board.
+        for n in ["nvidia_h100_sxm", "nvidia_h200"] {
+            let f = ic(n);
+            assert_eq!(
+                (f.name.as_str(), f.unidirectional_bytes_per_s, f.links),
+                ("nvlink4", 450e9, Some(18))
+            );
+            assert_eq!(f.domain_devices, Some(8));
+            // NVSwitch: a pair gets the full 450e9.
+            assert_eq!(f.group_bytes_per_s(2), 450e9);
+        }
+        // NVLink 3: 600 GB/s duplex = 300e9 each way, 12 links.
+        assert_eq!(ic("nvidia_a100_sxm").unidirectional_bytes_per_s, 300e9);
+        // MI300X: 7 links x 64e9 = 448e9 each way (896 GB/s duplex); one peer is one link.
+        let mi = ic("amd_mi300x");
+        assert_eq!(mi.unidirectional_bytes_per_s, 7.0 * 64e9);
+        assert_eq!(mi.group_bytes_per_s(2), 64e9);
+        assert_eq!(mi.group_bytes_per_s(8), 448e9);
+        // TPU v5e: 1600 Gbps / 8 = 200e9 B/s; 4 ICI links of 4.5e10; 256 chips per pod.
+        let v5e = ic("google_tpu_v5e");
+        assert_eq!(v5e.unidirectional_bytes_per_s, 1600e9 / 8.0);
+        assert_eq!(v5e.group_bytes_per_s(2), 45e9);
+        assert_eq!(v5e.group_bytes_per_s(8), 200e9); // min(200e9, 7·45e9 = 315e9)
+        assert_eq!(v5e.domain_devices, Some(256));
+    }
+
+    #[test]
+    fn every_device_has_an_interconnect_or_says_why_not() {
+        for h in devices() {
+            match &h.interconnect {
+                Some(ic) => {
+                    // The note names the fabric and the duplex figure it was halved from.
+                    assert!(
+                        h.notes
+                            .iter()
+                            .any(|n| n.starts_with(&format!("interconnect {}", ic.name))),
+                        "{}",
+                        h.name
+                    );
+                }
+                None => assert!(
+                    h.notes
+                        .iter()
+                        .any(|n| n.starts_with("interconnect left out")),
+                    "{}",
+                    h.name
+                ),
+            }
+        }
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn abstract_accel(name: &str, pe: u64, sram_kib: u64, bw_gb_s: f64) -> HardwareS
             clock_hz,
             arrays: 1,
         }),
+        interconnect: None,
         sources: vec!["TensorForge reference model (shared/reference/reference-model.md)".into()],
         notes: vec!["abstract: peak = 2·rows·cols·clock for every dtype".into()],
     }
