@@ -469,12 +469,36 @@ pub fn model(r: &ModelAnalysis) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "Decoder model {}on {} — evidence: {}\n  {} layers, vocab {}, tied embeddings {}, LM head over {} tokens, {} parameters\n",
+        "Decoder model {}on {} — evidence: {}\n  {} layers, vocab {}, tied embeddings {}, LM head over {} tokens, {} parameters{}\n",
         if m.name.is_empty() { String::new() } else { format!("`{}` ", m.name) },
         r.hardware, r.evidence, r.layers, m.vocab_size, m.tie_word_embeddings, r.lm_head_tokens,
-        fmt::count(r.weight_params as f64, "")
+        fmt::count(r.weight_params as f64, ""),
+        if r.active_weight_params != r.weight_params {
+            format!(
+                " ({} active per token; this batch touches {} routed experts per MoE layer)",
+                fmt::count(r.active_weight_params as f64, ""),
+                r.block.experts_touched
+            )
+        } else {
+            String::new()
+        }
     );
-    o.push_str("One block (repeated per layer):\n");
+    if let Some(d) = &r.dense_block {
+        let _ = writeln!(
+            o,
+            "The first {} layers (dense MLP, d_ff {}):",
+            r.dense_layers, d.workload.d_ff
+        );
+        o.push_str(&gemm_rows(&d.gemms));
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "Each of the other {} layers:",
+            r.layers.saturating_sub(r.dense_layers)
+        );
+    } else {
+        o.push_str("One block (repeated per layer):\n");
+    }
     o.push_str(&gemm_rows(&r.block.gemms));
     o.push('\n');
     o.push_str(&non_gemm_rows(&r.block.non_gemm.iter().collect::<Vec<_>>()));

@@ -195,6 +195,33 @@ pub enum GemmRole {
     MlpDown,
     /// Vocabulary projection of a whole model.
     LmHead,
+    /// Latent attention: query down-projection to the query latent (`q_a`).
+    QDown,
+    /// Latent attention: query up-projection from the latent to the heads (`q_b`).
+    QUp,
+    /// Latent attention: down-projection to the KV latent and the shared rotary key (`kv_a`).
+    KvDown,
+    /// Latent attention: up-projection of cached latents to per-head keys and values (`kv_b`,
+    /// the naive form).
+    KvUp,
+    /// Latent attention, absorbed form: each head's query mapped into the KV latent space.
+    QAbsorb,
+    /// Latent attention, absorbed form: each head's latent output mapped to its values.
+    VAbsorb,
+    /// Mixture of experts: the router's scores over the experts.
+    Router,
+    /// Mixture of experts: routed experts' gate projections (batch = experts touched).
+    ExpertGate,
+    /// Mixture of experts: routed experts' up projections.
+    ExpertUp,
+    /// Mixture of experts: routed experts' down projections.
+    ExpertDown,
+    /// Mixture of experts: shared (always active) experts' gate projection.
+    SharedGate,
+    /// Mixture of experts: shared experts' up projection.
+    SharedUp,
+    /// Mixture of experts: shared experts' down projection.
+    SharedDown,
 }
 
 impl GemmRole {
@@ -212,10 +239,24 @@ impl GemmRole {
             GemmRole::MlpUp => "mlp_up",
             GemmRole::MlpDown => "mlp_down",
             GemmRole::LmHead => "lm_head",
+            GemmRole::QDown => "q_a",
+            GemmRole::QUp => "q_b",
+            GemmRole::KvDown => "kv_a",
+            GemmRole::KvUp => "kv_b",
+            GemmRole::QAbsorb => "q_absorb",
+            GemmRole::VAbsorb => "v_absorb",
+            GemmRole::Router => "router",
+            GemmRole::ExpertGate => "expert_gate",
+            GemmRole::ExpertUp => "expert_up",
+            GemmRole::ExpertDown => "expert_down",
+            GemmRole::SharedGate => "shared_gate",
+            GemmRole::SharedUp => "shared_up",
+            GemmRole::SharedDown => "shared_down",
         }
     }
 
-    /// Part of attention: the q/k/v projections, scores, values and output projection.
+    /// Part of attention: the q/k/v projections (or the latent-attention projections),
+    /// scores, values and output projection.
     pub fn is_attention(self) -> bool {
         matches!(
             self,
@@ -225,6 +266,12 @@ impl GemmRole {
                 | GemmRole::AttnScores
                 | GemmRole::AttnValues
                 | GemmRole::OProj
+                | GemmRole::QDown
+                | GemmRole::QUp
+                | GemmRole::KvDown
+                | GemmRole::KvUp
+                | GemmRole::QAbsorb
+                | GemmRole::VAbsorb
         )
     }
 

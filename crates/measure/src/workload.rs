@@ -319,6 +319,24 @@ impl WorkloadSpec {
             WorkloadKind::Attention(b) | WorkloadKind::Transformer(b) => {
                 b.validate().map_err(wrap)?;
                 b.decompose().map_err(wrap)?;
+                // The harness runs the standard block only; refuse rather than measure a
+                // different block than the model counts.
+                for (field, set) in [
+                    ("moe", b.moe.is_some()),
+                    ("mla", b.mla.is_some()),
+                    ("sliding_window", b.sliding_window.is_some()),
+                    ("qkv_bias", b.qkv_bias),
+                    ("o_bias", b.o_bias),
+                ] {
+                    if set {
+                        return Err(bad(
+                            src,
+                            field,
+                            "set",
+                            "the harness runs dense blocks with full attention and no biases only",
+                        ));
+                    }
+                }
             }
             WorkloadKind::Kernel(k) => k.validate().map_err(|e| match e {
                 tensorforge_core::CoreError::InvalidField {
@@ -961,6 +979,18 @@ cols = 4
         .unwrap_err()
         .to_string();
         assert!(e.contains("dtype") && e.contains("fp16"), "{e}");
+    }
+
+    #[test]
+    fn blocks_the_harness_cannot_run_are_refused() {
+        let mut b = transformer_preset("transformer_small").unwrap();
+        b.sliding_window = Some(64);
+        let s = WorkloadSpec {
+            name: "w".into(),
+            kind: WorkloadKind::Transformer(b),
+        };
+        let e = s.validate("w.toml").unwrap_err().to_string();
+        assert!(e.contains("w.toml") && e.contains("sliding_window"), "{e}");
     }
 
     #[test]

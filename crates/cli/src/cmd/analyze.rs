@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
 use tensorforge_core::transformer::{
     analyze_model, analyze_transformer, decoder_from_hf_config, transformer_preset, DecoderModel,
-    LmHeadTokens, MlpKind, NormKind, Phase, TransformerBlock,
+    LmHeadTokens, MlaForm, MlpKind, NormKind, Phase, Routing, TransformerBlock,
 };
 use tensorforge_core::{
     analyze_gemm, presets, DType, Dataflow, Gemm, GemmOptions, HardwareSpec, PeArray, Tile,
@@ -465,6 +465,11 @@ impl BlockArgs {
                     phase: Phase::Prefill,
                     kv_cache_len: 0,
                     dtype: DType::Fp16,
+                    sliding_window: None,
+                    qkv_bias: false,
+                    o_bias: false,
+                    mla: None,
+                    moe: None,
                 }
             }
         };
@@ -503,6 +508,14 @@ struct ModelArgs {
     /// Tokens the LM head projects: last (default in prefill) or all.
     #[arg(long)]
     lm_head_tokens: Option<String>,
+    /// Latent attention's form (models with kv_lora_rank): naive (up-project every cached
+    /// latent, the default) or absorbed (attend over the latents).
+    #[arg(long, value_parser = ["naive", "absorbed"])]
+    mla_form: Option<String>,
+    /// Distinct experts a batch touches (mixture-of-experts models): expected (uniform
+    /// routing, the default) or worst_case (min(E, T·k)).
+    #[arg(long, value_parser = ["expected", "worst_case"])]
+    routing: Option<String>,
     #[command(flatten)]
     block: BlockArgs,
     #[command(flatten)]
@@ -564,10 +577,33 @@ impl ModelArgs {
                     vocab_size: vocab,
                     tie_word_embeddings: self.tie_embeddings,
                     lm_head_tokens: LmHeadTokens::Last,
+                    first_dense_layers: 0,
                     notes: vec![],
                 }
             }
         };
+        if let Some(f) = &self.mla_form {
+            let Some(mla) = m.block.mla.as_mut() else {
+                bail!(
+                    "--mla-form needs a model with latent attention (kv_lora_rank in its config)"
+                );
+            };
+            mla.form = if f == "absorbed" {
+                MlaForm::Absorbed
+            } else {
+                MlaForm::Naive
+            };
+        }
+        if let Some(r) = &self.routing {
+            let Some(moe) = m.block.moe.as_mut() else {
+                bail!("--routing needs a mixture-of-experts model");
+            };
+            moe.routing = if r == "worst_case" {
+                Routing::WorstCase
+            } else {
+                Routing::Expected
+            };
+        }
         if let Some(t) = &self.lm_head_tokens {
             m.lm_head_tokens = match t.trim().to_ascii_lowercase().as_str() {
                 "all" => LmHeadTokens::All,

@@ -161,6 +161,11 @@ pub struct TransformerAnalysis {
     pub query_len: u64,
     /// `L = kv_cache_len + S_q`.
     pub attention_len: u64,
+    /// Positions attended, `min(L, W)` with a sliding window.
+    pub attended_len: u64,
+    /// Distinct routed experts the batch touches (0 without a mixture of experts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub experts_touched: u64,
     /// Resolved Hkv.
     pub kv_heads: u64,
     /// Resolved hd.
@@ -171,6 +176,8 @@ pub struct TransformerAnalysis {
     pub causal_useful_fraction: f64,
     /// Weight parameters of the block.
     pub weight_params: u64,
+    /// Parameters one token uses (only `top_k` routed experts).
+    pub active_weight_params: u64,
     /// Per-GEMM rows, execution order.
     pub gemms: Vec<GemmRow>,
     /// Per element-wise op rows, execution order.
@@ -190,10 +197,16 @@ pub const TRANSFORMER_LIMITATIONS: &[&str] = &[
     "causal attention GEMMs and softmax are counted dense (what an unskipped kernel runs); causal_useful_fraction gives the unmasked share",
     "element-wise FLOPs use fixed per-element conventions (exp, tanh, rsqrt each one op); see docs/model.md (Model workloads, element-wise FLOP conventions)",
     "rotary position embedding is assumed on q and k; learned/absolute position embeddings and ALiBi are not modelled",
-    "no biases, dropout, KV-cache paging or layout; the KV-cache append is the k_proj/v_proj output write",
+    "biases (qkv_bias, o_bias) are counted as parameters; their additions are not counted (under 1/(2·D) of the projection FLOPs); no dropout, KV-cache paging or layout; the KV-cache append is the k_proj/v_proj (kv_a) output write",
+    "mixture of experts: routing is assumed uniform and independent (experts touched E·(1 − (1 − k/E)^T), rounded up); load imbalance, capacity limits and dropped tokens are not modelled; the routed experts run as one batched GEMM per projection with ⌈T·k / experts touched⌉ rows each",
+    "sliding window: the attention GEMMs compute min(L, W) keys per query (a banded kernel) and the cache holds min(L, W) positions",
     "time_lower_bound_s sums per-op bounds (ops run back to back); the roofline field treats the whole as one perfectly fused kernel",
     "single device: no tensor, pipeline or expert parallelism and no communication",
 ];
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
 
 pub(super) fn strings(a: &[&str], b: &[&str]) -> Vec<String> {
     a.iter().chain(b).map(|s| s.to_string()).collect()
@@ -280,11 +293,14 @@ pub fn analyze_transformer(b: &TransformerBlock, hw: &HardwareSpec) -> Result<Tr
         tokens: dec.tokens,
         query_len: dec.query_len,
         attention_len: dec.attention_len,
+        attended_len: dec.attended_len,
+        experts_touched: dec.experts_touched,
         kv_heads: dec.kv_heads,
         head_dim: dec.head_dim,
         kv_group_size: dec.kv_group_size,
         causal_useful_fraction: dec.causal_useful_fraction,
         weight_params: dec.weight_params,
+        active_weight_params: dec.active_weight_params,
         gemms,
         non_gemm,
         totals,

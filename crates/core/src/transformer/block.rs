@@ -135,6 +135,23 @@ pub struct TransformerBlock {
     /// Element type of activations, weights and KV cache (default fp16).
     #[serde(default = "fp16")]
     pub dtype: DType,
+    /// Sliding attention window W: each query attends to at most the W latest positions and
+    /// the KV cache keeps W per sequence (default none: full attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u64>,
+    /// The q, k and v projections add a bias (Qwen2): `H·hd + 2·Hkv·hd` parameters (default
+    /// false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qkv_bias: bool,
+    /// The output projection adds a bias: D parameters (default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub o_bias: bool,
+    /// Multi-head latent attention in place of the q/k/v projections (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
+    /// A mixture of experts in place of the dense MLP (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
 }
 
 /// What an element-wise (non-GEMM) operation computes; serialized under the names in
@@ -165,6 +182,12 @@ pub enum ElementwiseKind {
     /// Embedding-table lookup (`embedding_gather`).
     #[serde(rename = "embedding_gather")]
     EmbeddingGather,
+    /// Router softmax and top-k selection (`router_topk`).
+    #[serde(rename = "router_topk")]
+    RouterTopk,
+    /// Weighted sum of the experts' outputs (`moe_combine`).
+    #[serde(rename = "moe_combine")]
+    MoeCombine,
 }
 
 impl ElementwiseKind {
@@ -179,6 +202,8 @@ impl ElementwiseKind {
             ElementwiseKind::Swiglu => "swiglu",
             ElementwiseKind::ResidualAdd => "residual_add",
             ElementwiseKind::EmbeddingGather => "embedding_gather",
+            ElementwiseKind::RouterTopk => "router_topk",
+            ElementwiseKind::MoeCombine => "moe_combine",
         }
     }
 }
@@ -227,6 +252,12 @@ pub struct BlockDecomposition {
     pub query_len: u64,
     /// `L = kv_cache_len + S_q`.
     pub attention_len: u64,
+    /// Positions each query attends to, `L_a = min(L, W)` (L without a sliding window).
+    #[serde(default)]
+    pub attended_len: u64,
+    /// Distinct routed experts the batch touches (0 without a mixture of experts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub experts_touched: u64,
     /// Resolved Hkv.
     pub kv_heads: u64,
     /// Resolved hd.
@@ -245,14 +276,25 @@ pub struct BlockDecomposition {
     pub weight_params: u64,
     /// `weight_params` in the block dtype, bytes.
     pub weight_bytes: u64,
-    /// K and V attended over: `2 · B · Hkv · hd · L` elements, bytes.
+    /// K and V attended over: `2 · B · Hkv · hd · L_a` elements (latent attention:
+    /// `B · (kv_lora_rank + qk_rope_head_dim) · L_a`), bytes.
     pub kv_cache_bytes: u64,
+    /// Weight parameters one token uses: all but the routed experts it is not sent to
+    /// (equal to `weight_params` without a mixture of experts).
+    #[serde(default)]
+    pub active_weight_params: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 struct Dims {
     b: u64,
     sq: u64,
     l: u64,
+    /// Attended positions, `min(L, W)`.
+    la: u64,
     t: u64,
     h: u64,
     hkv: u64,
@@ -363,20 +405,38 @@ impl TransformerBlock {
         checked_product(&[self.batch, self.query_len()], "batch·S_q (tokens)")
     }
 
-    /// Share of (query, key) pairs the causal mask keeps: query `i` of `S_q` at position
-    /// `P + i` sees `P + i + 1` keys, so `(S_q·P + S_q(S_q+1)/2) / (S_q·L)`; 1 when not causal.
+    /// Positions each query attends to, `L_a = min(L, W)`: the attention GEMMs' key length and
+    /// the positions the KV cache holds per sequence (`L` without a sliding window).
+    pub fn attended_len(&self) -> Result<u64> {
+        let l = self.attention_len()?;
+        Ok(self.sliding_window.map_or(l, |w| l.min(w)))
+    }
+
+    /// Share of the dense attention GEMMs' (query, key) pairs that the mask keeps. Query `i` of
+    /// `S_q` at position `P + i` sees `min(P + i + 1, W)` keys of the `L_a` computed, so the
+    /// share is `Σ_i min(P + i + 1, W) / (S_q · L_a)`; without a window that is
+    /// `(S_q·P + S_q(S_q+1)/2) / (S_q·L)`. 1 when not causal.
     pub fn causal_useful_fraction(&self) -> Result<f64> {
         if !self.causal {
             return Ok(1.0);
         }
         let sq = self.query_len() as u128;
         let p = self.kv_cache_len as u128;
-        let l = self.attention_len()? as u128;
+        let la = self.attended_len()? as u128;
         if sq == 0 {
             return Err(CoreError::invalid("seq_len", 0, "must be at least 1"));
         }
-        let useful = sq * p + sq * (sq + 1) / 2;
-        Ok(useful as f64 / (sq * l) as f64)
+        // Σ min(j, W) for j = a..=b, the keys seen by each query (j = P + i + 1).
+        let (a, b) = (p + 1, p + sq);
+        let w = self.sliding_window.map_or(u128::MAX, u128::from);
+        let useful = if w >= b {
+            (a + b) * (b - a + 1) / 2
+        } else if w < a {
+            sq * w
+        } else {
+            (a + w) * (w - a + 1) / 2 + (b - w) * w
+        };
+        Ok(useful as f64 / (sq * la) as f64)
     }
 
     fn dims(&self) -> Result<Dims> {
@@ -391,25 +451,58 @@ impl TransformerBlock {
                 return Err(CoreError::invalid(f, v, "must be at least 1"));
             }
         }
+        if self.sliding_window == Some(0) {
+            return Err(CoreError::invalid(
+                "sliding_window",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if let Some(m) = &self.moe {
+            m.validate()?;
+        }
         let hkv = self.effective_kv_heads();
         if hkv == 0 {
             return Err(CoreError::invalid("kv_heads", 0, "must be at least 1"));
         }
-        if hkv > self.heads || !self.heads.is_multiple_of(hkv) {
-            return Err(CoreError::invalid(
-                "kv_heads",
-                hkv,
-                format!(
-                    "heads = {} must be a multiple of kv_heads (1 = MQA, heads = MHA)",
-                    self.heads
-                ),
-            ));
-        }
-        let hd = self.effective_head_dim()?;
+        let hd = if let Some(m) = &self.mla {
+            m.validate()?;
+            if hkv != self.heads {
+                return Err(CoreError::invalid(
+                    "kv_heads",
+                    hkv,
+                    format!(
+                        "must equal heads = {} with latent attention (every head reads the shared latent)",
+                        self.heads
+                    ),
+                ));
+            }
+            if self.qkv_bias {
+                return Err(CoreError::invalid(
+                    "qkv_bias",
+                    true,
+                    "latent attention has no q/k/v projections to bias",
+                ));
+            }
+            m.qk_head_dim()?
+        } else {
+            if hkv > self.heads || !self.heads.is_multiple_of(hkv) {
+                return Err(CoreError::invalid(
+                    "kv_heads",
+                    hkv,
+                    format!(
+                        "heads = {} must be a multiple of kv_heads (1 = MQA, heads = MHA)",
+                        self.heads
+                    ),
+                ));
+            }
+            self.effective_head_dim()?
+        };
         Ok(Dims {
             b: self.batch,
             sq: self.query_len(),
             l: self.attention_len()?,
+            la: self.attended_len()?,
             t: self.tokens()?,
             h: self.heads,
             hkv,
@@ -420,127 +513,380 @@ impl TransformerBlock {
         })
     }
 
-    /// Dimensions are ≥ 1, heads is a multiple of kv_heads, head_dim resolves, and every
-    /// GEMM, element count and byte count fits in 64 bits.
+    /// Dimensions are ≥ 1, heads is a multiple of kv_heads, head_dim resolves, the mixture of
+    /// experts and latent attention are consistent, and every GEMM, element count and byte
+    /// count fits in 64 bits.
     pub fn validate(&self) -> Result<()> {
         self.decompose().map(|_| ())
     }
 
-    /// Weight parameters of the block: `2·D·H·hd + 2·D·Hkv·hd + mlp_matrices·D·F + 2·norm_params·D`.
-    pub fn weight_params(&self) -> Result<u64> {
-        let x = self.dims()?;
+    /// Attention parameters. Standard: `2·D·H·hd + 2·D·Hkv·hd`, plus `H·hd + 2·Hkv·hd` with
+    /// q/k/v biases and D with an output bias. Latent (q_r the query latent, c the KV latent,
+    /// n + r the per-head query/key width, v the value width): queries `D·q_r + q_r + q_r·H·(n+r)`
+    /// (or `D·H·(n+r)` without a query latent), keys and values `D·(c+r) + c + c·H·(n+v)`,
+    /// output `H·v·D` (the `+ q_r` and `+ c` are the latents' RMSNorm weights).
+    fn attention_params(&self, x: &Dims) -> Result<u64> {
+        let o_bias = if self.o_bias { x.d } else { 0 };
+        if let Some(m) = &self.mla {
+            let (c, v) = (m.kv_lora_rank, m.v_head_dim);
+            let qk = m.qk_head_dim()?;
+            let q = match m.q_lora_rank {
+                Some(qr) => checked_sum(
+                    &[
+                        checked_product(&[x.d, qr], "D·q_lora_rank")?,
+                        qr,
+                        checked_product(&[qr, x.h, qk], "q_lora_rank·H·(n+r)")?,
+                    ],
+                    "query parameters",
+                )?,
+                None => checked_product(&[x.d, x.h, qk], "D·H·(n+r)")?,
+            };
+            let kv = checked_sum(
+                &[
+                    checked_product(&[x.d, m.cache_elements_per_token()?], "D·(c+r)")?,
+                    c,
+                    checked_product(
+                        &[c, x.h, checked_sum(&[m.qk_nope_head_dim, v], "n+v")?],
+                        "c·H·(n+v)",
+                    )?,
+                ],
+                "key/value parameters",
+            )?;
+            let o = checked_product(&[x.h, v, x.d], "H·v·D (output weights)")?;
+            return checked_sum(&[q, kv, o, o_bias], "attention parameters");
+        }
         let q = checked_product(&[x.d, x.h, x.hd], "D·H·hd (q/o weights)")?;
         let kv = checked_product(&[x.d, x.hkv, x.hd], "D·Hkv·hd (k/v weights)")?;
-        let mlp = checked_product(
-            &[self.mlp.matrices(), x.d, x.f],
-            "mlp_matrices·D·F (MLP weights)",
-        )?;
+        let qkv_bias = if self.qkv_bias {
+            checked_sum(
+                &[
+                    checked_product(&[x.h, x.hd], "H·hd")?,
+                    checked_product(&[2, x.hkv, x.hd], "2·Hkv·hd")?,
+                ],
+                "q/k/v bias parameters",
+            )?
+        } else {
+            0
+        };
+        checked_sum(&[q, q, kv, kv, qkv_bias, o_bias], "attention parameters")
+    }
+
+    /// MLP parameters. Dense: `mlp_matrices·D·F`. Mixture of experts: router `D·E` (+ E with a
+    /// router bias), routed experts `E·mlp_matrices·D·F_e` (one token uses `k` of them:
+    /// `active`), shared experts `mlp_matrices·D·F_s` (+ D with a shared-expert gate).
+    fn mlp_params(&self, x: &Dims, active: bool) -> Result<u64> {
+        let mm = self.mlp.matrices();
+        let Some(m) = &self.moe else {
+            return checked_product(&[mm, x.d, x.f], "mlp_matrices·D·F (MLP weights)");
+        };
+        let used = if active { m.top_k } else { m.experts };
+        checked_sum(
+            &[
+                checked_product(&[x.d, m.experts], "D·E (router weights)")?,
+                if m.router_bias { m.experts } else { 0 },
+                checked_product(
+                    &[used, mm, x.d, m.expert_d_ff],
+                    "experts·mlp_matrices·D·F_e (expert weights)",
+                )?,
+                checked_product(
+                    &[mm, x.d, m.effective_shared_d_ff()?],
+                    "mlp_matrices·D·F_s (shared expert weights)",
+                )?,
+                if m.shared_expert_gate { x.d } else { 0 },
+            ],
+            "MLP parameters",
+        )
+    }
+
+    /// Weight parameters of the block: attention + MLP (every expert) + `2·norm_params·D`.
+    pub fn weight_params(&self) -> Result<u64> {
+        self.params(false)
+    }
+
+    /// Parameters one token uses: attention + MLP with only `k` routed experts + norms (equal
+    /// to [`TransformerBlock::weight_params`] without a mixture of experts).
+    pub fn active_weight_params(&self) -> Result<u64> {
+        self.params(true)
+    }
+
+    fn params(&self, active: bool) -> Result<u64> {
+        let x = self.dims()?;
         let norms = checked_product(&[2, self.norm.params_per_channel(), x.d], "norm parameters")?;
-        checked_sum(&[q, q, kv, kv, mlp, norms], "block weight parameters")
+        checked_sum(
+            &[
+                self.attention_params(&x)?,
+                self.mlp_params(&x, active)?,
+                norms,
+            ],
+            "block weight parameters",
+        )
     }
 
     /// Named GEMMs (M, N, K, batch) and element-wise ops of the block, with weight and
-    /// KV-cache bytes; attention GEMMs group the `g = H/Hkv` query heads sharing one K/V head.
+    /// KV-cache bytes. Standard attention groups the `g = H/Hkv` query heads sharing one K/V
+    /// head; latent attention follows [`Mla::form`]; a mixture of experts runs the routed
+    /// experts as one batched GEMM per projection over the experts touched (batch
+    /// [`Moe::experts_touched`], `⌈T·k / batch⌉` rows each, so FLOPs round up by under one
+    /// row per expert).
     pub fn decompose(&self) -> Result<BlockDecomposition> {
         let x = self.dims()?;
         let dt = self.dtype;
-        let qw = checked_product(&[x.h, x.hd], "H·hd (query width)")?;
-        let kvw = checked_product(&[x.hkv, x.hd], "Hkv·hd (key/value width)")?;
-        let gsq = checked_product(&[x.g, x.sq], "g·S_q (grouped query rows)")?;
-        let bkv = checked_product(&[x.b, x.hkv], "batch·Hkv (attention GEMM batch)")?;
-        let mut gemms = vec![
-            named(GemmRole::QProj, x.t, qw, x.d, 1, dt)?,
-            named(GemmRole::KProj, x.t, kvw, x.d, 1, dt)?,
-            named(GemmRole::VProj, x.t, kvw, x.d, 1, dt)?,
-            named(GemmRole::AttnScores, gsq, x.l, x.hd, bkv, dt)?,
-            named(GemmRole::AttnValues, gsq, x.hd, x.l, bkv, dt)?,
-            named(GemmRole::OProj, x.t, x.d, qw, 1, dt)?,
-        ];
-        if self.mlp == MlpKind::Swiglu {
-            gemms.push(named(GemmRole::MlpGate, x.t, x.f, x.d, 1, dt)?);
-        }
-        gemms.push(named(GemmRole::MlpUp, x.t, x.f, x.d, 1, dt)?);
-        gemms.push(named(GemmRole::MlpDown, x.t, x.d, x.f, 1, dt)?);
-
         let td = checked_product(&[x.t, x.d], "T·D (hidden elements)")?;
-        let tf = checked_product(&[x.t, x.f], "T·F (MLP hidden elements)")?;
         let norm_params =
             checked_product(&[self.norm.params_per_channel(), x.d], "norm parameters")?;
         let norm_read = checked_sum(&[td, norm_params], "norm elements read")?;
-        let heads_qk = checked_sum(&[x.h, x.hkv], "H+Hkv (rotary heads)")?;
-        let rot = checked_product(&[x.t, heads_qk, x.hd], "T·(H+Hkv)·hd (rotary elements)")?;
-        let rot_tables = checked_product(&[2, x.sq, x.hd], "2·S_q·hd (cos/sin tables)")?;
-        let rot_read = checked_sum(&[rot, rot_tables], "rotary elements read")?;
-        let scores = checked_product(&[x.b, x.h, x.sq, x.l], "batch·H·S_q·L (softmax elements)")?;
         let td2 = checked_product(&[2, td], "2·T·D (residual reads)")?;
-        let (act_fpe, act_read) = match self.mlp {
-            MlpKind::Gelu => (GELU_FLOPS_PER_ELEMENT, tf),
-            MlpKind::Swiglu => (
-                SWIGLU_FLOPS_PER_ELEMENT,
-                checked_product(&[2, tf], "2·T·F (SwiGLU reads)")?,
-            ),
-        };
         let norm = ElementwiseKind::from(self.norm);
         let nfpe = self.norm.flops_per_element();
-        let non_gemm = vec![
-            elementwise("norm_attn", norm, td, nfpe, norm_read, td, dt)?,
-            elementwise(
-                "rotary",
-                ElementwiseKind::Rotary,
-                rot,
-                ROTARY_FLOPS_PER_ELEMENT,
-                rot_read,
-                rot,
+        let mut gemms = Vec::new();
+        let mut non_gemm = vec![elementwise("norm_attn", norm, td, nfpe, norm_read, td, dt)?];
+        let bh = checked_product(&[x.b, x.h], "batch·H (attention GEMM batch)")?;
+
+        // Attention: projections, rotary, scores, softmax, values, output projection.
+        let (rot, rot_tables, kv_elems) = if let Some(m) = &self.mla {
+            let (c, r, v) = (m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim);
+            let qk = x.hd;
+            let hqk = checked_product(&[x.h, qk], "H·(n+r) (query width)")?;
+            let rms = ElementwiseKind::RmsNorm;
+            match m.q_lora_rank {
+                Some(qr) => {
+                    gemms.push(named(GemmRole::QDown, x.t, qr, x.d, 1, dt)?);
+                    let tq = checked_product(&[x.t, qr], "T·q_lora_rank")?;
+                    non_gemm.push(elementwise(
+                        "norm_q_latent",
+                        rms,
+                        tq,
+                        RMSNORM_FLOPS_PER_ELEMENT,
+                        checked_sum(&[tq, qr], "query latent norm reads")?,
+                        tq,
+                        dt,
+                    )?);
+                    gemms.push(named(GemmRole::QUp, x.t, hqk, qr, 1, dt)?);
+                }
+                None => gemms.push(named(GemmRole::QProj, x.t, hqk, x.d, 1, dt)?),
+            }
+            let cr = m.cache_elements_per_token()?;
+            gemms.push(named(GemmRole::KvDown, x.t, cr, x.d, 1, dt)?);
+            let tc = checked_product(&[x.t, c], "T·kv_lora_rank")?;
+            non_gemm.push(elementwise(
+                "norm_kv_latent",
+                rms,
+                tc,
+                RMSNORM_FLOPS_PER_ELEMENT,
+                checked_sum(&[tc, c], "KV latent norm reads")?,
+                tc,
                 dt,
-            )?,
-            elementwise(
-                "softmax",
-                ElementwiseKind::Softmax,
-                scores,
-                SOFTMAX_FLOPS_PER_ELEMENT,
-                scores,
-                scores,
-                dt,
-            )?,
-            elementwise(
-                "residual_attn",
-                ElementwiseKind::ResidualAdd,
-                td,
-                RESIDUAL_FLOPS_PER_ELEMENT,
-                td2,
-                td,
-                dt,
-            )?,
-            elementwise("norm_mlp", norm, td, nfpe, norm_read, td, dt)?,
-            elementwise("activation", self.mlp.into(), tf, act_fpe, act_read, tf, dt)?,
-            elementwise(
-                "residual_mlp",
-                ElementwiseKind::ResidualAdd,
-                td,
-                RESIDUAL_FLOPS_PER_ELEMENT,
-                td2,
-                td,
-                dt,
-            )?,
-        ];
+            )?);
+            match m.form {
+                MlaForm::Naive => {
+                    let rows = checked_product(&[x.b, x.la], "batch·L_a (latents up-projected)")?;
+                    let nv = checked_product(
+                        &[x.h, checked_sum(&[m.qk_nope_head_dim, v], "n+v")?],
+                        "H·(n+v)",
+                    )?;
+                    gemms.push(named(GemmRole::KvUp, rows, nv, c, 1, dt)?);
+                    gemms.push(named(GemmRole::AttnScores, x.sq, x.la, qk, bh, dt)?);
+                    gemms.push(named(GemmRole::AttnValues, x.sq, v, x.la, bh, dt)?);
+                }
+                MlaForm::Absorbed => {
+                    gemms.push(named(
+                        GemmRole::QAbsorb,
+                        x.t,
+                        c,
+                        m.qk_nope_head_dim,
+                        x.h,
+                        dt,
+                    )?);
+                    // Every head reads the same latents: the H heads' query rows stack over
+                    // one latent operand per sequence, as grouped-query attention stacks a
+                    // group.
+                    let hsq = checked_product(&[x.h, x.sq], "H·S_q (stacked query rows)")?;
+                    gemms.push(named(GemmRole::AttnScores, hsq, x.la, cr, x.b, dt)?);
+                    gemms.push(named(GemmRole::AttnValues, hsq, c, x.la, x.b, dt)?);
+                    gemms.push(named(GemmRole::VAbsorb, x.t, v, c, x.h, dt)?);
+                }
+            }
+            let hv = checked_product(&[x.h, v], "H·v (output width)")?;
+            gemms.push(named(GemmRole::OProj, x.t, x.d, hv, 1, dt)?);
+            let rot_heads = checked_sum(&[x.h, 1], "H+1 (rotary heads)")?;
+            (
+                checked_product(&[x.t, rot_heads, r], "T·(H+1)·r (rotary elements)")?,
+                checked_product(&[2, x.sq, r], "2·S_q·r (cos/sin tables)")?,
+                checked_product(&[x.b, x.la, cr], "B·L_a·(c+r) (latent cache elements)")?,
+            )
+        } else {
+            let qw = checked_product(&[x.h, x.hd], "H·hd (query width)")?;
+            let kvw = checked_product(&[x.hkv, x.hd], "Hkv·hd (key/value width)")?;
+            let gsq = checked_product(&[x.g, x.sq], "g·S_q (grouped query rows)")?;
+            let bkv = checked_product(&[x.b, x.hkv], "batch·Hkv (attention GEMM batch)")?;
+            gemms.push(named(GemmRole::QProj, x.t, qw, x.d, 1, dt)?);
+            gemms.push(named(GemmRole::KProj, x.t, kvw, x.d, 1, dt)?);
+            gemms.push(named(GemmRole::VProj, x.t, kvw, x.d, 1, dt)?);
+            gemms.push(named(GemmRole::AttnScores, gsq, x.la, x.hd, bkv, dt)?);
+            gemms.push(named(GemmRole::AttnValues, gsq, x.hd, x.la, bkv, dt)?);
+            gemms.push(named(GemmRole::OProj, x.t, x.d, qw, 1, dt)?);
+            let heads_qk = checked_sum(&[x.h, x.hkv], "H+Hkv (rotary heads)")?;
+            (
+                checked_product(&[x.t, heads_qk, x.hd], "T·(H+Hkv)·hd (rotary elements)")?,
+                checked_product(&[2, x.sq, x.hd], "2·S_q·hd (cos/sin tables)")?,
+                checked_product(
+                    &[2, x.b, x.hkv, x.hd, x.la],
+                    "2·B·Hkv·hd·L_a (KV cache elements)",
+                )?,
+            )
+        };
+        let rot_read = checked_sum(&[rot, rot_tables], "rotary elements read")?;
+        let scores = checked_product(&[bh, x.sq, x.la], "batch·H·S_q·L_a (softmax elements)")?;
+        non_gemm.push(elementwise(
+            "rotary",
+            ElementwiseKind::Rotary,
+            rot,
+            ROTARY_FLOPS_PER_ELEMENT,
+            rot_read,
+            rot,
+            dt,
+        )?);
+        non_gemm.push(elementwise(
+            "softmax",
+            ElementwiseKind::Softmax,
+            scores,
+            SOFTMAX_FLOPS_PER_ELEMENT,
+            scores,
+            scores,
+            dt,
+        )?);
+        non_gemm.push(elementwise(
+            "residual_attn",
+            ElementwiseKind::ResidualAdd,
+            td,
+            RESIDUAL_FLOPS_PER_ELEMENT,
+            td2,
+            td,
+            dt,
+        )?);
+        non_gemm.push(elementwise("norm_mlp", norm, td, nfpe, norm_read, td, dt)?);
+
+        // MLP: dense, or router + shared experts + routed experts + combine.
+        let swiglu = self.mlp == MlpKind::Swiglu;
+        let activation = |name: &str, elems: u64| -> Result<NonGemmOp> {
+            let (fpe, read) = match self.mlp {
+                MlpKind::Gelu => (GELU_FLOPS_PER_ELEMENT, elems),
+                MlpKind::Swiglu => (
+                    SWIGLU_FLOPS_PER_ELEMENT,
+                    checked_product(&[2, elems], "SwiGLU reads")?,
+                ),
+            };
+            elementwise(name, self.mlp.into(), elems, fpe, read, elems, dt)
+        };
+        let mut experts_touched = 0;
+        match &self.moe {
+            None => {
+                if swiglu {
+                    gemms.push(named(GemmRole::MlpGate, x.t, x.f, x.d, 1, dt)?);
+                }
+                gemms.push(named(GemmRole::MlpUp, x.t, x.f, x.d, 1, dt)?);
+                gemms.push(named(GemmRole::MlpDown, x.t, x.d, x.f, 1, dt)?);
+                let tf = checked_product(&[x.t, x.f], "T·F (MLP hidden elements)")?;
+                non_gemm.push(activation("activation", tf)?);
+            }
+            Some(m) => {
+                let (e, k, fe) = (m.experts, m.top_k, m.expert_d_ff);
+                gemms.push(named(GemmRole::Router, x.t, e, x.d, 1, dt)?);
+                let te = checked_product(&[x.t, e], "T·E (router scores)")?;
+                let tk = checked_product(&[x.t, k], "T·k (token-expert pairs)")?;
+                non_gemm.push(elementwise(
+                    "router_topk",
+                    ElementwiseKind::RouterTopk,
+                    te,
+                    SOFTMAX_FLOPS_PER_ELEMENT,
+                    te,
+                    tk,
+                    dt,
+                )?);
+                let fs = m.effective_shared_d_ff()?;
+                if fs > 0 {
+                    if swiglu {
+                        gemms.push(named(GemmRole::SharedGate, x.t, fs, x.d, 1, dt)?);
+                    }
+                    gemms.push(named(GemmRole::SharedUp, x.t, fs, x.d, 1, dt)?);
+                    gemms.push(named(GemmRole::SharedDown, x.t, x.d, fs, 1, dt)?);
+                    let tfs = checked_product(&[x.t, fs], "T·F_s (shared hidden elements)")?;
+                    non_gemm.push(activation("shared_activation", tfs)?);
+                }
+                experts_touched = m.experts_touched(x.t);
+                let rows = tk.div_ceil(experts_touched.max(1));
+                if swiglu {
+                    gemms.push(named(
+                        GemmRole::ExpertGate,
+                        rows,
+                        fe,
+                        x.d,
+                        experts_touched,
+                        dt,
+                    )?);
+                }
+                gemms.push(named(
+                    GemmRole::ExpertUp,
+                    rows,
+                    fe,
+                    x.d,
+                    experts_touched,
+                    dt,
+                )?);
+                gemms.push(named(
+                    GemmRole::ExpertDown,
+                    rows,
+                    x.d,
+                    fe,
+                    experts_touched,
+                    dt,
+                )?);
+                let tkf = checked_product(&[tk, fe], "T·k·F_e (expert hidden elements)")?;
+                non_gemm.push(activation("expert_activation", tkf)?);
+                let tkd = checked_product(&[tk, x.d], "T·k·D (expert outputs)")?;
+                let shared_out = if fs > 0 { td } else { 0 };
+                non_gemm.push(elementwise(
+                    "moe_combine",
+                    ElementwiseKind::MoeCombine,
+                    tkd,
+                    MOE_COMBINE_FLOPS_PER_ELEMENT,
+                    checked_sum(&[tkd, tk, shared_out], "combine reads")?,
+                    td,
+                    dt,
+                )?);
+            }
+        }
+        non_gemm.push(elementwise(
+            "residual_mlp",
+            ElementwiseKind::ResidualAdd,
+            td,
+            RESIDUAL_FLOPS_PER_ELEMENT,
+            td2,
+            td,
+            dt,
+        )?);
         let weight_params = self.weight_params()?;
-        let kv_elems = checked_product(
-            &[2, x.b, x.hkv, x.hd, x.l],
-            "2·B·Hkv·hd·L (KV cache elements)",
-        )?;
+        let (kv_heads, head_dim, group) = if self.mla.is_some() {
+            (x.h, x.hd, 1)
+        } else {
+            (x.hkv, x.hd, x.g)
+        };
         Ok(BlockDecomposition {
             tokens: x.t,
             query_len: x.sq,
             attention_len: x.l,
-            kv_heads: x.hkv,
-            head_dim: x.hd,
-            kv_group_size: x.g,
+            attended_len: x.la,
+            experts_touched,
+            kv_heads,
+            head_dim,
+            kv_group_size: group,
             gemms,
             non_gemm,
             causal_useful_fraction: self.causal_useful_fraction()?,
             weight_params,
             weight_bytes: dt.bytes_for(weight_params)?,
             kv_cache_bytes: dt.bytes_for(kv_elems)?,
+            active_weight_params: self.active_weight_params()?,
         })
     }
 }
@@ -582,5 +928,10 @@ pub fn transformer_preset(name: &str) -> Result<TransformerBlock> {
         phase: Phase::Prefill,
         kv_cache_len: 0,
         dtype: DType::Fp16,
+        sliding_window: None,
+        qkv_bias: false,
+        o_bias: false,
+        mla: None,
+        moe: None,
     })
 }

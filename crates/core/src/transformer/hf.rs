@@ -1,6 +1,9 @@
 //! Reading a Hugging Face `config.json` into a decoder model, offline: every field read is
-//! noted, and a field that changes the math but is not modelled is an error. Left out:
-//! tokenizer files, weights, and configs of families other than dense decoders.
+//! noted, and a field that changes the math but is not modelled is an error. Families: dense
+//! decoders (Llama, Mistral with its sliding window, Qwen2 with q/k/v biases), mixtures of
+//! experts (Mixtral, Qwen-MoE, DeepSeek with shared experts and dense first layers) and
+//! multi-head latent attention (DeepSeek-V2/V3). Left out: tokenizer files, weights,
+//! per-layer variation other than DeepSeek's dense first layers, multi-token prediction.
 
 use super::*;
 use crate::dtype::DType;
@@ -115,16 +118,182 @@ pub fn decoder_from_hf_config(
             "no rms_norm_eps"
         }
     ));
-    for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
-        if obj.get(key).and_then(Value::as_u64).is_some_and(|n| n > 1) {
-            notes.push(format!(
-                "{source}: {key} present: mixture-of-experts is modelled as one dense MLP of intermediate_size per token"
+    let flag = |f: &str| -> Result<Option<bool>> {
+        match obj.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(x) => Err(field_err(f, x, "must be true or false")),
+        }
+    };
+    let is_type = |t: &str| model_type.as_deref() == Some(t);
+    // Fields that change the math but are not modelled: refuse rather than fall back.
+    for (f, ok) in [("moe_layer_freq", 1u64), ("decoder_sparse_step", 1)] {
+        if let Some(v) = uint(f)? {
+            if v != ok {
+                return Err(field_err(
+                    f,
+                    &obj[f],
+                    "MoE layers interleaved with dense ones are not modelled (only 1, or first_k_dense_replace)",
+                ));
+            }
+        }
+    }
+    if let Some(x) = obj.get("mlp_only_layers") {
+        if x.as_array().is_some_and(|a| !a.is_empty()) {
+            return Err(field_err(
+                "mlp_only_layers",
+                x,
+                "per-layer dense/MoE choice is not modelled",
             ));
         }
     }
-    if obj.get("sliding_window").is_some_and(|x| !x.is_null()) {
+    if let Some(x) = obj.get("quantization_config") {
+        return Err(field_err(
+            "quantization_config",
+            x,
+            "quantized weights are not modelled yet: counts use one dtype (--dtype) for weights and activations",
+        ));
+    }
+    if flag("mlp_bias")? == Some(true) {
+        return Err(field_err(
+            "mlp_bias",
+            &obj["mlp_bias"],
+            "MLP biases are not modelled",
+        ));
+    }
+    if let Some(x) = obj.get("partial_rotary_factor") {
+        if x.as_f64() != Some(1.0) {
+            return Err(field_err(
+                "partial_rotary_factor",
+                x,
+                "partial rotary embeddings are not modelled (only 1.0)",
+            ));
+        }
+    }
+    // Attention biases: Qwen2 families bias q, k and v by construction; `attention_bias`
+    // (Llama style) biases q, k, v and o.
+    let attention_bias = flag("attention_bias")?.unwrap_or(false);
+    let qwen = is_type("qwen2") || is_type("qwen2_moe");
+    let qkv_bias = attention_bias || qwen;
+    let o_bias = attention_bias;
+    if qwen {
         notes.push(format!(
-            "{source}: sliding_window ignored: attention spans the full L positions"
+            "{source}: qkv_bias = true (model_type = {} projects q, k and v with biases)",
+            model_type.as_deref().unwrap_or("")
+        ));
+    } else if attention_bias {
+        notes.push(format!(
+            "{source}: attention_bias = true: q, k, v and o projections carry biases"
+        ));
+    }
+    // Sliding window: applied when the config turns it on for every layer.
+    let sliding_window = match (uint("sliding_window")?, flag("use_sliding_window")?) {
+        (None, _) => None,
+        (Some(w), Some(false)) => {
+            notes.push(format!(
+                "{source}: sliding_window = {w} ignored (use_sliding_window = false)"
+            ));
+            None
+        }
+        (Some(w), use_sw) => {
+            if use_sw == Some(true) {
+                if let Some(mwl) = uint("max_window_layers")? {
+                    if mwl < layers {
+                        return Err(field_err(
+                            "max_window_layers",
+                            &obj["max_window_layers"],
+                            "a window on only some layers is not modelled",
+                        ));
+                    }
+                }
+            }
+            notes.push(format!(
+                "{source}: sliding_window = {w}: attention and KV cache span min(L, {w}) positions"
+            ));
+            Some(w)
+        }
+    };
+    // Multi-head latent attention (DeepSeek-V2/V3).
+    let mla = match uint("kv_lora_rank")? {
+        None => None,
+        Some(kv_lora_rank) => {
+            let m = Mla {
+                q_lora_rank: uint("q_lora_rank")?,
+                kv_lora_rank,
+                qk_nope_head_dim: req("qk_nope_head_dim")?,
+                qk_rope_head_dim: uint("qk_rope_head_dim")?.unwrap_or(0),
+                v_head_dim: req("v_head_dim")?,
+                form: MlaForm::Naive,
+            };
+            notes.push(format!(
+                "{source}: multi-head latent attention: kv_lora_rank = {}, q_lora_rank = {}, qk_nope/rope/v head dims = {}/{}/{}; KV cache holds {} elements per token per layer",
+                m.kv_lora_rank,
+                m.q_lora_rank.map_or("none".into(), |q| q.to_string()),
+                m.qk_nope_head_dim,
+                m.qk_rope_head_dim,
+                m.v_head_dim,
+                m.cache_elements_per_token()?
+            ));
+            Some(m)
+        }
+    };
+    // Mixture of experts (Mixtral, Qwen-MoE, DeepSeek).
+    let mut experts_key = None;
+    for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
+        if let Some(e) = uint(key)? {
+            experts_key = Some((key, e));
+            break;
+        }
+    }
+    let mut first_dense_layers = 0;
+    let moe = match experts_key {
+        Some((key, experts)) if experts > 1 => {
+            let top_k = req("num_experts_per_tok")?;
+            let expert_d_ff = uint("moe_intermediate_size")?.unwrap_or(d_ff);
+            let (shared_experts, shared_d_ff, shared_expert_gate) = match (
+                uint("n_shared_experts")?,
+                uint("shared_expert_intermediate_size")?,
+            ) {
+                (Some(n), _) => (n, None, false),
+                (None, Some(f)) => (1, Some(f), true),
+                (None, None) => (0, None, false),
+            };
+            let router_bias = text("topk_method")?.as_deref() == Some("noaux_tc");
+            first_dense_layers = uint("first_k_dense_replace")?.unwrap_or(0);
+            let m = Moe {
+                experts,
+                top_k,
+                expert_d_ff,
+                shared_experts,
+                shared_d_ff,
+                router_bias,
+                shared_expert_gate,
+                routing: Routing::Expected,
+            };
+            notes.push(format!(
+                "{source}: mixture of experts: {key} = {experts}, num_experts_per_tok = {top_k}, expert width {expert_d_ff}, {shared_experts} shared expert(s) of total width {}{}{}; routing assumed uniform",
+                m.effective_shared_d_ff()?,
+                if first_dense_layers > 0 {
+                    format!(", the first {first_dense_layers} layers dense (intermediate_size = {d_ff})")
+                } else {
+                    String::new()
+                },
+                if router_bias { ", router bias (noaux_tc)" } else { "" }
+            ));
+            for f in ["n_group", "topk_group"] {
+                if obj.get(f).is_some_and(|x| !x.is_null()) {
+                    notes.push(format!(
+                        "{source}: {f} read: group-limited routing does not change the counts under the uniform-routing assumption"
+                    ));
+                }
+            }
+            Some(m)
+        }
+        _ => None,
+    };
+    if let Some(n) = uint("num_nextn_predict_layers")? {
+        notes.push(format!(
+            "{source}: num_nextn_predict_layers = {n}: the multi-token-prediction module is not modelled (nor counted in the parameters)"
         ));
     }
     let block = TransformerBlock {
@@ -132,8 +301,8 @@ pub fn decoder_from_hf_config(
         seq_len,
         d_model,
         heads,
-        kv_heads,
-        head_dim,
+        kv_heads: if mla.is_some() { None } else { kv_heads },
+        head_dim: if mla.is_some() { None } else { head_dim },
         d_ff,
         mlp,
         norm,
@@ -141,6 +310,11 @@ pub fn decoder_from_hf_config(
         phase,
         kv_cache_len,
         dtype,
+        sliding_window,
+        qkv_bias,
+        o_bias,
+        mla,
+        moe,
     };
     let m = DecoderModel {
         name: source.to_string(),
@@ -149,6 +323,7 @@ pub fn decoder_from_hf_config(
         vocab_size,
         tie_word_embeddings: tie,
         lm_head_tokens: LmHeadTokens::default(),
+        first_dense_layers,
         notes,
     };
     m.validate().map_err(|e| e.with_source(source))?;

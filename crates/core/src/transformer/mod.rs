@@ -17,11 +17,13 @@ mod hf;
 mod model;
 #[cfg(test)]
 mod tests;
+mod variants;
 
 pub use analysis::*;
 pub use block::*;
 pub use hf::*;
 pub use model::*;
+pub use variants::*;
 
 /// FLOPs per element of LayerNorm: mean-add, subtract, square, variance-add, scale by
 /// rstd, ×γ, +β = 7 (the per-row division and rsqrt are not counted).
@@ -40,3 +42,7 @@ pub const GELU_FLOPS_PER_ELEMENT: u64 = 8;
 pub const SWIGLU_FLOPS_PER_ELEMENT: u64 = 5;
 /// FLOPs per element of a residual add: 1.
 pub const RESIDUAL_FLOPS_PER_ELEMENT: u64 = 1;
+
+/// FLOPs per element of the mixture-of-experts combine: one multiply by the routing weight
+/// and one add per expert output element = 2.
+pub const MOE_COMBINE_FLOPS_PER_ELEMENT: u64 = 2;

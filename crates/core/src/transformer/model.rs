@@ -40,9 +40,17 @@ pub struct DecoderModel {
     /// Tokens the LM head runs on (default `last`).
     #[serde(default)]
     pub lm_head_tokens: LmHeadTokens,
+    /// With a mixture of experts: the first layers keep a dense MLP of `block.d_ff`
+    /// (DeepSeek's `first_k_dense_replace`; default 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first_dense_layers: u64,
     /// How the model was derived (config mapping decisions, ignored features).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl DecoderModel {
@@ -54,9 +62,48 @@ impl DecoderModel {
         }
     }
 
+    /// The block of the first `first_dense_layers` layers: the block with a dense MLP.
+    pub fn dense_block(&self) -> TransformerBlock {
+        TransformerBlock {
+            moe: None,
+            ..self.block.clone()
+        }
+    }
+
+    /// Layers with the repeated block: `layers − first_dense_layers`.
+    pub fn block_layers(&self) -> u64 {
+        self.layers.saturating_sub(self.first_dense_layers)
+    }
+
     /// Weight parameters: `V·D` embedding + `V·D` LM head unless tied + `norm_params·D` final
-    /// norm + `layers · block weight_params`.
+    /// norm + `(layers − first_dense_layers) · block weight_params` + `first_dense_layers ·
+    /// dense block weight_params`.
     pub fn weight_params(&self) -> Result<u64> {
+        self.params(false)
+    }
+
+    /// Parameters one token uses: [`DecoderModel::weight_params`] with each mixture-of-experts
+    /// layer counting only `top_k` routed experts (equal to it for a dense model).
+    pub fn active_weight_params(&self) -> Result<u64> {
+        self.params(true)
+    }
+
+    fn params(&self, active: bool) -> Result<u64> {
+        let per_block = |b: &TransformerBlock| {
+            if active {
+                b.active_weight_params()
+            } else {
+                b.weight_params()
+            }
+        };
+        let dense = if self.first_dense_layers > 0 {
+            checked_product(
+                &[self.first_dense_layers, per_block(&self.dense_block())?],
+                "first_dense_layers · dense block weights",
+            )?
+        } else {
+            0
+        };
         let d = self.block.d_model;
         let emb = checked_product(&[self.vocab_size, d], "V·D (embedding parameters)")?;
         let head = if self.tie_word_embeddings { 0 } else { emb };
@@ -65,10 +112,13 @@ impl DecoderModel {
             "final norm parameters",
         )?;
         let blocks = checked_product(
-            &[self.layers, self.block.weight_params()?],
+            &[self.block_layers(), per_block(&self.block)?],
             "layers · block weights",
         )?;
-        checked_sum(&[emb, head, final_norm, blocks], "model weight parameters")
+        checked_sum(
+            &[emb, head, final_norm, blocks, dense],
+            "model weight parameters",
+        )
     }
 
     /// Layers and vocabulary are ≥ 1, the block is valid, and every total fits in 64 bits.
@@ -79,6 +129,23 @@ impl DecoderModel {
             }
         }
         self.block.validate()?;
+        if self.first_dense_layers > 0 {
+            if self.block.moe.is_none() {
+                return Err(CoreError::invalid(
+                    "first_dense_layers",
+                    self.first_dense_layers,
+                    "needs a mixture of experts (block.moe) to replace",
+                ));
+            }
+            if self.first_dense_layers > self.layers {
+                return Err(CoreError::invalid(
+                    "first_dense_layers",
+                    self.first_dense_layers,
+                    format!("must be at most layers = {}", self.layers),
+                ));
+            }
+            self.dense_block().validate()?;
+        }
         self.block.dtype.bytes_for(self.weight_params()?)?;
         let parts = self.parts()?;
         parts.lm_head.gemm.validate()?;
@@ -153,8 +220,15 @@ pub struct ModelAnalysis {
     pub layers: u64,
     /// Rows of the LM-head GEMM.
     pub lm_head_tokens: u64,
-    /// One block's analysis (its totals are per block; multiply by `layers`).
+    /// One block's analysis (its totals are per block; multiply by `layers −
+    /// dense_layers`).
     pub block: TransformerAnalysis,
+    /// Layers with a dense MLP before the mixture-of-experts layers (0 for most models).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dense_layers: u64,
+    /// The dense layers' block analysis, when there are any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_block: Option<TransformerAnalysis>,
     /// Embedding gather: reads `T·D` table elements, writes `T·D`, no FLOPs.
     pub embedding: NonGemmRow,
     /// Final norm over `T·D`.
@@ -163,6 +237,9 @@ pub struct ModelAnalysis {
     pub lm_head: GemmRow,
     /// Weight parameters of the whole model.
     pub weight_params: u64,
+    /// Parameters one token uses (only `top_k` routed experts per MoE layer).
+    #[serde(default)]
+    pub active_weight_params: u64,
     /// `layers × block` + embedding + final norm + LM head; weights and KV cache whole-model.
     pub totals: TransformerTotals,
     /// Roofline of the totals as one kernel (`≤ totals.time_lower_bound_s`).
@@ -173,7 +250,7 @@ pub struct ModelAnalysis {
 
 /// Whole-model omissions, appended to the block's.
 pub const MODEL_LIMITATIONS: &[&str] = &[
-    "all layers are identical: no MoE routing, sliding-window or per-layer variation",
+    "all layers are identical except DeepSeek-style dense first layers (first_dense_layers)",
     "embedding gather reads only the T·D table rows used (token ids not counted); the LM head reads the full V·D matrix",
     "logit post-processing (softmax over the vocabulary, sampling) is not modelled",
 ];
@@ -183,22 +260,48 @@ pub const MODEL_LIMITATIONS: &[&str] = &[
 pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysis> {
     m.validate()?;
     let block = analyze_transformer(&m.block, hw)?;
+    let dense_block = if m.first_dense_layers > 0 {
+        Some(analyze_transformer(&m.dense_block(), hw)?)
+    } else {
+        None
+    };
     let parts = m.parts()?;
     let dt = m.block.dtype;
     let embedding = NonGemmRow::new(&parts.embedding, dt, hw)?;
     let final_norm = NonGemmRow::new(&parts.final_norm, dt, hw)?;
     let lm_head = GemmRow::new(&parts.lm_head, hw)?;
+    let (l, ld) = (m.block_layers(), m.first_dense_layers);
+    // Per-layer totals summed over both kinds of layer: `l·block + ld·dense`.
+    let zero = TransformerTotals {
+        macs: 0,
+        flops: 0,
+        gemm_flops: 0,
+        non_gemm_flops: 0,
+        dram_bytes: 0,
+        arithmetic_intensity: 0.0,
+        weight_bytes: 0,
+        kv_cache_bytes: 0,
+        time_lower_bound_s: 0.0,
+    };
+    let dt_tot = dense_block.as_ref().map_or(&zero, |d| &d.totals);
     let bt = &block.totals;
-    let l = m.layers;
-    let mul = |v: u64, what: &str| checked_product(&[l, v], what);
+    let mul = |f: fn(&TransformerTotals) -> u64, what: &str| {
+        checked_sum(
+            &[
+                checked_product(&[l, f(bt)], what)?,
+                checked_product(&[ld, f(dt_tot)], what)?,
+            ],
+            what,
+        )
+    };
     let weight_params = m.weight_params()?;
     let gemm_flops = checked_sum(
-        &[mul(bt.gemm_flops, "layers · GEMM FLOPs")?, lm_head.flops],
+        &[mul(|t| t.gemm_flops, "layers · GEMM FLOPs")?, lm_head.flops],
         "model GEMM FLOPs",
     )?;
     let non_gemm_flops = checked_sum(
         &[
-            mul(bt.non_gemm_flops, "layers · element-wise FLOPs")?,
+            mul(|t| t.non_gemm_flops, "layers · element-wise FLOPs")?,
             final_norm.flops,
         ],
         "model element-wise FLOPs",
@@ -206,7 +309,7 @@ pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysi
     let flops = checked_sum(&[gemm_flops, non_gemm_flops], "model FLOPs")?;
     let dram = checked_sum(
         &[
-            mul(bt.dram_bytes, "layers · DRAM bytes")?,
+            mul(|t| t.dram_bytes, "layers · DRAM bytes")?,
             embedding.dram_bytes,
             final_norm.dram_bytes,
             lm_head.compulsory_bytes,
@@ -215,7 +318,7 @@ pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysi
     )?;
     let totals = TransformerTotals {
         macs: checked_sum(
-            &[mul(bt.macs, "layers · MACs")?, lm_head.macs],
+            &[mul(|t| t.macs, "layers · MACs")?, lm_head.macs],
             "model MACs",
         )?,
         flops,
@@ -224,8 +327,9 @@ pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysi
         dram_bytes: dram,
         arithmetic_intensity: flops as f64 / dram as f64,
         weight_bytes: dt.bytes_for(weight_params)?,
-        kv_cache_bytes: mul(bt.kv_cache_bytes, "layers · KV cache bytes")?,
+        kv_cache_bytes: mul(|t| t.kv_cache_bytes, "layers · KV cache bytes")?,
         time_lower_bound_s: l as f64 * bt.time_lower_bound_s
+            + ld as f64 * dt_tot.time_lower_bound_s
             + embedding.time_lower_bound_s
             + final_norm.time_lower_bound_s
             + lm_head.time_lower_bound_s,
@@ -241,13 +345,16 @@ pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysi
         kind: "model".into(),
         workload: m.clone(),
         hardware: hw.name.clone(),
-        layers: l,
+        layers: m.layers,
         lm_head_tokens: parts.lm_tokens,
         block,
+        dense_layers: ld,
+        dense_block,
         embedding,
         final_norm,
         lm_head,
         weight_params,
+        active_weight_params: m.active_weight_params()?,
         totals,
         roofline: rl,
         limitations,

@@ -579,3 +579,203 @@ proptest! {
         prop_assert!((frac - (s + 1) as f64 / (2 * s) as f64).abs() < 1e-12);
     }
 }
+
+const MIXTRAL: &str = include_str!("../../data/models/mixtral_8x7b_config.json");
+const MISTRAL: &str = include_str!("../../data/models/mistral_7b_config.json");
+const QWEN25: &str = include_str!("../../data/models/qwen2.5_7b_config.json");
+const DEEPSEEK_V3: &str = include_str!("../../data/models/deepseek_v3_config.json");
+
+fn hf(text: &str, phase: Phase, seq: u64, cache: u64, batch: u64) -> DecoderModel {
+    decoder_from_hf_config(text, "config.json", batch, seq, phase, cache, DType::Bf16).unwrap()
+}
+
+#[test]
+fn published_parameter_counts() {
+    // Mixtral-8x7B (published 46.7 B total, 12.9 B active). Per layer: attention
+    // 2·4096·4096 + 2·4096·1024 = 41 943 040; one expert 3·4096·14336 = 176 160 768; router
+    // 4096·8 = 32 768; norms 2·4096 = 8 192. Total layer 41 943 040 + 8·176 160 768 + 32 768
+    // + 8 192 = 1 451 270 144, ×32 = 46 440 644 608; + embedding and head 2·32000·4096 =
+    // 262 144 000 + final norm 4 096 = 46 702 792 704. Active: 2 experts, layer 394 305 536,
+    // ×32 = 12 617 777 152 + 262 148 096 = 12 879 925 248.
+    let m = hf(MIXTRAL, Phase::Prefill, 16, 0, 1);
+    assert_eq!(m.weight_params().unwrap(), 46_702_792_704);
+    assert_eq!(m.active_weight_params().unwrap(), 12_879_925_248);
+    // Mistral-7B-v0.1 (published 7.24 B): layer 41 943 040 + 176 160 768 + 8 192 =
+    // 218 112 000, ×32 = 6 979 584 000 + 262 144 000 + 4 096 = 7 241 732 096.
+    let m = hf(MISTRAL, Phase::Prefill, 16, 0, 1);
+    assert_eq!(m.weight_params().unwrap(), 7_241_732_096);
+    assert_eq!(m.block.sliding_window, Some(4096));
+    // Qwen2.5-7B (published 7.61 B): hd = 3584/28 = 128, kv width 4·128 = 512. Layer: q and o
+    // 2·3584² = 25 690 112, k and v 2·3584·512 = 3 670 016, q/k/v biases 3584 + 2·512 = 4 608,
+    // MLP 3·3584·18944 = 203 685 888, norms 7 168: 233 057 792, ×28 = 6 525 618 176;
+    // + 2·152064·3584 = 1 089 994 752 + 3 584 = 7 615 616 512.
+    let m = hf(QWEN25, Phase::Prefill, 16, 0, 1);
+    assert!(m.block.qkv_bias && m.block.sliding_window.is_none());
+    assert_eq!(m.weight_params().unwrap(), 7_615_616_512);
+    // DeepSeek-V3 (published 671 B total, 37 B active, without the multi-token-prediction
+    // module). Latent attention per layer: q 7168·1536 + 1536 + 1536·128·192 = 48 760 320;
+    // kv 7168·576 + 512 + 512·128·256 = 20 906 496; o 128·128·7168 = 117 440 512; sum
+    // 187 107 328. MoE layer: router 7168·256 + 256 = 1 835 264, experts 256·3·7168·2048 =
+    // 11 274 289 152, shared 3·7168·2048 = 44 040 192, norms 14 336: 11 507 286 272, ×58 =
+    // 667 422 603 776. Dense layer: 187 107 328 + 3·7168·18432 + 14 336 = 583 483 392, ×3 =
+    // 1 750 450 176. Embedding and head 2·129280·7168 = 1 853 358 080, final norm 7 168.
+    // Total 671 026 419 200. Active MoE layer: 187 107 328 + 1 835 264 + 8·44 040 192 +
+    // 44 040 192 + 14 336 = 585 318 656, ×58 = 33 948 482 048; + 1 750 450 176 +
+    // 1 853 365 248 = 37 552 297 472 (DeepSeek rounds to 37 B; 0.93 B of ours is the input
+    // embedding table, of which a token reads one row).
+    let m = hf(DEEPSEEK_V3, Phase::Prefill, 16, 0, 1);
+    assert_eq!(m.first_dense_layers, 3);
+    assert_eq!(m.weight_params().unwrap(), 671_026_419_200);
+    assert_eq!(m.active_weight_params().unwrap(), 37_552_297_472);
+    // Published figures, rounded as published.
+    for (text, total_b, active_b) in [
+        (MIXTRAL, 46.7, 12.9),
+        (MISTRAL, 7.24, 7.24),
+        (QWEN25, 7.61, 7.61),
+        (DEEPSEEK_V3, 671.0, 37.0),
+    ] {
+        let m = hf(text, Phase::Prefill, 16, 0, 1);
+        let t = m.weight_params().unwrap() as f64 / 1e9;
+        let a = m.active_weight_params().unwrap() as f64 / 1e9;
+        assert!((t - total_b).abs() / total_b < 0.005, "{t} vs {total_b}");
+        assert!((a - active_b).abs() / active_b < 0.02, "{a} vs {active_b}");
+    }
+}
+
+#[test]
+fn moe_decode_weight_traffic_grows_with_the_experts_a_batch_touches() {
+    let hw = hw();
+    let one = analyze_model(&hf(MIXTRAL, Phase::Decode, 1, 1024, 1), &hw).unwrap();
+    let eight = analyze_model(&hf(MIXTRAL, Phase::Decode, 1, 1024, 8), &hw).unwrap();
+    // One token: k = 2 experts, 1 row each. Eight tokens: 8·(1 − 0.75⁸) = 7.2 → 8 experts,
+    // ⌈16/8⌉ = 2 rows each.
+    assert_eq!(one.block.experts_touched, 2);
+    assert_eq!(eight.block.experts_touched, 8);
+    let up = |a: &ModelAnalysis| {
+        a.block
+            .gemms
+            .iter()
+            .find(|g| g.name == "expert_up")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!((up(&one).batch, up(&one).m), (2, 1));
+    assert_eq!((up(&eight).batch, up(&eight).m), (8, 2));
+    // Expert weights read per layer: 2 vs 8 experts · 3·4096·14336 · 2 B.
+    let expert_bytes = |a: &ModelAnalysis| -> u64 {
+        a.block
+            .gemms
+            .iter()
+            .filter(|g| g.name.starts_with("expert_"))
+            .map(|g| g.batch * g.n * g.k * 2)
+            .sum()
+    };
+    assert_eq!(expert_bytes(&one), 2 * 176_160_768 * 2);
+    assert_eq!(expert_bytes(&eight), 8 * 176_160_768 * 2);
+}
+
+#[test]
+fn latent_attention_caches_the_latent_and_both_forms_count() {
+    // DeepSeek-V3 decode, batch 1, 4095 cached + 1 new = L 4096. Cache per layer:
+    // 4096·(512 + 64) = 2 359 296 elements = 4 718 592 B in bf16; ×61 layers.
+    let m = hf(DEEPSEEK_V3, Phase::Decode, 1, 4095, 1);
+    let d = m.block.decompose().unwrap();
+    assert_eq!(d.kv_cache_bytes, 4_718_592);
+    let a = analyze_model(&m, &hw()).unwrap();
+    assert_eq!(a.totals.kv_cache_bytes, 61 * 4_718_592);
+    // Naive: kv_b up-projects all 4096 latents, 4096 × 128·(128+128) × 512; scores per head
+    // 1 × 4096 × 192.
+    let g = |d: &BlockDecomposition, n: &str| d.gemms.iter().find(|g| g.name == n).cloned();
+    let kv_b = g(&d, "kv_b").unwrap().gemm;
+    assert_eq!((kv_b.m, kv_b.n, kv_b.k), (4096, 32_768, 512));
+    let s = g(&d, "attn_scores").unwrap().gemm;
+    assert_eq!((s.batch, s.m, s.n, s.k), (128, 1, 4096, 192));
+    // Absorbed: no kv_b; the 128 heads' query rows stack over the shared latents, scores
+    // 128 × 4096 × (512 + 64 = 576) per sequence; per-head absorption GEMMs 1 × 512 × 128 and
+    // 1 × 128 × 512.
+    let mut ab = m.block.clone();
+    ab.mla.as_mut().unwrap().form = MlaForm::Absorbed;
+    let da = ab.decompose().unwrap();
+    assert!(g(&da, "kv_b").is_none());
+    let s = g(&da, "attn_scores").unwrap().gemm;
+    assert_eq!((s.batch, s.m, s.n, s.k), (1, 128, 4096, 576));
+    let qa = g(&da, "q_absorb").unwrap().gemm;
+    assert_eq!((qa.batch, qa.m, qa.n, qa.k), (128, 1, 512, 128));
+    // Same parameters and cache in both forms. At L = 4096 the naive form writes the
+    // up-projected keys and values of every position, 4096·32768 elements (kv_b's C), which
+    // the absorbed form never materializes, so it moves fewer bytes.
+    assert_eq!(da.weight_params, d.weight_params);
+    assert_eq!(da.kv_cache_bytes, d.kv_cache_bytes);
+    let bytes = |d: &BlockDecomposition| -> u64 {
+        d.gemms
+            .iter()
+            .map(|g| g.gemm.compulsory_bytes().unwrap())
+            .sum()
+    };
+    assert!(bytes(&da) < bytes(&d));
+}
+
+#[test]
+fn sliding_window_caps_attention_and_cache() {
+    // Mistral decode at 8191 cached + 1: L = 8192 but W = 4096. KV cache per layer
+    // 2·1·8·128·4096 = 8 388 608 elements = 16 777 216 B; scores n = 4096.
+    let m = hf(MISTRAL, Phase::Decode, 1, 8191, 1);
+    let d = m.block.decompose().unwrap();
+    assert_eq!((d.attention_len, d.attended_len), (8192, 4096));
+    assert_eq!(d.kv_cache_bytes, 16_777_216);
+    let s = d.gemms.iter().find(|g| g.name == "attn_scores").unwrap();
+    assert_eq!(s.gemm.n, 4096);
+    // Prefill of 8 tokens with W = 4: keys seen 1, 2, 3, 4, 4, 4, 4, 4 = 26 of 8·4 = 32.
+    let b = TransformerBlock {
+        seq_len: 8,
+        sliding_window: Some(4),
+        ..transformer_preset("transformer_small").unwrap()
+    };
+    let d = b.decompose().unwrap();
+    assert_eq!(d.attended_len, 4);
+    assert!((d.causal_useful_fraction - 26.0 / 32.0).abs() < 1e-12);
+}
+
+#[test]
+fn unmodelled_config_fields_are_errors() {
+    let with = |text: &str, key: &str, value: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let mut o = v.as_object().unwrap().clone();
+        o.insert(key.into(), serde_json::from_str(value).unwrap());
+        serde_json::to_string(&o).unwrap()
+    };
+    for (text, key, value) in [
+        (DEEPSEEK_V3, "moe_layer_freq", "2"),
+        (MIXTRAL, "mlp_only_layers", "[0, 1]"),
+        (
+            DEEPSEEK_V3,
+            "quantization_config",
+            r#"{"quant_method": "fp8"}"#,
+        ),
+        (LLAMA3, "partial_rotary_factor", "0.5"),
+        (LLAMA3, "mlp_bias", "true"),
+        (MIXTRAL, "num_experts_per_tok", "9"),
+    ] {
+        let t = with(text, key, value);
+        let e = decoder_from_hf_config(&t, "c.json", 1, 8, Phase::Prefill, 0, DType::Bf16)
+            .unwrap_err()
+            .to_string();
+        let field = if key == "num_experts_per_tok" {
+            "moe.top_k"
+        } else {
+            key
+        };
+        assert!(e.contains("c.json") && e.contains(field), "{key}: {e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    // Qwen2 with a window on only some layers.
+    let t = with(
+        &with(QWEN25, "use_sliding_window", "true"),
+        "max_window_layers",
+        "4",
+    );
+    let e = decoder_from_hf_config(&t, "c.json", 1, 8, Phase::Prefill, 0, DType::Bf16)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_window_layers"), "{e}");
+}
