@@ -30,6 +30,7 @@ pub mod hardware;
 pub mod json;
 pub mod kernel;
 pub mod mapping;
+pub mod parallel;
 pub mod presets;
 pub mod rng;
 pub mod roofline;

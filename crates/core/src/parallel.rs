@@ -1,0 +1,1027 @@
+//! Multi-device parallelism for a decoder model: tensor (TP), pipeline (PP), expert (EP) and
+//! data (DP) parallelism over N devices, built on the single-device whole-model analysis
+//! ([`ModelAnalysis`]). It gives, for the busiest device of each pipeline stage, the FLOPs,
+//! DRAM bytes, weight and KV-cache memory; the collectives each kind of parallelism implies
+//! with their bytes per device; and the time of each collective on the interconnect roof
+//! (bytes / bandwidth, [`Interconnect`]) added to the stage's roofline time.
+//!
+//! What it models, in one line each (formulas in the item docs and docs/model.md,
+//! "Multi-device"):
+//! - TP (Megatron-style): attention split by heads, the MLP by its hidden width, embedding and
+//!   LM head by vocabulary; norms and residual adds replicated; two ring all-reduces of the
+//!   hidden state per layer, one after the vocabulary-parallel embedding, one gather of the
+//!   logits. KV heads split over the devices, or replicated when tp > kv_heads.
+//! - PP: `layers / pp` consecutive layers per stage, the embedding on the first stage, the final
+//!   norm and LM head on the last; one point-to-point transfer of the hidden state between
+//!   consecutive stages.
+//! - EP: the all-to-all of routed tokens ([`expert_all_to_all_bytes`]); the decoder model
+//!   carries no experts at this commit, so `ep` must be 1.
+//! - DP: whole replicas serving different requests; no communication in inference.
+//!
+//! Left out: overlap of communication with compute (times add), per-message latency and
+//! collective-library protocol overheads, the slower network between scale-up domains (a
+//! larger group is only flagged), activation and workspace memory, the duplicated full-width
+//! activations of column-/row-parallel GEMMs (per-device bytes are a lower bound), sequence
+//! parallelism, and load imbalance beyond what the stage layout implies.
+
+use crate::analysis::{LIMITATIONS, SCHEMA_VERSION};
+use crate::dtype::DType;
+use crate::error::{checked_product, checked_sum, CoreError, Result};
+use crate::hardware::{HardwareSpec, Interconnect};
+use crate::roofline::roofline;
+use crate::transformer::{DecoderModel, ElementwiseKind, ModelAnalysis};
+use serde::{Deserialize, Serialize};
+
+fn one() -> u64 {
+    1
+}
+
+/// Degrees of parallelism. Devices per model replica `tp · pp · ep`; devices in all
+/// `tp · pp · ep · dp`. Every degree defaults to 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parallelism {
+    /// Tensor-parallel degree: devices that split every layer's matrices.
+    #[serde(default = "one")]
+    pub tp: u64,
+    /// Pipeline-parallel degree: stages of consecutive layers.
+    #[serde(default = "one")]
+    pub pp: u64,
+    /// Expert-parallel degree: devices that split a mixture of experts' experts.
+    #[serde(default = "one")]
+    pub ep: u64,
+    /// Data-parallel degree: whole replicas, each serving its own requests.
+    #[serde(default = "one")]
+    pub dp: u64,
+}
+
+impl Default for Parallelism {
+    fn default() -> Self {
+        Parallelism {
+            tp: 1,
+            pp: 1,
+            ep: 1,
+            dp: 1,
+        }
+    }
+}
+
+impl Parallelism {
+    /// Devices holding one replica of the model: `tp · pp · ep`, checked.
+    pub fn replica_devices(&self) -> Result<u64> {
+        checked_product(
+            &[self.tp, self.pp, self.ep],
+            "tp · pp · ep (devices per replica)",
+        )
+    }
+
+    /// Devices in all: `tp · pp · ep · dp`, checked.
+    pub fn devices(&self) -> Result<u64> {
+        checked_product(
+            &[self.tp, self.pp, self.ep, self.dp],
+            "tp · pp · ep · dp (devices)",
+        )
+    }
+
+    /// KV heads each device caches under tensor parallelism: `Hkv / tp` when `tp ≤ Hkv`, else
+    /// 1 (each KV head replicated `tp / Hkv` times). Assumes [`Parallelism::validate_for`].
+    pub fn kv_heads_per_device(&self, kv_heads: u64) -> u64 {
+        if self.tp <= kv_heads {
+            kv_heads / self.tp
+        } else {
+            1
+        }
+    }
+
+    /// Check the degrees against a model: every degree ≥ 1; `tp` divides `heads` and
+    /// `d_ff`, and divides `kv_heads` or is a multiple of it (the KV heads are then
+    /// replicated); `pp` divides `layers`; `ep` is 1 (the model has no experts); the device
+    /// count fits in 64 bits. Each error names the degree and its value.
+    pub fn validate_for(&self, m: &DecoderModel) -> Result<()> {
+        for (f, v) in [
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("ep", self.ep),
+            ("dp", self.dp),
+        ] {
+            if v == 0 {
+                return Err(CoreError::invalid(f, v, "must be at least 1"));
+            }
+        }
+        self.devices()?;
+        let b = &m.block;
+        let (t, h, hkv) = (self.tp, b.heads, b.effective_kv_heads());
+        if !h.is_multiple_of(t) {
+            return Err(CoreError::invalid(
+                "tp",
+                t,
+                format!("must divide heads = {h} (each device computes heads / tp query heads)"),
+            ));
+        }
+        if hkv == 0 || !(hkv.is_multiple_of(t) || t.is_multiple_of(hkv)) {
+            return Err(CoreError::invalid(
+                "tp",
+                t,
+                format!(
+                    "must divide kv_heads = {hkv} or be a multiple of it (then each KV head is replicated tp / kv_heads times)"
+                ),
+            ));
+        }
+        if !b.d_ff.is_multiple_of(t) {
+            return Err(CoreError::invalid(
+                "tp",
+                t,
+                format!(
+                    "must divide d_ff = {} (each device holds d_ff / tp MLP columns)",
+                    b.d_ff
+                ),
+            ));
+        }
+        if !m.layers.is_multiple_of(self.pp) {
+            return Err(CoreError::invalid(
+                "pp",
+                self.pp,
+                format!(
+                    "must divide layers = {} (each stage holds layers / pp layers)",
+                    m.layers
+                ),
+            ));
+        }
+        if self.ep > 1 {
+            return Err(CoreError::invalid(
+                "ep",
+                self.ep,
+                "this model has no experts (a dense MLP): expert parallelism needs a mixture of experts; use ep = 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes one device sends (and receives) in a ring all-reduce of `message_bytes` over
+/// `devices`: a reduce-scatter and an all-gather of `p − 1` steps of `M / p` each,
+/// `⌈2·(p − 1)·M / p⌉`; 0 for one device.
+///
+/// ```
+/// use tensorforge_core::parallel::ring_all_reduce_bytes;
+/// // 8 devices, 1 MiB: 2·7/8 · 1 048 576 = 1 835 008 bytes per device.
+/// assert_eq!(ring_all_reduce_bytes(1 << 20, 8).unwrap(), 1_835_008);
+/// assert_eq!(ring_all_reduce_bytes(1 << 20, 1).unwrap(), 0);
+/// ```
+pub fn ring_all_reduce_bytes(message_bytes: u64, devices: u64) -> Result<u64> {
+    share_bytes(
+        message_bytes,
+        2,
+        devices,
+        "2·(p − 1)·M / p (all-reduce bytes)",
+    )
+}
+
+/// Bytes the gathering device receives in a gather (or one device in an all-gather) of a
+/// message of `message_bytes` split evenly over `devices`: `⌈(p − 1)·M / p⌉`.
+pub fn gather_bytes(message_bytes: u64, devices: u64) -> Result<u64> {
+    share_bytes(message_bytes, 1, devices, "(p − 1)·M / p (gather bytes)")
+}
+
+fn share_bytes(m: u64, factor: u64, p: u64, what: &str) -> Result<u64> {
+    if p == 0 {
+        return Err(CoreError::invalid("devices", 0, "must be at least 1"));
+    }
+    let v = (factor as u128 * (p as u128 - 1) * m as u128).div_ceil(p as u128);
+    u64::try_from(v).map_err(|_| CoreError::overflow(what))
+}
+
+/// Bytes one device sends in one all-to-all that dispatches its routed tokens to the experts
+/// of `ep` devices (combining the experts' outputs sends as many again). Each of the
+/// `tokens_per_device` tokens goes to `top_k` experts; under uniform routing a share
+/// `(ep − 1) / ep` of them live on other devices, and each carries the hidden state of
+/// `d_model` elements: `⌈T_dev · k · D · bytes(dtype) · (ep − 1) / ep⌉`.
+///
+/// `ep` must be between 1 and `experts` (each device holds at least one expert) and `top_k`
+/// between 1 and `experts`.
+///
+/// ```
+/// use tensorforge_core::parallel::expert_all_to_all_bytes;
+/// use tensorforge_core::DType;
+/// // 16 tokens, top-2 of 8 experts on 4 devices, D = 4096, bf16:
+/// // 16·2·4096·2 B · 3/4 = 196 608 bytes.
+/// assert_eq!(expert_all_to_all_bytes(16, 2, 4096, DType::Bf16, 8, 4).unwrap(), 196_608);
+/// ```
+pub fn expert_all_to_all_bytes(
+    tokens_per_device: u64,
+    top_k: u64,
+    d_model: u64,
+    dtype: DType,
+    experts: u64,
+    ep: u64,
+) -> Result<u64> {
+    if experts == 0 {
+        return Err(CoreError::invalid("experts", 0, "must be at least 1"));
+    }
+    if ep == 0 || ep > experts {
+        return Err(CoreError::invalid(
+            "ep",
+            ep,
+            format!("must be between 1 and the number of experts = {experts} (each device holds at least one expert)"),
+        ));
+    }
+    if top_k == 0 || top_k > experts {
+        return Err(CoreError::invalid(
+            "top_k",
+            top_k,
+            format!("must be between 1 and experts = {experts}"),
+        ));
+    }
+    let elems = checked_product(
+        &[tokens_per_device, top_k, d_model],
+        "T·k·D (routed elements)",
+    )?;
+    let bytes = dtype.bytes_for(elems)?;
+    share_bytes(bytes, 1, ep, "T·k·D·bytes·(ep − 1)/ep (all-to-all bytes)")
+}
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Ring all-reduce: `2·(p − 1)/p` of the message per device.
+    AllReduce,
+    /// Gather to one device: `(p − 1)/p` of the message received.
+    Gather,
+    /// One device sends the whole message to the next.
+    PointToPoint,
+    /// Every device sends a share of its tokens to every other (expert dispatch/combine).
+    AllToAll,
+}
+
+/// One collective of a forward pass, for the busiest device of one stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Collective {
+    /// What it is.
+    pub kind: CollectiveKind,
+    /// Where it happens: `attention_and_mlp_outputs`, `embedding_output`, `logits`,
+    /// `stage_activations`.
+    pub name: String,
+    /// The pipeline stage it belongs to (the sending stage for point-to-point).
+    pub stage: u64,
+    /// Devices taking part.
+    pub group_devices: u64,
+    /// How many times it runs in one forward pass.
+    pub count: u64,
+    /// The full message (the tensor being reduced, gathered or sent), bytes.
+    pub message_bytes: u64,
+    /// Bytes one device sends (receives, for a gather) per occurrence.
+    pub bytes_per_device: u64,
+    /// Interconnect bandwidth per device for this group, one direction, bytes per second.
+    pub bandwidth_bytes_per_s: f64,
+    /// `bytes_per_device / bandwidth`, seconds per occurrence.
+    pub time_s: f64,
+    /// `count · time_s`, seconds.
+    pub total_time_s: f64,
+}
+
+/// The load of the busiest device (tensor-parallel rank) of one pipeline stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageLoad {
+    /// Stage index, 0 first.
+    pub stage: u64,
+    /// First layer of the stage.
+    pub first_layer: u64,
+    /// Layers in the stage, `layers / pp`.
+    pub layers: u64,
+    /// FLOPs on one device of the stage.
+    pub flops: u64,
+    /// DRAM bytes one device of the stage moves (a lower bound, see the module comment).
+    pub dram_bytes: u64,
+    /// Weight bytes one device of the stage holds.
+    pub weight_bytes: u64,
+    /// KV-cache bytes one device of the stage holds (and reads).
+    pub kv_cache_bytes: u64,
+    /// `weight_bytes + kv_cache_bytes`.
+    pub memory_bytes: u64,
+    /// `flops / peak`, seconds.
+    pub compute_time_s: f64,
+    /// `dram_bytes / bandwidth` (the slowest memory roof), seconds.
+    pub memory_time_s: f64,
+    /// Tensor-parallel collectives of the stage plus its point-to-point send, seconds.
+    pub interconnect_time_s: f64,
+    /// `max(compute, memory) + interconnect`, seconds (no overlap).
+    pub time_s: f64,
+    /// `compute`, the memory level's name (`dram`) or `interconnect`: the largest term.
+    pub binding_roof: String,
+}
+
+/// The multi-device report of one forward pass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParallelAnalysis {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Always `model`.
+    pub evidence: String,
+    /// Always `parallel`.
+    pub kind: String,
+    /// Hardware name.
+    pub hardware: String,
+    /// The interconnect's name, when the hardware gives one.
+    pub interconnect: Option<String>,
+    /// The degrees.
+    pub parallelism: Parallelism,
+    /// Devices per replica, `tp · pp · ep`.
+    pub replica_devices: u64,
+    /// Devices in all, `tp · pp · ep · dp`.
+    pub devices: u64,
+    /// Tokens in the pass, `T = batch · S_q`.
+    pub tokens: u64,
+    /// KV heads each device caches (`Hkv / tp`, or 1 when replicated).
+    pub kv_heads_per_device: u64,
+    /// How many devices hold each KV head (`tp / Hkv` when tp > Hkv, else 1).
+    pub kv_head_replication: u64,
+    /// One row per pipeline stage: the busiest device of the stage.
+    pub stages: Vec<StageLoad>,
+    /// Every collective of the pass.
+    pub collectives: Vec<Collective>,
+    /// The largest per-device memory (weights + KV cache) over the stages, bytes.
+    pub max_memory_bytes: u64,
+    /// One forward pass through every stage in turn: `Σ stage time + (pp − 1) · transfer`,
+    /// seconds.
+    pub pass_time_s: f64,
+    /// The busiest stage's time including its send to the next stage, seconds.
+    pub busiest_stage_time_s: f64,
+    /// `Σ stage compute time`, seconds.
+    pub compute_time_s: f64,
+    /// `Σ stage memory time`, seconds.
+    pub memory_time_s: f64,
+    /// `Σ stage interconnect time` (collectives and transfers), seconds.
+    pub interconnect_time_s: f64,
+    /// The roof with the largest time summed over the stages: `compute`, the memory level
+    /// (`dram`) or `interconnect`.
+    pub binding_roof: String,
+    /// What the model leaves out.
+    pub limitations: Vec<String>,
+}
+
+/// Multi-device omissions, appended to [`LIMITATIONS`].
+pub const PARALLEL_LIMITATIONS: &[&str] = &[
+    "tensor parallelism as in Megatron-LM: q/k/v, gate/up and the LM head split by output columns, o_proj and down by input rows, attention by heads, the embedding by vocabulary; norms and residual adds run replicated on every device",
+    "per-device DRAM bytes = (single-device bytes − KV cache − replicated ops) / tp + KV cache / min(tp, kv_heads) + replicated ops: the full-width activations each device reads before a column-parallel GEMM or writes after a row-parallel one are counted once for the group, so per-device bytes are a lower bound",
+    "tp must divide kv_heads or be a multiple of it; when tp > kv_heads each KV head is cached on tp / kv_heads devices, and the duplicated k/v projection work is not added",
+    "collective time = bytes per device / interconnect bandwidth (ring all-reduce: 2(p−1)/p of the message); per-message latency (microseconds per collective) and library protocol overheads are not modelled, and at small decode batches they exceed this bandwidth term",
+    "communication does not overlap compute: a stage's collective and transfer times are added to its roofline time",
+    "pipeline stages hold layers / pp consecutive layers of the average layer; the first stage adds the embedding, the last the final norm and LM head (with a copy of a tied embedding)",
+    "data parallelism replicates the whole model: no communication in inference",
+    "expert parallelism: the all-to-all bytes are modelled (expert_all_to_all_bytes) but this model has no experts, so ep = 1",
+    "latent attention caches one latent per token shared by all heads, which tensor parallelism replicates rather than splits; not distinguished here",
+    "memory per device counts weights and KV cache only: activations, workspace, allocator fragmentation and the framework's own memory are not",
+    "a group larger than the interconnect's domain crosses a slower scale-out network that is not modelled (the times are then optimistic)",
+];
+
+/// Quantities of one stage before the tensor-parallel split: total and replicated parts.
+struct StageWork {
+    flops: u64,
+    rep_flops: u64,
+    bytes: u64,
+    rep_bytes: u64,
+    weights: u64,
+    rep_weights: u64,
+    kv: u64,
+}
+
+/// `⌈(total − replicated) / t⌉ + replicated`: the busiest of `t` devices when the replicated
+/// part runs on every device and the rest splits evenly.
+fn split(total: u64, replicated: u64, t: u64, what: &str) -> Result<u64> {
+    checked_sum(
+        &[total.saturating_sub(replicated).div_ceil(t), replicated],
+        what,
+    )
+}
+
+fn interconnect_for(hw: &HardwareSpec, replica_devices: u64) -> Result<Option<&Interconnect>> {
+    match (&hw.interconnect, replica_devices) {
+        (_, 1) => Ok(hw.interconnect.as_ref()),
+        (Some(ic), _) => Ok(Some(ic)),
+        (None, n) => Err(CoreError::invalid(
+            "interconnect",
+            "(missing)",
+            format!(
+                "hardware `{}` gives no interconnect bandwidth, and tp · pp · ep = {n} devices must communicate; use a hardware file with an [interconnect] table (docs/hardware.md) or tp = pp = ep = 1",
+                hw.name
+            ),
+        )),
+    }
+}
+
+/// Split a single-device whole-model analysis over `par` on `hw` (the chip `a` was analysed
+/// on): per-stage loads of the busiest device, the collectives and their times.
+///
+/// With `t = tp`, `p = pp`, `s = layers / p`, `n` the norm parameters per channel, and from
+/// `a`: `F`, `B`, `W`, `K` the model's FLOPs, DRAM bytes, weight bytes and KV-cache bytes;
+/// the embedding, final-norm and LM-head rows; the per-layer replicated ops `R_F`, `R_B`
+/// (norm and residual rows); and `W_r = bytes(2·n·D)` the norm weights per layer:
+///
+/// ```text
+/// layers' share  X_layers = X − embedding − final norm − LM head      (X ∈ F, B, W)
+/// stage i        X_i = X_layers / p (+ embedding on i = 0, + final norm + LM head on i = p−1;
+///                the last stage also holds a copy of a tied embedding when p > 1)
+/// replicated     rep_i = s·R (+ final norm on the last stage)
+/// per device     f_i = ⌈(F_i − repF_i)/t⌉ + repF_i
+///                k_i = (K / p) / min(t, Hkv)
+///                b_i = ⌈(B_i − K/p − repB_i)/t⌉ + k_i + repB_i
+///                w_i = ⌈(W_i − repW_i)/t⌉ + repW_i,     memory_i = w_i + k_i
+/// stage time     T_i = max(f_i / peak, b_i / bw_dram) + Σ collectives of stage i
+/// collectives    all-reduce of bytes(T·D): 2 per layer (after attention, after the MLP),
+///                one after the embedding; gather of bytes(T_lm·V) logits; each
+///                ring_all_reduce_bytes / gather_bytes over min(U, (t−1)·peer)
+///                point-to-point bytes(T·D) between stages over min(U, peer)
+/// pass           Σ_i T_i + (p − 1)·transfer
+/// ```
+pub fn analyze_parallel(
+    a: &ModelAnalysis,
+    hw: &HardwareSpec,
+    par: &Parallelism,
+) -> Result<ParallelAnalysis> {
+    let m = &a.workload;
+    par.validate_for(m)?;
+    if a.hardware != hw.name {
+        return Err(CoreError::invalid(
+            "hardware",
+            &hw.name,
+            format!("the model was analysed on `{}`", a.hardware),
+        ));
+    }
+    let replica_devices = par.replica_devices()?;
+    let devices = par.devices()?;
+    let ic = interconnect_for(hw, replica_devices)?;
+    let dt = m.block.dtype;
+    let d = m.block.d_model;
+    let (t, p) = (par.tp, par.pp);
+    let s = m.layers / p;
+    let hkv = a.block.kv_heads;
+    let kv_share = t.min(hkv).max(1);
+
+    // Whole-model parts from the analysis.
+    let w_emb = dt.bytes_for(checked_product(&[m.vocab_size, d], "V·D")?)?;
+    let w_head = if m.tie_word_embeddings { 0 } else { w_emb };
+    let w_final_norm = dt.bytes_for(checked_product(
+        &[m.block.norm.params_per_channel(), d],
+        "final norm parameters",
+    )?)?;
+    let w_norms_per_layer = dt.bytes_for(checked_product(
+        &[2, m.block.norm.params_per_channel(), d],
+        "norm parameters per layer",
+    )?)?;
+    let (emb, fnorm, lm) = (&a.embedding, &a.final_norm, &a.lm_head);
+    let tot = &a.totals;
+    let f_layers = tot.flops.saturating_sub(checked_sum(
+        &[emb.flops, fnorm.flops, lm.flops],
+        "end FLOPs",
+    )?);
+    let b_layers = tot.dram_bytes.saturating_sub(checked_sum(
+        &[emb.dram_bytes, fnorm.dram_bytes, lm.compulsory_bytes],
+        "end bytes",
+    )?);
+    let w_layers = tot
+        .weight_bytes
+        .saturating_sub(checked_sum(&[w_emb, w_head, w_final_norm], "end weights")?);
+    let replicated = |k: ElementwiseKind| {
+        matches!(
+            k,
+            ElementwiseKind::LayerNorm | ElementwiseKind::RmsNorm | ElementwiseKind::ResidualAdd
+        )
+    };
+    let rows = a.block.non_gemm.iter().filter(|r| replicated(r.op));
+    let rep_f_layer = checked_sum(
+        &rows.clone().map(|r| r.flops).collect::<Vec<_>>(),
+        "replicated FLOPs",
+    )?;
+    let rep_b_layer = checked_sum(
+        &rows.map(|r| r.dram_bytes).collect::<Vec<_>>(),
+        "replicated bytes",
+    )?;
+    let kv_stage = tot.kv_cache_bytes.div_ceil(p);
+
+    let stage_work = |i: u64| -> Result<StageWork> {
+        let (first, last) = (i == 0, i + 1 == p);
+        let pick = |c: bool, v: u64| if c { v } else { 0 };
+        let head_copy = if m.tie_word_embeddings && p > 1 {
+            w_emb
+        } else {
+            w_head
+        };
+        Ok(StageWork {
+            flops: checked_sum(
+                &[
+                    f_layers.div_ceil(p),
+                    pick(first, emb.flops),
+                    pick(last, fnorm.flops),
+                    pick(last, lm.flops),
+                ],
+                "stage FLOPs",
+            )?,
+            rep_flops: checked_sum(
+                &[
+                    checked_product(&[s, rep_f_layer], "replicated FLOPs")?,
+                    pick(last, fnorm.flops),
+                ],
+                "replicated FLOPs",
+            )?,
+            bytes: checked_sum(
+                &[
+                    b_layers.div_ceil(p),
+                    pick(first, emb.dram_bytes),
+                    pick(last, fnorm.dram_bytes),
+                    pick(last, lm.compulsory_bytes),
+                ],
+                "stage bytes",
+            )?,
+            rep_bytes: checked_sum(
+                &[
+                    checked_product(&[s, rep_b_layer], "replicated bytes")?,
+                    pick(last, fnorm.dram_bytes),
+                ],
+                "replicated bytes",
+            )?,
+            weights: checked_sum(
+                &[
+                    w_layers.div_ceil(p),
+                    pick(first, w_emb),
+                    pick(last, w_final_norm),
+                    pick(last, head_copy),
+                ],
+                "stage weights",
+            )?,
+            rep_weights: checked_sum(
+                &[
+                    checked_product(&[s, w_norms_per_layer], "replicated weights")?,
+                    pick(last, w_final_norm),
+                ],
+                "replicated weights",
+            )?,
+            kv: kv_stage,
+        })
+    };
+
+    // Collectives.
+    let tokens = a.block.tokens;
+    let hidden_msg = dt.bytes_for(checked_product(&[tokens, d], "T·D (hidden state)")?)?;
+    let logits_msg = dt.bytes_for(checked_product(
+        &[a.lm_head_tokens, m.vocab_size],
+        "T_lm·V (logits)",
+    )?)?;
+    let group_bw = |g: u64| ic.map_or(f64::INFINITY, |ic| ic.group_bytes_per_s(g));
+    let mut collectives = Vec::new();
+    let mut push = |kind, name: &str, stage, group, count, msg, bytes: u64| {
+        let bw = group_bw(group);
+        let time_s = bytes as f64 / bw;
+        collectives.push(Collective {
+            kind,
+            name: name.into(),
+            stage,
+            group_devices: group,
+            count,
+            message_bytes: msg,
+            bytes_per_device: bytes,
+            bandwidth_bytes_per_s: bw,
+            time_s,
+            total_time_s: count as f64 * time_s,
+        });
+    };
+    for i in 0..p {
+        if t > 1 {
+            let ar = ring_all_reduce_bytes(hidden_msg, t)?;
+            push(
+                CollectiveKind::AllReduce,
+                "attention_and_mlp_outputs",
+                i,
+                t,
+                checked_product(&[2, s], "2 · layers per stage")?,
+                hidden_msg,
+                ar,
+            );
+            if i == 0 {
+                push(
+                    CollectiveKind::AllReduce,
+                    "embedding_output",
+                    i,
+                    t,
+                    1,
+                    hidden_msg,
+                    ar,
+                );
+            }
+            if i + 1 == p {
+                push(
+                    CollectiveKind::Gather,
+                    "logits",
+                    i,
+                    t,
+                    1,
+                    logits_msg,
+                    gather_bytes(logits_msg, t)?,
+                );
+            }
+        }
+        if i + 1 < p {
+            push(
+                CollectiveKind::PointToPoint,
+                "stage_activations",
+                i,
+                2,
+                1,
+                hidden_msg,
+                hidden_msg,
+            );
+        }
+    }
+
+    let dram_name = hw.dram.name.clone();
+    let mut stages = Vec::new();
+    for i in 0..p {
+        let w = stage_work(i)?;
+        let flops = split(w.flops, w.rep_flops, t, "stage FLOPs per device")?;
+        let kv = w.kv.div_ceil(kv_share);
+        let bytes = checked_sum(
+            &[
+                w.bytes
+                    .saturating_sub(w.kv)
+                    .saturating_sub(w.rep_bytes)
+                    .div_ceil(t),
+                kv,
+                w.rep_bytes,
+            ],
+            "stage bytes per device",
+        )?;
+        let weights = split(w.weights, w.rep_weights, t, "stage weights per device")?;
+        let rl = roofline(hw, dt, flops as f64, bytes as f64, &[])?;
+        let comm: f64 = collectives
+            .iter()
+            .filter(|c| c.stage == i)
+            .map(|c| c.total_time_s)
+            .fold(0.0, |x, y| x + y);
+        let (compute_s, memory_s) = (rl.compute_time_s, rl.memory_time_s);
+        let memory_roof = rl
+            .levels
+            .iter()
+            .max_by(|x, y| x.time_s.total_cmp(&y.time_s))
+            .map_or(dram_name.clone(), |l| l.level.clone());
+        stages.push(StageLoad {
+            stage: i,
+            first_layer: i * s,
+            layers: s,
+            flops,
+            dram_bytes: bytes,
+            weight_bytes: weights,
+            kv_cache_bytes: kv,
+            memory_bytes: checked_sum(&[weights, kv], "memory per device")?,
+            compute_time_s: compute_s,
+            memory_time_s: memory_s,
+            interconnect_time_s: comm,
+            time_s: compute_s.max(memory_s) + comm,
+            binding_roof: binding(compute_s, memory_s, comm, &memory_roof),
+        });
+    }
+    // Each stage's interconnect time holds its collectives and its send to the next stage,
+    // so the pass (every stage in turn) is the sum of the stage times.
+    let pass_time_s: f64 = stages.iter().map(|st| st.time_s).fold(0.0, |x, y| x + y);
+    let interconnect_time_s: f64 = stages
+        .iter()
+        .map(|st| st.interconnect_time_s)
+        .fold(0.0, |x, y| x + y);
+    let busiest_stage_time_s = stages.iter().map(|st| st.time_s).fold(0.0, f64::max);
+    let compute_time_s: f64 = stages
+        .iter()
+        .map(|st| st.compute_time_s)
+        .fold(0.0, |x, y| x + y);
+    let memory_time_s: f64 = stages
+        .iter()
+        .map(|st| st.memory_time_s)
+        .fold(0.0, |x, y| x + y);
+    let mut limitations: Vec<String> = LIMITATIONS
+        .iter()
+        .chain(PARALLEL_LIMITATIONS)
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(ic) = ic {
+        if let Some(dom) = ic.domain_devices.filter(|dom| replica_devices > *dom) {
+            limitations.push(format!(
+                "{replica_devices} devices per replica exceed one {} domain ({dom} devices): part of the traffic crosses the scale-out network, which is slower than modelled",
+                ic.name
+            ));
+        }
+    }
+    Ok(ParallelAnalysis {
+        schema_version: SCHEMA_VERSION,
+        evidence: "model".into(),
+        kind: "parallel".into(),
+        hardware: hw.name.clone(),
+        interconnect: ic.map(|ic| ic.name.clone()),
+        parallelism: *par,
+        replica_devices,
+        devices,
+        tokens,
+        kv_heads_per_device: par.kv_heads_per_device(hkv),
+        kv_head_replication: if t > hkv { t / hkv.max(1) } else { 1 },
+        max_memory_bytes: stages.iter().map(|st| st.memory_bytes).max().unwrap_or(0),
+        stages,
+        collectives,
+        pass_time_s,
+        busiest_stage_time_s,
+        compute_time_s,
+        memory_time_s,
+        interconnect_time_s,
+        binding_roof: binding(
+            compute_time_s,
+            memory_time_s,
+            interconnect_time_s,
+            &dram_name,
+        ),
+        limitations,
+    })
+}
+
+/// The largest of the three terms: `compute`, `memory_roof` (a memory level's name) or
+/// `interconnect`; ties go to compute, then memory.
+fn binding(compute_s: f64, memory_s: f64, interconnect_s: f64, memory_roof: &str) -> String {
+    if interconnect_s > compute_s && interconnect_s > memory_s {
+        "interconnect".into()
+    } else if memory_s > compute_s {
+        memory_roof.into()
+    } else {
+        "compute".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets;
+    use crate::transformer::{analyze_model, decoder_from_hf_config, Phase};
+
+    const LLAMA2: &str = include_str!("../data/models/llama2_7b_config.json");
+    const LLAMA3: &str = include_str!("../data/models/llama3_8b_config.json");
+
+    /// A decode step of `batch` sequences with `kv` cached tokens, bf16.
+    fn decode(cfg: &str, batch: u64, kv: u64) -> DecoderModel {
+        decoder_from_hf_config(cfg, "cfg", batch, 1, Phase::Decode, kv, DType::Bf16).unwrap()
+    }
+
+    fn par(tp: u64, pp: u64) -> Parallelism {
+        Parallelism {
+            tp,
+            pp,
+            ..Parallelism::default()
+        }
+    }
+
+    fn run(m: &DecoderModel, hw: &str, p: Parallelism) -> Result<ParallelAnalysis> {
+        let hw = presets::hardware(hw).unwrap();
+        let a = analyze_model(m, &hw).unwrap();
+        analyze_parallel(&a, &hw, &p)
+    }
+
+    fn tiny(heads: u64, kv_heads: u64, hidden: u64, d_ff: u64, layers: u64) -> DecoderModel {
+        let cfg = format!(
+            r#"{{"hidden_size": {hidden}, "num_attention_heads": {heads}, "num_key_value_heads": {kv_heads},
+                "intermediate_size": {d_ff}, "num_hidden_layers": {layers}, "vocab_size": 100,
+                "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": true}}"#
+        );
+        decode(&cfg, 1, 15)
+    }
+
+    #[test]
+    fn one_device_is_the_single_device_analysis() {
+        let m = decode(LLAMA2, 1, 4095);
+        let hw = presets::hardware("nvidia_h100_sxm").unwrap();
+        let a = analyze_model(&m, &hw).unwrap();
+        let r = analyze_parallel(&a, &hw, &Parallelism::default()).unwrap();
+        let st = &r.stages[0];
+        assert_eq!(r.stages.len(), 1);
+        assert_eq!(
+            (st.flops, st.dram_bytes, st.weight_bytes, st.kv_cache_bytes),
+            (
+                a.totals.flops,
+                a.totals.dram_bytes,
+                a.totals.weight_bytes,
+                a.totals.kv_cache_bytes
+            )
+        );
+        assert!(r.collectives.is_empty() && r.interconnect_time_s == 0.0);
+        // One stage, no communication: the roofline of the model's totals.
+        assert_eq!(r.pass_time_s, a.roofline.time_lower_bound_s);
+        assert_eq!(r.binding_roof, "dram");
+        assert_eq!((r.devices, r.replica_devices), (1, 1));
+    }
+
+    #[test]
+    fn tensor_parallel_weights_split_and_norms_replicate_llama2() {
+        // Llama-2-7B, bf16: 13 476 831 232 weight bytes (docs/model.md). Norm weights are
+        // replicated: 32 layers · 2 · 4096 · 2 B = 524 288, + final norm 4096 · 2 B = 8192,
+        // = 532 480. tp = 2: (13 476 831 232 − 532 480) / 2 + 532 480 = 6 738 681 856.
+        let m = decode(LLAMA2, 1, 4095);
+        let r = run(&m, "nvidia_h100_sxm", par(2, 1)).unwrap();
+        assert_eq!(r.stages[0].weight_bytes, 6_738_681_856);
+        // KV cache at L = 4096: 32 layers · 2 · 32 heads · 128 · 4096 · 2 B = 2 GiB; 32 KV
+        // heads over 2 devices: 1 GiB each.
+        assert_eq!(r.stages[0].kv_cache_bytes, 1 << 30);
+        assert_eq!(r.stages[0].memory_bytes, 6_738_681_856 + (1 << 30));
+        assert_eq!((r.kv_heads_per_device, r.kv_head_replication), (16, 1));
+    }
+
+    #[test]
+    fn kv_heads_replicate_when_tp_exceeds_them_llama3() {
+        // Llama-3-8B (8 KV heads), L = 4096: 32 · 2 · 8 · 128 · 4096 · 2 B = 512 MiB.
+        let m = decode(LLAMA3, 1, 4095);
+        let one = run(&m, "nvidia_h100_sxm", par(1, 1)).unwrap();
+        assert_eq!(one.stages[0].kv_cache_bytes, 512 << 20);
+        // tp = 8: one KV head per device, 64 MiB.
+        let t8 = run(&m, "nvidia_h100_sxm", par(8, 1)).unwrap();
+        assert_eq!(t8.stages[0].kv_cache_bytes, 64 << 20);
+        // tp = 16 > 8 KV heads: each head on 2 devices, still 64 MiB per device.
+        let t16 = run(&m, "nvidia_h100_sxm", par(16, 1)).unwrap();
+        assert_eq!(t16.stages[0].kv_cache_bytes, 64 << 20);
+        assert_eq!((t16.kv_heads_per_device, t16.kv_head_replication), (1, 2));
+        // 16 devices exceed the 8-GPU NVLink domain: said, not hidden.
+        assert!(t16
+            .limitations
+            .iter()
+            .any(|l| l.contains("exceed one nvlink4 domain (8 devices)")));
+        assert!(!t8.limitations.iter().any(|l| l.contains("exceed one")));
+    }
+
+    #[test]
+    fn pipeline_stages_hold_their_layers_and_ends_llama2() {
+        // Layers' weights: 32 · (4·4096² + 3·4096·11008 + 2·4096) · 2 B = 12 952 535 040;
+        // embedding = LM head = 32000 · 4096 · 2 B = 262 144 000; final norm 8192.
+        // pp = 2: stage 0 = 12 952 535 040 / 2 + 262 144 000 = 6 738 411 520;
+        //         stage 1 = 6 476 267 520 + 8192 + 262 144 000 = 6 738 419 712.
+        let m = decode(LLAMA2, 1, 4095);
+        let r = run(&m, "nvidia_h100_sxm", par(1, 2)).unwrap();
+        let w: Vec<u64> = r.stages.iter().map(|s| s.weight_bytes).collect();
+        assert_eq!(w, [6_738_411_520, 6_738_419_712]);
+        assert_eq!((r.stages[1].first_layer, r.stages[1].layers), (16, 16));
+        // KV: 2 GiB over 2 stages.
+        assert!(r.stages.iter().all(|s| s.kv_cache_bytes == 1 << 30));
+        assert_eq!(r.max_memory_bytes, 6_738_419_712 + (1 << 30));
+        // tp = 2 and pp = 2: stage 0 = (6 738 411 520 − 16 layers · 16 384) / 2 + 262 144
+        // = (6 738 411 520 − 262 144) / 2 + 262 144 = 3 369 336 832.
+        let r = run(&m, "nvidia_h100_sxm", par(2, 2)).unwrap();
+        assert_eq!(r.stages[0].weight_bytes, 3_369_336_832);
+        assert_eq!(r.stages[0].kv_cache_bytes, 1 << 29);
+        // Every stage's time is its roofline time plus its communication, and the pass is
+        // their sum (no overlap).
+        for s in &r.stages {
+            let t = s.compute_time_s.max(s.memory_time_s) + s.interconnect_time_s;
+            assert!((s.time_s - t).abs() <= 1e-15, "{s:?}");
+        }
+        let sum: f64 = r.stages.iter().map(|s| s.time_s).sum();
+        assert!((r.pass_time_s - sum).abs() <= 1e-15);
+    }
+
+    #[test]
+    fn a_tied_embedding_is_copied_to_the_last_stage() {
+        // Tiny model: V = 100, D = 64, bf16, tied: the embedding (100 · 64 · 2 B = 12 800 B)
+        // is counted once in one stage and held by both the first and the last of two stages.
+        let m = tiny(4, 2, 64, 128, 4);
+        let one = run(&m, "nvidia_h100_sxm", par(1, 1)).unwrap();
+        let two = run(&m, "nvidia_h100_sxm", par(1, 2)).unwrap();
+        let sum: u64 = two.stages.iter().map(|s| s.weight_bytes).sum();
+        assert_eq!(sum, one.stages[0].weight_bytes + 12_800);
+    }
+
+    #[test]
+    fn tensor_parallel_collectives_hand_checked_llama3_h100() {
+        // Decode, batch 32, bf16, tp = 8 on NVLink 4 (450e9 B/s each way, switched).
+        // Hidden state: 32 · 4096 · 2 B = 262 144 B; ring all-reduce per device
+        // 2 · 7/8 · 262 144 = 458 752 B, 458 752 / 450e9 = 1.0194 µs, 2 per layer · 32 = 64.
+        let m = decode(LLAMA3, 32, 2048);
+        let r = run(&m, "nvidia_h100_sxm", par(8, 1)).unwrap();
+        let ar = r
+            .collectives
+            .iter()
+            .find(|c| c.name == "attention_and_mlp_outputs")
+            .unwrap();
+        assert_eq!(ar.kind, CollectiveKind::AllReduce);
+        assert_eq!(
+            (ar.count, ar.message_bytes, ar.bytes_per_device),
+            (64, 262_144, 458_752)
+        );
+        assert_eq!(ar.time_s, 458_752.0 / 450e9);
+        // The vocabulary-parallel embedding adds one more all-reduce of the same message.
+        let emb = r
+            .collectives
+            .iter()
+            .find(|c| c.name == "embedding_output")
+            .unwrap();
+        assert_eq!((emb.count, emb.bytes_per_device), (1, 458_752));
+        // Logits: 32 · 128 256 · 2 B = 8 208 384 B, gathered: 7/8 of it = 7 182 336 B.
+        let lg = r.collectives.iter().find(|c| c.name == "logits").unwrap();
+        assert_eq!(
+            (lg.kind, lg.message_bytes, lg.bytes_per_device),
+            (CollectiveKind::Gather, 8_208_384, 7_182_336)
+        );
+        let total = 65.0 * 458_752.0 / 450e9 + 7_182_336.0 / 450e9;
+        assert!((r.interconnect_time_s - total).abs() <= 1e-15);
+        assert_eq!(r.stages[0].interconnect_time_s, r.interconnect_time_s);
+    }
+
+    #[test]
+    fn a_full_mesh_pair_gets_one_link_mi300x() {
+        // MI300X: 7 Infinity Fabric links of 64e9 B/s each way. tp = 2: one peer, one link;
+        // the all-reduce of 2 devices moves 2 · 1/2 · M = M = 262 144 B at 64e9 B/s.
+        let m = decode(LLAMA3, 32, 2048);
+        let r = run(&m, "amd_mi300x", par(2, 1)).unwrap();
+        let ar = &r.collectives[0];
+        assert_eq!(
+            (ar.bytes_per_device, ar.bandwidth_bytes_per_s),
+            (262_144, 64e9)
+        );
+        // pp = 2: one point-to-point send of the hidden state, also one link: 4.096 µs.
+        let r = run(&m, "amd_mi300x", par(1, 2)).unwrap();
+        let p2p: Vec<&Collective> = r.collectives.iter().collect();
+        assert_eq!(p2p.len(), 1);
+        assert_eq!(p2p[0].kind, CollectiveKind::PointToPoint);
+        assert_eq!(p2p[0].time_s, 262_144.0 / 64e9);
+        assert_eq!(r.stages[0].interconnect_time_s, p2p[0].time_s);
+        assert_eq!(r.stages[1].interconnect_time_s, 0.0);
+    }
+
+    #[test]
+    fn ring_gather_and_all_to_all_bytes_hand_checked() {
+        // 2(p−1)/p · M: p = 2 → M; p = 4 → 1.5 M; p = 3, M = 10 → ⌈40/3⌉ = 14.
+        assert_eq!(ring_all_reduce_bytes(1000, 2).unwrap(), 1000);
+        assert_eq!(ring_all_reduce_bytes(1000, 4).unwrap(), 1500);
+        assert_eq!(ring_all_reduce_bytes(10, 3).unwrap(), 14);
+        // (p−1)/p · M: p = 8, M = 800 → 700.
+        assert_eq!(gather_bytes(800, 8).unwrap(), 700);
+        assert!(ring_all_reduce_bytes(1, 0).is_err());
+        // Mixtral-like: 64 tokens per device, top-2 of 8 experts over 8 devices, D = 4096,
+        // bf16: 64·2·4096·2 = 1 048 576 B, 7/8 of it leaves the device = 917 504 B.
+        assert_eq!(
+            expert_all_to_all_bytes(64, 2, 4096, DType::Bf16, 8, 8).unwrap(),
+            917_504
+        );
+        // One device: nothing leaves it.
+        assert_eq!(
+            expert_all_to_all_bytes(64, 2, 4096, DType::Bf16, 8, 1).unwrap(),
+            0
+        );
+        // More devices than experts.
+        let e = expert_all_to_all_bytes(64, 2, 4096, DType::Bf16, 8, 16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`ep` = 16") && e.contains("experts = 8"), "{e}");
+        let e = expert_all_to_all_bytes(64, 9, 4096, DType::Bf16, 8, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`top_k` = 9"), "{e}");
+    }
+
+    #[test]
+    fn bad_degrees_name_the_field_and_value() {
+        let llama3 = decode(LLAMA3, 1, 15);
+        let err =
+            |m: &DecoderModel, hw: &str, p: Parallelism| run(m, hw, p).unwrap_err().to_string();
+        let e = err(&llama3, "nvidia_h100_sxm", par(0, 1));
+        assert!(e.contains("`tp` = 0"), "{e}");
+        let e = err(
+            &llama3,
+            "nvidia_h100_sxm",
+            Parallelism {
+                dp: 0,
+                ..Parallelism::default()
+            },
+        );
+        assert!(e.contains("`dp` = 0"), "{e}");
+        let e = err(&llama3, "nvidia_h100_sxm", par(3, 1));
+        assert!(e.contains("`tp` = 3") && e.contains("heads = 32"), "{e}");
+        // 12 heads, 4 KV heads: tp = 6 divides the heads but neither divides nor is a
+        // multiple of the KV heads.
+        let e = err(&tiny(12, 4, 96, 192, 4), "nvidia_h100_sxm", par(6, 1));
+        assert!(e.contains("`tp` = 6") && e.contains("kv_heads = 4"), "{e}");
+        // d_ff = 130 is not a multiple of tp = 4.
+        let e = err(&tiny(4, 4, 64, 130, 4), "nvidia_h100_sxm", par(4, 1));
+        assert!(e.contains("`tp` = 4") && e.contains("d_ff = 130"), "{e}");
+        let e = err(&llama3, "nvidia_h100_sxm", par(1, 3));
+        assert!(e.contains("`pp` = 3") && e.contains("layers = 32"), "{e}");
+        let e = err(
+            &llama3,
+            "nvidia_h100_sxm",
+            Parallelism {
+                ep: 2,
+                ..Parallelism::default()
+            },
+        );
+        assert!(e.contains("`ep` = 2") && e.contains("no experts"), "{e}");
+        // A chip without an interconnect cannot host tp = 2; dp needs none.
+        let e = err(&llama3, "nvidia_l4", par(2, 1));
+        assert!(
+            e.contains("`interconnect`") && e.contains("nvidia_l4"),
+            "{e}"
+        );
+        let dp = Parallelism {
+            dp: 4,
+            ..Parallelism::default()
+        };
+        let r = run(&llama3, "nvidia_l4", dp).unwrap();
+        assert_eq!((r.devices, r.replica_devices), (4, 1));
+    }
+}
