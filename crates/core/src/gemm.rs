@@ -291,6 +291,28 @@ pub struct NamedGemm {
     /// What it computes (`other` is omitted from JSON).
     #[serde(default, skip_serializing_if = "GemmRole::is_other")]
     pub role: GemmRole,
+    /// Operands a fused kernel keeps on chip, so they cross DRAM neither way (default none).
+    #[serde(default, skip_serializing_if = "OnChip::is_none")]
+    pub on_chip: OnChip,
+}
+
+/// Operands of a GEMM that a fused kernel keeps on chip (flash attention keeps the scores
+/// `C` of `Q·Kᵀ` and the probabilities `A` of `P·V`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnChip {
+    /// A arrives from the previous stage of the kernel instead of DRAM.
+    #[serde(default)]
+    pub a: bool,
+    /// C stays for the next stage of the kernel instead of being written.
+    #[serde(default)]
+    pub c: bool,
+}
+
+impl OnChip {
+    fn is_none(&self) -> bool {
+        !self.a && !self.c
+    }
 }
 
 impl NamedGemm {
@@ -300,6 +322,16 @@ impl NamedGemm {
             name: name.into(),
             gemm,
             role: GemmRole::Other,
+            on_chip: OnChip::default(),
         }
+    }
+
+    /// DRAM bytes: the GEMM's compulsory bytes less the operands kept on chip
+    /// (`A + B + C`, minus A and/or C per [`NamedGemm::on_chip`]).
+    pub fn dram_bytes(&self) -> Result<u64> {
+        let all = self.gemm.compulsory_bytes()?;
+        let o = self.gemm.operand_bytes()?;
+        let kept = if self.on_chip.a { o.a } else { 0 } + if self.on_chip.c { o.c } else { 0 };
+        Ok(all - kept)
     }
 }

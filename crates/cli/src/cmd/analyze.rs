@@ -6,8 +6,9 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
 use tensorforge_core::transformer::{
-    analyze_model, analyze_transformer, decoder_from_hf_config, transformer_preset, DecoderModel,
-    LmHeadTokens, MlaForm, MlpKind, NormKind, Phase, Routing, TransformerBlock,
+    analyze_model, analyze_transformer, decoder_from_hf_config, transformer_preset,
+    AttentionKernel, DecoderModel, LmHeadTokens, MlaForm, MlpKind, NormKind, Phase, Routing,
+    TransformerBlock,
 };
 use tensorforge_core::{
     analyze_gemm, presets, DType, Dataflow, Gemm, GemmOptions, HardwareSpec, PeArray, Tile,
@@ -317,6 +318,10 @@ pub struct BlockArgs {
     /// Transformer preset (see `tensorforge workloads list`).
     #[arg(long)]
     pub preset: Option<String>,
+    /// How attention runs: materialized (scores and probabilities cross DRAM, the default)
+    /// or fused (flash attention: they stay on chip).
+    #[arg(long, value_parser = ["materialized", "fused"])]
+    pub attention_kernel: Option<String>,
     /// Sequences in the batch.
     #[arg(long)]
     pub batch: Option<u64>,
@@ -403,6 +408,9 @@ impl BlockArgs {
         if self.no_causal {
             b.causal = false;
         }
+        if let Some(k) = &self.attention_kernel {
+            b.attention_kernel = parse_attention_kernel(k);
+        }
         Ok(())
     }
 
@@ -470,6 +478,7 @@ impl BlockArgs {
                     o_bias: false,
                     mla: None,
                     moe: None,
+                    attention_kernel: AttentionKernel::Materialized,
                 }
             }
         };
@@ -477,6 +486,14 @@ impl BlockArgs {
         self.apply_runtime(&mut b)?;
         b.validate()?;
         Ok(b)
+    }
+}
+
+fn parse_attention_kernel(k: &str) -> AttentionKernel {
+    if k == "fused" {
+        AttentionKernel::Fused
+    } else {
+        AttentionKernel::Materialized
     }
 }
 
@@ -582,6 +599,9 @@ impl ModelArgs {
                 }
             }
         };
+        if let Some(k) = &self.block.attention_kernel {
+            m.block.attention_kernel = parse_attention_kernel(k);
+        }
         if let Some(f) = &self.mla_form {
             let Some(mla) = m.block.mla.as_mut() else {
                 bail!(

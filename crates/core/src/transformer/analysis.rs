@@ -11,8 +11,12 @@ use crate::roofline::{roofline, Bound, Roofline};
 use serde::{Deserialize, Serialize};
 
 /// Time lower bound and bound of `flops` over `bytes` at `dtype`'s peak; an op without
-/// FLOPs (a gather) is memory-bound at `max over levels of bytes / bandwidth`.
+/// FLOPs (a gather) is memory-bound at `max over levels of bytes / bandwidth`, and an op
+/// without DRAM bytes (fused into a neighbour) compute-bound at `flops / peak`.
 fn op_time(hw: &HardwareSpec, dtype: DType, flops: u64, bytes: u64) -> Result<(f64, Bound)> {
+    if flops > 0 && bytes == 0 {
+        return Ok((flops as f64 / hw.peak_for(dtype)?, Bound::Compute));
+    }
     if flops > 0 {
         let r = roofline(hw, dtype, flops as f64, bytes as f64, &[])?;
         return Ok((r.time_lower_bound_s, r.bound));
@@ -42,7 +46,7 @@ pub struct GemmRow {
     pub macs: u64,
     /// `2 · MACs`.
     pub flops: u64,
-    /// A + B + C each moved once, bytes.
+    /// A + B + C each moved once (less operands a fused kernel keeps on chip), bytes.
     pub compulsory_bytes: u64,
     /// `flops / compulsory_bytes`, FLOP per byte.
     pub arithmetic_intensity: f64,
@@ -56,7 +60,7 @@ impl GemmRow {
     /// Counts and roofline time of one named GEMM on `hw` at its dtype.
     pub fn new(g: &NamedGemm, hw: &HardwareSpec) -> Result<GemmRow> {
         let flops = g.gemm.flops()?;
-        let bytes = g.gemm.compulsory_bytes()?;
+        let bytes = g.dram_bytes()?;
         let (t, bound) = op_time(hw, g.gemm.dtype, flops, bytes)?;
         Ok(GemmRow {
             name: g.name.clone(),
@@ -91,7 +95,7 @@ pub struct NonGemmRow {
     pub bytes_written: u64,
     /// `bytes_read + bytes_written`.
     pub dram_bytes: u64,
-    /// `flops / dram_bytes`, FLOP per byte.
+    /// `flops / dram_bytes`, FLOP per byte (0 when the op moves no DRAM bytes).
     pub arithmetic_intensity: f64,
     /// `max(flops / peak, dram_bytes / bandwidth)` at the block dtype's peak, seconds.
     pub time_lower_bound_s: f64,
@@ -112,7 +116,12 @@ impl NonGemmRow {
             bytes_read: op.bytes_read,
             bytes_written: op.bytes_written,
             dram_bytes: bytes,
-            arithmetic_intensity: op.flops as f64 / bytes as f64,
+            // 0 for an op fused into a neighbour (no DRAM bytes), so the JSON stays finite.
+            arithmetic_intensity: if bytes > 0 {
+                op.flops as f64 / bytes as f64
+            } else {
+                0.0
+            },
             time_lower_bound_s: t,
             bound,
         })
@@ -193,7 +202,7 @@ pub struct TransformerAnalysis {
 /// Transformer-specific omissions, appended to [`LIMITATIONS`].
 pub const TRANSFORMER_LIMITATIONS: &[&str] = &[
     "no fusion across ops: every GEMM and element-wise op reads its inputs from DRAM and writes its outputs to DRAM",
-    "softmax is materialized: scores are written, read, and probabilities written and read again; flash-attention-style fusion would remove that traffic",
+    "attention_kernel = materialized (the default): scores are written, read, and probabilities written and read again; fused (flash attention) keeps them on chip and counts only Q, K, V and the output, without K/V re-reads per query tile",
     "causal attention GEMMs and softmax are counted dense (what an unskipped kernel runs); causal_useful_fraction gives the unmasked share",
     "element-wise FLOPs use fixed per-element conventions (exp, tanh, rsqrt each one op); see docs/model.md (Model workloads, element-wise FLOP conventions)",
     "rotary position embedding is assumed on q and k; learned/absolute position embeddings and ALiBi are not modelled",

@@ -5,7 +5,7 @@
 use super::*;
 use crate::dtype::DType;
 use crate::error::{checked_product, checked_sum, CoreError, Result};
-use crate::gemm::{Gemm, GemmRole, NamedGemm};
+use crate::gemm::{Gemm, GemmRole, NamedGemm, OnChip};
 use serde::{Deserialize, Serialize};
 
 /// The MLP form.
@@ -152,6 +152,30 @@ pub struct TransformerBlock {
     /// A mixture of experts in place of the dense MLP (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<Moe>,
+    /// How attention runs: `materialized` (scores and probabilities cross DRAM, the default)
+    /// or `fused` (flash attention: they stay on chip).
+    #[serde(default, skip_serializing_if = "AttentionKernel::is_materialized")]
+    pub attention_kernel: AttentionKernel,
+}
+
+/// How the attention scores, softmax and values run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// Three kernels: scores written to DRAM, softmax reads them and writes probabilities,
+    /// the values GEMM reads those.
+    #[default]
+    Materialized,
+    /// One fused kernel (flash attention): Q, K and V read once, the output written once;
+    /// scores and probabilities never reach DRAM. K/V re-reads per query tile are not
+    /// counted (compulsory traffic).
+    Fused,
+}
+
+impl AttentionKernel {
+    fn is_materialized(&self) -> bool {
+        *self == AttentionKernel::Materialized
+    }
 }
 
 /// What an element-wise (non-GEMM) operation computes; serialized under the names in
@@ -329,6 +353,7 @@ pub(super) fn named(
         name: name.into(),
         gemm,
         role,
+        on_chip: OnChip::default(),
     })
 }
 
@@ -735,8 +760,20 @@ impl TransformerBlock {
                 )?,
             )
         };
+        let fused = self.attention_kernel == AttentionKernel::Fused;
+        if fused {
+            for g in gemms.iter_mut() {
+                match g.role {
+                    GemmRole::AttnScores => g.on_chip.c = true,
+                    GemmRole::AttnValues => g.on_chip.a = true,
+                    _ => {}
+                }
+            }
+        }
         let rot_read = checked_sum(&[rot, rot_tables], "rotary elements read")?;
         let scores = checked_product(&[bh, x.sq, x.la], "batch·H·S_q·L_a (softmax elements)")?;
+        // Fused attention: the softmax's FLOPs stay, its DRAM traffic goes.
+        let softmax_io = if fused { 0 } else { scores };
         non_gemm.push(elementwise(
             "rotary",
             ElementwiseKind::Rotary,
@@ -751,8 +788,8 @@ impl TransformerBlock {
             ElementwiseKind::Softmax,
             scores,
             SOFTMAX_FLOPS_PER_ELEMENT,
-            scores,
-            scores,
+            softmax_io,
+            softmax_io,
             dt,
         )?);
         non_gemm.push(elementwise(
@@ -933,5 +970,6 @@ pub fn transformer_preset(name: &str) -> Result<TransformerBlock> {
         o_bias: false,
         mla: None,
         moe: None,
+        attention_kernel: AttentionKernel::Materialized,
     })
 }

@@ -315,6 +315,7 @@ pub fn decoder_from_hf_config(
         o_bias,
         mla,
         moe,
+        attention_kernel: AttentionKernel::Materialized,
     };
     let m = DecoderModel {
         name: source.to_string(),

@@ -779,3 +779,27 @@ fn unmodelled_config_fields_are_errors() {
         .to_string();
     assert!(e.contains("max_window_layers"), "{e}");
 }
+
+#[test]
+fn fused_attention_keeps_scores_and_probabilities_on_chip() {
+    // transformer_small prefill, fp16: B 1, H 8, S 128, hd 64. Scores C and probabilities A
+    // are each 8·128·128 = 131 072 elements = 262 144 B. Materialized: scores GEMM writes C,
+    // softmax reads and writes 2·262 144, values GEMM reads A. Fused removes exactly
+    // 262 144 (C) + 524 288 (softmax) + 262 144 (A) = 1 048 576 B; FLOPs are unchanged.
+    let b = transformer_preset("transformer_small").unwrap();
+    let fused = TransformerBlock {
+        attention_kernel: AttentionKernel::Fused,
+        ..b.clone()
+    };
+    let (m, f) = (
+        analyze_transformer(&b, &hw()).unwrap(),
+        analyze_transformer(&fused, &hw()).unwrap(),
+    );
+    assert_eq!(m.totals.dram_bytes - f.totals.dram_bytes, 1_048_576);
+    assert_eq!(m.totals.flops, f.totals.flops);
+    let scores = f.gemms.iter().find(|g| g.name == "attn_scores").unwrap();
+    // Q 8·128·64 + K 8·128·64 elements, 2 B each = 262 144 B; C not written.
+    assert_eq!(scores.compulsory_bytes, 262_144);
+    let sm = f.non_gemm.iter().find(|o| o.name == "softmax").unwrap();
+    assert_eq!((sm.dram_bytes, sm.flops), (0, 5 * 131_072));
+}
