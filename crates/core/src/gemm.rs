@@ -294,6 +294,10 @@ pub struct NamedGemm {
     /// Operands a fused kernel keeps on chip, so they cross DRAM neither way (default none).
     #[serde(default, skip_serializing_if = "OnChip::is_none")]
     pub on_chip: OnChip,
+    /// Storage dtype of B when it differs from the GEMM's (weights stored narrower, a KV
+    /// cache in its own dtype); the arithmetic stays at the GEMM's dtype (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b_dtype: Option<DType>,
 }
 
 /// Operands of a GEMM that a fused kernel keeps on chip (flash attention keeps the scores
@@ -323,15 +327,28 @@ impl NamedGemm {
             gemm,
             role: GemmRole::Other,
             on_chip: OnChip::default(),
+            b_dtype: None,
         }
     }
 
-    /// DRAM bytes: the GEMM's compulsory bytes less the operands kept on chip
-    /// (`A + B + C`, minus A and/or C per [`NamedGemm::on_chip`]).
+    /// DRAM bytes: the GEMM's compulsory bytes with B at [`NamedGemm::b_dtype`], less the
+    /// operands kept on chip (`A + B' + C (+ C)`, minus A and/or C per
+    /// [`NamedGemm::on_chip`]; `B' = batch · ceil(K·N·bits(b_dtype)/8)`).
     pub fn dram_bytes(&self) -> Result<u64> {
         let all = self.gemm.compulsory_bytes()?;
         let o = self.gemm.operand_bytes()?;
+        let b = match self.b_dtype {
+            Some(d) => {
+                Gemm {
+                    dtype: d,
+                    ..self.gemm.clone()
+                }
+                .operand_bytes()?
+                .b
+            }
+            None => o.b,
+        };
         let kept = if self.on_chip.a { o.a } else { 0 } + if self.on_chip.c { o.c } else { 0 };
-        Ok(all - kept)
+        Ok(all - o.b + b - kept)
     }
 }

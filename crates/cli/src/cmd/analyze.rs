@@ -322,6 +322,13 @@ pub struct BlockArgs {
     /// or fused (flash attention: they stay on chip).
     #[arg(long, value_parser = ["materialized", "fused"])]
     pub attention_kernel: Option<String>,
+    /// Storage dtype of the weights when narrower than --dtype (weight-only quantization,
+    /// e.g. int4, int8, fp8); arithmetic stays at --dtype.
+    #[arg(long)]
+    pub weight_dtype: Option<String>,
+    /// Storage dtype of the KV cache (default: --dtype).
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
     /// Sequences in the batch.
     #[arg(long)]
     pub batch: Option<u64>,
@@ -408,8 +415,19 @@ impl BlockArgs {
         if self.no_causal {
             b.causal = false;
         }
+        self.apply_storage(b)
+    }
+
+    /// Attention kernel and storage dtypes (after the block's own fields).
+    fn apply_storage(&self, b: &mut TransformerBlock) -> Result<()> {
         if let Some(k) = &self.attention_kernel {
             b.attention_kernel = parse_attention_kernel(k);
+        }
+        if let Some(d) = &self.weight_dtype {
+            b.weight_dtype = Some(DType::parse(d)?);
+        }
+        if let Some(d) = &self.kv_dtype {
+            b.kv_dtype = Some(DType::parse(d)?);
         }
         Ok(())
     }
@@ -478,6 +496,8 @@ impl BlockArgs {
                     o_bias: false,
                     mla: None,
                     moe: None,
+                    weight_dtype: None,
+                    kv_dtype: None,
                     attention_kernel: AttentionKernel::Materialized,
                 }
             }
@@ -599,9 +619,7 @@ impl ModelArgs {
                 }
             }
         };
-        if let Some(k) = &self.block.attention_kernel {
-            m.block.attention_kernel = parse_attention_kernel(k);
-        }
+        self.block.apply_storage(&mut m.block)?;
         if let Some(f) = &self.mla_form {
             let Some(mla) = m.block.mla.as_mut() else {
                 bail!(

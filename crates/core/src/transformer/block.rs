@@ -152,6 +152,13 @@ pub struct TransformerBlock {
     /// A mixture of experts in place of the dense MLP (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<Moe>,
+    /// Storage dtype of the weights when narrower than `dtype` (weight-only int4/int8/fp8
+    /// quantization; default: `dtype`). Arithmetic stays at `dtype`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_dtype: Option<DType>,
+    /// Storage dtype of the KV cache (default: `dtype`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_dtype: Option<DType>,
     /// How attention runs: `materialized` (scores and probabilities cross DRAM, the default)
     /// or `fused` (flash attention: they stay on chip).
     #[serde(default, skip_serializing_if = "AttentionKernel::is_materialized")]
@@ -298,7 +305,7 @@ pub struct BlockDecomposition {
     pub causal_useful_fraction: f64,
     /// Weight parameters: `D·H·hd·2 + D·Hkv·hd·2 + mlp_matrices·D·F + 2·norm_params·D`.
     pub weight_params: u64,
-    /// `weight_params` in the block dtype, bytes.
+    /// `weight_params` at the weights' storage dtype, bytes.
     pub weight_bytes: u64,
     /// K and V attended over: `2 · B · Hkv · hd · L_a` elements (latent attention:
     /// `B · (kv_lora_rank + qk_rope_head_dim) · L_a`), bytes.
@@ -354,6 +361,7 @@ pub(super) fn named(
         gemm,
         role,
         on_chip: OnChip::default(),
+        b_dtype: None,
     })
 }
 
@@ -428,6 +436,16 @@ impl TransformerBlock {
     /// Tokens processed, `T = batch · S_q`, checked.
     pub fn tokens(&self) -> Result<u64> {
         checked_product(&[self.batch, self.query_len()], "batch·S_q (tokens)")
+    }
+
+    /// Storage dtype of the weights: `weight_dtype`, else `dtype`.
+    pub fn weight_dtype(&self) -> DType {
+        self.weight_dtype.unwrap_or(self.dtype)
+    }
+
+    /// Storage dtype of the KV cache: `kv_dtype`, else `dtype`.
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype.unwrap_or(self.dtype)
     }
 
     /// Positions each query attends to, `L_a = min(L, W)`: the attention GEMMs' key length and
@@ -902,6 +920,18 @@ impl TransformerBlock {
             td,
             dt,
         )?);
+        // Storage dtypes of the B operands: weights, or the KV cache that the attention GEMMs
+        // read (the naive latent form reads up-projected keys and values, intermediates).
+        let (wdt, kvdt) = (self.weight_dtype(), self.kv_dtype());
+        let naive_mla = self.mla.as_ref().is_some_and(|m| m.form == MlaForm::Naive);
+        for g in gemms.iter_mut() {
+            let b = match g.role {
+                GemmRole::AttnScores | GemmRole::AttnValues if naive_mla => dt,
+                GemmRole::AttnScores | GemmRole::AttnValues => kvdt,
+                _ => wdt,
+            };
+            g.b_dtype = (b != dt).then_some(b);
+        }
         let weight_params = self.weight_params()?;
         let (kv_heads, head_dim, group) = if self.mla.is_some() {
             (x.h, x.hd, 1)
@@ -921,8 +951,8 @@ impl TransformerBlock {
             non_gemm,
             causal_useful_fraction: self.causal_useful_fraction()?,
             weight_params,
-            weight_bytes: dt.bytes_for(weight_params)?,
-            kv_cache_bytes: dt.bytes_for(kv_elems)?,
+            weight_bytes: wdt.bytes_for(weight_params)?,
+            kv_cache_bytes: kvdt.bytes_for(kv_elems)?,
             active_weight_params: self.active_weight_params()?,
         })
     }
@@ -970,6 +1000,8 @@ pub fn transformer_preset(name: &str) -> Result<TransformerBlock> {
         o_bias: false,
         mla: None,
         moe: None,
+        weight_dtype: None,
+        kv_dtype: None,
         attention_kernel: AttentionKernel::Materialized,
     })
 }

@@ -315,6 +315,8 @@ pub fn decoder_from_hf_config(
         o_bias,
         mla,
         moe,
+        weight_dtype: None,
+        kv_dtype: None,
         attention_kernel: AttentionKernel::Materialized,
     };
     let m = DecoderModel {

@@ -803,3 +803,47 @@ fn fused_attention_keeps_scores_and_probabilities_on_chip() {
     let sm = f.non_gemm.iter().find(|o| o.name == "softmax").unwrap();
     assert_eq!((sm.dram_bytes, sm.flops), (0, 5 * 131_072));
 }
+
+#[test]
+fn weight_only_and_kv_dtypes_count_bytes_at_their_own_width() {
+    // Llama-3-8B decode, batch 1, bf16 activations, int4 weights, fp8 KV cache, L = 1024.
+    let mut m = hf(LLAMA3, Phase::Decode, 1, 1023, 1);
+    let bf16 = analyze_model(&m, &hw()).unwrap();
+    m.block.weight_dtype = Some(DType::Int4);
+    m.block.kv_dtype = Some(DType::Fp8);
+    let q = analyze_model(&m, &hw()).unwrap();
+    // Weights: 8 030 261 248 params at 4 bits = 4 015 130 624 B (bf16: 16 060 522 496 B).
+    assert_eq!(bf16.totals.weight_bytes, 16_060_522_496);
+    assert_eq!(q.totals.weight_bytes, 4_015_130_624);
+    // KV cache per layer: 2·8·128·1024 = 2 097 152 elements, 1 B each in fp8, ×32 layers.
+    assert_eq!(q.totals.kv_cache_bytes, 32 * 2_097_152);
+    assert_eq!(bf16.totals.kv_cache_bytes, 2 * 32 * 2_097_152);
+    // The q projection reads its 4096·4096 weight at 4 bits: 8 388 608 B instead of
+    // 33 554 432; A (1·4096) and C (1·4096) stay bf16: 8 192 + 8 192.
+    let qp = |a: &ModelAnalysis| {
+        a.block
+            .gemms
+            .iter()
+            .find(|g| g.name == "q_proj")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(qp(&bf16).compulsory_bytes, 33_554_432 + 16_384);
+    assert_eq!(qp(&q).compulsory_bytes, 8_388_608 + 16_384);
+    // Scores read K from the fp8 cache: per KV head 1024·128 elements, 8 heads = 1 048 576 B.
+    let s = q
+        .block
+        .gemms
+        .iter()
+        .find(|g| g.name == "attn_scores")
+        .unwrap();
+    let sb = bf16
+        .block
+        .gemms
+        .iter()
+        .find(|g| g.name == "attn_scores")
+        .unwrap();
+    assert_eq!(sb.compulsory_bytes - s.compulsory_bytes, 1_048_576);
+    // The arithmetic is unchanged.
+    assert_eq!(q.totals.flops, bf16.totals.flops);
+}
