@@ -14,9 +14,13 @@
 //! - PP: `layers / pp` consecutive layers per stage, the embedding on the first stage, the final
 //!   norm and LM head on the last; one point-to-point transfer of the hidden state between
 //!   consecutive stages.
-//! - EP: the all-to-all of routed tokens ([`expert_all_to_all_bytes`]); the decoder model
-//!   carries no experts at this commit, so `ep` must be 1.
+//! - EP (mixture-of-experts models only): the routed experts split over `ep · tp` devices,
+//!   attention and the other non-expert parts data-parallel over the `ep` ranks; two
+//!   all-to-alls of the routed tokens per MoE layer ([`expert_all_to_all_bytes`]).
 //! - DP: whole replicas serving different requests; no communication in inference.
+//!
+//! Latent attention's cache (one latent per token for all heads) is replicated across the
+//! tensor-parallel devices rather than split.
 //!
 //! Left out: overlap of communication with compute (times add), per-message latency and
 //! collective-library protocol overheads, the slower network between scale-up domains (a
@@ -27,9 +31,10 @@
 use crate::analysis::{LIMITATIONS, SCHEMA_VERSION};
 use crate::dtype::DType;
 use crate::error::{checked_product, checked_sum, CoreError, Result};
+use crate::gemm::GemmRole;
 use crate::hardware::{HardwareSpec, Interconnect};
 use crate::roofline::roofline;
-use crate::transformer::{DecoderModel, ElementwiseKind, ModelAnalysis};
+use crate::transformer::{analyze_model, DecoderModel, ElementwiseKind, ModelAnalysis};
 use serde::{Deserialize, Serialize};
 
 fn one() -> u64 {
@@ -93,10 +98,12 @@ impl Parallelism {
         }
     }
 
-    /// Check the degrees against a model: every degree ≥ 1; `tp` divides `heads` and
-    /// `d_ff`, and divides `kv_heads` or is a multiple of it (the KV heads are then
-    /// replicated); `pp` divides `layers`; `ep` is 1 (the model has no experts); the device
-    /// count fits in 64 bits. Each error names the degree and its value.
+    /// Check the degrees against a model: every degree ≥ 1; `tp` divides `heads`, and
+    /// divides `kv_heads` or is a multiple of it (the KV heads are then replicated), and
+    /// divides the MLP width of every layer kind (`d_ff` for dense layers, `moe.expert_d_ff`
+    /// and the shared experts' width with a mixture of experts); `pp` divides `layers`; `ep`
+    /// is 1 for a dense model and otherwise divides `moe.experts`; the device count fits in 64
+    /// bits. Each error names the degree and its value.
     pub fn validate_for(&self, m: &DecoderModel) -> Result<()> {
         for (f, v) in [
             ("tp", self.tp),
@@ -127,15 +134,25 @@ impl Parallelism {
                 ),
             ));
         }
-        if !b.d_ff.is_multiple_of(t) {
-            return Err(CoreError::invalid(
-                "tp",
-                t,
-                format!(
-                    "must divide d_ff = {} (each device holds d_ff / tp MLP columns)",
-                    b.d_ff
-                ),
-            ));
+        let mut widths = vec![];
+        if b.moe.is_none() || m.first_dense_layers > 0 {
+            widths.push(("d_ff", b.d_ff));
+        }
+        if let Some(moe) = &b.moe {
+            widths.push(("moe.expert_d_ff", moe.expert_d_ff));
+            let shared = moe.effective_shared_d_ff()?;
+            if shared > 0 {
+                widths.push(("moe.shared_d_ff", shared));
+            }
+        }
+        for (name, w) in widths {
+            if !w.is_multiple_of(t) {
+                return Err(CoreError::invalid(
+                    "tp",
+                    t,
+                    format!("must divide {name} = {w} (each device holds {name} / tp MLP columns)"),
+                ));
+            }
         }
         if !m.layers.is_multiple_of(self.pp) {
             return Err(CoreError::invalid(
@@ -148,11 +165,23 @@ impl Parallelism {
             ));
         }
         if self.ep > 1 {
-            return Err(CoreError::invalid(
-                "ep",
-                self.ep,
-                "this model has no experts (a dense MLP): expert parallelism needs a mixture of experts; use ep = 1",
-            ));
+            let Some(moe) = &b.moe else {
+                return Err(CoreError::invalid(
+                    "ep",
+                    self.ep,
+                    "this model has no experts (a dense MLP): expert parallelism needs a mixture of experts; use ep = 1",
+                ));
+            };
+            if self.ep > moe.experts || !moe.experts.is_multiple_of(self.ep) {
+                return Err(CoreError::invalid(
+                    "ep",
+                    self.ep,
+                    format!(
+                        "must divide moe.experts = {} (each device holds experts / ep routed experts)",
+                        moe.experts
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -330,12 +359,23 @@ pub struct ParallelAnalysis {
     pub replica_devices: u64,
     /// Devices in all, `tp · pp · ep · dp`.
     pub devices: u64,
-    /// Tokens in the pass, `T = batch · S_q`.
+    /// Tokens in the replica's pass, `T = batch · S_q`.
     pub tokens: u64,
-    /// KV heads each device caches (`Hkv / tp`, or 1 when replicated).
+    /// Tokens one device's attention sees: `⌈batch / ep⌉ · S_q` (attention runs
+    /// data-parallel over the expert-parallel ranks).
+    pub tokens_per_device: u64,
+    /// Routed experts each device holds, `E / ep` (absent for a dense model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts_per_device: Option<u64>,
+    /// KV heads each device caches (`Hkv / tp`, or 1 when replicated; 1 latent with latent
+    /// attention).
     pub kv_heads_per_device: u64,
-    /// How many devices hold each KV head (`tp / Hkv` when tp > Hkv, else 1).
+    /// How many devices hold each KV head (`tp / Hkv` when tp > Hkv, `tp` for a latent, else
+    /// 1).
     pub kv_head_replication: u64,
+    /// The divisor of one rank's KV cache under tensor parallelism: `min(tp, Hkv)`, or 1 for
+    /// latent attention.
+    pub kv_cache_split: u64,
     /// One row per pipeline stage: the busiest device of the stage.
     pub stages: Vec<StageLoad>,
     /// Every collective of the pass.
@@ -364,13 +404,13 @@ pub struct ParallelAnalysis {
 pub const PARALLEL_LIMITATIONS: &[&str] = &[
     "tensor parallelism as in Megatron-LM: q/k/v, gate/up and the LM head split by output columns, o_proj and down by input rows, attention by heads, the embedding by vocabulary; norms and residual adds run replicated on every device",
     "per-device DRAM bytes = (single-device bytes − KV cache − replicated ops) / tp + KV cache / min(tp, kv_heads) + replicated ops: the full-width activations each device reads before a column-parallel GEMM or writes after a row-parallel one are counted once for the group, so per-device bytes are a lower bound",
-    "tp must divide kv_heads or be a multiple of it; when tp > kv_heads each KV head is cached on tp / kv_heads devices, and the duplicated k/v projection work is not added",
+    "tp must divide kv_heads or be a multiple of it; when tp > kv_heads each KV head is cached on tp / kv_heads devices, and the duplicated k/v projection work is not added; latent attention's cache (one latent per token for all heads) is replicated on every tensor-parallel device, its latent projections are counted split",
     "collective time = bytes per device / interconnect bandwidth (ring all-reduce: 2(p−1)/p of the message); per-message latency (microseconds per collective) and library protocol overheads are not modelled, and at small decode batches they exceed this bandwidth term",
     "communication does not overlap compute: a stage's collective and transfer times are added to its roofline time",
     "pipeline stages hold layers / pp consecutive layers of the average layer; the first stage adds the embedding, the last the final norm and LM head (with a copy of a tied embedding)",
     "data parallelism replicates the whole model: no communication in inference",
-    "expert parallelism: the all-to-all bytes are modelled (expert_all_to_all_bytes) but this model has no experts, so ep = 1",
-    "latent attention caches one latent per token shared by all heads, which tensor parallelism replicates rather than splits; not distinguished here",
+    "expert parallelism: the routed experts split over ep · tp devices (ep must divide the experts); attention and every non-expert part run data-parallel over the ep ranks, each with ⌈batch / ep⌉ sequences; routing is uniform, so each device gets 1/(ep·tp) of the routed work and of the experts touched; two all-to-alls per MoE layer (dispatch, combine) of the routed hidden states leaving the device, shared by the tp ranks",
+    "pipeline stages with a mixture of experts and dense first layers get the average layer's work; the all-to-alls are placed in the stages that hold MoE layers",
     "memory per device counts weights and KV cache only: activations, workspace, allocator fragmentation and the framework's own memory are not",
     "a group larger than the interconnect's domain crosses a slower scale-out network that is not modelled (the times are then optimistic)",
 ];
@@ -410,29 +450,69 @@ fn interconnect_for(hw: &HardwareSpec, replica_devices: u64) -> Result<Option<&I
     }
 }
 
+/// Routed-expert GEMM rows of an analysis, summed over its mixture-of-experts layers:
+/// `(FLOPs, DRAM bytes)`; `(0, 0)` for a dense model.
+fn routed_expert_rows(x: &ModelAnalysis) -> Result<(u64, u64)> {
+    let roles = [
+        GemmRole::ExpertGate,
+        GemmRole::ExpertUp,
+        GemmRole::ExpertDown,
+    ]
+    .map(GemmRole::name);
+    let rows: Vec<_> = x
+        .block
+        .gemms
+        .iter()
+        .filter(|g| roles.contains(&g.name.as_str()))
+        .collect();
+    let moe_layers = x.layers.saturating_sub(x.dense_layers);
+    let f = checked_sum(
+        &rows.iter().map(|g| g.flops).collect::<Vec<_>>(),
+        "expert FLOPs",
+    )?;
+    let b = checked_sum(
+        &rows.iter().map(|g| g.compulsory_bytes).collect::<Vec<_>>(),
+        "expert bytes",
+    )?;
+    Ok((
+        checked_product(&[moe_layers, f], "layers · expert FLOPs")?,
+        checked_product(&[moe_layers, b], "layers · expert bytes")?,
+    ))
+}
+
 /// Split a single-device whole-model analysis over `par` on `hw` (the chip `a` was analysed
 /// on): per-stage loads of the busiest device, the collectives and their times.
 ///
-/// With `t = tp`, `p = pp`, `s = layers / p`, `n` the norm parameters per channel, and from
-/// `a`: `F`, `B`, `W`, `K` the model's FLOPs, DRAM bytes, weight bytes and KV-cache bytes;
-/// the embedding, final-norm and LM-head rows; the per-layer replicated ops `R_F`, `R_B`
-/// (norm and residual rows); and `W_r = bytes(2·n·D)` the norm weights per layer:
+/// With `t = tp`, `p = pp`, `e = ep`, `s = layers / p`, `n` the norm parameters per channel.
+/// Without experts (`e = 1`) every quantity comes from `a`; with expert parallelism the
+/// non-expert part comes from the same model analysed at the batch of one expert-parallel
+/// rank, `⌈B / e⌉` (attention and everything but the routed experts run data-parallel over
+/// the `e` ranks), and the routed experts' part from `a` (the whole replica's tokens, spread
+/// over `e · t` devices). From those: `F`, `B`, `W`, `K` the FLOPs, DRAM bytes, weight bytes
+/// and KV-cache bytes without the routed experts; `F_x`, `B_x` the routed-expert GEMM rows,
+/// `W_x = bytes_w(moe_layers · E · mlp_matrices · D · F_e)`; the embedding, final-norm and
+/// LM-head rows; `R_F`, `R_B` the norm and residual rows per layer (replicated under TP);
+/// `W_r = bytes_w(2·n·D)` the norm weights per layer, where `bytes_w(x) = ⌈x · W_all / P⌉`
+/// uses the analysis' weight bytes per parameter (so any weight dtype is followed):
 ///
 /// ```text
 /// layers' share  X_layers = X − embedding − final norm − LM head      (X ∈ F, B, W)
 /// stage i        X_i = X_layers / p (+ embedding on i = 0, + final norm + LM head on i = p−1;
 ///                the last stage also holds a copy of a tied embedding when p > 1)
 /// replicated     rep_i = s·R (+ final norm on the last stage)
-/// per device     f_i = ⌈(F_i − repF_i)/t⌉ + repF_i
-///                k_i = (K / p) / min(t, Hkv)
-///                b_i = ⌈(B_i − K/p − repB_i)/t⌉ + k_i + repB_i
-///                w_i = ⌈(W_i − repW_i)/t⌉ + repW_i,     memory_i = w_i + k_i
+/// KV split       c = min(t, Hkv)  (1 for latent attention: the latent is replicated)
+/// per device     f_i = ⌈(F_i − repF_i)/t⌉ + repF_i + ⌈F_x / p / (e·t)⌉
+///                k_i = ⌈K / p / c⌉
+///                b_i = ⌈(B_i − K/p − repB_i)/t⌉ + k_i + repB_i + ⌈B_x / p / (e·t)⌉
+///                w_i = ⌈(W_i − repW_i)/t⌉ + repW_i + ⌈W_x / p / (e·t)⌉,  memory_i = w_i + k_i
 /// stage time     T_i = max(f_i / peak, b_i / bw_dram) + Σ collectives of stage i
-/// collectives    all-reduce of bytes(T·D): 2 per layer (after attention, after the MLP),
-///                one after the embedding; gather of bytes(T_lm·V) logits; each
-///                ring_all_reduce_bytes / gather_bytes over min(U, (t−1)·peer)
-///                point-to-point bytes(T·D) between stages over min(U, peer)
-/// pass           Σ_i T_i + (p − 1)·transfer
+/// collectives    (T_d = tokens of one rank) all-reduce of bytes(T_d·D): 2 per layer (after
+///                attention, after the MLP), one after the embedding; gather of the
+///                bytes(T_lm·V) logits; each ring_all_reduce_bytes / gather_bytes over
+///                min(U, (t−1)·peer); point-to-point bytes(T_d·D) between stages over
+///                min(U, peer); per MoE layer two all-to-alls (dispatch, combine) of
+///                ⌈expert_all_to_all_bytes(T_d, k, D, E, e) / t⌉ over min(U, (e−1)·peer)
+/// pass           Σ_i T_i   (each T_i holds its send to the next stage)
 /// ```
 pub fn analyze_parallel(
     a: &ModelAnalysis,
@@ -453,42 +533,85 @@ pub fn analyze_parallel(
     let ic = interconnect_for(hw, replica_devices)?;
     let dt = m.block.dtype;
     let d = m.block.d_model;
-    let (t, p) = (par.tp, par.pp);
+    let (t, p, e) = (par.tp, par.pp, par.ep);
     let s = m.layers / p;
+    let et = checked_product(&[e, t], "ep · tp")?;
     let hkv = a.block.kv_heads;
-    let kv_share = t.min(hkv).max(1);
+    let latent = m.block.mla.is_some();
+    let kv_share = if latent { 1 } else { t.min(hkv).max(1) };
+
+    // Bytes of `params` weight parameters at the model's weight storage: the analysis' weight
+    // bytes per parameter, `⌈params · W / P⌉` (exact for whole-byte dtypes), so a weight
+    // dtype other than the activations' is followed without naming it here.
+    let (w_all, p_all) = (a.totals.weight_bytes, a.weight_params.max(1));
+    let weight_bytes = |params: u64| -> Result<u64> {
+        u64::try_from((params as u128 * w_all as u128).div_ceil(p_all as u128))
+            .map_err(|_| CoreError::overflow("weight bytes"))
+    };
+
+    // The non-expert part at one expert-parallel rank's batch.
+    let rank_owned;
+    let rank: &ModelAnalysis = if e > 1 {
+        let mut mr = m.clone();
+        mr.block.batch = m.block.batch.div_ceil(e);
+        rank_owned = analyze_model(&mr, hw)?;
+        &rank_owned
+    } else {
+        a
+    };
+    let (f_x, b_x) = routed_expert_rows(a)?;
+    let (f_x_rank, b_x_rank) = routed_expert_rows(rank)?;
+    let w_x = match &m.block.moe {
+        Some(moe) => weight_bytes(checked_product(
+            &[
+                m.block_layers(),
+                moe.experts,
+                m.block.mlp.matrices(),
+                d,
+                moe.expert_d_ff,
+            ],
+            "layers · E · mlp_matrices · D · F_e (routed expert weights)",
+        )?)?,
+        None => 0,
+    };
 
     // Whole-model parts from the analysis.
-    let w_emb = dt.bytes_for(checked_product(&[m.vocab_size, d], "V·D")?)?;
+    let w_emb = weight_bytes(checked_product(&[m.vocab_size, d], "V·D")?)?;
     let w_head = if m.tie_word_embeddings { 0 } else { w_emb };
-    let w_final_norm = dt.bytes_for(checked_product(
+    let w_final_norm = weight_bytes(checked_product(
         &[m.block.norm.params_per_channel(), d],
         "final norm parameters",
     )?)?;
-    let w_norms_per_layer = dt.bytes_for(checked_product(
+    let w_norms_per_layer = weight_bytes(checked_product(
         &[2, m.block.norm.params_per_channel(), d],
         "norm parameters per layer",
     )?)?;
-    let (emb, fnorm, lm) = (&a.embedding, &a.final_norm, &a.lm_head);
-    let tot = &a.totals;
+    let (emb, fnorm, lm) = (&rank.embedding, &rank.final_norm, &rank.lm_head);
+    let tot = &rank.totals;
     let f_layers = tot.flops.saturating_sub(checked_sum(
-        &[emb.flops, fnorm.flops, lm.flops],
+        &[emb.flops, fnorm.flops, lm.flops, f_x_rank],
         "end FLOPs",
     )?);
     let b_layers = tot.dram_bytes.saturating_sub(checked_sum(
-        &[emb.dram_bytes, fnorm.dram_bytes, lm.compulsory_bytes],
+        &[
+            emb.dram_bytes,
+            fnorm.dram_bytes,
+            lm.compulsory_bytes,
+            b_x_rank,
+        ],
         "end bytes",
     )?);
-    let w_layers = tot
-        .weight_bytes
-        .saturating_sub(checked_sum(&[w_emb, w_head, w_final_norm], "end weights")?);
+    let w_layers = tot.weight_bytes.saturating_sub(checked_sum(
+        &[w_emb, w_head, w_final_norm, w_x],
+        "end weights",
+    )?);
     let replicated = |k: ElementwiseKind| {
         matches!(
             k,
             ElementwiseKind::LayerNorm | ElementwiseKind::RmsNorm | ElementwiseKind::ResidualAdd
         )
     };
-    let rows = a.block.non_gemm.iter().filter(|r| replicated(r.op));
+    let rows = rank.block.non_gemm.iter().filter(|r| replicated(r.op));
     let rep_f_layer = checked_sum(
         &rows.clone().map(|r| r.flops).collect::<Vec<_>>(),
         "replicated FLOPs",
@@ -498,6 +621,7 @@ pub fn analyze_parallel(
         "replicated bytes",
     )?;
     let kv_stage = tot.kv_cache_bytes.div_ceil(p);
+    let expert_share = |x: u64| x.div_ceil(p).div_ceil(et);
 
     let stage_work = |i: u64| -> Result<StageWork> {
         let (first, last) = (i == 0, i + 1 == p);
@@ -562,11 +686,24 @@ pub fn analyze_parallel(
 
     // Collectives.
     let tokens = a.block.tokens;
-    let hidden_msg = dt.bytes_for(checked_product(&[tokens, d], "T·D (hidden state)")?)?;
+    let tokens_rank = rank.block.tokens;
+    let hidden_msg = dt.bytes_for(checked_product(&[tokens_rank, d], "T·D (hidden state)")?)?;
     let logits_msg = dt.bytes_for(checked_product(
-        &[a.lm_head_tokens, m.vocab_size],
+        &[rank.lm_head_tokens, m.vocab_size],
         "T_lm·V (logits)",
     )?)?;
+    let dispatch = match (&m.block.moe, e) {
+        (Some(moe), e) if e > 1 => {
+            let x = expert_all_to_all_bytes(tokens_rank, moe.top_k, d, dt, moe.experts, e)?;
+            Some((x, x.div_ceil(t)))
+        }
+        _ => None,
+    };
+    let first_moe_layer = if m.block.moe.is_some() {
+        m.first_dense_layers
+    } else {
+        m.layers
+    };
     let group_bw = |g: u64| ic.map_or(f64::INFINITY, |ic| ic.group_bytes_per_s(g));
     let mut collectives = Vec::new();
     let mut push = |kind, name: &str, stage, group, count, msg, bytes: u64| {
@@ -620,6 +757,21 @@ pub fn analyze_parallel(
                 );
             }
         }
+        if let Some((msg, bytes)) = dispatch {
+            // MoE layers of this stage: [i·s, (i+1)·s) ∩ [first_dense_layers, layers).
+            let moe_layers = ((i + 1) * s).saturating_sub((i * s).max(first_moe_layer));
+            if moe_layers > 0 {
+                push(
+                    CollectiveKind::AllToAll,
+                    "expert_dispatch_and_combine",
+                    i,
+                    e,
+                    checked_product(&[2, moe_layers], "2 · MoE layers per stage")?,
+                    msg,
+                    bytes,
+                );
+            }
+        }
         if i + 1 < p {
             push(
                 CollectiveKind::PointToPoint,
@@ -637,7 +789,13 @@ pub fn analyze_parallel(
     let mut stages = Vec::new();
     for i in 0..p {
         let w = stage_work(i)?;
-        let flops = split(w.flops, w.rep_flops, t, "stage FLOPs per device")?;
+        let flops = checked_sum(
+            &[
+                split(w.flops, w.rep_flops, t, "stage FLOPs per device")?,
+                expert_share(f_x),
+            ],
+            "stage FLOPs per device",
+        )?;
         let kv = w.kv.div_ceil(kv_share);
         let bytes = checked_sum(
             &[
@@ -647,10 +805,17 @@ pub fn analyze_parallel(
                     .div_ceil(t),
                 kv,
                 w.rep_bytes,
+                expert_share(b_x),
             ],
             "stage bytes per device",
         )?;
-        let weights = split(w.weights, w.rep_weights, t, "stage weights per device")?;
+        let weights = checked_sum(
+            &[
+                split(w.weights, w.rep_weights, t, "stage weights per device")?,
+                expert_share(w_x),
+            ],
+            "stage weights per device",
+        )?;
         let rl = roofline(hw, dt, flops as f64, bytes as f64, &[])?;
         let comm: f64 = collectives
             .iter()
@@ -718,8 +883,21 @@ pub fn analyze_parallel(
         replica_devices,
         devices,
         tokens,
-        kv_heads_per_device: par.kv_heads_per_device(hkv),
-        kv_head_replication: if t > hkv { t / hkv.max(1) } else { 1 },
+        tokens_per_device: tokens_rank,
+        experts_per_device: m.block.moe.as_ref().map(|x| x.experts / e),
+        kv_heads_per_device: if latent {
+            1
+        } else {
+            par.kv_heads_per_device(hkv)
+        },
+        kv_head_replication: if latent {
+            t
+        } else if t > hkv {
+            t / hkv.max(1)
+        } else {
+            1
+        },
+        kv_cache_split: kv_share,
         max_memory_bytes: stages.iter().map(|st| st.memory_bytes).max().unwrap_or(0),
         stages,
         collectives,
@@ -758,6 +936,8 @@ mod tests {
 
     const LLAMA2: &str = include_str!("../data/models/llama2_7b_config.json");
     const LLAMA3: &str = include_str!("../data/models/llama3_8b_config.json");
+    const MIXTRAL: &str = include_str!("../data/models/mixtral_8x7b_config.json");
+    const DEEPSEEK_V3: &str = include_str!("../data/models/deepseek_v3_config.json");
 
     /// A decode step of `batch` sequences with `kv` cached tokens, bf16.
     fn decode(cfg: &str, batch: u64, kv: u64) -> DecoderModel {
@@ -973,6 +1153,74 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`top_k` = 9"), "{e}");
+    }
+
+    #[test]
+    fn expert_parallel_mixtral_hand_checked() {
+        // Mixtral-8x7B, bf16: routed experts 32 layers · 8 · 3 · 4096 · 14 336 params
+        // = 45 097 156 608, · 2 B = 90 194 313 216 bytes; the rest (attention, router, norms,
+        // embedding, LM head) 46 702 792 704 − 45 097 156 608 = 1 605 636 096 params
+        // = 3 211 272 192 bytes. ep = 8: one expert per GPU,
+        // 3 211 272 192 + 90 194 313 216 / 8 = 14 485 561 344 bytes.
+        let m = decode(MIXTRAL, 64, 2048);
+        let ep8 = Parallelism {
+            ep: 8,
+            ..Parallelism::default()
+        };
+        let r = run(&m, "nvidia_h100_sxm", ep8).unwrap();
+        let st = &r.stages[0];
+        assert_eq!(st.weight_bytes, 14_485_561_344);
+        assert_eq!((r.experts_per_device, r.replica_devices), (Some(1), 8));
+        // Attention runs data-parallel: 64 / 8 = 8 sequences per GPU, whose KV cache at
+        // L = 2049 is 8 · 32 · 2 · 8 · 128 · 2049 · 2 B = 8 · 268 566 528 = 2 148 532 224.
+        assert_eq!(r.tokens_per_device, 8);
+        assert_eq!(st.kv_cache_bytes, 2_148_532_224);
+        // Dispatch and combine per MoE layer: 8 tokens · top-2 · 4096 · 2 B = 131 072 B, of
+        // which 7/8 leave the GPU = 114 688 B; 2 · 32 layers = 64 all-to-alls.
+        let a2a = r
+            .collectives
+            .iter()
+            .find(|c| c.kind == CollectiveKind::AllToAll)
+            .unwrap();
+        assert_eq!(
+            (a2a.count, a2a.bytes_per_device, a2a.group_devices),
+            (64, 114_688, 8)
+        );
+        assert_eq!(a2a.time_s, 114_688.0 / 450e9);
+        // The whole model on one GPU holds every expert: 93 405 585 408 bytes.
+        let one = run(&m, "nvidia_h100_sxm", Parallelism::default()).unwrap();
+        assert_eq!(one.stages[0].weight_bytes, 93_405_585_408);
+        assert_eq!(one.experts_per_device, Some(8));
+        // Expert parallelism must split the 8 experts evenly.
+        for bad in [3, 16] {
+            let e = run(
+                &m,
+                "nvidia_h100_sxm",
+                Parallelism {
+                    ep: bad,
+                    ..Parallelism::default()
+                },
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("`ep` = {bad}")) && e.contains("moe.experts = 8"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn latent_attention_cache_is_replicated_across_tensor_parallel_devices() {
+        // DeepSeek-V3 caches kv_lora_rank + qk_rope_head_dim = 576 elements per token per
+        // layer for all 128 heads: tp = 8 splits the heads but every GPU keeps the latent.
+        let m = decode(DEEPSEEK_V3, 1, 4095);
+        let one = run(&m, "nvidia_h200", Parallelism::default()).unwrap();
+        let t8 = run(&m, "nvidia_h200", par(8, 1)).unwrap();
+        // 61 layers · 576 · 4096 · 2 B = 287 834 112 bytes on every GPU.
+        assert_eq!(one.stages[0].kv_cache_bytes, 287_834_112);
+        assert_eq!(t8.stages[0].kv_cache_bytes, 287_834_112);
+        assert_eq!((t8.kv_cache_split, t8.kv_head_replication), (1, 8));
     }
 
     #[test]
