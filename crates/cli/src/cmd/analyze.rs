@@ -477,29 +477,7 @@ impl BlockArgs {
                         "give either --preset NAME or all of --seq, --d-model, --heads and --d-ff"
                     );
                 };
-                TransformerBlock {
-                    batch: 1,
-                    seq_len: seq,
-                    d_model: d,
-                    heads: h,
-                    kv_heads: None,
-                    head_dim: None,
-                    d_ff: f,
-                    mlp: MlpKind::Gelu,
-                    norm: NormKind::LayerNorm,
-                    causal: true,
-                    phase: Phase::Prefill,
-                    kv_cache_len: 0,
-                    dtype: DType::Fp16,
-                    sliding_window: None,
-                    qkv_bias: false,
-                    o_bias: false,
-                    mla: None,
-                    moe: None,
-                    weight_dtype: None,
-                    kv_dtype: None,
-                    attention_kernel: AttentionKernel::Materialized,
-                }
+                TransformerBlock::new(seq, d, h, f)
             }
         };
         self.apply_arch(&mut b)?;

@@ -388,6 +388,35 @@ pub(super) fn elementwise(
 }
 
 impl TransformerBlock {
+    /// A plain block: batch 1, MHA (`head_dim = D / H`), GELU MLP, LayerNorm, causal,
+    /// prefill, no cache, fp16, no window, biases, latent attention or experts, materialized
+    /// attention.
+    pub fn new(seq_len: u64, d_model: u64, heads: u64, d_ff: u64) -> TransformerBlock {
+        TransformerBlock {
+            batch: 1,
+            seq_len,
+            d_model,
+            heads,
+            kv_heads: None,
+            head_dim: None,
+            d_ff,
+            mlp: MlpKind::Gelu,
+            norm: NormKind::LayerNorm,
+            causal: true,
+            phase: Phase::Prefill,
+            kv_cache_len: 0,
+            dtype: DType::Fp16,
+            sliding_window: None,
+            qkv_bias: false,
+            o_bias: false,
+            mla: None,
+            moe: None,
+            weight_dtype: None,
+            kv_dtype: None,
+            attention_kernel: AttentionKernel::Materialized,
+        }
+    }
+
     /// New query tokens per sequence, `S_q`: `seq_len` in prefill, 1 in decode.
     pub fn query_len(&self) -> u64 {
         match self.phase {
@@ -981,27 +1010,5 @@ pub fn transformer_preset(name: &str) -> Result<TransformerBlock> {
             })
         }
     };
-    Ok(TransformerBlock {
-        batch: 1,
-        seq_len,
-        d_model,
-        heads,
-        kv_heads: None,
-        head_dim: None,
-        d_ff,
-        mlp: MlpKind::Gelu,
-        norm: NormKind::LayerNorm,
-        causal: true,
-        phase: Phase::Prefill,
-        kv_cache_len: 0,
-        dtype: DType::Fp16,
-        sliding_window: None,
-        qkv_bias: false,
-        o_bias: false,
-        mla: None,
-        moe: None,
-        weight_dtype: None,
-        kv_dtype: None,
-        attention_kernel: AttentionKernel::Materialized,
-    })
+    Ok(TransformerBlock::new(seq_len, d_model, heads, d_ff))
 }
