@@ -29,6 +29,9 @@ enum Command {
     Explore(cmd::explore::ExploreArgs),
     /// Place a (FLOPs, bytes) point on a chip's roofline.
     Roofline(cmd::roofline::RooflineArgs),
+    /// Serving view of a decoder model: prefill and decode time bounds, tokens/s, memory per
+    /// device and the largest batch, over batch sizes and contexts, on one or more devices.
+    Serve(cmd::serve::ServeArgs),
     /// Hardware presets and files.
     Hw {
         #[command(subcommand)]
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Analyze(a) => cmd::analyze::run(a).map(|()| None),
         Command::Explore(a) => cmd::explore::run(a).map(|()| None),
         Command::Roofline(a) => cmd::roofline::run(a).map(|()| None),
+        Command::Serve(a) => cmd::serve::run(a).map(|()| None),
         Command::Hw { command } => cmd::hw::run(command).map(|()| None),
         Command::Workloads { command } => cmd::workloads::run(command).map(|()| None),
         Command::VerifyOverflow(a) => cmd::kernels::run_verify_overflow(a).map(|()| None),

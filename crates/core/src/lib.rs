@@ -35,6 +35,7 @@ pub mod presets;
 pub mod rng;
 pub mod roofline;
 pub mod schedule;
+pub mod serve;
 pub mod transformer;
 pub mod units;
 

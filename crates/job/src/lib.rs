@@ -2,7 +2,8 @@
 //! so that the command line only parses and prints:
 //! - [`quickstart`]: the main job — calibrate, measure the embedded holdout suite, validate
 //!   the model, gate the run against this machine's history, write the reports, record;
-//! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds.
+//! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds;
+//! - [`serve_plot`]: the SVG plot of the serving view (tokens/s against batch).
 //!
 //! ```no_run
 //! use tensorforge_job::quickstart::{run_quickstart, QuickstartOptions};
@@ -15,5 +16,6 @@ pub mod compare;
 pub mod error;
 pub mod machine;
 pub mod quickstart;
+pub mod serve_plot;
 
 pub use error::{JobError, Result};

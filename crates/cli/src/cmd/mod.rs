@@ -11,6 +11,7 @@ pub mod ops;
 pub mod quickstart;
 pub mod records;
 pub mod roofline;
+pub mod serve;
 pub mod workloads;
 
 use anyhow::{bail, Context, Result};
