@@ -109,6 +109,25 @@ fn llama3_on_tpu_v5e_needs_two_chips_and_draws_the_plot() {
     ]);
     assert_eq!(v["largest_batch"][0]["largest_batch"], 0);
     assert_eq!(v["decode"][0]["fits"], false);
+    assert_eq!(v["attention_kernel"], "fused");
+    // int4 weights: 8 030 261 248 / 2 = 4 015 130 624 bytes, and one chip holds them.
+    let v = json(&[
+        "serve",
+        "--config",
+        &cfg,
+        "--hw",
+        "google_tpu_v5e",
+        "--weight-dtype",
+        "int4",
+        "--batch",
+        "1",
+        "--context",
+        "2048",
+        "--json",
+    ]);
+    assert_eq!(v["weight_dtype"], "int4");
+    assert_eq!(v["weight_bytes_per_device"], 4_015_130_624u64);
+    assert_eq!(v["decode"][0]["fits"], true);
     // tp = 2 over ICI: 59 sequences fit (core::serve's hand check), and the all-reduces cost
     // interconnect time.
     let dir =

@@ -23,7 +23,7 @@ use crate::dtype::DType;
 use crate::error::{checked_product, CoreError, Result};
 use crate::hardware::HardwareSpec;
 use crate::parallel::{analyze_parallel, ParallelAnalysis, Parallelism};
-use crate::transformer::{analyze_model, DecoderModel, LmHeadTokens, Phase};
+use crate::transformer::{analyze_model, AttentionKernel, DecoderModel, LmHeadTokens, Phase};
 use serde::{Deserialize, Serialize};
 
 /// Most entries in `batches` or in `contexts`.
@@ -131,8 +131,14 @@ pub struct ServeReport {
     pub model: String,
     /// Hardware name.
     pub hardware: String,
-    /// Activation, weight and KV-cache dtype.
+    /// Activation and arithmetic dtype.
     pub dtype: DType,
+    /// Storage dtype of the weights.
+    pub weight_dtype: DType,
+    /// Storage dtype of the KV cache.
+    pub kv_dtype: DType,
+    /// How attention runs: `fused` (flash attention) or `materialized`.
+    pub attention_kernel: AttentionKernel,
     /// The degrees.
     pub parallelism: Parallelism,
     /// Devices per replica, `tp · pp · ep`.
@@ -356,6 +362,9 @@ pub fn serve(m: &DecoderModel, hw: &HardwareSpec, opts: &ServeOptions) -> Result
         model: m.name.clone(),
         hardware: hw.name.clone(),
         dtype: m.block.dtype,
+        weight_dtype: m.block.weight_dtype(),
+        kv_dtype: m.block.kv_dtype(),
+        attention_kernel: m.block.attention_kernel,
         parallelism: *par,
         replica_devices: par.replica_devices()?,
         devices: checked_product(&[par.replica_devices()?, par.dp], "devices")?,

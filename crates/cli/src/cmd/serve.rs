@@ -16,7 +16,9 @@ use tensorforge_core::parallel::Parallelism;
 use tensorforge_core::serve::{
     serve, ServeOptions, ServeReport, DEFAULT_BATCHES, DEFAULT_CONTEXTS,
 };
-use tensorforge_core::transformer::{decoder_from_hf_config, MlaForm, Phase, Routing};
+use tensorforge_core::transformer::{
+    decoder_from_hf_config, AttentionKernel, MlaForm, Phase, Routing,
+};
 use tensorforge_core::DType;
 
 fn list(v: &[u64]) -> String {
@@ -49,9 +51,21 @@ pub struct ServeArgs {
     /// Context lengths: prompt tokens for prefill, cached tokens for decode (comma-separated).
     #[arg(long, value_name = "LIST", default_value_t = list(DEFAULT_CONTEXTS))]
     pub context: String,
-    /// Element type of weights, activations and KV cache (default bf16).
+    /// Element type of activations and arithmetic, and of weights and KV cache unless
+    /// --weight-dtype / --kv-dtype say otherwise (default bf16).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Storage dtype of the weights when narrower than --dtype (weight-only quantization,
+    /// e.g. int4, int8, fp8).
+    #[arg(long)]
+    pub weight_dtype: Option<String>,
+    /// Storage dtype of the KV cache (default: --dtype).
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
+    /// How attention runs: fused (flash attention, what serving stacks run; the default here)
+    /// or materialized (scores and probabilities cross DRAM, `analyze model`'s default).
+    #[arg(long, value_parser = ["fused", "materialized"], default_value = "fused")]
+    pub attention_kernel: String,
     /// Latent attention's form (models with kv_lora_rank): naive (up-project every cached
     /// latent, the default) or absorbed (attend over the latents).
     #[arg(long, value_parser = ["naive", "absorbed"])]
@@ -81,6 +95,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let hw = a.hw.load()?;
     let text = read_text(&a.config)?;
     let mut model = decoder_from_hf_config(&text, &a.config, 1, 1, Phase::Decode, 0, dtype)?;
+    model.block.attention_kernel = if a.attention_kernel == "materialized" {
+        AttentionKernel::Materialized
+    } else {
+        AttentionKernel::Fused
+    };
+    if let Some(d) = &a.weight_dtype {
+        model.block.weight_dtype = Some(DType::parse(d)?);
+    }
+    if let Some(d) = &a.kv_dtype {
+        model.block.kv_dtype = Some(DType::parse(d)?);
+    }
     if let Some(f) = &a.mla_form {
         let Some(mla) = model.block.mla.as_mut() else {
             bail!("--mla-form needs a model with latent attention (kv_lora_rank in its config)");
@@ -151,6 +176,16 @@ pub fn report(r: &ServeReport) -> String {
         o,
         "Serving view of {} on {} ({}): lower bounds from the model, not measurements",
         r.model, r.hardware, r.dtype
+    );
+    let _ = writeln!(
+        o,
+        "  storage: weights {}, KV cache {}; attention {}",
+        r.weight_dtype,
+        r.kv_dtype,
+        match r.attention_kernel {
+            AttentionKernel::Fused => "fused (flash attention)",
+            AttentionKernel::Materialized => "materialized (scores and probabilities in DRAM)",
+        }
     );
     let _ = writeln!(
         o,
