@@ -101,7 +101,7 @@ fn the_model_and_graph_commands_run_as_written() {
     // Commands that measure this machine (bench, calibrate, validate, compare, gate on
     // measured files, report, history, records) take minutes and are covered by their own
     // end-to-end tests; everything else in the block runs here.
-    const RUN: [&str; 13] = [
+    const RUN: [&str; 14] = [
         "hw",
         "workloads",
         "analyze",
@@ -115,6 +115,7 @@ fn the_model_and_graph_commands_run_as_written() {
         "codegen",
         "memory-traffic",
         "ingest",
+        "serve",
     ];
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("readme_{}", std::process::id()));
