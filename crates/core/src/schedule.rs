@@ -6,19 +6,23 @@
 //! a loop of trip count 1 changes no index. Each C tile is written back when it leaves (once
 //! per visit) and read back on every visit after its first.*
 //!
-//! A depends on (mi, ki), B on (ki, ni), C on (mi, ni). Let `p` be the innermost loop that
-//! the operand depends on **among those with trip count > 1**. The index changes on every
-//! step of the loops from the outermost down to `p` (the innermost of them is a dependent
-//! loop that moves on each step, and a dependent loop with more than one trip that wraps
-//! also changes its value), and never inside `p`, so the operand is fetched
-//! `Π(trip counts of the loops down to p)` times; since its dependent loops cover it exactly
-//! once, its traffic is `bytes × Π(trip counts of the loops outside p that it does not
-//! depend on)`, and just `bytes` when every loop it depends on has trip count 1 (it is one
-//! tile, fetched once). Equivalently: delete the loops of trip count 1 and read what is left
-//! with the all-trips-above-1 rule. With every trip count above 1 this gives the three named
-//! schedules c-resident (mi, ni, ki): A·nt + B·mt + C; a-resident (mi, ki, ni):
-//! A + B·mt + C·(2kt − 1); b-resident (ni, ki, mi): A·nt + B + C·(2kt − 1). A trip count of
-//! 1 removes re-reads: c-resident with kt = 1 reads A once, a-resident with nt = 1 keeps C
+//! A depends on (mi, ki), B on (ki, ni), C on (mi, ni), so each operand has one *free* loop
+//! it does not depend on: ni for A, mi for B, ki for C. The loops an operand depends on cover
+//! it exactly once, and only its free loop can make it fetch a tile again: when a loop inside
+//! the free loop (which the operand depends on) has more than one trip, the tile index
+//! changes under every trip of the free loop and the whole operand is fetched once per trip;
+//! otherwise the index does not move across the free loop's trips. So
+//!
+//! `traffic(X) = bytes(X) · trips(free loop of X)` if a loop inside it has trip count > 1,
+//! `bytes(X)` otherwise,
+//!
+//! Counted in tiles, X is fetched `Π(trip counts of the loops from the outermost down to the
+//! innermost loop X depends on that has more than one trip)` times (once when there is none):
+//! every step of those loops changes X's tile index, no step inside them does.
+//! Equivalently: delete the loops of trip count 1 and apply the rule to what is left. With every trip count above 1 this gives
+//! the three named schedules c-resident (mi, ni, ki): A·nt + B·mt + C; a-resident (mi, ki,
+//! ni): A + B·mt + C·(2kt − 1); b-resident (ni, ki, mi): A·nt + B + C·(2kt − 1). A trip count
+//! of 1 removes re-reads: c-resident with kt = 1 reads A once, a-resident with nt = 1 keeps C
 //! resident over K (no partial sums spilled). The SRAM footprint is one tile of each
 //! operand. Omitted: caches that keep more than the rule says, prefetch, partial-tile waste
 //! in DRAM bursts, and a wider accumulator for C.
@@ -153,27 +157,23 @@ impl LoopOrder {
         })
     }
 
-    /// How many times each tile of an operand indexed by the loops `deps` is fetched: with
-    /// `p` the innermost loop among `deps` whose trip count exceeds 1 (a loop of trip count
-    /// 1 never changes a tile index), the product of the trip counts of the loops outside
-    /// `p` that are not in `deps`; 1 when every loop in `deps` has trip count 1 (the operand
-    /// is one tile, fetched once). `None` on 64-bit overflow.
+    /// How many times each tile of an operand is fetched, given `free`, the one tile loop the
+    /// operand does not depend on (ni for A, mi for B, ki for C): `trips[free]` when a loop
+    /// inside `free` (each of which the operand depends on) has a trip count above 1, else 1.
+    /// Such a loop changes the operand's tile index on every one of its steps, so each trip
+    /// of `free` fetches the whole operand again; with every loop inside `free` at one trip,
+    /// the index does not move across `free`'s trips and nothing is fetched twice.
     #[inline]
-    fn refetch_factor(self, deps: [LoopDim; 2], trips: [u64; 3]) -> Option<u64> {
-        let in_deps = |d: LoopDim| d == deps[0] || d == deps[1];
-        let Some(p) = (0..3)
-            .rev()
-            .find(|&q| in_deps(self.0[q]) && trips[self.0[q] as usize] > 1)
-        else {
-            return Some(1);
+    fn refetch_factor(self, free: LoopDim, trips: [u64; 3]) -> u64 {
+        let inner = match self.0.iter().position(|&d| d == free) {
+            Some(p) => &self.0[p + 1..],
+            None => &[],
         };
-        let mut f: u64 = 1;
-        for &d in &self.0[..p] {
-            if !in_deps(d) {
-                f = f.checked_mul(trips[d as usize])?;
-            }
+        if inner.iter().any(|&d| trips[d as usize] > 1) {
+            trips[free as usize]
+        } else {
+            1
         }
-        Some(f)
     }
 }
 
@@ -268,15 +268,15 @@ pub struct DramTraffic {
 /// 64-bit overflow. `ob` holds the whole operands (batch included), `trips` is
 /// `[mt, nt, kt]`.
 ///
-/// With `f_X = Π { trips[d] : d outside p_X in `order`, d not a loop X depends on }`, where
-/// `p_X` is the innermost loop X depends on with a trip count above 1 (`f_X = 1` when there
-/// is none):
+/// Each operand X has one *free* loop `x`, the loop it does not depend on (ni for A, mi for
+/// B, ki for C), and `f_X = trips[x]` when a loop inside `x` has a trip count above 1, else
+/// `f_X = 1`:
 ///
 /// | field | bytes |
 /// |---|---|
-/// | `a_read` | `ob.a · f_A` (A depends on mi, ki) |
-/// | `b_read` | `ob.b · f_B` (B depends on ki, ni) |
-/// | `c_write` | `ob.c · v`, `v = f_C` the visits of each C tile (C depends on mi, ni; `v` is `kt` when ki sits outside p_C, else 1) |
+/// | `a_read` | `ob.a · f_A` |
+/// | `b_read` | `ob.b · f_B` |
+/// | `c_write` | `ob.c · v`, `v = f_C`: the visits of each C tile (`kt` when mi or ni inside ki has more than one trip) |
 /// | `c_read` | `ob.c · (v − 1)`, or `ob.c · v` when `accumulate` (every visit reads C) |
 ///
 /// Hand-checked in the tests: 4×4×4 fp32 with 2×2×2 tiles gives 320 B (c-resident) and
@@ -288,9 +288,9 @@ pub fn tiled_traffic(
     order: LoopOrder,
     accumulate: bool,
 ) -> Option<DramTraffic> {
-    let a_read = ob.a.checked_mul(order.refetch_factor([M, K], trips)?)?;
-    let b_read = ob.b.checked_mul(order.refetch_factor([K, N], trips)?)?;
-    let visits = order.refetch_factor([M, N], trips)?;
+    let a_read = ob.a.checked_mul(order.refetch_factor(N, trips))?;
+    let b_read = ob.b.checked_mul(order.refetch_factor(M, trips))?;
+    let visits = order.refetch_factor(K, trips);
     let c_write = ob.c.checked_mul(visits)?;
     let c_read =
         ob.c.checked_mul(if accumulate { visits } else { visits - 1 })?;
@@ -545,7 +545,8 @@ mod tests {
         // A decode-like shape, one M tile: 2×4×2 fp32, tile 2×2×2: mt = 1, nt = 2, kt = 1.
         // A = 2·2·4 = 16 B, B = 2·4·4 = 32 B, C = 2·4·4 = 32 B (compulsory 80 B).
         // b-resident (ni, ki, mi): A is a single tile (mt = kt = 1) and stays resident: 16
-        // (the old rule charged A·nt = 32); B once 32; C once 32. Total 80 = compulsory (was 96).
+        // (the old rule charged A·nt = 32, as for c-resident, nmk and knm); B once 32; C once
+        // 32. Total 80 = compulsory (was 96).
         let g = Gemm::new(2, 4, 2, DType::Fp32).unwrap();
         let t = Tile {
             tm: 2,

@@ -4,7 +4,7 @@
 //! candidate's traffic, cycles and times come from the Core's model; nothing outside it
 //! (inter-tile movement on chip, stalls inside a tile) is counted.
 
-use super::rank::{pareto_insert, rank_cmp, time_pair_cmp, Rec, TopK};
+use super::rank::{rank_cmp, supersedes, time_pair_cmp, Pareto, Rec, TopK};
 use super::types::{dataflow_index, order_index, sorted_dedup, DesignSpace};
 use super::{MAX_TOP_K, REASON_OVERFLOW, REASON_SRAM, REASON_SRAM_DOUBLE};
 use crate::error::{CoreError, Result};
@@ -14,6 +14,7 @@ use crate::mapping::{map_cycles, Dataflow};
 use crate::schedule::{tile_footprint_bytes, tiled_traffic, LoopOrder, Tile};
 use rayon::prelude::*;
 use std::cmp::Ordering;
+use std::sync::atomic::AtomicU64;
 
 /// Per PE shape, dimension and list value `v` of that dimension `D`: the factors of
 /// [`map_cycles`] for the full tiles (extent `v`, `D / v` of them) and the one edge tile
@@ -71,6 +72,8 @@ pub(super) struct Prepared {
     tn: Vec<u64>,
     tk: Vec<u64>,
     pub(super) pes: Vec<PeArray>,
+    /// Indices into `pes` by PE count ascending (ties by index).
+    pe_order: Vec<usize>,
     orders: Vec<(LoopOrder, u8)>,
     dataflows: Vec<(Dataflow, u8)>,
     pub(super) sram_capacity_bytes: u64,
@@ -80,6 +83,11 @@ pub(super) struct Prepared {
     pub(super) clock_hz: f64,
     /// `factors[pe][dim][list index]`, dims in the order M, N, K.
     factors: Vec<[Vec<DimFactor>; 3]>,
+    /// `trips[dim][list index] = ceil(D / v)`, dims in the order M, N, K.
+    trips: [Vec<u64>; 3],
+    /// Whether [`TileState::classes`] is needed: for a PE shape with several arrays (and for
+    /// the debug check of the factored cycles).
+    need_classes: bool,
 }
 
 const N_REASONS: usize = 3;
@@ -108,8 +116,13 @@ struct TileState {
     classes_ok: bool,
     /// `Ok(sram_used_bytes)` or `Err(reason index)`.
     fit: std::result::Result<u64, usize>,
-    /// Per normalized order: `(dram_bytes, memory_s)`, `None` on overflow.
-    traffic: [Option<(u64, f64)>; 6],
+    /// The orders whose traffic fits in 64 bits as `(index into the normalized orders,
+    /// dram_bytes, memory_s)`, sorted by `(dram_bytes, index)`: for one PE shape and dataflow
+    /// (one compute time) this is ranking order (see [`Prepared::eval_range`]).
+    ranked: [(usize, u64, f64); 6],
+    n_ranked: usize,
+    /// Orders whose traffic overflows 64 bits.
+    n_overflow: u64,
 }
 
 /// `[(extent, count)]` of the full and (when the tile does not divide) edge tiles of a dim.
@@ -125,7 +138,8 @@ fn dim_classes(dim: u64, t: u64) -> ([(u64, u64); 2], usize) {
 }
 
 impl Prepared {
-    fn tile_state(&self, tile: [u64; 3]) -> TileState {
+    /// The invariants of the tile `[tm[idx[0]], tn[idx[1]], tk[idx[2]]]`.
+    fn tile_state(&self, tile: [u64; 3], idx: [usize; 3]) -> TileState {
         let t = Tile {
             tm: tile[0],
             tn: tile[1],
@@ -157,19 +171,37 @@ impl Prepared {
             n_classes: 0,
             classes_ok: true,
             fit,
-            traffic: [None; 6],
+            ranked: [(0, 0, 0.0); 6],
+            n_ranked: 0,
+            n_overflow: 0,
         };
         if st.fit.is_err() {
             return st;
         }
         let trips = [
-            self.dims[0].div_ceil(tile[0]),
-            self.dims[1].div_ceil(tile[1]),
-            self.dims[2].div_ceil(tile[2]),
+            self.trips[0][idx[0]],
+            self.trips[1][idx[1]],
+            self.trips[2][idx[2]],
         ];
         for (j, &(order, _)) in self.orders.iter().enumerate() {
-            st.traffic[j] = tiled_traffic(&self.ob, trips, order, self.accumulate)
-                .map(|tr| (tr.total, tr.total as f64 / self.dram_bw));
+            match tiled_traffic(&self.ob, trips, order, self.accumulate) {
+                Some(tr) => {
+                    st.ranked[st.n_ranked] = (j, tr.total, tr.total as f64 / self.dram_bw);
+                    st.n_ranked += 1;
+                }
+                None => st.n_overflow += 1,
+            }
+        }
+        // Insertion sort by (dram_bytes, index): at most 6 entries.
+        for i in 1..st.n_ranked {
+            let mut j = i;
+            while j > 0 && st.ranked[j].1 < st.ranked[j - 1].1 {
+                st.ranked.swap(j, j - 1);
+                j -= 1;
+            }
+        }
+        if !self.need_classes {
+            return st;
         }
         let (cm, nm) = dim_classes(self.dims[0], tile[0]);
         let (cn, nn) = dim_classes(self.dims[1], tile[1]);
@@ -235,102 +267,172 @@ impl Prepared {
         (self.tm.len() * self.tn.len() * self.tk.len() * self.pes.len()) as u64
     }
 
-    /// Evaluate groups `lo..hi`: every candidate gets its full record, considered for the
-    /// top list, the tie count and (via its group's best) the Pareto set.
-    fn eval_range(&self, lo: u64, hi: u64, cap: usize) -> ChunkOut {
-        let mut top = TopK::new(cap);
+    /// Evaluate groups `lo..hi`: every candidate is counted and placed in ranking order
+    /// against the top list, the tie count and (via its group's best) the Pareto set. None
+    /// of these depends on the order the candidates come in, so the order is chosen for
+    /// speed: tiles from the last to the first (larger tiles, which tend to rank first, set
+    /// a tight top-list threshold early), and a tile's PE shapes by PE count ascending.
+    ///
+    /// Within one group and dataflow the compute time `c` is fixed and the orders differ
+    /// only in DRAM bytes `d`: memory time `d / bw` is non-decreasing in `d`, so overlapped
+    /// time `max(c, d / bw)` and serialized time `c + d / bw` are too, and the later keys
+    /// (cycles, PE count, tile, PE shape, dataflow) are equal up to the order index. The
+    /// tile's orders sorted by `(d, order index)` are therefore in ranking order, and the
+    /// loop stops at the first record that the top list turns away and that is behind the
+    /// best (overlapped, serialized) pair: every later record of that dataflow ranks after
+    /// it, so it would be turned away and would neither tie nor beat the best. The records
+    /// skipped this way are still counted in `evaluated`; the results are the same as
+    /// building every record (the naive-reference test checks all of them).
+    ///
+    /// A group's best goes to the Pareto set unless a group of the same tile (same SRAM
+    /// bytes) with fewer PEs is no slower, or the record that last kept a group of the same
+    /// PE shape off the set supersedes it: either keeps it off the front (superseding is
+    /// transitive, so what supersedes that record supersedes it too).
+    fn eval_range(&self, lo: u64, hi: u64, cap: usize, shared: &AtomicU64) -> ChunkOut {
+        let mut top = TopK::new(cap, shared);
+        let mut pareto = Pareto::default();
+        // Per PE shape, the last record that kept one of its groups off the Pareto set: tried
+        // first, since neighbouring tiles tend to be superseded by the same record.
+        let mut rejecter: Vec<Option<Rec>> = vec![None; self.pes.len()];
         let mut out = ChunkOut {
             top: Vec::new(),
             best_pair: None,
             ties: 0,
-            pareto: Vec::with_capacity(64),
+            pareto: Vec::new(),
             evaluated: 0,
             infeasible: [0; N_REASONS],
         };
         let np = self.pes.len() as u64;
         let (nn, nk) = (self.tn.len() as u64, self.tk.len() as u64);
-        let per_group = (self.orders.len() * self.dataflows.len()) as u64;
-        let mut cached_ti = u64::MAX;
-        let mut st: Option<TileState> = None;
-        let mut tile = [0u64; 3];
-        let mut idx = [0usize; 3];
-        for gi in lo..hi {
-            let ti = gi / np;
-            let pi = (gi % np) as usize;
-            if ti != cached_ti {
-                cached_ti = ti;
-                idx = [
-                    (ti / (nn * nk)) as usize,
-                    ((ti / nk) % nn) as usize,
-                    (ti % nk) as usize,
-                ];
-                tile = [self.tm[idx[0]], self.tn[idx[1]], self.tk[idx[2]]];
-                st = Some(self.tile_state(tile));
+        let n_orders = self.orders.len() as u64;
+        let per_group = n_orders * self.dataflows.len() as u64;
+        if lo >= hi {
+            return out;
+        }
+        // The last tile of the range; earlier tiles by decrementing its index (no division).
+        let mut ti = (hi - 1) / np;
+        let mut idx = [
+            (ti / (nn * nk)) as usize,
+            ((ti / nk) % nn) as usize,
+            (ti % nk) as usize,
+        ];
+        let mut end = hi;
+        while end > lo {
+            if end != hi {
+                ti -= 1;
+                if idx[2] > 0 {
+                    idx[2] -= 1;
+                } else {
+                    idx[2] = nk as usize - 1;
+                    if idx[1] > 0 {
+                        idx[1] -= 1;
+                    } else {
+                        idx[1] = nn as usize - 1;
+                        idx[0] -= 1;
+                    }
+                }
             }
-            let Some(st) = st.as_ref() else { continue };
+            // This tile's PE shapes `pi0..pi1` (the whole list except at the ends).
+            let pi0 = (ti * np).max(lo) - ti * np;
+            let pi1 = end - ti * np;
+            end -= pi1 - pi0;
+            let tile = [self.tm[idx[0]], self.tn[idx[1]], self.tk[idx[2]]];
+            let st = self.tile_state(tile, idx);
             let sram_used = match st.fit {
                 Ok(u) => u,
                 Err(reason) => {
-                    out.infeasible[reason] += per_group;
+                    out.infeasible[reason] += per_group * (pi1 - pi0);
                     continue;
                 }
             };
-            let pe = &self.pes[pi];
-            let pe_count = pe.pe_count();
-            let mut group_best: Option<Rec> = None;
-            for &(df, df_idx) in &self.dataflows {
-                let cycles = if pe.arrays == 1 {
-                    let c = self.cycles_factored(pi, idx, df);
-                    debug_assert_eq!(c, self.cycles(st, pe, df));
-                    c
-                } else {
-                    self.cycles(st, pe, df)
-                };
-                let compute_s = cycles.map_or(0.0, |c| c as f64 / self.clock_hz);
-                for (j, &(_, order_idx)) in self.orders.iter().enumerate() {
-                    let (Some(cycles), Some((dram_bytes, memory_s))) = (cycles, st.traffic[j])
-                    else {
-                        out.infeasible[IDX_OVERFLOW] += 1;
+            let ranked = &st.ranked[..st.n_ranked];
+            top.refresh();
+            // Least overlapped time (bits) of this tile's groups with fewer PEs than the
+            // current level, and of the current level so far.
+            let (mut below, mut level, mut level_pe) = (u64::MAX, u64::MAX, 0u64);
+            for &pi in &self.pe_order {
+                if (pi as u64) < pi0 || (pi as u64) >= pi1 {
+                    continue;
+                }
+                let pe = &self.pes[pi];
+                let pe_count = pe.pe_count();
+                if pe_count != level_pe {
+                    below = below.min(level);
+                    level = u64::MAX;
+                    level_pe = pe_count;
+                }
+                let mut group_best: Option<Rec> = None;
+                for &(df, df_idx) in &self.dataflows {
+                    let cycles = if pe.arrays == 1 {
+                        let c = self.cycles_factored(pi, idx, df);
+                        debug_assert_eq!(c, self.cycles(&st, pe, df));
+                        c
+                    } else {
+                        self.cycles(&st, pe, df)
+                    };
+                    let Some(cycles) = cycles else {
+                        out.infeasible[IDX_OVERFLOW] += n_orders;
                         continue;
                     };
-                    let r = Rec {
-                        overlapped_s: compute_s.max(memory_s),
-                        serialized_s: compute_s + memory_s,
-                        compute_s,
-                        memory_s,
-                        dram_bytes,
-                        compute_cycles: cycles,
-                        pe_count,
-                        sram_used_bytes: sram_used,
-                        tile,
-                        pe: [pe.rows, pe.cols],
-                        pe_idx: pi as u32,
-                        order: order_idx,
-                        dataflow: df_idx,
-                    };
-                    out.evaluated += 1;
-                    top.push(&r);
-                    match out.best_pair.as_ref().map(|b| time_pair_cmp(&r, b)) {
-                        None | Some(Ordering::Less) => {
-                            out.best_pair = Some(r);
-                            out.ties = 1;
+                    out.infeasible[IDX_OVERFLOW] += st.n_overflow;
+                    out.evaluated += ranked.len() as u64;
+                    let compute_s = cycles as f64 / self.clock_hz;
+                    let (mut to_top, mut to_ties) = (true, true);
+                    for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
+                        let r = Rec {
+                            overlapped_s: compute_s.max(memory_s),
+                            serialized_s: compute_s + memory_s,
+                            compute_s,
+                            memory_s,
+                            dram_bytes,
+                            compute_cycles: cycles,
+                            pe_count,
+                            sram_used_bytes: sram_used,
+                            tile,
+                            pe: [pe.rows, pe.cols],
+                            pe_idx: pi as u32,
+                            order: self.orders[j].1,
+                            dataflow: df_idx,
+                        };
+                        if n == 0 {
+                            // Same tile and PE shape => same SRAM bytes and PE count: only the
+                            // group's first in ranking order can be on the Pareto front.
+                            match &group_best {
+                                Some(g) if rank_cmp(&r, g) != Ordering::Less => {}
+                                _ => group_best = Some(r),
+                            }
                         }
-                        Some(Ordering::Equal) => out.ties += 1,
-                        Some(Ordering::Greater) => {}
-                    }
-                    // Same tile and PE shape => same SRAM bytes and PE count: only the group's
-                    // first in ranking order can be on the Pareto front.
-                    match &group_best {
-                        Some(g) if rank_cmp(&r, g) != Ordering::Less => {}
-                        _ => group_best = Some(r),
+                        if to_top {
+                            to_top = top.push(&r);
+                        }
+                        if to_ties {
+                            match out.best_pair.as_ref().map(|b| time_pair_cmp(&r, b)) {
+                                None | Some(Ordering::Less) => {
+                                    out.best_pair = Some(r);
+                                    out.ties = 1;
+                                }
+                                Some(Ordering::Equal) => out.ties += 1,
+                                Some(Ordering::Greater) => to_ties = false,
+                            }
+                        }
+                        if !to_top && !to_ties {
+                            break;
+                        }
                     }
                 }
-            }
-            if let Some(g) = group_best {
-                pareto_insert(&mut out.pareto, g);
+                if let Some(g) = group_best {
+                    let t = g.overlapped_s.to_bits();
+                    if t < below && !rejecter[pi].as_ref().is_some_and(|p| supersedes(p, &g)) {
+                        if let Some(p) = pareto.insert(g) {
+                            rejecter[pi] = Some(p);
+                        }
+                    }
+                    level = level.min(t);
+                }
             }
         }
         out.top = top.into_sorted();
+        out.pareto = pareto.into_sorted();
         out
     }
 }
@@ -514,7 +616,19 @@ pub(super) fn prepare(
             ]
         })
         .collect();
+    let trips = [
+        (g.m, &norm.tile_m),
+        (g.n, &norm.tile_n),
+        (g.k, &norm.tile_k),
+    ]
+    .map(|(d, list)| list.iter().map(|&v| d.div_ceil(v)).collect());
+    let need_classes = cfg!(debug_assertions) || pes.iter().any(|p| p.arrays != 1);
+    let mut pe_order: Vec<usize> = (0..pes.len()).collect();
+    pe_order.sort_by_key(|&i| (pes[i].pe_count(), i));
     let p = Prepared {
+        trips,
+        need_classes,
+        pe_order,
         factors,
         batch: g.batch,
         dims: [g.m, g.n, g.k],
@@ -545,16 +659,18 @@ pub(super) fn run(p: &Prepared, cap: usize) -> ChunkOut {
     let groups = p.groups();
     let threads = rayon::current_num_threads().max(1) as u64;
     let n_chunks = groups.min(threads * 8).max(1);
+    let shared = AtomicU64::new(u64::MAX);
     let outs: Vec<ChunkOut> = (0..n_chunks)
         .into_par_iter()
         .map(|c| {
             let lo = groups * c / n_chunks;
             let hi = groups * (c + 1) / n_chunks;
-            p.eval_range(lo, hi, cap)
+            p.eval_range(lo, hi, cap, &shared)
         })
         .collect();
+    let mut pareto = Pareto::default();
     let mut merged = ChunkOut {
-        top: Vec::with_capacity(cap * outs.len()),
+        top: merge_sorted(&outs, cap),
         best_pair: None,
         ties: 0,
         pareto: Vec::new(),
@@ -562,7 +678,6 @@ pub(super) fn run(p: &Prepared, cap: usize) -> ChunkOut {
         infeasible: [0; N_REASONS],
     };
     for o in outs {
-        merged.top.extend_from_slice(&o.top);
         merged.evaluated += o.evaluated;
         for (m, x) in merged.infeasible.iter_mut().zip(o.infeasible) {
             *m += x;
@@ -578,13 +693,32 @@ pub(super) fn run(p: &Prepared, cap: usize) -> ChunkOut {
             }
         }
         for r in o.pareto {
-            pareto_insert(&mut merged.pareto, r);
+            pareto.insert(r);
         }
     }
-    merged.top.sort_unstable_by(rank_cmp);
-    merged.top.truncate(cap);
-    merged.pareto.sort_unstable_by(rank_cmp);
+    merged.pareto = pareto.into_sorted();
     merged
+}
+
+/// The first `cap` records of the chunks' sorted top lists, in ranking order: a merge that
+/// takes the least head each time (one comparison per chunk per record taken).
+fn merge_sorted(outs: &[ChunkOut], cap: usize) -> Vec<Rec> {
+    let mut heads = vec![0usize; outs.len()];
+    let mut top = Vec::with_capacity(cap);
+    while top.len() < cap {
+        let mut least: Option<(usize, &Rec)> = None;
+        for (c, o) in outs.iter().enumerate() {
+            if let Some(r) = o.top.get(heads[c]) {
+                if least.is_none_or(|(_, l)| rank_cmp(r, l) == Ordering::Less) {
+                    least = Some((c, r));
+                }
+            }
+        }
+        let Some((c, r)) = least else { break };
+        top.push(*r);
+        heads[c] += 1;
+    }
+    top
 }
 
 #[cfg(test)]
@@ -736,6 +870,48 @@ mod tests {
             )
     }
 
+    #[test]
+    fn a_short_top_list_agrees_with_a_long_one_at_scale() {
+        // 16 values per tile list (all below the dimensions, so none clip together), 3 PE
+        // shapes, 6 orders, 3 dataflows: 16³ · 3 · 6 · 3 = 221,184 candidates, about 13,800
+        // per chunk on 2 threads (16 chunks). A top list of 3 keeps 2 · 64 records per chunk,
+        // so its thresholds, the bound shared between chunks and the early stop within a
+        // group all engage; a list of MAX_TOP_K keeps up to 20,000 per chunk and turns almost
+        // nothing away. Both must agree on everything the short one reports.
+        let g = Gemm {
+            m: 96,
+            n: 80,
+            k: 112,
+            batch: 1,
+            dtype: DType::Fp16,
+            accumulate: false,
+        };
+        let s = DesignSpace {
+            tile_m: (1..=16).map(|i| 6 * i).collect(),
+            tile_n: (1..=16).map(|i| 5 * i).collect(),
+            tile_k: (1..=16).map(|i| 7 * i).collect(),
+            pe_shapes: vec![(4, 4), (8, 4), (8, 8)],
+            dataflows: Dataflow::ALL.to_vec(),
+            sram_bytes: Some(1 << 20),
+            ..DesignSpace::default()
+        };
+        for bw in [1e9, 1e11] {
+            let mut hw = toy_hw();
+            hw.dram.bandwidth_bytes_per_s = Some(bw);
+            hw.peak_ops_per_s.insert(DType::Fp16, 3.2e10);
+            let short = explore(&g, &hw, &s, 3).unwrap();
+            let long = explore(&g, &hw, &s, MAX_TOP_K).unwrap();
+            assert_eq!(short.candidates_total, 221_184);
+            assert_eq!(short.evaluated, long.evaluated);
+            assert_eq!(short.best, long.best);
+            assert_eq!(&short.top[..], &long.top[..3]);
+            assert_eq!(short.ties_for_best_count, long.ties_for_best_count);
+            let n = short.ties_for_best.len();
+            assert_eq!(&short.ties_for_best[..], &long.ties_for_best[..n]);
+            assert_eq!(short.pareto, long.pareto);
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -821,6 +997,17 @@ mod tests {
             for w in front.windows(2) {
                 prop_assert_eq!(rank_cmp(w[0], w[1]), Ordering::Less);
             }
+            // A short top list (64 kept per chunk) turns records away, and the evaluation of
+            // a group's orders stops early (see `eval_range`): the same counts, best, ties,
+            // first rows and Pareto front as the full listing above.
+            let short = explore(&g, &hw, &s, 3).unwrap();
+            prop_assert_eq!((short.evaluated, &short.infeasible), (r.evaluated, &r.infeasible));
+            prop_assert_eq!(&short.best, &r.best);
+            prop_assert_eq!(&short.top[..], &r.top[..short.top.len()]);
+            prop_assert_eq!(short.top.len(), r.top.len().min(3));
+            prop_assert_eq!(short.ties_for_best_count, r.ties_for_best_count);
+            prop_assert_eq!(&short.ties_for_best[..], &r.ties_for_best[..short.ties_for_best.len()]);
+            prop_assert_eq!(&short.pareto, &r.pareto);
         }
     }
 }
