@@ -11,8 +11,9 @@
 //! `cycles = waves · (ceil(T_dim / macs_per_pe_per_cycle) + fill_drain)`, where the optional
 //! systolic fill/drain term is `rows + cols − 2` cycles per fold (the skew of the wavefront).
 //! Spatial utilization is `R_dim · C_dim · batch / (folds · rows · cols)`. Omitted: operand
-//! delivery stalls (the array is assumed fed), weight preload for weight-stationary beyond
-//! the fill/drain term, and accumulator precision.
+//! delivery stalls (the array is assumed fed), the preload of the stationary operand beyond
+//! the fill/drain term (weights for weight-stationary, inputs for input-stationary), and
+//! accumulator precision.
 
 use crate::error::{CoreError, Result};
 use crate::gemm::Gemm;
