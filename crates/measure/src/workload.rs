@@ -327,13 +327,21 @@ impl WorkloadSpec {
                     ("sliding_window", b.sliding_window.is_some()),
                     ("qkv_bias", b.qkv_bias),
                     ("o_bias", b.o_bias),
+                    ("rotary_dims", b.rotary_dims.is_some()),
+                    ("weight_dtype", b.weight_dtype.is_some()),
+                    ("kv_dtype", b.kv_dtype.is_some()),
+                    (
+                        "attention_kernel",
+                        b.attention_kernel
+                            != tensorforge_core::transformer::AttentionKernel::Materialized,
+                    ),
                 ] {
                     if set {
                         return Err(bad(
                             src,
                             field,
                             "set",
-                            "the harness runs dense blocks with full attention and no biases only",
+                            "the harness runs dense f32 blocks with full, materialized attention and no biases only",
                         ));
                     }
                 }

@@ -152,6 +152,10 @@ pub struct TransformerBlock {
     /// A mixture of experts in place of the dense MLP (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<Moe>,
+    /// Channels of each query/key head that rotary embedding rotates, r (partial rotary;
+    /// default: all `head_dim`). Latent attention uses its own `qk_rope_head_dim`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_dims: Option<u64>,
     /// Storage dtype of the weights when narrower than `dtype` (weight-only int4/int8/fp8
     /// quantization; default: `dtype`). Arithmetic stays at `dtype`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -411,6 +415,7 @@ impl TransformerBlock {
             o_bias: false,
             mla: None,
             moe: None,
+            rotary_dims: None,
             weight_dtype: None,
             kv_dtype: None,
             attention_kernel: AttentionKernel::Materialized,
@@ -570,6 +575,17 @@ impl TransformerBlock {
             }
             self.effective_head_dim()?
         };
+        if let Some(r) = self.rotary_dims {
+            if self.mla.is_some() || r > hd {
+                return Err(CoreError::invalid(
+                    "rotary_dims",
+                    r,
+                    format!(
+                        "must be at most head_dim = {hd}, and unset with latent attention (qk_rope_head_dim)"
+                    ),
+                ));
+            }
+        }
         Ok(Dims {
             b: self.batch,
             sq: self.query_len(),
@@ -798,9 +814,10 @@ impl TransformerBlock {
             gemms.push(named(GemmRole::AttnValues, gsq, x.hd, x.la, bkv, dt)?);
             gemms.push(named(GemmRole::OProj, x.t, x.d, qw, 1, dt)?);
             let heads_qk = checked_sum(&[x.h, x.hkv], "H+Hkv (rotary heads)")?;
+            let rd = self.rotary_dims.unwrap_or(x.hd);
             (
-                checked_product(&[x.t, heads_qk, x.hd], "T·(H+Hkv)·hd (rotary elements)")?,
-                checked_product(&[2, x.sq, x.hd], "2·S_q·hd (cos/sin tables)")?,
+                checked_product(&[x.t, heads_qk, rd], "T·(H+Hkv)·r (rotary elements)")?,
+                checked_product(&[2, x.sq, rd], "2·S_q·r (cos/sin tables)")?,
                 checked_product(
                     &[2, x.b, x.hkv, x.hd, x.la],
                     "2·B·Hkv·hd·L_a (KV cache elements)",

@@ -161,15 +161,6 @@ pub fn decoder_from_hf_config(
             "MLP biases are not modelled",
         ));
     }
-    if let Some(x) = obj.get("partial_rotary_factor") {
-        if x.as_f64() != Some(1.0) {
-            return Err(field_err(
-                "partial_rotary_factor",
-                x,
-                "partial rotary embeddings are not modelled (only 1.0)",
-            ));
-        }
-    }
     // Attention biases: Qwen2 families bias q, k and v by construction; `attention_bias`
     // (Llama style) biases q, k, v and o.
     let attention_bias = flag("attention_bias")?.unwrap_or(false);
@@ -296,6 +287,29 @@ pub fn decoder_from_hf_config(
             "{source}: num_nextn_predict_layers = {n}: the multi-token-prediction module is not modelled (nor counted in the parameters)"
         ));
     }
+    // Partial rotary (Phi, StableLM, GPT-NeoX): r = ⌊head_dim · factor⌋ channels rotate,
+    // as Hugging Face computes `rotary_ndims`.
+    let rotary_dims = match obj.get("partial_rotary_factor") {
+        None | Some(Value::Null) => None,
+        Some(x) => {
+            let f = x
+                .as_f64()
+                .filter(|f| *f > 0.0 && *f <= 1.0)
+                .ok_or_else(|| {
+                    field_err("partial_rotary_factor", x, "must be a number in (0, 1]")
+                })?;
+            if mla.is_some() {
+                None
+            } else {
+                let hd = head_dim.unwrap_or(d_model / heads.max(1));
+                let r = (hd as f64 * f).floor() as u64;
+                notes.push(format!(
+                    "{source}: partial_rotary_factor = {f}: rotary covers {r} of {hd} channels per head"
+                ));
+                (r < hd).then_some(r)
+            }
+        }
+    };
     let block = TransformerBlock {
         batch,
         seq_len,
@@ -315,6 +329,7 @@ pub fn decoder_from_hf_config(
         o_bias,
         mla,
         moe,
+        rotary_dims,
         weight_dtype: None,
         kv_dtype: None,
         attention_kernel: AttentionKernel::Materialized,

@@ -752,7 +752,7 @@ fn unmodelled_config_fields_are_errors() {
             "quantization_config",
             r#"{"quant_method": "fp8"}"#,
         ),
-        (LLAMA3, "partial_rotary_factor", "0.5"),
+        (LLAMA3, "partial_rotary_factor", "1.5"),
         (LLAMA3, "mlp_bias", "true"),
         (MIXTRAL, "num_experts_per_tok", "9"),
     ] {
@@ -846,4 +846,32 @@ fn weight_only_and_kv_dtypes_count_bytes_at_their_own_width() {
     assert_eq!(sb.compulsory_bytes - s.compulsory_bytes, 1_048_576);
     // The arithmetic is unchanged.
     assert_eq!(q.totals.flops, bf16.totals.flops);
+}
+
+#[test]
+fn partial_rotary_rotates_a_share_of_each_head() {
+    // Llama-3-8B with partial_rotary_factor 0.25: r = ⌊128·0.25⌋ = 32 channels. Prefill of
+    // 16 tokens: rotary elements T·(H+Hkv)·r = 16·(32+8)·32 = 20 480 (full: 81 920), tables
+    // 2·16·32 = 1 024; 3 FLOPs per element.
+    let v: serde_json::Value = serde_json::from_str(LLAMA3).unwrap();
+    let mut o = v.as_object().unwrap().clone();
+    o.insert("partial_rotary_factor".into(), serde_json::json!(0.25));
+    let t = serde_json::to_string(&o).unwrap();
+    let m = decoder_from_hf_config(&t, "c.json", 1, 16, Phase::Prefill, 0, DType::Bf16).unwrap();
+    assert_eq!(m.block.rotary_dims, Some(32));
+    let d = m.block.decompose().unwrap();
+    let r = d.non_gemm.iter().find(|o| o.name == "rotary").unwrap();
+    assert_eq!((r.elements, r.flops), (20_480, 61_440));
+    assert_eq!(r.bytes_read, 2 * (20_480 + 1_024));
+    // Parameters do not change.
+    assert_eq!(m.weight_params().unwrap(), 8_030_261_248);
+    let bad = TransformerBlock {
+        rotary_dims: Some(129),
+        ..m.block.clone()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("rotary_dims"));
 }
