@@ -1,34 +1,10 @@
 //! End-to-end runs of the `tensorforge` binary: the JSON contract, the reference model's
 //! hand-checked values, and bad input (one-line error, exit code 2, never a panic).
 
-use assert_cmd::Command;
-use serde_json::Value;
 use std::io::Write;
 
-fn tf() -> Command {
-    Command::cargo_bin("tensorforge").unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = tf()
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
-}
-
-/// Runs the command, expects exit 2 and a one-line error containing every `needles`.
-fn fails(args: &[&str], needles: &[&str]) {
-    let out = tf().args(args).assert().code(2).get_output().clone();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`:\n{err}");
-    }
-}
+mod common;
+use common::{fails, json, tf};
 
 #[test]
 fn gemm_json_contract_and_reference_values() {

@@ -2,40 +2,17 @@
 //! the JSON contract, hand-checked numbers, the example graphs, and bad input (one-line
 //! error, exit 2, never a panic).
 
-use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn tf() -> Command {
-    Command::cargo_bin("tensorforge").unwrap()
-}
+mod common;
+use common::{fails, json, tf};
 
 fn example(name: &str) -> String {
     format!(
         "{}/../../examples/graphs/{name}.json",
         env!("CARGO_MANIFEST_DIR")
     )
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = tf()
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
-}
-
-fn fails(args: &[&str], needles: &[&str]) {
-    let out = tf().args(args).assert().code(2).get_output().clone();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`:\n{err}");
-    }
 }
 
 fn tmpdir(tag: &str) -> PathBuf {

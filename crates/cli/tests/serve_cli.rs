@@ -2,9 +2,10 @@
 //! presets (hand-checked memory figures from `core::serve`), the SVG plot, the README's
 //! `serve` line as written, and bad input (one-line error naming the field, exit 2).
 
-use assert_cmd::Command;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
+
+mod common;
+use common::{fails, json, tf};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -15,32 +16,6 @@ fn llama3() -> String {
         .join("examples/models/llama3_8b_config.json")
         .display()
         .to_string()
-}
-
-fn tf() -> Command {
-    Command::cargo_bin("tensorforge").unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = tf()
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
-}
-
-/// Expects exit 2 and one line on stderr holding every needle.
-fn fails(args: &[&str], needles: &[&str]) {
-    let out = tf().args(args).assert().code(2).get_output().clone();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`:\n{err}");
-    }
 }
 
 #[test]
