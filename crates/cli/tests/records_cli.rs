@@ -353,3 +353,35 @@ fn an_ingest_whose_store_fails_leaves_no_out_file() {
         .code(2);
     assert!(!o.exists(), "o.jsonl was written although recording failed");
 }
+
+#[test]
+fn a_postgres_url_is_refused_with_credentials_redacted_and_no_file_written() {
+    // Before, the URL was taken as a file name: a local SQLite file appeared and the command
+    // exited 0, so a team would have believed its runs were shared.
+    let dir = tmp("pg_url");
+    let url = "postgres://ci:s3cret@db.example:5432/bench";
+    for args in [
+        vec!["records", "list", "--store", url],
+        vec!["quickstart", "--store", url],
+    ] {
+        let out = tf()
+            .current_dir(&dir)
+            .args(&args)
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("postgres://ci:***@db.example:5432/bench") && err.contains("PostgreSQL"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("s3cret"), "{args:?}: {err}");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{args:?} wrote into the working directory"
+        );
+    }
+}

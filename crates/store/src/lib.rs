@@ -21,6 +21,7 @@
 pub mod error;
 pub mod ingest;
 pub mod jsonl;
+pub mod location;
 pub mod record;
 pub mod stats;
 pub mod store;

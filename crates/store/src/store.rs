@@ -11,6 +11,7 @@
 //! records read back are parsed but not re-validated (they were validated on the way in).
 
 use crate::error::StoreError;
+use crate::location::StoreLocation;
 use crate::record::Record;
 use crate::time::now_unix_s;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
@@ -170,6 +171,18 @@ impl Store {
     /// pending migrations, switches to WAL. A file that is not a TensorForge store, or one
     /// written by a newer schema, is an error and is left untouched.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        // A URL is not a file name: refuse what this build cannot open rather than create a
+        // local file named after it (credentials redacted in the message).
+        if let Some(text) = path.to_str().filter(|t| t.contains("://")) {
+            if let StoreLocation::Postgres(url) = StoreLocation::parse(text)? {
+                return Err(StoreError::invalid(
+                    url.to_string(),
+                    "store",
+                    "postgres",
+                    "PostgreSQL stores are not available in this build yet; nothing was recorded (give a SQLite file path)",
+                ));
+            }
+        }
         let shown = path.display().to_string();
         let db_err = |message: String| StoreError::Database {
             path: shown.clone(),
