@@ -309,6 +309,13 @@ fn hw_list_and_show() {
     let out = tf().args(["hw", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("fp16 2.05 TFLOP/s"), "{text}");
+    // The interconnect in the human view: MI300X 7 links × 64e9 B/s = 448e9 B/s each way.
+    let out = tf().args(["hw", "show", "amd_mi300x"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Interconnect: infinity_fabric, 448.00 GB/s per device each way"),
+        "{text}"
+    );
 }
 
 #[test]

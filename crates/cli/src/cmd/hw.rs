@@ -154,6 +154,21 @@ fn show(h: &HardwareSpec) -> String {
             fmt::rate(p.peak_flops_per_s(), "FLOP")
         ));
     }
+    match &h.interconnect {
+        Some(i) => o.push_str(&format!(
+            "\nInterconnect: {}, {} per device each way{}{}{}\n",
+            i.name,
+            fmt::bandwidth(i.unidirectional_bytes_per_s),
+            i.peer_unidirectional_bytes_per_s
+                .map(|p| format!(", {} to any one peer", fmt::bandwidth(p)))
+                .unwrap_or_default(),
+            i.links.map(|l| format!(", {l} links")).unwrap_or_default(),
+            i.domain_devices
+                .map(|d| format!(", {d} devices per domain"))
+                .unwrap_or_default(),
+        )),
+        None => o.push_str("\nInterconnect: n/p (multi-device splits need one)\n"),
+    }
     if !h.notes.is_empty() {
         o.push_str("\nNotes\n");
         for n in &h.notes {
