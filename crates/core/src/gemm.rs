@@ -335,7 +335,6 @@ impl NamedGemm {
     /// operands kept on chip (`A + B' + C (+ C)`, minus A and/or C per
     /// [`NamedGemm::on_chip`]; `B' = batch · ceil(K·N·bits(b_dtype)/8)`).
     pub fn dram_bytes(&self) -> Result<u64> {
-        let all = self.gemm.compulsory_bytes()?;
         let o = self.gemm.operand_bytes()?;
         let b = match self.b_dtype {
             Some(d) => {
@@ -348,7 +347,9 @@ impl NamedGemm {
             }
             None => o.b,
         };
-        let kept = if self.on_chip.a { o.a } else { 0 } + if self.on_chip.c { o.c } else { 0 };
-        Ok(all - o.b + b - kept)
+        let a = if self.on_chip.a { 0 } else { o.a };
+        let c = if self.on_chip.c { 0 } else { o.c };
+        let c_reads = if self.gemm.accumulate { c } else { 0 };
+        checked_sum(&[a, b, c, c_reads], "DRAM bytes")
     }
 }
