@@ -417,17 +417,14 @@ pub fn run_quickstart(
         (&html_path, html.as_bytes()),
     ])?;
 
-    progress(&format!(
-        "[6/6] recording the run in {}",
-        o.store_path.display()
-    ));
+    progress(&format!("[6/6] recording the run in {}", store.describe()));
     store.insert_profile(
         &profile_id,
         &machine_id,
         &cal.to_toml()?,
         &cal.provenance_json()?,
     )?;
-    let run_id = store.insert_run(&records)?;
+    let run_id = store.insert_run(&records)?.run_id;
     progress(&format!("      run {run_id} ({} records)", records.len()));
     Ok(QuickstartOutcome {
         exit_code: code,

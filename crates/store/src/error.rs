@@ -31,14 +31,14 @@ pub enum StoreError {
     /// Something asked for is not there.
     #[error("{0}")]
     NotFound(String),
-    /// The SQLite store failed.
-    #[error("store {path}: {message}")]
+    /// The store (SQLite or PostgreSQL) failed or refused.
+    #[error("store {store}: {message}")]
     Database {
-        /// Store path.
-        path: String,
+        /// Store path, or URL with its password redacted.
+        store: String,
         /// What failed.
         message: String,
-        /// The SQLite, I/O or JSON error underneath, when there is one (`{e:#}` in a
+        /// The database, I/O or JSON error underneath, when there is one (`{e:#}` in a
         /// chain-printing caller such as anyhow shows it after the message).
         #[source]
         source: Option<Cause>,

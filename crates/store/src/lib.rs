@@ -18,13 +18,18 @@
 //! assert_eq!(w.fingerprint(), "b79bc6965d8c8b1873ad5e4ce5f0d6ca84cef44f9fc1776fd951833c892e3135");
 //! ```
 
+pub mod credentials;
+pub mod engine;
 pub mod error;
 pub mod ingest;
 pub mod jsonl;
 pub mod location;
+pub mod postgres;
 pub mod record;
+pub mod sqlite;
 pub mod stats;
 pub mod store;
+pub mod testing;
 pub mod time;
 
 pub use error::StoreError;
@@ -38,6 +43,9 @@ pub use record::{
     WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };
 pub use stats::LatencyStats;
+pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
+pub use location::StoreLocation;
 pub use store::{
-    default_store_path, new_run_id, RunInfo, RunWorkload, Store, BUSY_TIMEOUT, STORE_SCHEMA_VERSION,
+    default_store_path, new_run_id, RunInfo, RunWorkload, Store, SyncReport, BUSY_TIMEOUT,
+    SYNC_SCHEMA_VERSION,
 };

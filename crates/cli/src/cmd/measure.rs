@@ -20,6 +20,7 @@ use tensorforge_measure::validate::{
     embedded_holdout_suite, measure_and_validate, ValidationReport, ROOFLINE_PLUS_FLOOR,
 };
 use tensorforge_measure::workload::{parse_workload, WorkloadSpec};
+use tensorforge_store::location::{is_missing_file, shown};
 use tensorforge_store::{default_store_path, write_atomic, Record, Store};
 
 /// Version of the JSON that `bench --json` and `calibrate --json` print.
@@ -56,8 +57,8 @@ pub struct BenchArgs {
     /// noise-free metric; single-threaded; N counted iterations, default 3).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
     pub instructions: Option<u64>,
-    /// Store path (implies --record; default: $TENSORFORGE_STORE or the XDG data dir).
-    #[arg(long)]
+    /// Store: SQLite file or postgres:// URL (implies --record; default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Label K=V added to every record (repeatable).
     #[arg(long = "label", value_name = "K=V")]
@@ -76,8 +77,8 @@ pub struct CalibrateArgs {
     /// Write the profile (hardware-file TOML) here.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Store path (default: $TENSORFORGE_STORE or the XDG data dir).
-    #[arg(long)]
+    /// Store: SQLite file or postgres:// URL (default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Fewer, shorter samples (about 10 s instead of about 40 s on 2 cores).
     #[arg(long)]
@@ -99,8 +100,8 @@ pub struct ValidateArgs {
     /// Holdout workload file (default: the embedded examples/holdout.toml).
     #[arg(long)]
     pub workloads: Option<PathBuf>,
-    /// Store path for the default profile and --record.
-    #[arg(long)]
+    /// Store (SQLite file or postgres:// URL) for the default profile and --record.
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Insert the measured records into the store as one run.
     #[arg(long)]
@@ -157,13 +158,8 @@ fn store_path(p: &Option<PathBuf>) -> PathBuf {
     p.clone().unwrap_or_else(default_store_path)
 }
 
+/// Open (creating a SQLite file and its folder if needed) the store at `path`.
 fn open_store(path: &Path) -> Result<Store> {
-    if let Some(d) = path.parent() {
-        if !d.as_os_str().is_empty() && !d.exists() {
-            std::fs::create_dir_all(d)
-                .with_context(|| format!("cannot create store directory {}", d.display()))?;
-        }
-    }
     Ok(Store::open(path)?)
 }
 
@@ -266,9 +262,9 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
     }
     let mut stored_in = None;
     if record {
-        let path = store_path(&a.store);
-        open_store(&path)?.insert_run(&records)?;
-        stored_in = Some(path.display().to_string());
+        let store = open_store(&store_path(&a.store))?;
+        store.insert_run(&records)?;
+        stored_in = Some(store.describe());
     }
     if a.json {
         return print_json(&BenchJson {
@@ -341,14 +337,14 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
     }
     let mut stored_in = None;
     if !a.no_store {
-        let path = store_path(&a.store);
-        open_store(&path)?.insert_profile(
+        let store = open_store(&store_path(&a.store))?;
+        store.insert_profile(
             &profile_id,
             &cal.provenance.machine_id,
             &toml,
             &cal.provenance_json()?,
         )?;
-        stored_in = Some(path.display().to_string());
+        stored_in = Some(store.describe());
     }
     if a.json {
         return print_json(&CalibrateJson {
@@ -416,15 +412,15 @@ fn load_profile(a: &ValidateArgs) -> Result<(Calibration, String)> {
     let missing = || {
         anyhow::anyhow!(
             "no calibrated profile for this machine (machine_id {machine}) in store {}; run `tensorforge calibrate` first (or pass --profile FILE)",
-            path.display()
+            shown(&path)
         )
     };
-    if !path.is_file() {
+    if is_missing_file(&path) {
         return Err(missing());
     }
     let store = Store::open(&path)?;
     let (id, text) = store.latest_profile(&machine)?.ok_or_else(missing)?;
-    let src = format!("{id} (store {})", path.display());
+    let src = format!("{id} (store {})", store.describe());
     Ok((Calibration::from_toml_str(&text, &src)?, src))
 }
 

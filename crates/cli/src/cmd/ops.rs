@@ -11,6 +11,7 @@ use tensorforge_ops::report::HtmlSection;
 use tensorforge_ops::{
     gate, history, render_html, render_markdown, Date, GateResult, Metric, Policy, Report,
 };
+use tensorforge_store::location::{is_missing_file, shown};
 use tensorforge_store::{default_store_path, read_records_jsonl, write_atomic, Record, Store};
 
 /// Where the two sides come from, and under which policy.
@@ -30,8 +31,8 @@ pub struct SidesArgs {
     /// Policy TOML (default: the embedded policy, examples/policy.toml).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<String>,
-    /// Store path for run selectors (default: $TENSORFORGE_STORE or the XDG data dir).
-    #[arg(long, value_name = "PATH")]
+    /// Store for run selectors: SQLite file or postgres:// URL (default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Restrict `latest` and label selectors to this machine id.
     #[arg(long, value_name = "ID")]
@@ -65,10 +66,10 @@ fn load_side(
         return read_records_jsonl(p).with_context(|| format!("--{what}"));
     }
     let path = store.clone().unwrap_or_else(default_store_path);
-    if !path.is_file() {
+    if is_missing_file(&path) {
         bail!(
             "--{what} `{sel}`: no such records file, and no store at {} to resolve it as a run",
-            path.display()
+            shown(&path)
         );
     }
     let st = Store::open(&path)?;
@@ -85,8 +86,8 @@ fn history_side(n: usize, store: &Option<PathBuf>, candidate: &[Record]) -> Resu
         bail!("invalid `--history` = `{n}`: must be between 1 and 10000");
     }
     let path = store.clone().unwrap_or_else(default_store_path);
-    if !path.is_file() {
-        bail!("--history: no store at {}", path.display());
+    if is_missing_file(&path) {
+        bail!("--history: no store at {}", shown(&path));
     }
     let st = Store::open(&path)?;
     let own: Vec<String> = candidate.iter().map(|r| r.run_id.clone()).collect();
@@ -265,8 +266,8 @@ pub struct HistoryArgs {
     /// Only records from this machine id.
     #[arg(long, value_name = "ID")]
     pub machine: Option<String>,
-    /// Store path (default: $TENSORFORGE_STORE or the XDG data dir).
-    #[arg(long, value_name = "PATH")]
+    /// Store: SQLite file or postgres:// URL (default: $TENSORFORGE_STORE or the XDG data dir).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Read records from a JSON-lines file instead of the store.
     #[arg(long, value_name = "FILE", conflicts_with = "store")]
@@ -292,24 +293,15 @@ pub fn run_history(a: HistoryArgs) -> Result<()> {
         Some(f) => read_records_jsonl(f)?,
         None => {
             let path = a.store.clone().unwrap_or_else(default_store_path);
-            if !path.is_file() {
+            if is_missing_file(&path) {
                 bail!(
                     "no store at {} (pass --store PATH or --records FILE)",
-                    path.display()
+                    shown(&path)
                 );
             }
             let st = Store::open(&path)?;
             // A name resolves to the fingerprints stored under it; a fingerprint to itself.
-            let mut fps: Vec<String> = Vec::new();
-            for run in st.list_runs()? {
-                for w in &run.workloads {
-                    if (w.name == a.workload || w.fingerprint == a.workload)
-                        && !fps.contains(&w.fingerprint)
-                    {
-                        fps.push(w.fingerprint.clone());
-                    }
-                }
-            }
+            let fps = st.fingerprints_named(&a.workload)?;
             let mut all = Vec::new();
             for fp in fps {
                 all.extend(st.records_for_fingerprint(&fp, a.machine.as_deref())?);

@@ -13,9 +13,9 @@ use tensorforge_store::default_store_path;
 /// Arguments of `tensorforge quickstart`.
 #[derive(Args, Debug)]
 pub struct QuickstartArgs {
-    /// Store path (default: $TENSORFORGE_STORE, else $XDG_DATA_HOME/tensorforge/tensorforge.sqlite,
-    /// else ~/.local/share/tensorforge/tensorforge.sqlite).
-    #[arg(long)]
+    /// Store: SQLite file or postgres://user@host:port/db URL (default: $TENSORFORGE_STORE, else
+    /// $XDG_DATA_HOME/tensorforge/tensorforge.sqlite, else ~/.local/share/tensorforge/tensorforge.sqlite).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Directory for report.md and report.html (default: the current directory).
     #[arg(long, default_value = ".")]

@@ -1,4 +1,5 @@
-//! `tensorforge records list|show|export|import` over the embedded store, and
+//! `tensorforge records list|show|export|import|sync` over a store (a SQLite file or a
+//! PostgreSQL URL), and
 //! `tensorforge ingest`, which turns a pytest-benchmark, Google Benchmark, criterion or
 //! hyperfine file into one record (the user supplies the workload identity the file lacks).
 //! Parsing, validation and storage live in `tensorforge-store`; this module only wires
@@ -14,7 +15,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tensorforge_store::{
     default_store_path, ingest_record, new_run_id, read_records_jsonl, write_records_jsonl,
-    GpuContext, IngestContext, IngestFormat, Record, RunInfo, Store, WorkloadIdentity,
+    GpuContext, IngestContext, IngestFormat, InsertStatus, Record, RunInfo, Store, StoreLocation,
+    WorkloadIdentity,
 };
 
 /// Version of the JSON printed by `records` and `ingest`.
@@ -23,9 +25,10 @@ pub const RECORDS_JSON_SCHEMA_VERSION: u32 = 1;
 /// `records` arguments: the store and a subcommand.
 #[derive(Args, Debug)]
 pub struct RecordsArgs {
-    /// Store file (default: $TENSORFORGE_STORE, else $XDG_DATA_HOME/tensorforge/tensorforge.sqlite,
-    /// else ~/.local/share/tensorforge/tensorforge.sqlite).
-    #[arg(long, value_name = "PATH", global = true)]
+    /// Store: a SQLite file or a postgres://user@host:port/db URL (default:
+    /// $TENSORFORGE_STORE, else $XDG_DATA_HOME/tensorforge/tensorforge.sqlite, else
+    /// ~/.local/share/tensorforge/tensorforge.sqlite).
+    #[arg(long, value_name = "PATH|URL", global = true)]
     pub store: Option<PathBuf>,
     #[command(subcommand)]
     pub command: RecordsCommand,
@@ -58,10 +61,24 @@ pub enum RecordsCommand {
         out: PathBuf,
     },
     /// Import a JSON-lines (or JSON array) records file: every record is validated first,
-    /// then all runs are written in one transaction, or nothing is.
+    /// then all runs are written in one transaction, or nothing is. Runs already stored with
+    /// the same records are reported and not written again.
     Import {
         /// Records file.
         file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy every run and profile of one store that another lacks (SQLite and PostgreSQL
+    /// either way); running it again copies nothing.
+    Sync {
+        /// Source store (file path or postgres:// URL).
+        #[arg(long, value_name = "PATH|URL")]
+        from: PathBuf,
+        /// Destination store (file path or postgres:// URL).
+        #[arg(long, value_name = "PATH|URL")]
+        to: PathBuf,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -94,25 +111,53 @@ struct ImportJson {
     schema_version: u32,
     store: String,
     file: String,
+    /// Every run of the file, in file order.
     runs: Vec<String>,
+    /// The runs written now.
+    inserted: Vec<String>,
+    /// The runs the store already held with the same records (nothing written for them).
+    already_stored: Vec<String>,
     records: usize,
 }
 
 /// Run `records`.
 pub fn run_records(a: RecordsArgs) -> Result<()> {
+    if let RecordsCommand::Sync { from, to, json } = &a.command {
+        if StoreLocation::parse(&from.to_string_lossy())?.is_missing_file() {
+            bail!("--from {}: no such store file", from.display());
+        }
+        let src = Store::open(from)?;
+        let dest = Store::open(to)?;
+        let r = src.sync_to(&dest)?;
+        if *json {
+            return print_json(&r);
+        }
+        println!(
+            "synced {} -> {}: {} run(s) copied ({} records), {} already there; {} profile(s) copied, {} already there",
+            r.from,
+            r.to,
+            r.runs_copied,
+            r.records_copied,
+            r.runs_already_present,
+            r.profiles_copied,
+            r.profiles_already_present
+        );
+        return Ok(());
+    }
     let store = open_store(a.store.as_deref())?;
     match a.command {
+        RecordsCommand::Sync { .. } => unreachable!("handled above"),
         RecordsCommand::List { json } => {
             let runs = store.list_runs()?;
             if json {
                 return print_json(&ListJson {
                     schema_version: RECORDS_JSON_SCHEMA_VERSION,
-                    store: store.path().display().to_string(),
+                    store: store.describe(),
                     runs: &runs,
                 });
             }
             if runs.is_empty() {
-                println!("no runs in {}", store.path().display());
+                println!("no runs in {}", store.describe());
                 return Ok(());
             }
             let mut t = Table::new(&[
@@ -130,7 +175,7 @@ pub fn run_records(a: RecordsArgs) -> Result<()> {
                 ]);
             }
             print!("{}", t.render());
-            println!("{} run(s) in {}", runs.len(), store.path().display());
+            println!("{} run(s) in {}", runs.len(), store.describe());
             Ok(())
         }
         RecordsCommand::Show { run, json } => {
@@ -191,7 +236,7 @@ pub fn run_records(a: RecordsArgs) -> Result<()> {
                     .collect::<std::result::Result<_, _>>()?
             };
             if infos.is_empty() {
-                bail!("store {}: no runs to export", store.path().display());
+                bail!("store {}: no runs to export", store.describe());
             }
             let mut all = Vec::new();
             // Oldest first, so an import replays history in order.
@@ -211,22 +256,49 @@ pub fn run_records(a: RecordsArgs) -> Result<()> {
             let records = read_records_jsonl(&file)?;
             let groups = group_by_run(records);
             let n: usize = groups.iter().map(Vec::len).sum();
-            let ids = store.insert_runs(&groups)?;
+            let outcomes = store.insert_runs(&groups)?;
+            let ids_with = |want: InsertStatus| -> Vec<String> {
+                outcomes
+                    .iter()
+                    .filter(|o| o.status == want)
+                    .map(|o| o.run_id.clone())
+                    .collect()
+            };
+            let (inserted, already_stored) = (
+                ids_with(InsertStatus::Inserted),
+                ids_with(InsertStatus::AlreadyStored),
+            );
             if json {
                 return print_json(&ImportJson {
                     schema_version: RECORDS_JSON_SCHEMA_VERSION,
-                    store: store.path().display().to_string(),
+                    store: store.describe(),
                     file: file.display().to_string(),
-                    runs: ids,
+                    runs: outcomes.iter().map(|o| o.run_id.clone()).collect(),
+                    inserted,
+                    already_stored,
                     records: n,
                 });
             }
             println!(
-                "imported {n} record(s) in {} run(s) from {} into {}: {}",
-                ids.len(),
+                "imported {n} record(s) in {} run(s) from {} into {}: {} new{}{}",
+                outcomes.len(),
                 file.display(),
-                store.path().display(),
-                ids.join(", ")
+                store.describe(),
+                inserted.len(),
+                if inserted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", inserted.join(", "))
+                },
+                if already_stored.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} already stored with the same records, not written again ({})",
+                        already_stored.len(),
+                        already_stored.join(", ")
+                    )
+                }
             );
             Ok(())
         }
@@ -312,8 +384,8 @@ pub struct IngestArgs {
     /// Store the record as a new run.
     #[arg(long)]
     pub record: bool,
-    /// Store file for --record (default as for `records`).
-    #[arg(long, value_name = "PATH")]
+    /// Store for --record: SQLite file or postgres:// URL (default as for `records`).
+    #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Also write the record as JSON lines to this file.
     #[arg(long, value_name = "FILE.jsonl")]
@@ -450,7 +522,7 @@ pub fn run_ingest(a: IngestArgs) -> Result<()> {
     let stored_in = match &store {
         Some(store) => {
             store.insert_run(std::slice::from_ref(&record))?;
-            Some(store.path().display().to_string())
+            Some(store.describe())
         }
         None => None,
     };

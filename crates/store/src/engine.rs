@@ -1,0 +1,317 @@
+//! The one interface both store engines implement (embedded SQLite, PostgreSQL server), and
+//! what they share: validating a run before it is written, the per-run summary, and the
+//! content comparison that makes recording a run idempotent.
+//!
+//! An engine stores runs (each written in one transaction), lists them with filters pushed
+//! into SQL, reads a run's records, selects records by workload fingerprint (the history a
+//! gate compares against) and keeps calibrated device profiles. Run selection by user-typed
+//! selectors, syncing between stores and everything else above these primitives lives in
+//! [`crate::store::Store`], once for both engines. Left out: deleting or editing runs, and
+//! garbage collection (a store only grows).
+
+use crate::error::StoreError;
+use crate::record::Record;
+use crate::store::{RunInfo, RunWorkload};
+use crate::time::now_unix_s;
+use serde::{Deserialize, Serialize};
+
+/// Which runs [`StoreEngine::runs`] returns; every filter given must hold. Results are newest
+/// first (by `created_unix_s`, then insertion order).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunQuery<'a> {
+    /// Exactly this run id.
+    pub run_id: Option<&'a str>,
+    /// Runs recorded on this machine.
+    pub machine_id: Option<&'a str>,
+    /// Leave out this run id.
+    pub exclude_run: Option<&'a str>,
+    /// Runs whose label `.0` has value `.1`.
+    pub label: Option<(&'a str, &'a str)>,
+    /// At most this many runs.
+    pub limit: Option<usize>,
+}
+
+/// What happened to one run handed to the store.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertStatus {
+    /// Written now.
+    Inserted,
+    /// A run with this id and identical records was already stored (a retry); nothing was
+    /// written.
+    AlreadyStored,
+}
+
+/// The outcome of recording one run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct InsertOutcome {
+    /// The run's id.
+    pub run_id: String,
+    /// Whether it was written now or was already there.
+    pub status: InsertStatus,
+}
+
+/// A calibrated device profile as stored.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct StoredProfile {
+    /// Unique profile id.
+    pub profile_id: String,
+    /// Machine the profile was calibrated on.
+    pub machine_id: String,
+    /// When it was first stored (Unix seconds); kept when a profile is synced.
+    pub created_unix_s: i64,
+    /// The profile (hardware spec TOML).
+    pub toml_text: String,
+    /// How it was measured (JSON).
+    pub provenance_json: String,
+}
+
+/// A run validated and serialized once, ready for any engine.
+#[derive(Debug)]
+pub struct PreparedRun<'a> {
+    /// The records in order.
+    pub records: &'a [Record],
+    /// The summary every engine stores beside them.
+    pub info: RunInfo,
+    /// Each record's JSON (the form the run's content is compared in).
+    pub jsons: Vec<String>,
+}
+
+/// The part of [`RunInfo`] an engine keeps as one JSON value per run.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct RunSummary {
+    pub(crate) sample_count: usize,
+    pub(crate) sources: Vec<String>,
+    pub(crate) device_kinds: Vec<String>,
+    pub(crate) workloads: Vec<RunWorkload>,
+}
+
+impl RunSummary {
+    pub(crate) fn of(info: &RunInfo) -> RunSummary {
+        RunSummary {
+            sample_count: info.sample_count,
+            sources: info.sources.clone(),
+            device_kinds: info.device_kinds.clone(),
+            workloads: info.workloads.clone(),
+        }
+    }
+
+    pub(crate) fn fill(self, info: &mut RunInfo) {
+        info.sample_count = self.sample_count;
+        info.sources = self.sources;
+        info.device_kinds = self.device_kinds;
+        info.workloads = self.workloads;
+    }
+}
+
+/// What a store engine does; [`crate::store::Store`] builds everything else on it.
+///
+/// Every method that writes runs in ONE transaction: on any error nothing of the call is
+/// stored. Recording a run whose id is already stored is not an error when the stored
+/// records are identical (a client retry): the outcome is [`InsertStatus::AlreadyStored`].
+/// The same id with different records is an error and writes nothing.
+pub trait StoreEngine {
+    /// The store as shown in messages (a path, or a URL with its password redacted).
+    fn describe(&self) -> String;
+
+    /// The schema version of the open store.
+    fn schema_version(&self) -> Result<i64, StoreError>;
+
+    /// Write `runs` in one transaction, calling `hook(i)` after record `i` of each run is
+    /// written (tests kill a writer there). Returns one outcome per run, in order.
+    fn write_runs(
+        &self,
+        runs: &[PreparedRun<'_>],
+        hook: &mut dyn FnMut(usize),
+    ) -> Result<Vec<InsertOutcome>, StoreError>;
+
+    /// Runs matching `q`, newest first.
+    fn runs(&self, q: &RunQuery<'_>) -> Result<Vec<RunInfo>, StoreError>;
+
+    /// One run's records in insertion order (empty when the run is not stored).
+    fn run_records(&self, run_id: &str) -> Result<Vec<Record>, StoreError>;
+
+    /// Every record of one fingerprint (optionally on one machine), oldest first (by record
+    /// timestamp, then insertion order).
+    fn records_for_fingerprint(
+        &self,
+        fingerprint: &str,
+        machine_id: Option<&str>,
+    ) -> Result<Vec<Record>, StoreError>;
+
+    /// The records of the newest `runs` distinct runs with `fingerprint` on `machine_id` at
+    /// `threads` threads, leaving out the runs in `exclude`, oldest first. A run's age is
+    /// that of its newest such record (timestamp, then insertion order).
+    fn history_records(
+        &self,
+        fingerprint: &str,
+        machine_id: &str,
+        threads: u32,
+        exclude: &[String],
+        runs: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let all = self.records_for_fingerprint(fingerprint, Some(machine_id))?;
+        Ok(newest_runs_of(all, threads, exclude, runs))
+    }
+
+    /// Distinct fingerprints whose workload name is `name`, or `name` itself when it is a
+    /// stored fingerprint.
+    fn fingerprints_named(&self, name: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Store a profile; `Ok(false)` when a profile with this id is already stored (nothing
+    /// written).
+    fn insert_profile(&self, p: &StoredProfile) -> Result<bool, StoreError>;
+
+    /// The newest profile of `machine_id`.
+    fn latest_profile(&self, machine_id: &str) -> Result<Option<StoredProfile>, StoreError>;
+
+    /// One profile by id.
+    fn profile(&self, profile_id: &str) -> Result<Option<StoredProfile>, StoreError>;
+
+    /// Every profile, oldest first.
+    fn profiles(&self) -> Result<Vec<StoredProfile>, StoreError>;
+}
+
+/// Keep the records of the newest `runs` runs of `all` (oldest first) at `threads` threads,
+/// leaving out `exclude`: the history selection both engines answer identically.
+pub(crate) fn newest_runs_of(
+    all: Vec<Record>,
+    threads: u32,
+    exclude: &[String],
+    runs: usize,
+) -> Vec<Record> {
+    let mut keep: Vec<&str> = Vec::new();
+    for r in all.iter().rev() {
+        if r.harness.threads != threads || exclude.contains(&r.run_id) {
+            continue;
+        }
+        if !keep.contains(&r.run_id.as_str()) {
+            if keep.len() == runs {
+                break;
+            }
+            keep.push(&r.run_id);
+        }
+    }
+    let keep: Vec<String> = keep.into_iter().map(str::to_string).collect();
+    all.into_iter()
+        .filter(|r| keep.contains(&r.run_id) && r.harness.threads == threads)
+        .collect()
+}
+
+/// Whether `stored` (read back from a store) are the records whose JSON is `incoming`. Both
+/// sides are compared as this build serializes them, so a run stored by an older build with
+/// the same values still matches.
+pub(crate) fn same_content(stored: &[Record], incoming: &[String]) -> bool {
+    stored.len() == incoming.len()
+        && stored
+            .iter()
+            .zip(incoming)
+            .all(|(r, j)| serde_json::to_string(r).is_ok_and(|s| &s == j))
+}
+
+/// The error for a run id already stored with different records.
+pub(crate) fn conflict(store: &str, run_id: &str) -> StoreError {
+    StoreError::invalid(
+        store,
+        "run_id",
+        run_id,
+        "a different run with this id is already stored; nothing was written",
+    )
+}
+
+/// Validate a run's records and build its summary and the JSON of each record. All records
+/// must share one non-empty `run_id` and one `device.machine_id`.
+pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
+    let Some(first) = records.first() else {
+        return Err(StoreError::invalid(
+            "run",
+            "records",
+            "[]",
+            "a run needs at least one record",
+        ));
+    };
+    let run_id = first.run_id.clone();
+    if run_id.trim().is_empty() {
+        return Err(StoreError::invalid(
+            &first.workload.name,
+            "run_id",
+            &run_id,
+            "must not be empty",
+        ));
+    }
+    let machine_id = first.device.machine_id.clone();
+    let mut labels = first.labels.clone();
+    let mut sources: Vec<String> = Vec::new();
+    let mut device_kinds: Vec<String> = Vec::new();
+    let mut workloads = Vec::with_capacity(records.len());
+    let mut jsons = Vec::with_capacity(records.len());
+    let mut sample_count = 0;
+    let mut created = i64::MIN;
+    for (i, r) in records.iter().enumerate() {
+        let at = format!("record {i} (workload `{}`)", r.workload.name);
+        r.validate().map_err(|e| match e {
+            StoreError::InvalidField {
+                field,
+                value,
+                reason,
+                ..
+            } => StoreError::invalid(&at, field, value, reason),
+            other => other,
+        })?;
+        if r.run_id != run_id {
+            return Err(StoreError::invalid(
+                at,
+                "run_id",
+                &r.run_id,
+                format!("all records of a run must share one run_id (record 0 has `{run_id}`)"),
+            ));
+        }
+        if r.device.machine_id != machine_id {
+            return Err(StoreError::invalid(
+                at,
+                "device.machine_id",
+                &r.device.machine_id,
+                format!(
+                    "all records of a run must come from one machine (record 0 has `{machine_id}`)"
+                ),
+            ));
+        }
+        labels.retain(|k, v| r.labels.get(k) == Some(v));
+        if !sources.contains(&r.source) {
+            sources.push(r.source.clone());
+        }
+        if !device_kinds.contains(&r.device.kind) {
+            device_kinds.push(r.device.kind.clone());
+        }
+        sample_count += r.samples_ns.len();
+        created = created.max(r.timestamp_unix_s);
+        workloads.push(RunWorkload {
+            name: r.workload.name.clone(),
+            kind: r.workload.kind.clone(),
+            dtype: r.workload.dtype.clone(),
+            fingerprint: r.fingerprint.clone(),
+            samples: r.samples_ns.len(),
+            p50_ns: r.stats.p50_ns,
+        });
+        jsons.push(serde_json::to_string(r).map_err(|e| {
+            StoreError::invalid(at, "record", "…", format!("cannot serialize: {e}"))
+        })?);
+    }
+    let info = RunInfo {
+        run_id,
+        created_unix_s: created,
+        inserted_unix_s: now_unix_s(),
+        machine_id,
+        labels,
+        record_count: records.len(),
+        sample_count,
+        sources,
+        device_kinds,
+        workloads,
+    };
+    Ok(PreparedRun {
+        records,
+        info,
+        jsons,
+    })
+}
