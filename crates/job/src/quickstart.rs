@@ -108,6 +108,8 @@ pub struct QuickstartOutcome {
     pub validated_workloads: usize,
     /// The recorded run.
     pub run_id: String,
+    /// The store the run was recorded in (a path, or a URL with its password redacted).
+    pub store: String,
     /// report.md path.
     pub markdown_path: PathBuf,
     /// report.html path.
@@ -444,6 +446,7 @@ pub fn run_quickstart(
             .unwrap_or(f64::NAN),
         validated_workloads: validation.rows.len(),
         run_id,
+        store: store.describe(),
         markdown_path: md_path,
         html_path,
         duration_s: started.elapsed().as_secs_f64(),

@@ -34,9 +34,7 @@ impl std::fmt::Display for PasswordSource {
                 "no password: {} was ignored because group or others can read it (chmod 600)",
                 p.display()
             ),
-            PasswordSource::None => f.write_str(
-                "no password given (URL, PGPASSWORD or ~/.pgpass)",
-            ),
+            PasswordSource::None => f.write_str("no password given (URL, PGPASSWORD or ~/.pgpass)"),
         }
     }
 }
@@ -132,7 +130,10 @@ mod tests {
                     *:5432:*:ci:second\n\
                     h\\:x:1:d:u:es\\:c\\\\aped\n\
                     *:*:*:*:any\n";
-        assert_eq!(lookup(text, "db.internal", 5432, "bench", "ci").unwrap(), "first");
+        assert_eq!(
+            lookup(text, "db.internal", 5432, "bench", "ci").unwrap(),
+            "first"
+        );
         assert_eq!(lookup(text, "other", 5432, "x", "ci").unwrap(), "second");
         assert_eq!(lookup(text, "h:x", 1, "d", "u").unwrap(), "es:c\\aped");
         assert_eq!(lookup(text, "other", 6000, "x", "ci").unwrap(), "any");

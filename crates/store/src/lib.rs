@@ -32,19 +32,19 @@ pub mod store;
 pub mod testing;
 pub mod time;
 
+pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
 pub use error::StoreError;
 pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
 pub use jsonl::{
     parse_records_text, read_records_jsonl, records_jsonl_text, write_all_atomic, write_atomic,
     write_records_jsonl, StagedWrite,
 };
+pub use location::StoreLocation;
 pub use record::{
     DeviceContext, GpuContext, HarnessSettings, Record, RecordParts, SoftwareContext, Throughput,
     WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };
 pub use stats::LatencyStats;
-pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
-pub use location::StoreLocation;
 pub use store::{
     default_store_path, new_run_id, RunInfo, RunWorkload, Store, SyncReport, BUSY_TIMEOUT,
     SYNC_SCHEMA_VERSION,

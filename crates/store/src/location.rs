@@ -313,8 +313,14 @@ mod tests {
         assert_eq!(redact("plain/path"), "plain/path");
         for (url, field) in [
             ("postgres://u:secret@h/db?sslmode=require", "sslmode"),
-            ("postgres://u:secret@h/db?connect_timeout=x", "connect_timeout"),
-            ("postgres://u:secret@h/db?target_session_attrs=any", "target_session_attrs"),
+            (
+                "postgres://u:secret@h/db?connect_timeout=x",
+                "connect_timeout",
+            ),
+            (
+                "postgres://u:secret@h/db?target_session_attrs=any",
+                "target_session_attrs",
+            ),
             ("postgres://u:secret@[::1/db", "host"),
         ] {
             let e = StoreLocation::parse(url).unwrap_err().to_string();

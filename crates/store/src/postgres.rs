@@ -184,8 +184,11 @@ impl PostgresStore {
 
     fn err(&self, what: &str, e: postgres::Error) -> StoreError {
         *self.last_code.borrow_mut() = e.code().cloned();
+        let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
         let message = if e.is_closed()
+            || io
             || e.code() == Some(&SqlState::ADMIN_SHUTDOWN)
+            || e.code() == Some(&SqlState::CRASH_SHUTDOWN)
             || e.code() == Some(&SqlState::CONNECTION_FAILURE)
         {
             format!(
@@ -236,7 +239,11 @@ impl PostgresStore {
     }
 
     /// Refuse a database that is not ours, or is newer than this build.
-    fn check(&self, meta: &Option<(String, i32)>, c: &mut impl GenericClient) -> Result<(), StoreError> {
+    fn check(
+        &self,
+        meta: &Option<(String, i32)>,
+        c: &mut impl GenericClient,
+    ) -> Result<(), StoreError> {
         let refuse = |message: String| StoreError::Database {
             store: self.url.to_string(),
             message,
@@ -396,7 +403,12 @@ impl PostgresStore {
                 ..r.clone()
             };
             let json = serde_json::to_string(&slim).map_err(|e| {
-                StoreError::invalid(&r.workload.name, "record", "…", format!("cannot serialize: {e}"))
+                StoreError::invalid(
+                    &r.workload.name,
+                    "record",
+                    "…",
+                    format!("cannot serialize: {e}"),
+                )
             })?;
             tx.execute(
                 &stmt,
@@ -457,19 +469,14 @@ fn connect_error(
     let message = if code == Some(&SqlState::INVALID_PASSWORD)
         || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
     {
-        format!(
-            "authentication failed for role `{user}` ({source}); nothing was recorded"
-        )
+        format!("authentication failed for role `{user}` ({source}); nothing was recorded")
     } else if code == Some(&SqlState::INVALID_CATALOG_NAME) {
         format!(
             "database `{}` does not exist (create it, e.g. `createdb {}`); nothing was recorded",
             url.dbname, url.dbname
         )
     } else {
-        format!(
-            "cannot connect ({}); nothing was recorded",
-            one_line(e)
-        )
+        format!("cannot connect ({}); nothing was recorded", one_line(e))
     };
     StoreError::Database {
         store: url.to_string(),
@@ -606,7 +613,9 @@ impl StoreEngine for PostgresStore {
     fn run_records(&self, run_id: &str) -> Result<Vec<Record>, StoreError> {
         self.query_records(
             &mut *self.client.borrow_mut(),
-            &format!("SELECT {RECORD_COLUMNS} FROM tensorforge.records WHERE run_id = $1 ORDER BY id"),
+            &format!(
+                "SELECT {RECORD_COLUMNS} FROM tensorforge.records WHERE run_id = $1 ORDER BY id"
+            ),
             &[&run_id],
         )
     }

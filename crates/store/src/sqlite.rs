@@ -1,8 +1,8 @@
 //! The embedded SQLite engine: runs of records and calibrated device profiles in one file.
 //!
 //! Layout: a `runs` table (one row per run, with a JSON summary), a `records` table (the
-//! whole record JSON in one column plus indexed `run_id`, `fingerprint`, `machine_id` and
-//! `timestamp_unix_s` columns) and a `profiles` table. The schema version lives in
+//! whole record JSON in one column plus indexed `run_id`, `fingerprint`, `machine_id`,
+//! `threads` and `timestamp_unix_s` columns) and a `profiles` table. The schema version lives in
 //! `PRAGMA user_version` and every applied migration in `schema_migrations`. The store runs
 //! in WAL mode with a 10 s busy timeout, so several processes may record at once; every
 //! write is one `BEGIN IMMEDIATE` transaction, so a killed process leaves no partial run.
@@ -11,8 +11,8 @@
 //! read back are parsed but not re-validated (they were validated on the way in).
 
 use crate::engine::{
-    conflict, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery, RunSummary,
-    StoreEngine, StoredProfile,
+    conflict, newest_runs_of, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery,
+    RunSummary, StoreEngine, StoredProfile,
 };
 use crate::error::StoreError;
 use crate::record::Record;
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Newest schema version this build writes and reads (`PRAGMA user_version`).
-pub const SQLITE_SCHEMA_VERSION: i64 = 1;
+pub const SQLITE_SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of a TensorForge store ("TFST").
 const APPLICATION_ID: i64 = 0x5446_5354;
@@ -71,6 +71,11 @@ const MIGRATIONS: &[&str] = &[
          provenance_json TEXT NOT NULL
      );
      CREATE INDEX profiles_machine ON profiles (machine_id, created_unix_s);",
+    // 1 -> 2: the thread count as a column, so the gate's history is chosen on an index
+    // instead of parsing every record of the workload.
+    "ALTER TABLE records ADD COLUMN threads INTEGER;
+     UPDATE records SET threads = json_extract(record_json, '$.harness.threads');
+     CREATE INDEX records_history ON records (fingerprint, machine_id, threads, timestamp_unix_s);",
 ];
 
 /// An open SQLite store (one connection). Open one per thread or process.
@@ -324,8 +329,8 @@ impl SqliteStore {
         let run_pk = c.last_insert_rowid();
         let mut stmt = c
             .prepare_cached(
-                "INSERT INTO records (run_pk, run_id, fingerprint, machine_id, workload_name, timestamp_unix_s, record_json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO records (run_pk, run_id, fingerprint, machine_id, workload_name, timestamp_unix_s, record_json, threads)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .map_err(|e| self.err("prepare insert", e))?;
         for (i, (r, json)) in run.records.iter().zip(&run.jsons).enumerate() {
@@ -336,7 +341,8 @@ impl SqliteStore {
                 r.device.machine_id,
                 r.workload.name,
                 r.timestamp_unix_s,
-                json
+                json,
+                i64::from(r.harness.threads)
             ])
             .map_err(|e| self.err("insert record", e))?;
             hook(i);
@@ -514,6 +520,41 @@ impl StoreEngine for SqliteStore {
         }
     }
 
+    fn history_records(
+        &self,
+        fingerprint: &str,
+        machine_id: &str,
+        threads: u32,
+        exclude: &[String],
+        runs: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        // The newest `runs` runs by their newest matching record, chosen in SQL on the
+        // history index (the exclusions as a JSON array); only their records are parsed.
+        let exclude_json = serde_json::to_string(exclude).unwrap_or_else(|_| "[]".into());
+        let limit = runs.min(i64::MAX as usize) as i64;
+        let recs = self.query_records(
+            "WITH matching AS (
+                 SELECT id, run_id, timestamp_unix_s FROM records
+                 WHERE fingerprint = ?1 AND machine_id = ?2
+                   AND threads = ?3
+                   AND run_id NOT IN (SELECT value FROM json_each(?4))
+             ), newest AS (
+                 SELECT run_id, timestamp_unix_s AS ts, id,
+                        ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY timestamp_unix_s DESC, id DESC) AS rn
+                 FROM matching
+             ), chosen AS (
+                 SELECT run_id FROM newest WHERE rn = 1 ORDER BY ts DESC, id DESC LIMIT ?5
+             )
+             SELECT record_json FROM records
+             WHERE id IN (SELECT id FROM matching WHERE run_id IN (SELECT run_id FROM chosen))
+             ORDER BY timestamp_unix_s, id",
+            &[&fingerprint, &machine_id, &i64::from(threads), &exclude_json, &limit],
+        )?;
+        // The SQL selects exactly what the shared rule keeps; applying the rule again is a
+        // no-op kept as a guard that both engines answer alike.
+        Ok(newest_runs_of(recs, threads, exclude, runs))
+    }
+
     fn fingerprints_named(&self, name: &str) -> Result<Vec<String>, StoreError> {
         let mut stmt = self
             .conn
@@ -566,6 +607,51 @@ impl StoreEngine for SqliteStore {
 mod tests {
     use super::*;
     use crate::store::new_run_id;
+
+    #[test]
+    fn a_version_1_store_migrates_and_keeps_its_history() {
+        let dir = std::env::temp_dir().join(format!("tf-sqlite-v1-{}", new_run_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v1.sqlite");
+        let rec = crate::store::tests::rec("old-run", 64, "m", 5, None);
+        {
+            // A store as the version-1 build wrote it: no threads column.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(MIGRATIONS[0]).unwrap();
+            c.execute_batch(&format!(
+                "INSERT INTO schema_migrations VALUES (1, 5);
+                 PRAGMA user_version = 1; PRAGMA application_id = {APPLICATION_ID};"
+            ))
+            .unwrap();
+            c.execute(
+                "INSERT INTO runs (run_id, created_unix_s, inserted_unix_s, machine_id, labels_json, record_count, summary_json)
+                 VALUES ('old-run', 5, 5, 'm', '{}', 1, '{\"sample_count\":3,\"sources\":[],\"device_kinds\":[],\"workloads\":[]}')",
+                [],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO records (run_pk, run_id, fingerprint, machine_id, workload_name, timestamp_unix_s, record_json)
+                 VALUES (1, 'old-run', ?1, 'm', 'g64', 5, ?2)",
+                params![rec.fingerprint, serde_json::to_string(&rec).unwrap()],
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.schema_version().unwrap(), 2);
+        // The backfilled column selects the old record by its thread count.
+        let t = rec.harness.threads;
+        let h = s.history_records(&rec.fingerprint, "m", t, &[], 5).unwrap();
+        assert_eq!(h, vec![rec.clone()]);
+        assert!(s
+            .history_records(&rec.fingerprint, "m", t + 1, &[], 5)
+            .unwrap()
+            .is_empty());
+        let applied: i64 = s
+            .conn
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(applied, 2);
+    }
 
     #[test]
     fn foreign_sqlite_databases_are_refused_and_untouched() {

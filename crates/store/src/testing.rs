@@ -32,7 +32,11 @@ pub fn admin_url(test: &str) -> Option<PostgresUrl> {
                 !required,
                 "{REQUIRED_VAR}=1 but {ADMIN_URL_VAR} is not set: no PostgreSQL server to test `{test}` against"
             );
-            eprintln!(
+            // Written to the process's stderr directly, not through `eprintln!`, which the test
+            // harness captures and hides for a passing test: a skip must be seen.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED (PostgreSQL) {test}: set {ADMIN_URL_VAR}=postgres://user:password@host:port/db to run it"
             );
             None

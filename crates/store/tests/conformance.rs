@@ -14,13 +14,20 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tensorforge_store::testing::TestDatabase;
 use tensorforge_store::{
-    new_run_id, records_jsonl_text, parse_records_text, DeviceContext, HarnessSettings,
+    new_run_id, parse_records_text, records_jsonl_text, DeviceContext, HarnessSettings,
     InsertStatus, Record, SoftwareContext, Store, StoreError, WorkloadIdentity,
 };
 
 // ---------------------------------------------------------------- fixtures
 
-fn record_with(run: &str, i: u64, machine: &str, ts: i64, threads: u32, label: Option<&str>) -> Record {
+fn record_with(
+    run: &str,
+    i: u64,
+    machine: &str,
+    ts: i64,
+    threads: u32,
+    label: Option<&str>,
+) -> Record {
     let mut params = BTreeMap::new();
     params.insert("m".into(), serde_json::json!(i));
     let mut labels = BTreeMap::new();
@@ -118,12 +125,21 @@ impl Fixture {
         Store::open(Path::new(&self.location())).unwrap()
     }
 
+    /// The schema version this build writes for the engine.
+    fn newest_schema(&self) -> i64 {
+        match self.engine {
+            Engine::Sqlite => tensorforge_store::sqlite::SQLITE_SCHEMA_VERSION,
+            Engine::Postgres => i64::from(tensorforge_store::postgres::POSTGRES_SCHEMA_VERSION),
+        }
+    }
+
     /// Pretend a newer build wrote the schema.
     fn set_schema_version(&self, v: i64) {
         match &self.db {
             None => {
                 let c = rusqlite::Connection::open(self.location()).unwrap();
-                c.execute_batch(&format!("PRAGMA user_version = {v}")).unwrap();
+                c.execute_batch(&format!("PRAGMA user_version = {v}"))
+                    .unwrap();
             }
             Some(db) => db.execute(&format!(
                 "UPDATE tensorforge.store_meta SET schema_version = {v}"
@@ -197,7 +213,10 @@ fn child_process_helper() {
             // 200 runs of 2 records with ids `<prefix>-<i>`; every 10th run is sent twice,
             // as a CI job that retries after a timeout would.
             let prefix = std::env::var("TF_STORE_CHILD_PREFIX").unwrap();
-            let runs: u64 = std::env::var("TF_STORE_CHILD_RUNS").unwrap().parse().unwrap();
+            let runs: u64 = std::env::var("TF_STORE_CHILD_RUNS")
+                .unwrap()
+                .parse()
+                .unwrap();
             for i in 0..runs {
                 let id = format!("{prefix}-{i:03}");
                 let recs = vec![record(&id, 1, &prefix), record(&id, 2, &prefix)];
@@ -258,7 +277,7 @@ fn spawn_hanging_writer(f: &Fixture, tag: &str) -> std::process::Child {
 
 fn round_trip_and_selectors(f: &Fixture) {
     let s = f.open();
-    assert_eq!(s.schema_version().unwrap(), 1);
+    assert_eq!(s.schema_version().unwrap(), f.newest_schema());
     let r1 = vec![
         record_with("run-a", 1, "mach1", 100, 1, Some("base")),
         record_with("run-a", 2, "mach1", 101, 1, Some("base")),
@@ -381,7 +400,12 @@ fn insert_runs_is_all_or_nothing(f: &Fixture) {
     // The same batch again plus one new run: only the new one is written.
     let mut more = ok.clone();
     more.push(vec![record("w", 1, "m")]);
-    let status: Vec<InsertStatus> = s.insert_runs(&more).unwrap().iter().map(|o| o.status).collect();
+    let status: Vec<InsertStatus> = s
+        .insert_runs(&more)
+        .unwrap()
+        .iter()
+        .map(|o| o.status)
+        .collect();
     assert_eq!(
         status,
         [
@@ -417,7 +441,12 @@ fn profiles(f: &Fixture) {
         .to_string()
         .contains("provenance_json"));
     assert_eq!(s.profile("p3").unwrap().unwrap().0, "other");
-    let all: Vec<String> = s.profiles().unwrap().into_iter().map(|p| p.profile_id).collect();
+    let all: Vec<String> = s
+        .profiles()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.profile_id)
+        .collect();
     assert_eq!(all.len(), 3);
     assert_eq!(all[0], "p1");
 }
@@ -428,7 +457,7 @@ fn reopen_keeps_data(f: &Fixture) {
     drop(s);
     let s = f.open();
     assert_eq!(s.list_runs().unwrap().len(), 1);
-    assert_eq!(s.schema_version().unwrap(), 1);
+    assert_eq!(s.schema_version().unwrap(), f.newest_schema());
 }
 
 fn newer_schema_is_refused(f: &Fixture) {
@@ -436,7 +465,9 @@ fn newer_schema_is_refused(f: &Fixture) {
     s.insert_run(&[record("a", 1, "m")]).unwrap();
     drop(s);
     f.set_schema_version(99);
-    let e = Store::open(Path::new(&f.location())).unwrap_err().to_string();
+    let e = Store::open(Path::new(&f.location()))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("99") && e.contains("newer"), "{e}");
     assert!(!e.contains("tfpass") && !e.contains("secret"), "{e}");
 }
@@ -482,7 +513,10 @@ fn history_selects_the_newest_comparable_runs(f: &Fixture) {
         runs_of(s.history_records(&fp, "m", 4, &[], 5).unwrap()),
         ["h3", "h3"]
     );
-    assert!(s.history_records(&fp, "nowhere", 1, &[], 5).unwrap().is_empty());
+    assert!(s
+        .history_records(&fp, "nowhere", 1, &[], 5)
+        .unwrap()
+        .is_empty());
     assert_eq!(s.history_records(&fp, "m", 1, &[], 100).unwrap().len(), 8); // h0,h1,h2,h4 x 2
 }
 
@@ -495,9 +529,8 @@ fn label_baselines_and_names(f: &Fixture) {
     }
     s.insert_run(&[record_with("l9", 3, "n", 999, 1, Some("main"))])
         .unwrap();
-    let ids = |v: Vec<tensorforge_store::RunInfo>| {
-        v.into_iter().map(|r| r.run_id).collect::<Vec<_>>()
-    };
+    let ids =
+        |v: Vec<tensorforge_store::RunInfo>| v.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
     assert_eq!(
         ids(s.recent_runs_with_label("m", "label", "main", 2).unwrap()),
         ["l3", "l2"]
@@ -506,7 +539,10 @@ fn label_baselines_and_names(f: &Fixture) {
         ids(s.recent_runs_with_label("m", "label", "pr", 10).unwrap()),
         ["l1"]
     );
-    assert!(s.recent_runs_with_label("m", "nolabel", "main", 10).unwrap().is_empty());
+    assert!(s
+        .recent_runs_with_label("m", "nolabel", "main", 10)
+        .unwrap()
+        .is_empty());
     let fp = record("x", 3, "m").fingerprint;
     assert_eq!(s.fingerprints_named("g3").unwrap(), [fp.clone()]);
     assert_eq!(s.fingerprints_named(&fp).unwrap(), [fp]);
@@ -525,7 +561,9 @@ fn jsonl_export_import_round_trips(f: &Fixture) {
     let back = parse_records_text(&text, "export.jsonl").unwrap();
     assert_eq!(back, all, "export then parse is the identity");
     // Importing the export into the same store writes nothing new.
-    let out = s.insert_runs(&[back[..3].to_vec(), back[3..].to_vec()]).unwrap();
+    let out = s
+        .insert_runs(&[back[..3].to_vec(), back[3..].to_vec()])
+        .unwrap();
     assert!(out.iter().all(|o| o.status == InsertStatus::AlreadyStored));
     assert_eq!(total_records(&s), 5);
 }
@@ -624,11 +662,15 @@ fn eight_writer_processes_store_every_run_exactly_once(f: &Fixture) {
         .collect();
     assert_eq!(runs.len(), WRITERS * RUNS, "a run stored twice or lost");
     assert_eq!(ids, want);
-    assert!(runs.iter().all(|r| r.record_count == 2 && r.machine_id != "child"));
+    assert!(runs
+        .iter()
+        .all(|r| r.record_count == 2 && r.machine_id != "child"));
     let fp = record("x", 1, "").fingerprint;
     for w in 0..WRITERS {
         assert_eq!(
-            s.records_for_fingerprint(&fp, Some(&format!("w{w}"))).unwrap().len(),
+            s.records_for_fingerprint(&fp, Some(&format!("w{w}")))
+                .unwrap()
+                .len(),
             RUNS
         );
     }
@@ -698,17 +740,28 @@ fn pg(test: &str) -> Option<Fixture> {
 /// The fixture's URL with the password replaced.
 fn with_password(f: &Fixture, password: &str) -> String {
     let u = &f.db.as_ref().unwrap().url;
-    format!("postgres://{}:{password}@{}:{}/{}", u.user, u.host, u.port, u.dbname)
+    format!(
+        "postgres://{}:{password}@{}:{}/{}",
+        u.user, u.host, u.port, u.dbname
+    )
 }
 
 #[test]
 fn postgres_wrong_password_is_one_line_and_redacted() {
-    let Some(f) = pg("wrong_password") else { return };
+    let Some(f) = pg("wrong_password") else {
+        return;
+    };
     let e = Store::open(Path::new(&with_password(&f, "not-the-password-42")))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("authentication failed") && e.contains("password from the URL"), "{e}");
-    assert!(e.contains(":***@") && !e.contains("not-the-password-42"), "{e}");
+    assert!(
+        e.contains("authentication failed") && e.contains("password from the URL"),
+        "{e}"
+    );
+    assert!(
+        e.contains(":***@") && !e.contains("not-the-password-42"),
+        "{e}"
+    );
     assert!(!e.contains('\n'), "{e}");
 }
 
@@ -725,7 +778,10 @@ fn postgres_unreachable_server_is_a_named_error() {
     let t = Instant::now();
     let e = Store::open(Path::new(&url)).unwrap_err().to_string();
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-    assert!(e.contains("cannot connect") && e.contains(&port.to_string()), "{e}");
+    assert!(
+        e.contains("cannot connect") && e.contains(&port.to_string()),
+        "{e}"
+    );
     assert!(!e.contains("hunter2") && !e.contains('\n'), "{e}");
     // A database that does not exist on a live server.
     let u = &f.db.as_ref().unwrap().url;
@@ -735,7 +791,8 @@ fn postgres_unreachable_server_is_a_named_error() {
     );
     let e = Store::open(Path::new(&missing)).unwrap_err().to_string();
     assert!(
-        e.contains("tf_no_such_db") && (e.contains("does not exist") || e.contains("authentication")),
+        e.contains("tf_no_such_db")
+            && (e.contains("does not exist") || e.contains("authentication")),
         "{e}"
     );
 }
@@ -745,8 +802,13 @@ fn postgres_database_of_another_application_is_refused_and_untouched() {
     let Some(f) = pg("other_app") else { return };
     let db = f.db.as_ref().unwrap();
     db.execute("CREATE TABLE invoices (id INT); INSERT INTO invoices VALUES (1);");
-    let e = Store::open(Path::new(&f.location())).unwrap_err().to_string();
-    assert!(e.contains("not a TensorForge store") && e.contains("1 table"), "{e}");
+    let e = Store::open(Path::new(&f.location()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not a TensorForge store") && e.contains("1 table"),
+        "{e}"
+    );
     let mut c = db.client();
     let schemas: i64 = c
         .query_one(
@@ -756,7 +818,10 @@ fn postgres_database_of_another_application_is_refused_and_untouched() {
         .unwrap()
         .get(0);
     assert_eq!(schemas, 0, "nothing was created");
-    let n: i64 = c.query_one("SELECT count(*) FROM invoices", &[]).unwrap().get(0);
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM invoices", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(n, 1);
 }
 
@@ -783,7 +848,10 @@ fn postgres_dropped_connection_mid_run_records_nothing() {
         })
         .unwrap_err()
         .to_string();
-    assert!(e.contains("connection") && e.contains("nothing of it was stored"), "{e}");
+    assert!(
+        e.contains("connection") && e.contains("nothing of it was stored"),
+        "{e}"
+    );
     assert!(!e.contains('\n'), "{e}");
     let s = f.open();
     assert_eq!(s.list_runs().unwrap().len(), 1);
@@ -799,13 +867,25 @@ fn postgres_sync_both_ways_is_idempotent() {
     for _ in 0..3 {
         lite_a.insert_run(&run_of(3, "ma")).unwrap();
     }
-    lite_a.insert_profile("prof-a", "ma", "x = 1", "{}").unwrap();
+    lite_a
+        .insert_profile("prof-a", "ma", "x = 1", "{}")
+        .unwrap();
     pg_store.insert_run(&run_of(2, "mp")).unwrap();
     let r = lite_a.sync_to(&pg_store).unwrap();
-    assert_eq!((r.runs_copied, r.records_copied, r.runs_already_present), (3, 9, 0));
+    assert_eq!(
+        (r.runs_copied, r.records_copied, r.runs_already_present),
+        (3, 9, 0)
+    );
     assert_eq!(r.profiles_copied, 1);
     let r = lite_a.sync_to(&pg_store).unwrap();
-    assert_eq!((r.runs_copied, r.runs_already_present, r.profiles_already_present), (0, 3, 1));
+    assert_eq!(
+        (
+            r.runs_copied,
+            r.runs_already_present,
+            r.profiles_already_present
+        ),
+        (0, 3, 1)
+    );
     // And back into another SQLite store: all four runs, identical records.
     let r = pg_store.sync_to(&lite_b).unwrap();
     assert_eq!((r.runs_copied, r.records_copied), (4, 11));

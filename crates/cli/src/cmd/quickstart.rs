@@ -76,7 +76,7 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
         out.markdown_path.display(),
         out.html_path.display()
     );
-    println!("recorded run {}", out.run_id);
+    println!("recorded run {} in {}", out.run_id, out.store);
     println!("done in {:.1} s", out.duration_s);
     Ok(out.exit_code)
 }

@@ -1,0 +1,174 @@
+//! The team store end to end through the binary, against a real PostgreSQL server (the one
+//! `TENSORFORGE_TEST_POSTGRES` names; CI starts one, and without it these tests print
+//! `SKIPPED` and return): the main job and the gate run unchanged with `--store
+//! postgres://...`, a retried import stores nothing twice and says so, and `records sync`
+//! moves runs SQLite -> PostgreSQL -> SQLite idempotently. A store of another application
+//! is refused with a one-line error and left untouched.
+
+mod common;
+
+use common::{fails, json, tf};
+use tensorforge_store::testing::TestDatabase;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tf-pg-cli-{}-{name}-{}",
+        std::process::id(),
+        tensorforge_store::new_run_id()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn quickstart_and_gate_run_unchanged_against_postgres() {
+    let Some(db) = TestDatabase::create("quickstart_and_gate") else {
+        return;
+    };
+    let url = db.url_with_password();
+    let dir = tmp("qs");
+    let quickstart = || {
+        tf().current_dir(&dir)
+            .env_remove("TENSORFORGE_STORE")
+            .args(["quickstart", "--store", &url])
+            .args(["--time-budget-ms", "100", "--iterations", "20"])
+            .output()
+            .unwrap()
+    };
+    let first = quickstart();
+    let out = String::from_utf8_lossy(&first.stdout).to_string();
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(out.contains("baseline established"), "{out}");
+    // The password never reaches the output or the reports.
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let secret = db.url_with_password();
+    let secret = secret.split(':').nth(2).unwrap().split('@').next().unwrap();
+    assert!(
+        !out.contains(secret) && !md.contains(secret),
+        "password shown"
+    );
+    assert!(out.contains(&db.url.to_string()), "{out}");
+    let second = quickstart();
+    let out = String::from_utf8_lossy(&second.stdout).to_string();
+    assert!(matches!(second.status.code(), Some(0) | Some(3)), "{out}");
+    assert!(out.contains("against 1 earlier run(s)"), "{out}");
+
+    // Both runs are in the server's store, and the gate resolves them there.
+    let listed = json(&["records", "list", "--json", "--store", &url]);
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{listed}");
+    let older = runs[1]["run_id"].as_str().unwrap().to_string();
+    let gate = tf()
+        .args([
+            "gate",
+            "--store",
+            &url,
+            "--baseline",
+            &older,
+            "--candidate",
+            "latest",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&gate.stdout).to_string();
+    assert!(
+        matches!(gate.status.code(), Some(0) | Some(1) | Some(3)),
+        "gate exit {:?}: {text}{}",
+        gate.status.code(),
+        String::from_utf8_lossy(&gate.stderr)
+    );
+    assert!(
+        text.contains("PASS") || text.contains("FAIL") || text.contains("INCONCLUSIVE"),
+        "{text}"
+    );
+}
+
+#[test]
+fn import_retries_and_sync_both_ways() {
+    let Some(db) = TestDatabase::create("import_and_sync") else {
+        return;
+    };
+    let url = db.url_with_password();
+    let dir = tmp("sync");
+    let a = dir.join("a.sqlite").display().to_string();
+    let b = dir.join("b.sqlite").display().to_string();
+    // Two runs in a local store, via a hyperfine file (no measuring needed).
+    let hf = dir.join("hf.json");
+    std::fs::write(
+        &hf,
+        r#"{"results":[{"command":"./gemm 64","mean":0.0015,"stddev":0.0005,"median":0.0015,
+        "user":0.001,"system":0.0,"min":0.001,"max":0.002,"times":[0.001,0.002,0.0015],
+        "exit_codes":[0,0,0]}]}"#,
+    )
+    .unwrap();
+    for _ in 0..2 {
+        tf().args(["ingest", "hyperfine"])
+            .arg(&hf)
+            .args(["--workload-kind", "gemm", "--workload-name", "gemm_64"])
+            .args([
+                "--param", "m=64", "--dtype", "f32", "--record", "--store", &a,
+            ])
+            .assert()
+            .success();
+    }
+    let first = json(&["records", "sync", "--from", &a, "--to", &url, "--json"]);
+    assert_eq!(first["runs_copied"], 2, "{first}");
+    assert_eq!(first["records_copied"], 2, "{first}");
+    assert_eq!(first["schema_version"], 1);
+    assert!(!first["to"]
+        .as_str()
+        .unwrap()
+        .contains(url.split('@').next().unwrap().rsplit(':').next().unwrap()));
+    let again = json(&["records", "sync", "--from", &a, "--to", &url, "--json"]);
+    assert_eq!(
+        (
+            again["runs_copied"].as_u64(),
+            again["runs_already_present"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+    let back = json(&["records", "sync", "--from", &url, "--to", &b, "--json"]);
+    assert_eq!(back["runs_copied"], 2, "{back}");
+    let a_list = json(&["records", "list", "--json", "--store", &a]);
+    let b_list = json(&["records", "list", "--json", "--store", &b]);
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&a_list), ids(&b_list));
+
+    // Export from the server and import it back: a retried CI step stores nothing twice.
+    let out = dir.join("all.jsonl").display().to_string();
+    tf().args(["records", "export", "--out", &out, "--store", &url])
+        .assert()
+        .success();
+    let imp = json(&["records", "import", &out, "--json", "--store", &url]);
+    assert_eq!(imp["inserted"].as_array().unwrap().len(), 0, "{imp}");
+    assert_eq!(imp["already_stored"].as_array().unwrap().len(), 2, "{imp}");
+}
+
+#[test]
+fn a_database_of_another_application_is_refused() {
+    let Some(db) = TestDatabase::create("other_application") else {
+        return;
+    };
+    db.execute("CREATE TABLE orders (id INT)");
+    let url = db.url_with_password();
+    fails(
+        &["records", "list", "--store", &url],
+        &[
+            "not a TensorForge store",
+            "left untouched",
+            &db.url.to_string(),
+        ],
+    );
+}
