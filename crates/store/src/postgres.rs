@@ -126,7 +126,7 @@ pub fn encode_samples(samples: &[f64]) -> Vec<u8> {
 
 /// The samples of [`encode_samples`]' bytes; `None` when the length is not a multiple of 8.
 pub fn decode_samples(bytes: &[u8]) -> Option<Vec<f64>> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return None;
     }
     Some(

@@ -472,11 +472,24 @@ impl Store {
     }
 
     /// Copy every run and profile of this store into `dest` that `dest` does not hold yet,
-    /// oldest first, [`SYNC_BATCH_RUNS`] runs per destination transaction. Idempotent: a
+    /// oldest first, 100 runs per destination transaction. Idempotent: a
     /// second sync copies nothing. A run id present on both sides whose summary differs
     /// (another run under the same id) is compared record by record and is an error if the
     /// records differ; a profile id with different content is an error. Nothing of the
     /// failing batch is written.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use tensorforge_store::Store;
+    /// let dir = std::env::temp_dir().join(format!("tf-doc-{}", tensorforge_store::new_run_id()));
+    /// let a = Store::open(&dir.join("a.sqlite")).unwrap();
+    /// let b = Store::open(&dir.join("b.sqlite")).unwrap();
+    /// let r = a.sync_to(&b).unwrap();
+    /// assert_eq!((r.runs_copied, r.runs_already_present), (0, 0));
+    /// // A postgres:// URL selects the server engine; another scheme is an error naming it.
+    /// let e = Store::open(Path::new("mysql://ci:pw@db/x")).unwrap_err().to_string();
+    /// assert!(e.contains("mysql") && !e.contains(":pw@"));
+    /// ```
     pub fn sync_to(&self, dest: &Store) -> Result<SyncReport, StoreError> {
         let mut report = SyncReport {
             schema_version: SYNC_SCHEMA_VERSION,

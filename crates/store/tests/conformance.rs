@@ -544,7 +544,10 @@ fn label_baselines_and_names(f: &Fixture) {
         .unwrap()
         .is_empty());
     let fp = record("x", 3, "m").fingerprint;
-    assert_eq!(s.fingerprints_named("g3").unwrap(), [fp.clone()]);
+    assert_eq!(
+        s.fingerprints_named("g3").unwrap(),
+        std::slice::from_ref(&fp)
+    );
     assert_eq!(s.fingerprints_named(&fp).unwrap(), [fp]);
     assert!(s.fingerprints_named("g4").unwrap().is_empty());
 }
