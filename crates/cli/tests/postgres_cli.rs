@@ -172,3 +172,79 @@ fn a_database_of_another_application_is_refused() {
         ],
     );
 }
+
+#[test]
+fn credentials_come_from_pgpassword_or_pgpass_and_are_never_shown() {
+    let Some(db) = TestDatabase::create("credentials") else {
+        return;
+    };
+    let u = &db.url;
+    let with = db.url_with_password();
+    let password = with
+        .strip_prefix(&format!("postgres://{}:", u.user))
+        .and_then(|rest| rest.split_once('@'))
+        .map(|(p, _)| p.to_string())
+        .unwrap();
+    // The URL without a password, given through TENSORFORGE_STORE.
+    let bare = format!("postgres://{}@{}:{}/{}", u.user, u.host, u.port, u.dbname);
+    let home = tmp("home");
+    let run = |envs: &[(&str, &str)]| {
+        let mut c = tf();
+        c.env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .env("HOME", &home)
+            .env("TENSORFORGE_STORE", &bare)
+            .args(["records", "list", "--json"]);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let ok = run(&[("PGPASSWORD", &password)]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(listed["store"], bare.as_str(), "{listed}");
+
+    // ~/.pgpass with a matching line, readable by its owner only.
+    let pgpass = home.join(".pgpass");
+    std::fs::write(
+        &pgpass,
+        format!(
+            "# tensorforge test\n*:*:other_db:*:nope\n{}:{}:*:{}:{password}\n",
+            u.host, u.port, u.user
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ok = run(&[]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    // Readable by others: ignored as libpq ignores it, and the error says so.
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bad = run(&[]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr).to_string();
+    assert!(
+        err.contains("authentication failed") && err.contains("chmod 600"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    // A wrong PGPASSWORD: named as the source, never shown.
+    let bad = run(&[("PGPASSWORD", "wrong-pw-123")]);
+    let err = String::from_utf8_lossy(&bad.stderr).to_string();
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("password from PGPASSWORD") && !err.contains("wrong-pw-123"),
+        "{err}"
+    );
+}

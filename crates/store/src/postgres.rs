@@ -466,8 +466,13 @@ fn connect_error(
     e: &postgres::Error,
 ) -> StoreError {
     let code = e.code();
+    // The client stops before sending anything when the server asks for a password and
+    // none was found ("password missing"): the same failure for the user.
+    let no_password =
+        *source == PasswordSource::None || matches!(source, PasswordSource::IgnoredPasswordFile(_));
     let message = if code == Some(&SqlState::INVALID_PASSWORD)
         || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+        || (no_password && one_line(e).contains("password missing"))
     {
         format!("authentication failed for role `{user}` ({source}); nothing was recorded")
     } else if code == Some(&SqlState::INVALID_CATALOG_NAME) {

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 pub use crate::sqlite::BUSY_TIMEOUT;
 
-/// The store path used when none is given: `$TENSORFORGE_STORE` if set and non-empty, else
+/// The store used when none is given, as a path (a `postgres://` URL in
+/// `$TENSORFORGE_STORE` is kept as text; [`Store::open`] tells the two apart):
+/// `$TENSORFORGE_STORE` if set and non-empty, else
 /// `$XDG_DATA_HOME/tensorforge/tensorforge.sqlite`, else
 /// `$HOME/.local/share/tensorforge/tensorforge.sqlite` (else `./tensorforge.sqlite`).
 pub fn default_store_path() -> PathBuf {
