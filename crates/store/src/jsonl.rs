@@ -234,8 +234,8 @@ mod tests {
 
     #[test]
     fn the_bench_json_envelope_is_a_records_file() {
-        let a = crate::store::tests::rec("r1", 64, "m", 1, None);
-        let b = crate::store::tests::rec("r1", 128, "m", 1, None);
+        let a = crate::testing::record("r1", 64, "m", 1, 1, None);
+        let b = crate::testing::record("r1", 128, "m", 1, 1, None);
         let text = serde_json::json!({
             "schema_version": 1,
             "run_id": "r1",

@@ -613,7 +613,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tf-sqlite-v1-{}", new_run_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("v1.sqlite");
-        let rec = crate::store::tests::rec("old-run", 64, "m", 5, None);
+        let rec = crate::testing::record("old-run", 64, "m", 5, 1, None);
         {
             // A store as the version-1 build wrote it: no threads column.
             let c = Connection::open(&path).unwrap();

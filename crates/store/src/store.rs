@@ -566,42 +566,8 @@ fn same_summary(a: &RunInfo, b: &RunInfo) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::record::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
-
-    pub(crate) fn rec(run: &str, m: u64, machine: &str, ts: i64, label: Option<&str>) -> Record {
-        let mut params = BTreeMap::new();
-        params.insert("m".into(), serde_json::json!(m));
-        let mut labels = BTreeMap::new();
-        if let Some(l) = label {
-            labels.insert("label".to_string(), l.to_string());
-        }
-        Record::new(crate::record::RecordParts {
-            run_id: run.into(),
-            workload: WorkloadIdentity {
-                kind: "gemm".into(),
-                name: format!("g{m}"),
-                params,
-                dtype: "f32".into(),
-            },
-            device: DeviceContext {
-                kind: "cpu".into(),
-                machine_id: machine.into(),
-                ..Default::default()
-            },
-            software: SoftwareContext::default(),
-            harness: HarnessSettings::default(),
-            samples_ns: vec![10.0 + m as f64, 20.0, 30.0],
-            flops: None,
-            bytes: None,
-            peak_alloc_bytes: None,
-            timestamp_unix_s: ts,
-            labels,
-            source: "harness".into(),
-        })
-        .unwrap()
-    }
 
     #[test]
     fn run_ids_are_unique_and_sortable() {

@@ -4,10 +4,61 @@
 //! `postgres://postgres:secret@127.0.0.1:55432/postgres`). Without it the PostgreSQL half
 //! of each test prints a visible `SKIPPED` line and returns; with
 //! `TENSORFORGE_TEST_POSTGRES_REQUIRED=1` (CI sets it) a missing server fails the test
-//! instead. Each database is dropped when its [`TestDatabase`] is.
+//! instead. Each database is dropped when its [`TestDatabase`] is. Also the one synthetic
+//! record the store's tests build runs from ([`record`]).
 
 use crate::location::{PostgresUrl, StoreLocation};
+use crate::record::WorkloadIdentity;
+use crate::record::{DeviceContext, HarnessSettings, Record, RecordParts, SoftwareContext};
 use crate::store::new_run_id;
+use std::collections::BTreeMap;
+
+/// A valid record of run `run`: workload `g<i>` (a `gemm` with `m = i`, f32) on `machine`,
+/// measured at `threads` threads at Unix time `ts`, with label `label=<label>` when given and
+/// 50 full-precision samples (`100 + k/3 + i` ns, as a harness writes them, not short
+/// decimals).
+pub fn record(
+    run: &str,
+    i: u64,
+    machine: &str,
+    ts: i64,
+    threads: u32,
+    label: Option<&str>,
+) -> Record {
+    let mut params = BTreeMap::new();
+    params.insert("m".into(), serde_json::json!(i));
+    let mut labels = BTreeMap::new();
+    if let Some(l) = label {
+        labels.insert("label".to_string(), l.to_string());
+    }
+    Record::new(RecordParts {
+        run_id: run.into(),
+        workload: WorkloadIdentity {
+            kind: "gemm".into(),
+            name: format!("g{i}"),
+            params,
+            dtype: "f32".into(),
+        },
+        device: DeviceContext {
+            kind: "cpu".into(),
+            machine_id: machine.into(),
+            ..Default::default()
+        },
+        software: SoftwareContext::default(),
+        harness: HarnessSettings {
+            threads,
+            ..HarnessSettings::default()
+        },
+        samples_ns: (0..50).map(|k| 100.0 + k as f64 / 3.0 + i as f64).collect(),
+        flops: None,
+        bytes: None,
+        peak_alloc_bytes: None,
+        timestamp_unix_s: ts,
+        labels,
+        source: "harness".into(),
+    })
+    .expect("the synthetic record is valid")
+}
 
 /// The environment variable naming the test server's admin URL.
 pub const ADMIN_URL_VAR: &str = "TENSORFORGE_TEST_POSTGRES";

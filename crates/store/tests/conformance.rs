@@ -8,61 +8,16 @@
 //! Child processes are this test binary re-executed on `child_process_helper` with
 //! environment variables; they open the store from the same location text a user types.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tensorforge_store::testing::TestDatabase;
+use tensorforge_store::testing::{record as record_with, TestDatabase};
 use tensorforge_store::{
-    new_run_id, parse_records_text, records_jsonl_text, DeviceContext, HarnessSettings,
-    InsertStatus, Record, SoftwareContext, Store, StoreError, WorkloadIdentity,
+    new_run_id, parse_records_text, records_jsonl_text, InsertStatus, Record, Store, StoreError,
 };
 
 // ---------------------------------------------------------------- fixtures
-
-fn record_with(
-    run: &str,
-    i: u64,
-    machine: &str,
-    ts: i64,
-    threads: u32,
-    label: Option<&str>,
-) -> Record {
-    let mut params = BTreeMap::new();
-    params.insert("m".into(), serde_json::json!(i));
-    let mut labels = BTreeMap::new();
-    if let Some(l) = label {
-        labels.insert("label".to_string(), l.to_string());
-    }
-    Record::new(tensorforge_store::RecordParts {
-        run_id: run.into(),
-        workload: WorkloadIdentity {
-            kind: "gemm".into(),
-            name: format!("g{i}"),
-            params,
-            dtype: "f32".into(),
-        },
-        device: DeviceContext {
-            kind: "cpu".into(),
-            machine_id: machine.into(),
-            ..Default::default()
-        },
-        software: SoftwareContext::default(),
-        harness: HarnessSettings {
-            threads,
-            ..HarnessSettings::default()
-        },
-        // Full-precision values (not short decimals), as a harness produces.
-        samples_ns: (0..50).map(|k| 100.0 + k as f64 / 3.0 + i as f64).collect(),
-        flops: None,
-        bytes: None,
-        peak_alloc_bytes: None,
-        timestamp_unix_s: ts,
-        labels,
-        source: "harness".into(),
-    })
-    .unwrap()
-}
 
 fn record(run: &str, i: u64, machine: &str) -> Record {
     record_with(run, i, machine, 1_700_000_000 + i as i64, 1, None)
