@@ -15,7 +15,9 @@
 //! stored when the records are identical, an error when they differ. Runs of one batch are
 //! inserted in run-id order, so two batches never wait on each other in a cycle; a deadlock
 //! or serialization failure reported by the server is retried. A connection lost mid-write
-//! leaves nothing of the transaction (the server rolls it back). Left out: TLS, connection
+//! leaves nothing of the transaction (the server rolls it back); lost during the commit
+//! itself, the outcome is unknown and the error says to record the run again (its id makes
+//! that safe). Left out: TLS, connection
 //! pooling, and server-side retention.
 
 use crate::credentials::{self, PasswordSource};
@@ -45,6 +47,9 @@ const MIGRATION_LOCK: i64 = 0x5446_5354;
 
 /// How long to wait for a server that does not answer, unless the URL says otherwise.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The step name of a commit in messages (a connection lost there leaves the outcome unknown).
+const COMMIT: &str = "commit";
 
 /// How many times a transaction the server aborted as a deadlock or serialization failure
 /// is tried in all.
@@ -191,10 +196,19 @@ impl PostgresStore {
             || e.code() == Some(&SqlState::CRASH_SHUTDOWN)
             || e.code() == Some(&SqlState::CONNECTION_FAILURE)
         {
-            format!(
-                "{what}: the connection to the server was lost ({}); the transaction was rolled back and nothing of it was stored",
-                one_line(&e)
-            )
+            if what == COMMIT {
+                // Lost while committing: the server may or may not have committed. The run id
+                // makes a retry safe either way.
+                format!(
+                    "{what}: the connection to the server was lost ({}); whether the run was stored is unknown: record it again, its run id makes the retry store it once",
+                    one_line(&e)
+                )
+            } else {
+                format!(
+                    "{what}: the connection to the server was lost ({}); the transaction was rolled back and nothing of it was stored",
+                    one_line(&e)
+                )
+            }
         } else {
             format!("{what}: {}", one_line(&e))
         };
@@ -520,7 +534,7 @@ impl StoreEngine for PostgresStore {
                     for &i in &order {
                         status[i] = self.write_run(&mut tx, &runs[i], hook)?;
                     }
-                    tx.commit().map_err(|e| self.err("commit", e))?;
+                    tx.commit().map_err(|e| self.err(COMMIT, e))?;
                     Ok(status)
                 };
                 attempt()
