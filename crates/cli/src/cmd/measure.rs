@@ -158,11 +158,6 @@ fn store_path(p: &Option<PathBuf>) -> PathBuf {
     p.clone().unwrap_or_else(default_store_path)
 }
 
-/// Open (creating a SQLite file and its folder if needed) the store at `path`.
-fn open_store(path: &Path) -> Result<Store> {
-    Ok(Store::open(path)?)
-}
-
 fn parse_all(args: &[String]) -> Result<Vec<WorkloadSpec>> {
     let mut v = Vec::new();
     for a in args {
@@ -262,7 +257,7 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
     }
     let mut stored_in = None;
     if record {
-        let store = open_store(&store_path(&a.store))?;
+        let store = Store::open(&store_path(&a.store))?;
         store.insert_run(&records)?;
         stored_in = Some(store.describe());
     }
@@ -337,7 +332,7 @@ pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
     }
     let mut stored_in = None;
     if !a.no_store {
-        let store = open_store(&store_path(&a.store))?;
+        let store = Store::open(&store_path(&a.store))?;
         store.insert_profile(
             &profile_id,
             &cal.provenance.machine_id,
@@ -508,7 +503,7 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
         None
     };
     if a.record {
-        open_store(&store_path(&a.store))?.insert_run(&records)?;
+        Store::open(&store_path(&a.store))?.insert_run(&records)?;
     }
     let mut written = Vec::new();
     if let (Some(dir), Some((roof, pvm))) = (&a.plots, svgs) {

@@ -13,9 +13,10 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tensorforge_store::location::{is_missing_file, shown};
 use tensorforge_store::{
     default_store_path, ingest_record, new_run_id, read_records_jsonl, write_records_jsonl,
-    GpuContext, IngestContext, IngestFormat, InsertStatus, Record, RunInfo, Store, StoreLocation,
+    GpuContext, IngestContext, IngestFormat, InsertStatus, Record, RunInfo, Store,
     WorkloadIdentity,
 };
 
@@ -123,8 +124,8 @@ struct ImportJson {
 /// Run `records`.
 pub fn run_records(a: RecordsArgs) -> Result<()> {
     if let RecordsCommand::Sync { from, to, json } = &a.command {
-        if StoreLocation::parse(&from.to_string_lossy())?.is_missing_file() {
-            bail!("--from {}: no such store file", from.display());
+        if is_missing_file(from) {
+            bail!("--from {}: no such store file", shown(from));
         }
         let src = Store::open(from)?;
         let dest = Store::open(to)?;
