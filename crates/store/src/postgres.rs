@@ -22,8 +22,8 @@
 
 use crate::credentials::{self, PasswordSource};
 use crate::engine::{
-    conflict, newest_runs_of, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery,
-    RunSummary, StoreEngine, StoredProfile,
+    conflict, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery, RunSummary,
+    StoreEngine, StoredProfile,
 };
 use crate::error::StoreError;
 use crate::location::PostgresUrl;
@@ -677,7 +677,7 @@ impl StoreEngine for PostgresStore {
         // history index; only their records are read and parsed.
         let threads = i64::from(threads);
         let limit = runs.min(i64::MAX as usize) as i64;
-        let recs = self.query_records(
+        self.query_records(
             &mut *self.client.borrow_mut(),
             &format!(
                 "WITH newest AS (
@@ -695,10 +695,7 @@ impl StoreEngine for PostgresStore {
                  ORDER BY timestamp_unix_s, id"
             ),
             &[&fingerprint, &machine_id, &threads, &exclude, &limit],
-        )?;
-        // The SQL selects exactly what the shared rule keeps; applying the rule again is a
-        // no-op kept as a guard that both engines answer alike.
-        Ok(newest_runs_of(recs, threads as u32, exclude, runs))
+        )
     }
 
     fn fingerprints_named(&self, name: &str) -> Result<Vec<String>, StoreError> {

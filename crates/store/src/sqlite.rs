@@ -11,8 +11,8 @@
 //! read back are parsed but not re-validated (they were validated on the way in).
 
 use crate::engine::{
-    conflict, newest_runs_of, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery,
-    RunSummary, StoreEngine, StoredProfile,
+    conflict, same_content, InsertOutcome, InsertStatus, PreparedRun, RunQuery, RunSummary,
+    StoreEngine, StoredProfile,
 };
 use crate::error::StoreError;
 use crate::record::Record;
@@ -532,7 +532,7 @@ impl StoreEngine for SqliteStore {
         // history index (the exclusions as a JSON array); only their records are parsed.
         let exclude_json = serde_json::to_string(exclude).unwrap_or_else(|_| "[]".into());
         let limit = runs.min(i64::MAX as usize) as i64;
-        let recs = self.query_records(
+        self.query_records(
             "WITH matching AS (
                  SELECT id, run_id, timestamp_unix_s FROM records
                  WHERE fingerprint = ?1 AND machine_id = ?2
@@ -549,10 +549,7 @@ impl StoreEngine for SqliteStore {
              WHERE id IN (SELECT id FROM matching WHERE run_id IN (SELECT run_id FROM chosen))
              ORDER BY timestamp_unix_s, id",
             &[&fingerprint, &machine_id, &i64::from(threads), &exclude_json, &limit],
-        )?;
-        // The SQL selects exactly what the shared rule keeps; applying the rule again is a
-        // no-op kept as a guard that both engines answer alike.
-        Ok(newest_runs_of(recs, threads, exclude, runs))
+        )
     }
 
     fn fingerprints_named(&self, name: &str) -> Result<Vec<String>, StoreError> {
