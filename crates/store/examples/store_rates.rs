@@ -2,7 +2,8 @@
 //! round so both see the same machine load: ingest (one run of 100 records x 1,000
 //! full-precision samples per round: validation, serialization, insert and commit) and the
 //! history queries over 10,000 stored runs of one workload (the gate's history, the full
-//! series the `history` command plots, a label baseline, the run list and a name lookup).
+//! series the `history` command plots, a label baseline, the run list and a name lookup),
+//! and, for scale, parsing the whole series' records from JSON with no database.
 //! Prints min / median / max per engine. PostgreSQL runs in a fresh database on the server
 //! that `TENSORFORGE_TEST_POSTGRES` names (an admin URL), dropped at the end; without it only
 //! SQLite is measured.
@@ -175,6 +176,29 @@ fn main() {
             );
         }
     }
+    // The share of the whole-series read that is JSON parsing alone: the same records,
+    // serialized as a store holds them, parsed back with no database involved.
+    let jsons: Vec<String> = stores[0]
+        .1
+        .records_for_fingerprint(&fp, Some("bench"))
+        .unwrap_or_else(|e| die(&e))
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("serializable"))
+        .collect();
+    let mut parse_ms = Vec::new();
+    for _ in 0..QUERY_ROUNDS {
+        let t = Instant::now();
+        for j in &jsons {
+            let r: Record = serde_json::from_str(j).expect("parses");
+            std::hint::black_box(r);
+        }
+        parse_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!(
+        "(no db)  parsing the same {} records from JSON: {}",
+        jsons.len(),
+        spread(&mut parse_ms, |x| format!("{x:.1} ms"))
+    );
     drop(stores);
     let _ = std::fs::remove_dir_all(&dir);
 }
