@@ -108,7 +108,7 @@ fn gate_exit_codes_end_to_end() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["overall"], "FAIL");
     assert_eq!(v["exit_code"], 1);
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(v["rows"][0]["baseline_runs"], 6);
     // 3: the same 2x slowdown against one baseline run: samples of one run are not
     // replicates, so it is INCONCLUSIVE ("too little history"), never FAIL.

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tensorforge_measure::calibrate::{calibrate, CalibrateOptions};
 use tensorforge_measure::context::{device_context, host_logical_cores};
+use tensorforge_measure::counting::{count_suite, CountMode, CountOptions, CountOutcome};
 use tensorforge_measure::harness::{run_suite, HarnessOptions};
 use tensorforge_measure::plots;
 use tensorforge_measure::validate::{embedded_holdout_suite, measure_and_validate, validate};
@@ -66,13 +67,18 @@ pub struct QuickstartOptions {
     pub min_iterations: u64,
     /// Calibration settings (`threads` is overridden by [`QuickstartOptions::threads`]).
     pub calibration: CalibrateOptions,
-    /// Count instructions per iteration with callgrind: the `tensorforge` executable that
-    /// has the `__count-instructions` command, and the counted iterations.
-    pub instructions: Option<(PathBuf, u64)>,
+    /// Whether to count instructions and estimated cycles with callgrind (the metrics that
+    /// decide by default); `Auto` counts when valgrind runs here and says so otherwise.
+    pub count_mode: CountMode,
+    /// How to count: the `tensorforge` executable that has the `__count-instructions`
+    /// command, iterations, parallel processes. `None` with a mode other than `Off`: nothing
+    /// can be counted, and the job says so.
+    pub count_options: Option<CountOptions>,
 }
 
 impl QuickstartOptions {
-    /// Defaults: 1 thread, the embedded policy, 300 ms and 20 iterations per workload.
+    /// Defaults: 1 thread, the embedded policy, 300 ms and 20 iterations per workload,
+    /// counting when valgrind runs here (`count_options` must name the executable).
     pub fn new(store_path: PathBuf, out_dir: PathBuf) -> QuickstartOptions {
         QuickstartOptions {
             store_path,
@@ -82,14 +88,20 @@ impl QuickstartOptions {
             time_budget_ns: 300_000_000,
             min_iterations: 20,
             calibration: CalibrateOptions::new(1, true),
-            instructions: None,
+            count_mode: CountMode::Auto,
+            count_options: None,
         }
     }
 }
 
+/// Version of [`QuickstartOutcome`] as JSON (`quickstart --json`).
+pub const QUICKSTART_OUTCOME_SCHEMA_VERSION: u32 = 1;
+
 /// What the job found, for the caller to print.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QuickstartOutcome {
+    /// Always [`QUICKSTART_OUTCOME_SCHEMA_VERSION`].
+    pub schema_version: u32,
     /// The gate's exit status (0 also when the baseline was just established).
     pub exit_code: u8,
     /// One line: the decision and what it was gated against.
@@ -116,14 +128,22 @@ pub struct QuickstartOutcome {
     pub html_path: PathBuf,
     /// Wall-clock seconds.
     pub duration_s: f64,
+    /// What counting did, in one line (`None` when it was off).
+    pub counting: Option<String>,
+    /// One line per workload with a deliberately injected slowdown.
+    pub injected: Vec<String>,
+    /// The gate's full result (every row, which metrics decided); `None` on the first run,
+    /// which starts the history and compares nothing.
+    pub gate: Option<GateResult>,
 }
 
-/// Fingerprints of the workloads whose run-level test says FAIL or INCONCLUSIVE (with a
-/// p-value: "too little history" rows are not re-measured, since more measurement of this
-/// build cannot add history).
+/// Fingerprints of the workloads whose deciding run-level test says FAIL or INCONCLUSIVE
+/// (with a p-value: "too little history" rows are not re-measured, since more measurement
+/// of this build cannot add history; counts are not re-measured, they do not change).
 fn suspects(g: &GateResult) -> BTreeSet<String> {
     g.rows
         .iter()
+        .filter(|r| r.decides)
         .filter(|r| matches!(r.verdict, Verdict::Fail | Verdict::Inconclusive))
         .filter(|r| r.p_value.is_some())
         .map(|r| r.fingerprint.clone())
@@ -206,10 +226,51 @@ pub fn run_quickstart(
             progress(&format!("      {m}"))
         })?;
     machine = machine.slowest(MachineState::probe(threads)?);
-    if let Some((exe, n)) = &o.instructions {
-        progress("      counting instructions with callgrind (single-threaded)");
-        tensorforge_measure::instructions::attach_counts(exe, &suite, &mut records, *n)?;
+    let counting = match (&o.count_options, o.count_mode) {
+        (_, CountMode::Off) => CountOutcome::Off,
+        (None, CountMode::Required) => {
+            return Err(JobError::invalid(
+                "count_options",
+                "none",
+                "counting is required but no executable to count with was given",
+            ))
+        }
+        (None, _) => {
+            CountOutcome::Unavailable("no tensorforge executable to count with was given".into())
+        }
+        (Some(co), mode) => {
+            progress(&format!(
+                "      counting instructions and estimated cycles with callgrind ({} process(es), single-threaded workloads)",
+                co.jobs
+            ));
+            let lines = std::sync::Mutex::new(Vec::new());
+            let outcome = count_suite(&suite, &mut records, mode, co, &|m| {
+                if let Ok(mut v) = lines.lock() {
+                    v.push(m.to_string());
+                }
+            })?;
+            for m in lines.into_inner().unwrap_or_default() {
+                progress(&format!("        {m}"));
+            }
+            outcome
+        }
+    };
+    if let Some(line) = counting.describe() {
+        progress(&format!("      counts: {line}"));
     }
+    let injected: Vec<String> = records
+        .iter()
+        .filter_map(|r| {
+            r.injected_work.map(|w| {
+                format!(
+                    "{}: {} injected on purpose ({})",
+                    r.workload.name,
+                    w.describe(),
+                    tensorforge_measure::inject::INJECT_EXTRA_WORK_ENV
+                )
+            })
+        })
+        .collect();
 
     // The history: the last `lookback` quickstart runs on this machine at this thread
     // count, looked up before this run is recorded.
@@ -277,6 +338,8 @@ pub fn run_quickstart(
                 if let Some(first) = records.iter().find(|x| x.fingerprint == r.fingerprint) {
                     r.instructions = first.instructions;
                     r.instructions_source = first.instructions_source.clone();
+                    r.counts = first.counts.clone();
+                    r.count_error = first.count_error.clone();
                 }
             }
             candidate.extend(again);
@@ -369,17 +432,27 @@ pub fn run_quickstart(
         if first_run {
             "First quickstart run on this machine: it starts the history. The gate table below compares the run with itself and is shown only for its shape; later runs are gated against the history.".to_string()
         } else {
+            let decided = decision_summary(&report.gate);
             format!(
-                "The unit of replication is the run: this run is compared with the spread of {} earlier quickstart run(s) on this machine at {threads} thread(s) (test run_t; a FAIL needs at least {} runs of history, a change beyond the allowance and p ≤ α after Benjamini–Hochberg).",
+                "{decided} Counted metrics (instructions, estimated cycles) compare with the newest earlier run: the same build gives the same counts on a busy machine, so a change beyond the allowance is a FAIL without a test. Timed metrics are tested between runs: this run against the spread of {} earlier quickstart run(s) on this machine at {threads} thread(s) (test run_t; a FAIL needs at least {} runs of history, a change beyond the allowance and p ≤ α after Benjamini–Hochberg); they decide only a workload that could not be counted, and are otherwise reported beside the counts.",
                 history_infos.len(),
                 o.policy.history.min_runs
             )
         },
     ));
+    if let Some(line) = counting.describe() {
+        lead.push(("Counted metrics".into(), line));
+    }
+    if !injected.is_empty() {
+        lead.push((
+            "Injected slowdown (a trial, not a build change)".into(),
+            injected.join("\n"),
+        ));
+    }
     if let Some(why) = &machine_note {
         lead.push((
             "Machine drift (timed failures downgraded to INCONCLUSIVE)".into(),
-            format!("{why}. Counts (peak allocation, instructions) still gate."),
+            format!("{why}. Counts (peak allocation, instructions, estimated cycles) still gate."),
         ));
     }
     if !ceiling_violations.is_empty() {
@@ -429,6 +502,7 @@ pub fn run_quickstart(
     let run_id = store.insert_run(&records)?.run_id;
     progress(&format!("      run {run_id} ({} records)", records.len()));
     Ok(QuickstartOutcome {
+        schema_version: QUICKSTART_OUTCOME_SCHEMA_VERSION,
         exit_code: code,
         decision,
         reasons: if first_run {
@@ -450,7 +524,30 @@ pub fn run_quickstart(
         markdown_path: md_path,
         html_path,
         duration_s: started.elapsed().as_secs_f64(),
+        counting: counting.describe(),
+        injected,
+        gate: (!first_run).then(|| report.gate.clone()),
     })
+}
+
+/// One sentence: which metrics decided how many workloads.
+fn decision_summary(g: &GateResult) -> String {
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for d in g
+        .decisions
+        .iter()
+        .filter(|d| d.verdict != Verdict::NotComparable)
+    {
+        *by.entry(d.decided_by.join(" + ")).or_default() += 1;
+    }
+    if by.is_empty() {
+        return "No workload was decided.".into();
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(m, n)| format!("{n} workload(s) by {m}"))
+        .collect();
+    format!("Decided: {}.", parts.join("; "))
 }
 
 fn validation_markdown(v: &ValidationReport) -> String {

@@ -381,14 +381,8 @@ pub fn time_workload(
     let threads = opts.threads;
     pool.install(|| -> Result<Timing> {
         let mut instances = (0..sets)
-            .map(|i| prepare(&spec.kind, threads, 1 + 7 * i))
+            .map(|i| crate::inject::prepare_spec(spec, threads, 1 + 7 * i))
             .collect::<Result<Vec<_>>>()?;
-        if let Some(f) = injected_extra_work(&spec.name)? {
-            instances = instances
-                .into_iter()
-                .map(|g| with_extra_work(g, f))
-                .collect();
-        }
         let n = instances.len();
         let warmup = opts.warmup_iterations.max(1);
         let mut last_ns = 0.0;
@@ -417,60 +411,6 @@ pub fn time_workload(
     })
 }
 
-/// Environment variable for gate sensitivity trials: `NAME=FRACTION` makes every call of the
-/// workload named NAME do FRACTION more CPU work (see [`with_extra_work`]). Never set by
-/// TensorForge itself; `tools/gate_trials.sh` uses it to make a real, known slowdown.
-pub const INJECT_EXTRA_WORK_ENV: &str = "TENSORFORGE_INJECT_EXTRA_WORK";
-
-/// The extra-work fraction injected for `workload`, if [`INJECT_EXTRA_WORK_ENV`] names it.
-pub fn injected_extra_work(workload: &str) -> Result<Option<f64>> {
-    let Ok(v) = std::env::var(INJECT_EXTRA_WORK_ENV) else {
-        return Ok(None);
-    };
-    let Some((name, frac)) = v.rsplit_once('=') else {
-        return Err(MeasureError::invalid(
-            INJECT_EXTRA_WORK_ENV,
-            "value",
-            &v,
-            "expected NAME=FRACTION, e.g. gemm_tall=0.10",
-        ));
-    };
-    let f: f64 = frac.trim().parse().map_err(|_| {
-        MeasureError::invalid(INJECT_EXTRA_WORK_ENV, "fraction", frac, "not a number")
-    })?;
-    if !(f.is_finite() && f > 0.0 && f <= 10.0) {
-        return Err(MeasureError::invalid(
-            INJECT_EXTRA_WORK_ENV,
-            "fraction",
-            frac,
-            "must be in (0, 10]",
-        ));
-    }
-    Ok((name.trim() == workload).then_some(f))
-}
-
-/// Wrap a call so that, right after it, the thread does `fraction` × the call's own
-/// duration of dependent floating-point work (a multiply-add chain, checked against the
-/// clock every 256 steps). Each call then costs `(1 + fraction)` times what it costs,
-/// under whatever load the machine has: real CPU work that competes with co-tenants like
-/// the call itself, not a sleep.
-pub fn with_extra_work(mut call: crate::exec::Iteration, fraction: f64) -> crate::exec::Iteration {
-    Box::new(move || {
-        let t0 = Instant::now();
-        call()?;
-        let extra = t0.elapsed().mul_f64(fraction);
-        let t1 = Instant::now();
-        let mut x = std::hint::black_box(1.000_000_1f64);
-        while t1.elapsed() < extra {
-            for _ in 0..256 {
-                x = x * 0.999_999_9 + 1e-9;
-            }
-        }
-        std::hint::black_box(x);
-        Ok(())
-    })
-}
-
 /// Measure one workload and build its record with the given contexts.
 pub fn measure(
     spec: &WorkloadSpec,
@@ -482,7 +422,7 @@ pub fn measure(
     tick: &(dyn Fn(u64) + Sync),
 ) -> Result<Record> {
     let t = time_workload(spec, opts, clock, pool, tick)?;
-    Ok(Record::new(tensorforge_store::RecordParts {
+    let mut r = Record::new(tensorforge_store::RecordParts {
         run_id: opts.run_id.clone(),
         workload: spec.identity(),
         device: device.clone(),
@@ -495,7 +435,9 @@ pub fn measure(
         timestamp_unix_s: unix_now_s(),
         labels: opts.labels.clone(),
         source: "harness".into(),
-    })?)
+    })?;
+    r.injected_work = crate::inject::injected_work(&spec.name)?;
+    Ok(r)
 }
 
 /// Measure every workload of a suite in order on one pool; one record each, sharing
@@ -705,25 +647,5 @@ mod tests {
         let mut o = quick(1);
         o.max_iterations = 1;
         assert!(time_workload(&s, &o, &clock, &pool, &|_| {}).is_err());
-    }
-}
-
-#[cfg(test)]
-mod injection_tests {
-    use super::*;
-
-    #[test]
-    fn extra_work_costs_its_fraction() {
-        // A call that spins 2 ms; with 0.5 extra work it takes about 3 ms (not less than
-        // 2 + 1 ms by construction; the upper side is not asserted on a shared machine).
-        let call: crate::exec::Iteration = Box::new(|| {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_millis(2) {}
-            Ok(())
-        });
-        let mut f = with_extra_work(call, 0.5);
-        let t = Instant::now();
-        f().unwrap();
-        assert!(t.elapsed() >= Duration::from_millis(3), "{:?}", t.elapsed());
     }
 }

@@ -21,10 +21,11 @@
 pub mod alloc;
 pub mod calibrate;
 pub mod context;
+pub mod counting;
 pub mod error;
 pub mod exec;
 pub mod harness;
-pub mod instructions;
+pub mod inject;
 pub mod plots;
 pub mod probes;
 pub mod validate;

@@ -490,6 +490,113 @@ impl WorkloadSpec {
         Ok((!ops.is_empty()).then(|| ops.iter().map(|o| o.bytes).sum()))
     }
 
+    /// The same workload doing about `factor` (0 < factor ≤ 1) of the work: its outermost
+    /// independent dimension (GEMM batch then `m`, a kernel's rows, tokens or elements, a
+    /// convolution's batch then input height) multiplied by `factor`, rounded, at least 1.
+    /// Every call runs the same code on smaller buffers (the inner dimensions that pick a
+    /// kernel's code path are kept). `None` for kinds without such a dimension (graphs,
+    /// transformer blocks, the empty call) or when `factor` leaves the workload unchanged.
+    ///
+    /// ```
+    /// use tensorforge_measure::WorkloadSpec;
+    /// let s = WorkloadSpec::gemm("g", 512, 256, 128, 1).unwrap();
+    /// let t = s.scaled(0.125).unwrap().unwrap();
+    /// // m = 512 · 0.125 = 64; n and k unchanged.
+    /// assert_eq!(t, WorkloadSpec::gemm("g", 64, 256, 128, 1).unwrap());
+    /// ```
+    pub fn scaled(&self, factor: f64) -> Result<Option<WorkloadSpec>> {
+        if !(factor.is_finite() && factor > 0.0 && factor <= 1.0) {
+            return Err(bad(&self.name, "scale factor", factor, "must be in (0, 1]"));
+        }
+        let sc = |v: u64| ((v as f64 * factor).round() as u64).clamp(1, v.max(1));
+        let su = |v: usize| sc(v as u64) as usize;
+        let kind = match &self.kind {
+            WorkloadKind::Gemm { m, n, k, batch } => {
+                if *batch > 1 && sc(*batch) < *batch {
+                    WorkloadKind::Gemm {
+                        m: *m,
+                        n: *n,
+                        k: *k,
+                        batch: sc(*batch),
+                    }
+                } else {
+                    WorkloadKind::Gemm {
+                        m: sc(*m),
+                        n: *n,
+                        k: *k,
+                        batch: *batch,
+                    }
+                }
+            }
+            WorkloadKind::Conv2d(c) => {
+                let mut c = c.clone();
+                if c.batch > 1 && sc(c.batch) < c.batch {
+                    c.batch = sc(c.batch);
+                } else {
+                    // At least one output row: the kernel's extent.
+                    let extent = c.dilation_h.saturating_mul(c.kernel_h.saturating_sub(1)) + 1;
+                    c.height = sc(c.height).max(extent).min(c.height);
+                }
+                WorkloadKind::Conv2d(c)
+            }
+            WorkloadKind::Kernel(k) => WorkloadKind::Kernel(match *k {
+                KernelWorkload::Logaddexp { n } => KernelWorkload::Logaddexp { n: su(n) },
+                KernelWorkload::Quantize { n } => KernelWorkload::Quantize { n: su(n) },
+                KernelWorkload::Logsumexp { rows, cols } => KernelWorkload::Logsumexp {
+                    rows: su(rows),
+                    cols,
+                },
+                KernelWorkload::Softmax { rows, cols } => KernelWorkload::Softmax {
+                    rows: su(rows),
+                    cols,
+                },
+                KernelWorkload::RmsnormSwigluFused {
+                    tokens,
+                    d_model,
+                    d_ff,
+                } => KernelWorkload::RmsnormSwigluFused {
+                    tokens: su(tokens),
+                    d_model,
+                    d_ff,
+                },
+                KernelWorkload::RmsnormSwigluUnfused {
+                    tokens,
+                    d_model,
+                    d_ff,
+                } => KernelWorkload::RmsnormSwigluUnfused {
+                    tokens: su(tokens),
+                    d_model,
+                    d_ff,
+                },
+            }),
+            WorkloadKind::Attention(_)
+            | WorkloadKind::Transformer(_)
+            | WorkloadKind::Graph(_)
+            | WorkloadKind::Empty => return Ok(None),
+        };
+        if kind == self.kind {
+            return Ok(None);
+        }
+        let s = WorkloadSpec {
+            name: self.name.clone(),
+            kind,
+        };
+        s.validate(&self.name)?;
+        Ok(Some(s))
+    }
+
+    /// The instance as one line: its kind and canonical parameters, e.g.
+    /// `gemm {"batch":1,"k":512,"m":64,"n":512}` (what a count says it counted).
+    pub fn instance_label(&self) -> String {
+        let id = self.identity();
+        let params = serde_json::to_value(&id.params).unwrap_or_default();
+        format!(
+            "{} {}",
+            id.kind,
+            tensorforge_core::digest::canonical_json(&params)
+        )
+    }
+
     /// Bytes of every buffer one instance of the workload allocates (its working set).
     pub fn working_set_bytes(&self) -> u64 {
         crate::exec::buffer_elements(&self.kind).saturating_mul(4)

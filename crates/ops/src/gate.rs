@@ -20,7 +20,9 @@
 //! designs (see [`crate::compare`]), and any use of the analytical model (context only).
 
 use crate::date::Date;
-use crate::policy::{Direction, IdentityRule, Metric, MetricPolicy, Policy, Statistic, TestKind};
+use crate::policy::{
+    Direction, IdentityRule, Metric, MetricPolicy, MetricRole, Policy, Statistic, TestKind,
+};
 use crate::rng::derive_seed;
 use crate::stats::{self, BootstrapInterval, MwuMethod};
 use serde::{Deserialize, Serialize};
@@ -28,7 +30,7 @@ use std::collections::BTreeMap;
 use tensorforge_store::Record;
 
 /// Version of the gate result JSON.
-pub const GATE_SCHEMA_VERSION: u32 = 2;
+pub const GATE_SCHEMA_VERSION: u32 = 3;
 
 /// Decision for one metric, and overall.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,6 +150,31 @@ pub struct MetricRow {
     pub waiver: Option<WaiverUse>,
     /// Why this verdict, in one sentence.
     pub reason: String,
+    /// The policy's role for the metric (`None` for workload-level rows and ungated metrics).
+    #[serde(default)]
+    pub role: Option<MetricRole>,
+    /// Whether this row's verdict entered the overall decision (see [`MetricRole`]).
+    #[serde(default)]
+    pub decides: bool,
+    /// A count that could not be compared because one side was not counted (valgrind
+    /// missing, the count failed): an ERROR that lets the workload's fallback metrics decide.
+    #[serde(default)]
+    pub unavailable: bool,
+}
+
+/// How one workload was decided: its verdict and the metrics that decided it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WorkloadDecision {
+    /// Display name.
+    pub workload: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// The worst verdict of its deciding rows.
+    pub verdict: Verdict,
+    /// The metrics whose rows decided (`workload` for a workload-level row).
+    pub decided_by: Vec<String>,
+    /// Why fallback metrics decided, when they did.
+    pub note: Option<String>,
 }
 
 /// A field that differs between the two sides.
@@ -230,6 +257,9 @@ pub struct GateResult {
     pub fdr_family_size: usize,
     /// Rows per verdict label.
     pub counts: BTreeMap<String, usize>,
+    /// Per workload: its verdict and which metrics decided it.
+    #[serde(default)]
+    pub decisions: Vec<WorkloadDecision>,
 }
 
 impl GateResult {
@@ -431,6 +461,9 @@ pub(crate) fn error_row(
         clock_floor: None,
         waiver: None,
         reason,
+        role: None,
+        decides: true,
+        unavailable: false,
     }
 }
 
@@ -452,11 +485,22 @@ fn metric_samples(records: &[&Record], metric: Metric) -> Result<Vec<f64>, Strin
             }
             Ok(v)
         }
-        Metric::Instructions => {
-            let v: Vec<f64> = records.iter().filter_map(|r| r.instructions).collect();
+        Metric::Instructions | Metric::EstimatedCycles => {
+            let v: Vec<f64> = records
+                .iter()
+                .filter_map(|r| match metric {
+                    Metric::Instructions => r.instructions,
+                    _ => r.counts.as_ref().map(|c| c.estimated_cycles),
+                })
+                .collect();
             if v.len() != records.len() {
+                let why = records
+                    .iter()
+                    .find_map(|r| r.count_error.clone())
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "{} of {} records lack an instruction count",
+                    "{} of {} records were not counted{why}",
                     records.len() - v.len(),
                     records.len()
                 ));
@@ -746,6 +790,7 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
             status: status.into(),
         });
     }
+    let decisions = assign_decisions(&mut rows);
     let (overall, reasons, counts) = summarize(&rows, &waivers);
     GateResult {
         schema_version: GATE_SCHEMA_VERSION,
@@ -765,16 +810,109 @@ pub fn gate(policy: &Policy, baseline: &[Record], candidate: &[Record], today: D
         },
         fdr_family_size: pvals.len(),
         counts,
+        decisions,
     }
 }
 
-/// The overall verdict (ERROR over FAIL over INCONCLUSIVE over PASS; nothing compared is
-/// ERROR), its reasons and the rows per verdict.
+/// Severity order of verdicts for a decision: ERROR over FAIL over INCONCLUSIVE over PASS
+/// (a waived row counts as a pass; NOT_COMPARABLE decides nothing).
+fn severity(v: Verdict) -> u8 {
+    match v {
+        Verdict::Error => 4,
+        Verdict::Fail => 3,
+        Verdict::Inconclusive => 2,
+        Verdict::Pass | Verdict::Waived => 1,
+        Verdict::NotComparable => 0,
+    }
+}
+
+/// Set each row's `decides` from its metric's role (see [`MetricRole`]) and return how each
+/// workload was decided. A workload whose counted-cost metrics (role `decide`) compared is
+/// decided by them and its other `decide` metrics; one that could not be counted is decided
+/// by its `fallback` metrics, and its unavailable count rows are reported without deciding.
+pub fn assign_decisions(rows: &mut [MetricRow]) -> Vec<WorkloadDecision> {
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        let g = groups.entry(r.fingerprint.clone()).or_default();
+        if g.is_empty() {
+            order.push(r.fingerprint.clone());
+        }
+        g.push(i);
+    }
+    let mut out = Vec::new();
+    for fp in order {
+        let idx = &groups[&fp];
+        let counted = idx.iter().any(|&i| {
+            let r = &rows[i];
+            r.metric.is_some_and(Metric::is_counted_cost)
+                && r.role == Some(MetricRole::Decide)
+                && !r.unavailable
+                && r.verdict != Verdict::NotComparable
+        });
+        let fallback = idx.iter().any(|&i| {
+            rows[i].role == Some(MetricRole::Fallback) && rows[i].verdict != Verdict::NotComparable
+        });
+        for &i in idx {
+            let r = &mut rows[i];
+            r.decides = match (r.metric, r.role) {
+                (None, _) => true,
+                (Some(_), None) | (Some(_), Some(MetricRole::Context)) => false,
+                (Some(_), Some(MetricRole::Decide)) => !(r.unavailable && fallback),
+                (Some(_), Some(MetricRole::Fallback)) => !counted,
+            };
+        }
+        let deciding: Vec<&MetricRow> = idx
+            .iter()
+            .map(|&i| &rows[i])
+            .filter(|r| r.decides && r.verdict != Verdict::NotComparable)
+            .collect();
+        let verdict = deciding
+            .iter()
+            .map(|r| r.verdict)
+            .max_by_key(|v| severity(*v))
+            .map(|v| {
+                if v == Verdict::Waived {
+                    Verdict::Pass
+                } else {
+                    v
+                }
+            })
+            .unwrap_or(Verdict::NotComparable);
+        let by_fallback = deciding
+            .iter()
+            .any(|r| r.role == Some(MetricRole::Fallback));
+        let note = by_fallback.then(|| {
+            let why = idx
+                .iter()
+                .map(|&i| &rows[i])
+                .find(|r| r.unavailable)
+                .map(|r| r.reason.clone())
+                .unwrap_or_else(|| "no counts on either side".into());
+            format!("not counted ({why}): decided on time")
+        });
+        let first = &rows[idx[0]];
+        out.push(WorkloadDecision {
+            workload: first.workload.clone(),
+            fingerprint: fp.clone(),
+            verdict,
+            decided_by: deciding
+                .iter()
+                .map(|r| r.metric_name().to_string())
+                .collect(),
+            note,
+        });
+    }
+    out
+}
+
+/// The overall verdict over the deciding rows (ERROR over FAIL over INCONCLUSIVE over PASS;
+/// nothing compared is ERROR), its reasons and the rows per verdict.
 fn summarize(
     rows: &[MetricRow],
     waivers: &[WaiverStatus],
 ) -> (Verdict, Vec<String>, BTreeMap<String, usize>) {
-    let has = |v: Verdict| rows.iter().any(|r| r.verdict == v);
+    let has = |v: Verdict| rows.iter().any(|r| r.decides && r.verdict == v);
     let mut reasons = Vec::new();
     let overall = if has(Verdict::Error) {
         Verdict::Error
@@ -794,18 +932,33 @@ fn summarize(
     };
     reasons.extend(
         rows.iter()
-            .filter(|r| r.verdict == overall)
+            .filter(|r| r.decides && r.verdict == overall)
             .map(describe_row),
     );
     if overall == Verdict::Pass {
-        let n = rows.iter().filter(|r| r.verdict == Verdict::Pass).count();
-        reasons.push(format!("{n} metric(s) within the allowed change"));
+        let n = rows
+            .iter()
+            .filter(|r| r.decides && r.verdict == Verdict::Pass)
+            .count();
+        reasons.push(format!("{n} deciding metric(s) within the allowed change"));
         reasons.extend(
             rows.iter()
-                .filter(|r| r.verdict == Verdict::Waived)
+                .filter(|r| r.decides && r.verdict == Verdict::Waived)
                 .map(describe_row),
         );
     }
+    // Counts that could not be compared never pass silently: each is named, with the
+    // metrics that decided its workload instead.
+    reasons.extend(
+        rows.iter()
+            .filter(|r| r.unavailable && !r.decides)
+            .map(|r| {
+                format!(
+                    "{}; the workload's fallback (time) metrics decided it",
+                    describe_row(r)
+                )
+            }),
+    );
     for w in waivers.iter().filter(|w| w.status == "expired") {
         reasons.push(format!(
             "waiver for {} {} expired on {} and no longer applies",
@@ -835,6 +988,7 @@ pub fn downgrade_timed_failures(g: &mut GateResult, why: &str) -> usize {
         }
     }
     if n > 0 {
+        g.decisions = assign_decisions(&mut g.rows);
         let (overall, reasons, counts) = summarize(&g.rows, &g.waivers);
         g.overall = overall;
         g.exit_code = overall.exit_code();
@@ -846,6 +1000,17 @@ pub fn downgrade_timed_failures(g: &mut GateResult, why: &str) -> usize {
 
 fn short(fp: &str) -> &str {
     fp.get(..12).unwrap_or(fp)
+}
+
+/// The one value per record of a count metric (`None` for timed metrics, and for a record
+/// that did not measure it).
+fn count_value(r: &Record, metric: Metric) -> Option<f64> {
+    match metric {
+        Metric::PeakAlloc => r.peak_alloc_bytes.map(|b| b as f64),
+        Metric::Instructions => r.instructions,
+        Metric::EstimatedCycles => r.counts.as_ref().map(|c| c.estimated_cycles),
+        _ => None,
+    }
 }
 
 /// Records of one side grouped by run id, runs in time order (first record's timestamp).
@@ -892,15 +1057,28 @@ fn metric_row(
 ) -> (MetricRow, Option<(MetricPolicy, bool)>) {
     let mut row = error_row(name, fp, Some(metric), metric.unit(), String::new());
     let mp = policy.metrics.get(&metric);
+    row.role = mp.map(|m| m.role);
+    // A count compares with the newest baseline run that has it: a count needs no
+    // distribution of runs, and a change that was accepted becomes the baseline at once.
+    let newest: Vec<&Record>;
+    let b: &[&Record] = match runs_of(b)
+        .into_iter()
+        .rev()
+        .find(|run| run.iter().all(|r| count_value(r, metric).is_some()))
+    {
+        Some(run) if metric.is_count() => {
+            newest = run;
+            &newest
+        }
+        _ => b,
+    };
     let (bs, cs) = match (metric_samples(b, metric), metric_samples(c, metric)) {
         (Ok(x), Ok(y)) => (x, y),
         (eb, ec) => {
-            let unmeasured = |recs: &[&Record]| match metric {
-                Metric::PeakAlloc => recs.iter().all(|r| r.peak_alloc_bytes.is_none()),
-                Metric::Instructions => recs.iter().all(|r| r.instructions.is_none()),
-                _ => false,
-            };
-            if metric.is_count() && unmeasured(b) && unmeasured(c) {
+            let unmeasured =
+                |recs: &[&Record]| recs.iter().all(|r| count_value(r, metric).is_none());
+            let failed = c.iter().any(|r| r.count_error.is_some());
+            if metric.is_count() && unmeasured(b) && unmeasured(c) && !failed {
                 row.verdict = Verdict::NotComparable;
                 row.reason = "not measured on either side".into();
                 return (row, None);
@@ -910,12 +1088,33 @@ fn metric_row(
                 row.reason = "no policy for this metric".into();
                 return (row, None);
             }
-            let side = if eb.is_err() { "baseline" } else { "candidate" };
-            let why = eb.err().or(ec.err()).unwrap_or_default();
+            let side = if ec.is_err() { "candidate" } else { "baseline" };
+            let why = ec.err().or(eb.err()).unwrap_or_default();
             row.reason = format!("missing or invalid on the {side} side: {why}");
+            row.unavailable = metric.is_counted_cost();
             return (row, None);
         }
     };
+    if metric.is_counted_cost() {
+        let inst = |r: &Record| {
+            r.counts
+                .as_ref()
+                .map(|c| (c.instance.clone(), c.cache_model.clone()))
+        };
+        let (bi, ci) = (
+            b.first().and_then(|r| inst(r)),
+            c.first().and_then(|r| inst(r)),
+        );
+        if let (Some(x), Some(y)) = (&bi, &ci) {
+            if x != y {
+                row.reason = format!(
+                    "identity mismatch of the counted instance: `{}` ({}) in the baseline vs `{}` ({}) in the candidate; counts of different instances are not comparable (start a new baseline)",
+                    x.0, x.1, y.0, y.1
+                );
+                return (row, None);
+            }
+        }
+    }
     row.n_baseline = bs.len();
     row.n_candidate = cs.len();
     let (b_runs, c_runs) = (runs_of(b), runs_of(c));
@@ -1533,7 +1732,178 @@ mod tests {
         assert_eq!(g.fdr_method, "none");
         assert!(row(&g, "latency_p50").p_adjusted.is_none());
         let json = serde_json::to_value(&g).unwrap();
-        assert_eq!(json["schema_version"], 2);
+        assert_eq!(json["schema_version"], 3);
         assert_eq!(json["overall"], "PASS");
+    }
+    /// `records` with callgrind counts attached: `instr` instructions and `cycles`
+    /// estimated cycles per iteration of instance `inst`.
+    fn counted(mut records: Vec<Record>, instr: f64, cycles: f64, inst: &str) -> Vec<Record> {
+        for r in records.iter_mut() {
+            r.instructions = Some(instr);
+            r.instructions_source = Some("callgrind".into());
+            r.counts = Some(tensorforge_store::CountedEvents {
+                counter: tensorforge_store::Counter::Callgrind,
+                instance: inst.into(),
+                work_divisor: 1,
+                iterations: 1,
+                instructions: instr,
+                l1_misses: 0.0,
+                ll_misses: (cycles - instr) / 35.0,
+                estimated_cycles: cycles,
+                cache_model: "test caches".into(),
+            });
+        }
+        records
+    }
+
+    fn decision<'a>(g: &'a GateResult) -> &'a WorkloadDecision {
+        g.decisions.iter().find(|d| d.workload == "g").unwrap()
+    }
+
+    #[test]
+    fn counts_decide_and_time_is_context_beside_them() {
+        // Time 40 % slower (a busy machine), counts unchanged: the counts decide, PASS.
+        let p = Policy::default_embedded();
+        let g = gate(
+            &p,
+            &counted(history6(), 1e6, 2e6, "i"),
+            &counted(cand(1.4), 1e6, 2e6, "i"),
+            day("2025-01-01"),
+        );
+        assert_eq!(row(&g, "latency_p50").verdict, Verdict::Fail);
+        assert!(!row(&g, "latency_p50").decides);
+        assert!(row(&g, "instructions").decides && row(&g, "estimated_cycles").decides);
+        assert_eq!(g.overall, Verdict::Pass, "{:?}", g.reasons);
+        assert_eq!(
+            decision(&g).decided_by,
+            vec!["peak_alloc", "instructions", "estimated_cycles"]
+        );
+        assert!(decision(&g).note.is_none());
+    }
+
+    #[test]
+    fn a_counted_regression_fails_with_one_run_of_history() {
+        // 1.10e6 vs 1.00e6 instructions: +10 % > 1 %; cycles 2.2e6 vs 2.0e6: +10 % > 2 %.
+        // One baseline run is enough for a count (a timed metric would need 5).
+        let p = Policy::default_embedded();
+        let one: Vec<Record> = history6().into_iter().take(1).collect();
+        let g = gate(
+            &p,
+            &counted(one, 1e6, 2e6, "i"),
+            &counted(cand(1.0), 1.1e6, 2.2e6, "i"),
+            day("2025-01-01"),
+        );
+        assert_eq!(g.overall, Verdict::Fail);
+        let r = row(&g, "instructions");
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!((r.change_relative.unwrap() - 0.10).abs() < 1e-12);
+        assert_eq!(row(&g, "estimated_cycles").verdict, Verdict::Fail);
+        // A memory-bound change: instructions +0.5 % (within 1 %), cycles +8 % (beyond 2 %).
+        let one: Vec<Record> = history6().into_iter().take(1).collect();
+        let g = gate(
+            &p,
+            &counted(one, 1e6, 2e6, "i"),
+            &counted(cand(1.0), 1.005e6, 2.16e6, "i"),
+            day("2025-01-01"),
+        );
+        assert_eq!(row(&g, "instructions").verdict, Verdict::Pass);
+        assert_eq!(row(&g, "estimated_cycles").verdict, Verdict::Fail);
+        assert_eq!(g.overall, Verdict::Fail);
+    }
+
+    #[test]
+    fn counts_compare_with_the_newest_baseline_run() {
+        // Runs 0-4 counted 1.0e6, run 5 (newest) 1.1e6 after an accepted change; the
+        // candidate's 1.1e6 is +0 % against the newest run (the mean would say +8 %).
+        let p = Policy::default_embedded();
+        let mut b = counted(history6(), 1e6, 2e6, "i");
+        b[5] = counted(vec![b[5].clone()], 1.1e6, 2.2e6, "i").remove(0);
+        let g = gate(
+            &p,
+            &b,
+            &counted(cand(1.0), 1.1e6, 2.2e6, "i"),
+            day("2025-01-01"),
+        );
+        let r = row(&g, "instructions");
+        assert_eq!(r.baseline, Some(1.1e6));
+        assert_eq!(r.baseline_runs, 1);
+        assert_eq!(r.verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_failed_count_is_an_error_and_time_decides() {
+        // The candidate's count failed (valgrind crashed): the count rows are ERROR, never
+        // PASS, and do not decide; the timed rows decide (unchanged time: PASS), and the
+        // reasons name the failure.
+        let p = Policy::default_embedded();
+        let mut c = cand(1.0);
+        c[0].count_error = Some("counting `g`: valgrind exited with signal 11".into());
+        let g = gate(
+            &p,
+            &counted(history6(), 1e6, 2e6, "i"),
+            &c,
+            day("2025-01-01"),
+        );
+        let r = row(&g, "instructions");
+        assert_eq!(r.verdict, Verdict::Error);
+        assert!(r.unavailable && !r.decides);
+        assert!(r.reason.contains("signal 11"), "{}", r.reason);
+        assert!(row(&g, "latency_p50").decides);
+        assert_eq!(g.overall, Verdict::Pass, "{:?}", g.reasons);
+        assert!(decision(&g).note.as_deref().unwrap().contains("signal 11"));
+        assert!(g.reasons.iter().any(|x| x.contains("signal 11")));
+        // A 20 % slower time then fails through the fallback.
+        let mut c = cand(1.2);
+        c[0].count_error = Some("valgrind timed out".into());
+        let g = gate(
+            &p,
+            &counted(history6(), 1e6, 2e6, "i"),
+            &c,
+            day("2025-01-01"),
+        );
+        assert_eq!(g.overall, Verdict::Fail);
+        assert!(decision(&g).decided_by.contains(&"latency_p50".to_string()));
+    }
+
+    #[test]
+    fn without_counts_time_decides_and_says_so() {
+        let p = Policy::default_embedded();
+        let g = gate(&p, &history6(), &cand(1.0), day("2025-01-01"));
+        assert_eq!(row(&g, "instructions").verdict, Verdict::NotComparable);
+        assert!(row(&g, "latency_p50").decides);
+        assert!(decision(&g)
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("no counts on either side"));
+        // Without any fallback metric in the policy, a failed count decides: ERROR.
+        let mut p = Policy::default_embedded();
+        p.metrics.remove(&Metric::LatencyP50);
+        p.metrics.remove(&Metric::Throughput);
+        let mut c = cand(1.0);
+        c[0].count_error = Some("valgrind timed out".into());
+        let g = gate(
+            &p,
+            &counted(history6(), 1e6, 2e6, "i"),
+            &c,
+            day("2025-01-01"),
+        );
+        assert_eq!(g.overall, Verdict::Error);
+    }
+
+    #[test]
+    fn counts_of_different_instances_are_an_identity_error() {
+        let p = Policy::default_embedded();
+        let g = gate(
+            &p,
+            &counted(history6(), 1e6, 2e6, "gemm m=64"),
+            &counted(cand(1.0), 1e6, 2e6, "gemm m=128"),
+            day("2025-01-01"),
+        );
+        let r = row(&g, "instructions");
+        assert_eq!(r.verdict, Verdict::Error);
+        assert!(!r.unavailable && r.decides);
+        assert!(r.reason.contains("m=64") && r.reason.contains("m=128"));
+        assert_eq!(g.overall, Verdict::Error);
     }
 }

@@ -37,11 +37,15 @@ pub enum Metric {
     /// Instructions retired per iteration, counted by callgrind or hardware counters (one
     /// value per record): a count, not a time, and repeatable on a busy machine.
     Instructions,
+    /// Estimated cycles per iteration from callgrind's cache simulator,
+    /// `instructions + 5 · L1 misses + 35 · LL misses` (one value per record): a count that
+    /// also moves when a change adds memory traffic.
+    EstimatedCycles,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 9] = [
         Metric::LatencyP50,
         Metric::LatencyP90,
         Metric::LatencyP95,
@@ -50,6 +54,7 @@ impl Metric {
         Metric::Throughput,
         Metric::PeakAlloc,
         Metric::Instructions,
+        Metric::EstimatedCycles,
     ];
 
     /// Snake-case name, as in the policy file.
@@ -63,6 +68,7 @@ impl Metric {
             Metric::Throughput => "throughput",
             Metric::PeakAlloc => "peak_alloc",
             Metric::Instructions => "instructions",
+            Metric::EstimatedCycles => "estimated_cycles",
         }
     }
 
@@ -77,6 +83,7 @@ impl Metric {
             Metric::Throughput => "iter/s",
             Metric::PeakAlloc => "bytes",
             Metric::Instructions => "instructions",
+            Metric::EstimatedCycles => "cycles",
             _ => "ns",
         }
     }
@@ -90,14 +97,26 @@ impl Metric {
             Metric::LatencyP99 => Some(Statistic::P99),
             Metric::LatencyMean => Some(Statistic::Mean),
             Metric::Throughput => None,
-            Metric::PeakAlloc | Metric::Instructions => Some(Statistic::Value),
+            Metric::PeakAlloc | Metric::Instructions | Metric::EstimatedCycles => {
+                Some(Statistic::Value)
+            }
         }
     }
 
     /// Whether the metric is one deterministic value per record (a count, not a time): it
     /// is gated without a significance test.
     pub fn is_count(self) -> bool {
-        matches!(self, Metric::PeakAlloc | Metric::Instructions)
+        matches!(
+            self,
+            Metric::PeakAlloc | Metric::Instructions | Metric::EstimatedCycles
+        )
+    }
+
+    /// Whether the metric counts the work of a call (instructions, estimated cycles): the
+    /// metrics whose presence decides whether a `fallback` metric decides (see
+    /// [`MetricRole::Fallback`]).
+    pub fn is_counted_cost(self) -> bool {
+        matches!(self, Metric::Instructions | Metric::EstimatedCycles)
     }
 
     /// Whether the metric's values are nanoseconds per iteration (the clock's resolution
@@ -238,9 +257,37 @@ impl TestKind {
     }
 }
 
+/// Whether a metric's verdict enters a workload's decision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricRole {
+    /// The verdict decides (the default).
+    Decide,
+    /// The verdict decides a workload only when none of its counted-cost metrics
+    /// (instructions, estimated cycles) with role `decide` could be compared — e.g. valgrind
+    /// is missing, or the count failed; otherwise it is reported beside them. The embedded
+    /// policy gives time this role: on a shared machine counts decide, time is context.
+    Fallback,
+    /// Reported, never decides.
+    Context,
+}
+
+impl MetricRole {
+    /// Snake-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricRole::Decide => "decide",
+            MetricRole::Fallback => "fallback",
+            MetricRole::Context => "context",
+        }
+    }
+}
+
 /// How one metric is gated.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct MetricPolicy {
+    /// Whether its verdict decides.
+    pub role: MetricRole,
     /// Which way is a regression.
     pub direction: Direction,
     /// Allowed regression as a fraction of the baseline statistic (0.25 = 25 %).
@@ -428,6 +475,7 @@ struct RawIdentity {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetric {
+    role: Option<String>,
     direction: Option<String>,
     max_relative: Option<f64>,
     max_absolute: Option<f64>,
@@ -597,36 +645,35 @@ impl Policy {
                     "must be finite and ≥ 0",
                 ));
             }
-            let statistic = match (rm.statistic.as_deref(), metric.implied_statistic()) {
-                (None, Some(s)) => s,
-                (None, None) => Statistic::P50,
-                (Some(s), implied) => {
-                    let st = Statistic::parse(s).ok_or_else(|| {
-                        bad(
-                            &f("statistic"),
-                            &s,
-                            "expected p50, p90, p95, p99, mean or value",
-                        )
-                    })?;
-                    match implied {
-                        Some(i) if i != st => {
-                            return Err(bad(
+            let statistic =
+                match (rm.statistic.as_deref(), metric.implied_statistic()) {
+                    (None, Some(s)) => s,
+                    (None, None) => Statistic::P50,
+                    (Some(s), implied) => {
+                        let st = Statistic::parse(s).ok_or_else(|| {
+                            bad(
                                 &f("statistic"),
                                 &s,
-                                &format!("`{key}` always compares `{}`", i.name()),
-                            ))
-                        }
-                        None if st == Statistic::Value => {
-                            return Err(bad(
+                                "expected p50, p90, p95, p99, mean or value",
+                            )
+                        })?;
+                        match implied {
+                            Some(i) if i != st => {
+                                return Err(bad(
+                                    &f("statistic"),
+                                    &s,
+                                    &format!("`{key}` always compares `{}`", i.name()),
+                                ))
+                            }
+                            None if st == Statistic::Value => return Err(bad(
                                 &f("statistic"),
                                 &s,
-                                "`value` is only for peak_alloc and instructions",
-                            ))
+                                "`value` is only for peak_alloc, instructions and estimated_cycles",
+                            )),
+                            _ => st,
                         }
-                        _ => st,
                     }
-                }
-            };
+                };
             let default_test = if metric.is_count() {
                 TestKind::None
             } else {
@@ -673,9 +720,16 @@ impl Policy {
             if min_samples == 0 {
                 return Err(bad(&f("min_samples"), &0, "must be at least 1"));
             }
+            let role = match rm.role.as_deref() {
+                None | Some("decide") => MetricRole::Decide,
+                Some("fallback") => MetricRole::Fallback,
+                Some("context") => MetricRole::Context,
+                Some(o) => return Err(bad(&f("role"), &o, "expected decide, fallback or context")),
+            };
             metrics.insert(
                 metric,
                 MetricPolicy {
+                    role,
                     direction,
                     max_relative,
                     max_absolute,

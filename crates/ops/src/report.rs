@@ -434,10 +434,25 @@ fn fmt_allowed(r: &MetricRow) -> String {
 }
 
 /// Cells of the per-metric table (plain text, unescaped).
+/// Whether a row decided, in words (see [`crate::policy::MetricRole`]).
+fn decides_cell(r: &MetricRow) -> String {
+    use crate::policy::MetricRole;
+    match (r.decides, r.role) {
+        (true, _) => "yes".into(),
+        (false, Some(MetricRole::Fallback)) => "no: counts decide".into(),
+        (false, Some(MetricRole::Decide)) if r.unavailable => {
+            "no: not counted, time decides".into()
+        }
+        (false, Some(MetricRole::Context)) => "no: context".into(),
+        (false, _) => "no: not gated".into(),
+    }
+}
+
 fn metric_cells(r: &MetricRow) -> Vec<String> {
     vec![
         r.workload.clone(),
         r.metric_name().to_string(),
+        decides_cell(r),
         fmt_value(r.baseline, &r.unit),
         fmt_value(r.candidate, &r.unit),
         fmt_pct(r.change_relative),
@@ -448,9 +463,10 @@ fn metric_cells(r: &MetricRow) -> Vec<String> {
     ]
 }
 
-const METRIC_HEADERS: [&str; 9] = [
+const METRIC_HEADERS: [&str; 10] = [
     "workload",
     "metric",
+    "decides",
     "baseline",
     "candidate",
     "change",
@@ -799,7 +815,7 @@ pub fn render_html_with_lead(
                 // decision.
                 @for sec in lead { (section(sec)) }
                 h2 { "Metrics (measurement; decides)" }
-                (html_table(&metric_headers, &metric_rows, Some(8)))
+                (html_table(&metric_headers, &metric_rows, Some(9)))
                 @if !notable.is_empty() { (html_list(&notable)) }
                 h2 { "Latency distributions" }
                 (distribution_plots(report))

@@ -41,8 +41,9 @@ pub use jsonl::{
 };
 pub use location::StoreLocation;
 pub use record::{
-    DeviceContext, GpuContext, HarnessSettings, Record, RecordParts, SoftwareContext, Throughput,
-    WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
+    CountedEvents, Counter, DeviceContext, GpuContext, HarnessSettings, InjectedWork,
+    InjectionMode, Record, RecordParts, SoftwareContext, Throughput, WorkloadIdentity,
+    RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };
 pub use stats::LatencyStats;
 pub use store::{

@@ -198,6 +198,110 @@ pub struct Record {
     /// How `instructions` was counted (`callgrind`, `perf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions_source: Option<String>,
+    /// Events counted under a cache simulator (instructions, simulated cache misses and the
+    /// cycle estimate built from them), when counted; see [`CountedEvents`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<CountedEvents>,
+    /// Why counting this workload failed (the counter crashed or timed out), when it did:
+    /// the count metrics of this record are then an error, never a pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_error: Option<String>,
+    /// Extra work deliberately added to every call (gate sensitivity trials), when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_work: Option<InjectedWork>,
+}
+
+/// The counter behind [`CountedEvents`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Counter {
+    /// `valgrind --tool=callgrind --cache-sim=yes` with a fixed cache geometry.
+    Callgrind,
+}
+
+/// Event counts per iteration of one workload, from a counter that executes the code
+/// under a simulator: the same numbers whatever else the machine is doing.
+///
+/// The cycle estimate weighs misses as iai-callgrind and CodSpeed do:
+/// `estimated_cycles = instructions + 5 · l1_misses + 35 · ll_misses`. It is a ranking
+/// device for regressions, not this CPU's cycles: the weights are fixed, the caches are
+/// simulated with [`CountedEvents::cache_model`], and prefetching, out-of-order overlap and
+/// the TLB are left out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CountedEvents {
+    /// What counted.
+    pub counter: Counter,
+    /// The counted instance as a workload name (`gemm:m=64:n=512:k=512:batch=1`): the timed
+    /// instance, or a smaller one of the same kind when [`CountedEvents::work_divisor`] > 1.
+    pub instance: String,
+    /// How many times less work the counted instance does than the timed one (1 = the same
+    /// instance). Counts are per iteration *of the counted instance*.
+    pub work_divisor: u64,
+    /// Counted iterations (after one uncounted warm-up call).
+    pub iterations: u64,
+    /// Instructions executed per iteration (callgrind `Ir`).
+    pub instructions: f64,
+    /// First-level misses per iteration (`I1mr + D1mr + D1mw`).
+    pub l1_misses: f64,
+    /// Last-level misses per iteration (`ILmr + DLmr + DLmw`).
+    pub ll_misses: f64,
+    /// `instructions + 5 · l1_misses + 35 · ll_misses` per iteration.
+    pub estimated_cycles: f64,
+    /// The simulated caches, e.g. `I1 32768 B 8-way, D1 32768 B 8-way, LL 8388608 B 16-way, 64 B lines`.
+    pub cache_model: String,
+}
+
+impl CountedEvents {
+    /// Cycles charged per first-level miss in [`CountedEvents::estimated_cycles`].
+    pub const L1_MISS_CYCLES: f64 = 5.0;
+    /// Cycles charged per last-level miss.
+    pub const LL_MISS_CYCLES: f64 = 35.0;
+
+    /// `instructions + 5 · l1_misses + 35 · ll_misses`.
+    ///
+    /// ```
+    /// use tensorforge_store::CountedEvents;
+    /// // 1000 instructions, 10 L1 misses, 2 LL misses: 1000 + 50 + 70.
+    /// assert_eq!(CountedEvents::estimate_cycles(1000.0, 10.0, 2.0), 1120.0);
+    /// ```
+    pub fn estimate_cycles(instructions: f64, l1_misses: f64, ll_misses: f64) -> f64 {
+        instructions + Self::L1_MISS_CYCLES * l1_misses + Self::LL_MISS_CYCLES * ll_misses
+    }
+}
+
+/// How [`InjectedWork`] slows a workload down.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectionMode {
+    /// After each call, an instance of the same workload with `fraction` of its work runs:
+    /// the workload's own code, on its own buffers.
+    Work,
+    /// After each call, one read pass (one load per 64-byte line) over `fraction` × the
+    /// workload's compulsory bytes of memory that no call has touched recently (a ring
+    /// larger than the caches): a memory-bound slowdown.
+    Stream,
+}
+
+/// A slowdown injected on purpose (`TENSORFORGE_INJECT_EXTRA_WORK`) to test the gate's power.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InjectedWork {
+    /// What the extra work is.
+    pub mode: InjectionMode,
+    /// How much, as a fraction of the workload's work (mode `work`) or bytes (`stream`).
+    pub fraction: f64,
+}
+
+impl InjectedWork {
+    /// One line for reports: `work +10.0 %` or `stream +10.0 %`.
+    pub fn describe(&self) -> String {
+        let m = match self.mode {
+            InjectionMode::Work => "extra work",
+            InjectionMode::Stream => "extra read pass",
+        };
+        format!("{m} +{:.1} %", self.fraction * 100.0)
+    }
 }
 
 /// What a caller supplies to build a [`Record`] ([`Record::new`] derives the fingerprint,
@@ -270,6 +374,9 @@ impl Record {
             source,
             instructions: None,
             instructions_source: None,
+            counts: None,
+            count_error: None,
+            injected_work: None,
         })
     }
 
@@ -292,6 +399,31 @@ impl Record {
                     "instructions",
                     i.to_string(),
                     "must be a finite, non-negative count",
+                ));
+            }
+        }
+        if let Some(c) = &self.counts {
+            for (field, v) in [
+                ("counts.instructions", c.instructions),
+                ("counts.l1_misses", c.l1_misses),
+                ("counts.ll_misses", c.ll_misses),
+                ("counts.estimated_cycles", c.estimated_cycles),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(StoreError::invalid(
+                        name,
+                        field,
+                        v.to_string(),
+                        "must be a finite, non-negative count",
+                    ));
+                }
+            }
+            if c.work_divisor == 0 || c.iterations == 0 {
+                return Err(StoreError::invalid(
+                    name,
+                    "counts.work_divisor/iterations",
+                    format!("{}/{}", c.work_divisor, c.iterations),
+                    "must be at least 1",
                 ));
             }
         }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
+use tensorforge_measure::counting::{count_suite, CountMode, CountOptions};
 use tensorforge_measure::harness::{
     progress_bar, run_suite, HarnessOptions, DEFAULT_MAX_ITERATIONS,
 };
@@ -53,10 +54,14 @@ pub struct BenchArgs {
     /// Insert the records into the store as one run.
     #[arg(long)]
     pub record: bool,
-    /// Also count instructions per iteration with valgrind's callgrind (a repeatable,
-    /// noise-free metric; single-threaded; N counted iterations, default 3).
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
-    pub instructions: Option<u64>,
+    /// Count instructions and estimated cycles per iteration with valgrind's callgrind and
+    /// its cache simulator (metrics a busy machine does not move; single-threaded; N counted
+    /// iterations after one warm-up, default 1). On by default with --record.
+    #[arg(long, visible_alias = "instructions", value_name = "N", num_args = 0..=1, default_missing_value = "1")]
+    pub counts: Option<u64>,
+    /// With --record: do not count (the records then gate on time only).
+    #[arg(long, conflicts_with = "counts")]
+    pub no_counts: bool,
     /// Store: SQLite file or postgres:// URL (implies --record; default: $TENSORFORGE_STORE or the XDG data dir).
     #[arg(long, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
@@ -171,7 +176,10 @@ fn opt_rate(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 }
 
 fn records_table(records: &[Record]) -> String {
-    let mut t = Table::new(&[
+    let counted = records
+        .iter()
+        .any(|r| r.counts.is_some() || r.instructions.is_some());
+    let mut headers = vec![
         "workload",
         "p50",
         "p90",
@@ -182,9 +190,21 @@ fn records_table(records: &[Record]) -> String {
         "bytes/s",
         "peak alloc",
         "rotating",
-    ]);
+    ];
+    if counted {
+        headers.extend(["instructions", "est. cycles"]);
+    }
+    let mut t = Table::new(&headers);
     for r in records {
-        t.row(vec![
+        let mut counts = Vec::new();
+        if counted {
+            counts.push(opt_rate(r.instructions, |v| fmt::count(v, "")));
+            counts.push(opt_rate(
+                r.counts.as_ref().map(|c| c.estimated_cycles),
+                |v| fmt::count(v, ""),
+            ));
+        }
+        let mut row = vec![
             r.workload.name.clone(),
             fmt::time(r.stats.p50_ns * 1e-9),
             fmt::time(r.stats.p90_ns * 1e-9),
@@ -200,7 +220,9 @@ fn records_table(records: &[Record]) -> String {
                 "no"
             }
             .into(),
-        ]);
+        ];
+        row.extend(counts);
+        t.row(row);
     }
     t.render()
 }
@@ -228,7 +250,7 @@ pub fn run_count(a: CountArgs) -> Result<()> {
     let text = super::read_text(&a.spec.display().to_string())?;
     let spec: tensorforge_measure::WorkloadSpec = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a workload spec", a.spec.display()))?;
-    tensorforge_measure::instructions::run_counted(&spec, a.iterations)?;
+    tensorforge_measure::counting::run_counted(&spec, a.iterations)?;
     Ok(())
 }
 
@@ -251,10 +273,18 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
         ..HarnessOptions::new(threads)
     };
     let mut records = run_suite(&suite, &opts, &mut |_| {})?;
-    if let Some(n) = a.instructions {
-        let exe = std::env::current_exe()?;
-        tensorforge_measure::instructions::attach_counts(&exe, &suite, &mut records, n)?;
-    }
+    let mode = match (a.counts, record && !a.no_counts) {
+        (Some(0), _) => bail!("invalid `--counts` = `0`: must be at least 1"),
+        (Some(_), _) => CountMode::Required,
+        (None, true) => CountMode::Auto,
+        (None, false) => CountMode::Off,
+    };
+    let mut copts = CountOptions::new(
+        std::env::current_exe()?,
+        host_logical_cores().max(1) as usize,
+    );
+    copts.iterations = a.counts.unwrap_or(1);
+    let counted = count_suite(&suite, &mut records, mode, &copts, &|_| {})?;
     let mut stored_in = None;
     if record {
         let store = Store::open(&store_path(&a.store))?;
@@ -288,6 +318,27 @@ pub fn run_bench(a: BenchArgs) -> Result<()> {
     for r in &records {
         if let Some(n) = &r.harness.note {
             println!("note [{}]: {n}", r.workload.name);
+        }
+    }
+    if let Some(line) = counted.describe() {
+        println!("counts: {line}");
+    }
+    for r in &records {
+        if let Some(c) = r.counts.as_ref().filter(|c| c.work_divisor > 1) {
+            println!(
+                "counts [{}]: per call of a smaller instance of the same code path ({}, 1/{} of the work)",
+                r.workload.name, c.instance, c.work_divisor
+            );
+        }
+        if let Some(e) = &r.count_error {
+            println!("counts [{}]: ERROR {e}", r.workload.name);
+        }
+        if let Some(w) = &r.injected_work {
+            println!(
+                "injected [{}]: {} (TENSORFORGE_INJECT_EXTRA_WORK)",
+                r.workload.name,
+                w.describe()
+            );
         }
     }
     if let Some(p) = stored_in {

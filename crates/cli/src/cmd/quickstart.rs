@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use tensorforge_job::quickstart::{run_quickstart as run_job, QuickstartOptions};
+use tensorforge_measure::counting::{CountMode, CountOptions};
 use tensorforge_ops::Policy;
 use tensorforge_store::default_store_path;
 
@@ -33,10 +34,18 @@ pub struct QuickstartArgs {
     /// Minimum timed iterations per workload.
     #[arg(long, default_value_t = 20)]
     pub iterations: u64,
-    /// Also count instructions per iteration with valgrind's callgrind and gate on them (a
-    /// repeatable metric on a busy machine; N counted iterations, default 3).
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
-    pub instructions: Option<u64>,
+    /// Count instructions and estimated cycles with valgrind's callgrind (the default when
+    /// valgrind is installed; these counts decide the gate) and fail when it is missing;
+    /// N counted iterations after one warm-up (default 1).
+    #[arg(long, visible_alias = "instructions", value_name = "N", num_args = 0..=1, default_missing_value = "1")]
+    pub counts: Option<u64>,
+    /// Do not count: the gate decides on time only (between-run tests, history needed).
+    #[arg(long, conflicts_with = "counts")]
+    pub no_counts: bool,
+    /// Print the outcome (decision, every gate row, what decided each workload) as one JSON
+    /// object instead of text; progress still goes to stderr.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Run the main job; returns the gate's exit code.
@@ -56,11 +65,30 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
     o.policy = policy;
     o.time_budget_ns = a.time_budget_ms.saturating_mul(1_000_000);
     o.min_iterations = a.iterations;
-    if let Some(n) = a.instructions {
-        o.instructions = Some((std::env::current_exe()?, n));
-    }
+    o.count_mode = match (a.counts, a.no_counts) {
+        (Some(0), _) => anyhow::bail!("invalid `--counts` = `0`: must be at least 1"),
+        (Some(_), _) => CountMode::Required,
+        (None, true) => CountMode::Off,
+        (None, false) => CountMode::Auto,
+    };
+    let mut co = CountOptions::new(
+        std::env::current_exe()?,
+        tensorforge_measure::context::host_logical_cores().max(1) as usize,
+    );
+    co.iterations = a.counts.unwrap_or(1);
+    o.count_options = Some(co);
     let out = run_job(&o, &mut |line| eprintln!("{line}"))?;
+    if a.json {
+        super::print_json(&out)?;
+        return Ok(out.exit_code);
+    }
     println!("{}", out.decision);
+    if let Some(c) = &out.counting {
+        println!("counts: {c}");
+    }
+    for i in &out.injected {
+        println!("injected: {i}");
+    }
     for reason in &out.reasons {
         println!("  {reason}");
     }
