@@ -83,6 +83,31 @@ class Spinner:
         self.p.wait()
 
 
+def reference_spread(store):
+    """Per workload, over the unchanged runs in `store`: the spread between runs (standard
+    deviation of ln p50) of the raw median and of the median divided by the reference loop
+    timed around it (label reference_loop_ns)."""
+    import math
+    import sqlite3
+
+    con = sqlite3.connect(store)
+    by = {}
+    for (text,) in con.execute("SELECT record_json FROM records ORDER BY timestamp_unix_s, id"):
+        r = json.loads(text)
+        ref = r.get("labels", {}).get("reference_loop_ns")
+        if r["workload"]["kind"] == "empty" or not ref:
+            continue
+        by.setdefault(r["workload"]["name"], []).append((r["stats"]["p50_ns"], float(ref)))
+    out = {}
+    for name, v in sorted(by.items()):
+        if len(v) < 3:
+            continue
+        raw = [math.log(p) for p, _ in v]
+        norm = [math.log(p / ref) for p, ref in v]
+        out[name] = {"runs": len(v), "sd_ln_raw": statistics.stdev(raw), "sd_ln_normalized": statistics.stdev(norm)}
+    return out
+
+
 def tally(runs, key):
     n = len(runs)
     per = {}
@@ -140,6 +165,7 @@ def main():
         print(f"unchanged {i:2d} ({'loaded' if loaded else 'idle'}): exit {code}, {wall:.1f} s, {r['verdicts']}", flush=True)
     base = os.path.join(work, "base.sqlite")
     shutil.copy(store, base)
+    spread = reference_spread(store)
     mem_frac = a.memory_fraction if a.memory_fraction is not None else a.fraction
     for kind, n, inj in (
         ("compute", a.compute, f"{a.workload}={a.fraction}"),
@@ -171,6 +197,7 @@ def main():
         "compute": tally(runs["compute"], "verdicts"),
         "memory": tally(runs["memory"], "verdicts"),
         "injections": {"compute": f"{a.workload}={a.fraction}", "memory": f"{a.workload}=stream:{mem_frac}"},
+        "reference_loop_spread": spread,
     }
     print()
     print(f"CPU: {cpu} ({isa})")
@@ -185,6 +212,12 @@ def main():
         w = t["wall_s"]
         ws = f"{w[0]:.1f} / {w[1]:.1f} / {w[2]:.1f} s" if w else "-"
         print(f"- {k}: {t['runs']} runs; exit 0/1/2/3 = {t['exit_codes'][0]}/{t['exit_codes'][1]}/{t['exit_codes'][2]}/{t['exit_codes'][3]}; job time min/median/max {ws}")
+    print()
+    print("Spread between unchanged runs (sd of ln p50): raw vs divided by the reference loop timed around the workload")
+    print("| workload | runs | raw | normalized |")
+    print("|---|---|---|---|")
+    for name, v in spread.items():
+        print(f"| {name} | {v['runs']} | {v['sd_ln_raw'] * 100:.1f} % | {v['sd_ln_normalized'] * 100:.1f} % |")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"summary": summary, "runs": runs}, f, indent=1)

@@ -292,6 +292,28 @@ pub struct Timing {
     /// Peak bytes above the baseline during the timed region, when the counting allocator
     /// is installed.
     pub peak_alloc_bytes: Option<u64>,
+    /// The reference loop ([`reference_loop_ns`]) timed right before and right after the
+    /// samples, ns (the mean of the fastest of 5 on each side): the machine's own speed
+    /// around this workload.
+    pub reference_loop_ns: f64,
+}
+
+/// Record label holding [`Timing::reference_loop_ns`]: an experiment (issue 24) on whether
+/// dividing a workload's time by it lowers the spread between runs (docs/quickstart.md).
+pub const REFERENCE_LOOP_LABEL: &str = "reference_loop_ns";
+
+/// Time a fixed reference loop once, ns: a dependent multiply-add chain of 2^19 steps
+/// (compute) and one read pass over `buf` (memory). Co-tenant load that slows the machine
+/// slows it too; a change of the build does not.
+pub fn reference_loop_ns(buf: &[f32]) -> f64 {
+    let t = Instant::now();
+    let mut x = std::hint::black_box(1.000_000_1f64);
+    for _ in 0..(1 << 19) {
+        x = x * 0.999_999_9 + 1e-9;
+    }
+    let s: f32 = buf.iter().step_by(16).sum();
+    std::hint::black_box((x, s));
+    t.elapsed().as_nanos() as f64
 }
 
 /// Samples of prepared instances (after warm-up): a trial picks the batch size, then
@@ -392,7 +414,13 @@ pub fn time_workload(
             last_ns = t.elapsed().as_nanos() as f64;
         }
         let counting = crate::alloc::is_active();
+        // 8 MiB: past the private caches; allocated before the timed region.
+        let ref_buf = vec![1.0f32; 2 << 20];
+        // The fastest of 5 on each side: an interrupt inflates one repetition, not all.
+        let reference = |b: &[f32]| (0..5).map(|_| reference_loop_ns(b)).fold(f64::INFINITY, f64::min);
+        let ref_before = reference(&ref_buf);
         let (samples, batch, peak) = time_instances(&mut instances, opts, clock, last_ns, tick)?;
+        let reference_loop_ns = 0.5 * (ref_before + reference(&ref_buf));
         Ok(Timing {
             samples_ns: samples,
             settings: HarnessSettings {
@@ -407,6 +435,7 @@ pub fn time_workload(
                 overhead_ns: Some(clock.overhead_ns),
             },
             peak_alloc_bytes: counting.then_some(peak),
+            reference_loop_ns,
         })
     })
 }
@@ -437,6 +466,10 @@ pub fn measure(
         source: "harness".into(),
     })?;
     r.injected_work = crate::inject::injected_work(&spec.name)?;
+    r.labels.insert(
+        REFERENCE_LOOP_LABEL.into(),
+        format!("{:.0}", t.reference_loop_ns),
+    );
     Ok(r)
 }
 
