@@ -3,6 +3,7 @@
 //! - [`quickstart`]: the main job — calibrate, measure the embedded holdout suite, validate
 //!   the model, gate the run against this machine's history, write the reports, record;
 //! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds;
+//! - [`two_builds`]: the main job's suite gated between two builds (`quickstart --baseline-bin`);
 //! - [`serve_plot`]: the SVG plot of the serving view (tokens/s against batch).
 //!
 //! ```no_run
@@ -17,5 +18,6 @@ pub mod error;
 pub mod machine;
 pub mod quickstart;
 pub mod serve_plot;
+pub mod two_builds;
 
 pub use error::{JobError, Result};

@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use tensorforge_job::quickstart::{run_quickstart as run_job, QuickstartOptions};
+use tensorforge_job::two_builds::{run_two_builds, TwoBuildsOptions};
 use tensorforge_measure::counting::{CountMode, CountOptions};
 use tensorforge_ops::Policy;
 use tensorforge_store::default_store_path;
@@ -46,6 +47,15 @@ pub struct QuickstartArgs {
     /// object instead of text; progress still goes to stderr.
     #[arg(long)]
     pub json: bool,
+    /// Gate this build against another build of tensorforge (e.g. the previous commit's)
+    /// instead of the store's history: each build's counts, and both timed in interleaved
+    /// A B B A rounds, each run timing every workload for min(--time-budget-ms, 100) ms and
+    /// min(--iterations, 10) iterations. Nothing is recorded.
+    #[arg(long, value_name = "PATH", conflicts_with = "store")]
+    pub baseline_bin: Option<PathBuf>,
+    /// With --baseline-bin: A B B A rounds (each gives each build two timed runs).
+    #[arg(long, default_value_t = 5, requires = "baseline_bin")]
+    pub rounds: usize,
 }
 
 /// Run the main job; returns the gate's exit code.
@@ -76,6 +86,9 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
         tensorforge_measure::context::host_logical_cores().max(1) as usize,
     );
     co.iterations = a.counts.unwrap_or(1);
+    if let Some(bin) = &a.baseline_bin {
+        return run_two(&a, bin, &o, co.jobs);
+    }
     o.count_options = Some(co);
     let out = run_job(&o, &mut |line| eprintln!("{line}"))?;
     if a.json {
@@ -105,6 +118,41 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
         out.html_path.display()
     );
     println!("recorded run {} in {}", out.run_id, out.store);
+    println!("done in {:.1} s", out.duration_s);
+    Ok(out.exit_code)
+}
+
+/// `quickstart --baseline-bin`: the two-builds job.
+fn run_two(a: &QuickstartArgs, bin: &std::path::Path, o: &QuickstartOptions, jobs: usize) -> Result<u8> {
+    let t = TwoBuildsOptions {
+        baseline_exe: bin.to_path_buf(),
+        candidate_exe: std::env::current_exe()?,
+        out_dir: a.out_dir.clone(),
+        threads: a.threads,
+        rounds: a.rounds,
+        time_budget_ms: a.time_budget_ms.min(100),
+        min_iterations: a.iterations.min(10),
+        policy: o.policy.clone(),
+        count_mode: o.count_mode,
+        count_jobs: jobs,
+    };
+    let out = run_two_builds(&t, &mut |line| eprintln!("{line}"))?;
+    if a.json {
+        super::print_json(&out)?;
+        return Ok(out.exit_code);
+    }
+    println!("{}", out.decision);
+    if let Some(c) = &out.counting {
+        println!("counts: {c}");
+    }
+    for reason in &out.reasons {
+        println!("  {reason}");
+    }
+    println!(
+        "wrote {} and {}",
+        out.markdown_path.display(),
+        out.html_path.display()
+    );
     println!("done in {:.1} s", out.duration_s);
     Ok(out.exit_code)
 }
