@@ -29,7 +29,8 @@ fn span(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
 }
 
 /// Ticks of a log axis over `[lo, hi]`: 1, 2 and 5 times each power of ten when the axis
-/// spans at most three and a half decades, the powers of ten alone when it spans more.
+/// spans at most three and a half decades, the powers of ten alone when it spans more, and
+/// every second (third...) power of ten beyond eight decades.
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     if !(lo > 0.0 && hi > lo && lo.is_finite() && hi.is_finite()) {
         return Vec::new();
@@ -41,8 +42,10 @@ fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     };
     let first = lo.log10().floor() as i32;
     let last = hi.log10().ceil() as i32;
+    // At most about eight decade ticks: over more decades, every second (third...) one.
+    let step = ((last - first) as f64 / 8.0).ceil().max(1.0) as i32;
     let mut ticks = Vec::new();
-    for e in first..=last {
+    for e in (first..=last).filter(|e| e.rem_euclid(step) == 0) {
         for m in mantissas {
             // Parse the decimal text: `m * 10^e` computed in binary can land a hair off
             // (2 × 10^-1 is 0.20000000000000004), which a label would then show.
@@ -69,8 +72,12 @@ fn number_tick(v: f64) -> String {
     text.to_string()
 }
 
-/// A time tick in a scaled unit without trailing zeros: `100 µs`, `2 ms`, `1 s`.
+/// A time tick in a scaled unit without trailing zeros: `100 µs`, `2 ms`, `1 s`, and
+/// `1e5 s` from ten thousand seconds on.
 fn time_tick(s: f64) -> String {
+    if s >= 1e4 {
+        return format!("{s:e} s");
+    }
     let text = tensorforge_core::units::time(s);
     match text.split_once(' ') {
         Some((num, unit)) if num.contains('.') => {
@@ -202,20 +209,54 @@ fn place_labels(
     placed
 }
 
-/// The legend's box as plotters lays it out in the upper left of a plot area (5 px in,
-/// 10 px margins, a 30 px marker column, about 16 px a line at 12 px), widened a little.
-fn upper_left_legend(area: Bbox, lines: &[String]) -> Bbox {
+/// Where the legend goes: the first corner of the plot area (upper left, lower right, upper
+/// right, lower left) whose legend box covers none of `points`, else the upper left. The box
+/// is as plotters lays it out (5 px in from the corner, 10 px margins, a 30 px marker
+/// column, about 16 px a line at 12 px), widened a little; labels avoid it.
+fn legend_place(
+    area: Bbox,
+    lines: &[String],
+    points: &[(i32, i32)],
+) -> (SeriesLabelPosition, Bbox) {
     let widest = lines
         .iter()
         .map(|l| label_box(l, 0, 0).r)
         .max()
         .unwrap_or(0);
-    Bbox {
-        l: area.l,
-        t: area.t,
-        r: area.l + 5 + widest + 30 + 20 + 6,
-        b: area.t + 5 + lines.len() as i32 * 16 + 20 + 6,
-    }
+    let (w, h) = (
+        5 + widest + 30 + 20 + 6,
+        5 + lines.len() as i32 * 16 + 20 + 6,
+    );
+    let corner = |left: bool, top: bool| {
+        let l = if left { area.l } else { area.r - w };
+        let t = if top { area.t } else { area.b - h };
+        Bbox {
+            l,
+            t,
+            r: l + w,
+            b: t + h,
+        }
+    };
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, corner(true, true)),
+        (SeriesLabelPosition::LowerRight, corner(false, false)),
+        (SeriesLabelPosition::UpperRight, corner(false, true)),
+        (SeriesLabelPosition::LowerLeft, corner(true, false)),
+    ];
+    let clear = |b: &Bbox| {
+        !points.iter().any(|&(x, y)| {
+            b.overlaps(&Bbox {
+                l: x - MARKER_HALF,
+                t: y - MARKER_HALF,
+                r: x + MARKER_HALF,
+                b: y + MARKER_HALF,
+            })
+        })
+    };
+    corners
+        .into_iter()
+        .find(|(_, b)| clear(b))
+        .unwrap_or((SeriesLabelPosition::UpperLeft, corner(true, true)))
 }
 
 /// Draws the placed labels on `root`, with a grey leader line from the point to each label
@@ -378,11 +419,12 @@ pub fn roofline_svg(report: &ValidationReport) -> Result<String> {
                 }
             })
             .collect();
-        let placed = place_labels(&pixels, &labels, area, &[upper_left_legend(area, &legend)]);
+        let (corner, legend_box) = legend_place(area, &legend, &pixels);
+        let placed = place_labels(&pixels, &labels, area, &[legend_box]);
         draw_labels(&root, &pixels, &labels, &placed)?;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(corner)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.8))
             .draw()
@@ -494,22 +536,23 @@ pub fn predicted_vs_measured_svg(report: &ValidationReport) -> Result<String> {
                 }
             })
             .collect();
-        // The floor variant's triangles are markers too: no label may cover them.
-        let mut blocked = vec![upper_left_legend(area, &legend)];
-        blocked.extend(floor.iter().map(|p| {
-            let (x, y) = chart.backend_coord(p);
-            Bbox {
-                l: x - MARKER_HALF,
-                t: y - MARKER_HALF,
-                r: x + MARKER_HALF,
-                b: y + MARKER_HALF,
-            }
+        // The floor variant's triangles are markers too: neither the legend nor a label may
+        // cover them.
+        let floor_pixels: Vec<(i32, i32)> = floor.iter().map(|p| chart.backend_coord(p)).collect();
+        let every_marker: Vec<(i32, i32)> = pixels.iter().chain(&floor_pixels).copied().collect();
+        let (corner, legend_box) = legend_place(area, &legend, &every_marker);
+        let mut blocked = vec![legend_box];
+        blocked.extend(floor_pixels.iter().map(|&(x, y)| Bbox {
+            l: x - MARKER_HALF,
+            t: y - MARKER_HALF,
+            r: x + MARKER_HALF,
+            b: y + MARKER_HALF,
         }));
         let placed = place_labels(&pixels, &labels, area, &blocked);
         draw_labels(&root, &pixels, &labels, &placed)?;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(corner)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.8))
             .draw()
@@ -654,6 +697,9 @@ mod tests {
         assert_eq!(time_tick(2e-4), "200 µs");
         assert_eq!(time_tick(1.0), "1 s");
         assert_eq!(time_tick(1.5e-3), "1.5 ms");
+        assert_eq!(time_tick(1e9), "1e9 s");
+        // Thirteen decades: every second power of ten, at most eight ticks.
+        assert_eq!(log_ticks(5e-5, 5e8), [1e-4, 1e-2, 1.0, 1e2, 1e4, 1e6, 1e8]);
     }
 
     #[test]
@@ -695,5 +741,23 @@ mod tests {
         }
         // The crowd is resolved by moving labels away from their points, with leaders.
         assert!(placed.iter().filter(|p| p.away).count() >= 6);
+    }
+
+    #[test]
+    fn the_legend_takes_a_corner_without_points() {
+        let area = Bbox {
+            l: 0,
+            t: 0,
+            r: 600,
+            b: 400,
+        };
+        let lines = vec!["calibrated roof: 1.00 FLOP/s, 1.00 B/s".to_string()];
+        let (pos, b) = legend_place(area, &lines, &[(300, 200)]);
+        assert!(matches!(pos, SeriesLabelPosition::UpperLeft), "{b:?}");
+        assert_eq!((b.l, b.t), (0, 0));
+        // Points in the upper left and the lower right corners: the upper right is free.
+        let (pos, b) = legend_place(area, &lines, &[(20, 20), (590, 390)]);
+        assert!(matches!(pos, SeriesLabelPosition::UpperRight), "{b:?}");
+        assert_eq!((b.r, b.t), (600, 0));
     }
 }
