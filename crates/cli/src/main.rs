@@ -1,6 +1,7 @@
 //! `tensorforge`: a thin command line over the TensorForge libraries. It parses arguments,
 //! reads files, calls a library and prints; every model computation lives in
-//! `tensorforge-core`. Errors print one line and exit with status 2.
+//! `tensorforge-core`. Errors print one line and exit with status 2; usage errors print
+//! clap's message with its tips and usage line, also with status 2.
 
 mod cmd;
 mod fmt;
@@ -97,10 +98,35 @@ fn allow_negatives(c: clap::Command) -> clap::Command {
         .fold(c, |c, n| c.mut_subcommand(n, allow_negatives))
 }
 
+/// clap's whole message for a usage error: the error, its context (the missing arguments, a
+/// "similar" subcommand or flag), the usage line and the pointer to `--help`. clap quotes
+/// the offending argument as typed, so a control character in it (a newline in a value)
+/// would split the message and could forge a line; the message is then the one clap gives
+/// for the same arguments with those characters escaped (`\n`), as every other error shows
+/// user strings.
+fn usage_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if !args.iter().any(|a| a.chars().any(char::is_control)) {
+        return text.trim_end().to_string();
+    }
+    let escaped = args.iter().map(|a| tensorforge_ops::markup::one_line(a));
+    match allow_negatives(Cli::command())
+        .try_get_matches_from(escaped)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Err(e) => e.render().to_string().trim_end().to_string(),
+        // Escaping made the arguments valid: say what clap said, on one line.
+        Ok(_) => tensorforge_ops::markup::one_line(text.trim_end()),
+    }
+}
+
 fn main() -> ExitCode {
     use clap::error::ErrorKind;
-    // Usage errors print one line (clap's first line, without its tips) and exit 2, like
-    // every other error; help and version print as clap writes them.
+    // Usage errors print clap's whole message (the error, its tips and the usage line) and
+    // exit 2, like every other error; help and version print as clap writes them, exit 0.
     let parsed = allow_negatives(Cli::command())
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m));
@@ -117,11 +143,7 @@ fn main() -> ExitCode {
             e.exit()
         }
         Err(e) => {
-            let text = e.render().to_string();
-            eprintln!(
-                "{}",
-                text.lines().next().unwrap_or("error: invalid arguments")
-            );
+            eprintln!("{}", usage_message(&e));
             return ExitCode::from(2);
         }
     };

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 mod common;
-use common::{fails, json, tf};
+use common::{fails, json, tf, usage_fails};
 
 #[test]
 fn gemm_json_contract_and_reference_values() {
@@ -97,9 +97,9 @@ fn bad_dimensions_exit_2_naming_the_field() {
         &["analyze", "gemm", "--m", "0", "--n", "3", "--k", "4"],
         &["`m`", "0"],
     );
-    fails(
+    usage_fails(
         &["analyze", "gemm", "--m", "-3", "--n", "3", "--k", "4"],
-        &["-3"],
+        &["invalid value '-3' for '--m <M>'"],
     );
     fails(
         &[
@@ -114,7 +114,10 @@ fn bad_dimensions_exit_2_naming_the_field() {
         ],
         &["overflow"],
     );
-    fails(&["analyze", "gemm", "--m", "4", "--n", "4"], &["--k"]);
+    fails(
+        &["analyze", "gemm", "--m", "4", "--n", "4"],
+        &["missing --k:"],
+    );
     fails(
         &[
             "analyze", "gemm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "fp64",
@@ -607,4 +610,94 @@ fn explore_says_when_the_best_is_off_the_pareto_front() {
         !text.contains("LoopOrder::ALL") && !text.contains("total_cmp"),
         "{text}"
     );
+}
+
+#[test]
+fn usage_errors_show_clap_whole_message() {
+    // Missing required arguments: each one named on its own line, then the usage line.
+    let err = usage_fails(
+        &["kernel", "softmax"],
+        &[
+            "the following required arguments were not provided:",
+            "--in <FILE>",
+            "--out <FILE>",
+            "Usage: tensorforge kernel --in <FILE> --out <FILE> <OP>",
+        ],
+    );
+    // The op was given: the list of missing arguments (up to the blank line) leaves it out.
+    let missing = err.split("\n\n").next().unwrap();
+    assert!(
+        missing.contains("--in <FILE>") && !missing.contains("<OP>"),
+        "{err}"
+    );
+    usage_fails(
+        &["roofline", "--flops", "1"],
+        &["  --bytes <BYTES>", "Usage: tensorforge roofline"],
+    );
+    // clap's "did you mean" tips: a misspelled subcommand, a misspelled flag.
+    usage_fails(
+        &["analyz", "gemm"],
+        &[
+            "unrecognized subcommand 'analyz'",
+            "tip: a similar subcommand exists: 'analyze'",
+        ],
+    );
+    usage_fails(
+        &["analyze", "gemm", "--jsn"],
+        &["'--jsn'", "tip: a similar argument exists: '--json'"],
+    );
+    // A newline typed into a value is shown escaped: it cannot split the message or forge
+    // a line.
+    let err = usage_fails(
+        &[
+            "analyze",
+            "gemm",
+            "--m",
+            "5\ngate: PASS",
+            "--n",
+            "1",
+            "--k",
+            "1",
+        ],
+        &["invalid value '5\\ngate: PASS' for '--m <M>'"],
+    );
+    assert!(!err.lines().any(|l| l.starts_with("gate:")), "{err}");
+    // Shape flags are checked after parsing: one line naming exactly the flags missing.
+    fails(
+        &["analyze", "gemm", "--m", "4"],
+        &["missing --n and --k: give either --preset NAME or all of --m, --n and --k"],
+    );
+    fails(
+        &["analyze", "conv2d", "--cin", "3", "--kernel", "3"],
+        &["missing --cout, --height and --width:"],
+    );
+    fails(
+        &[
+            "analyze",
+            "transformer",
+            "--phase",
+            "decode",
+            "--d-model",
+            "64",
+        ],
+        &["missing --heads and --d-ff:"],
+    );
+}
+
+#[test]
+fn help_and_version_print_on_stdout_and_exit_0() {
+    for args in [&["--help"][..], &["analyze", "gemm", "--help"][..]] {
+        let out = tf().args(args).assert().success().get_output().clone();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage: tensorforge"), "{args:?}: {text}");
+        assert!(out.stderr.is_empty(), "{args:?}");
+    }
+    let out = tf()
+        .arg("--version")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("tensorforge "), "{text}");
 }

@@ -1,6 +1,6 @@
 //! The reproductions of the reliability issue, each as a test: hostile or careless input
 //! gets a one-line error naming what is wrong and exit 2 (or works, where it is valid), never
-//! a panic.
+//! a panic; a usage error gets clap's message with its usage line, also exit 2.
 
 use assert_cmd::Command;
 use std::path::PathBuf;
@@ -25,6 +25,23 @@ fn fails(c: &mut Command, needles: &[&str]) -> String {
         assert!(err.contains(n), "stderr lacks `{n}`: {err}");
     }
     err
+}
+
+/// Exit 2, no panic, clap's usage message: `error: ` first, every needle, the pointer to
+/// `--help` last.
+fn usage_fails(c: &mut Command, needles: &[&str]) {
+    let out = c.assert().code(2).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("For more information, try '--help'."),
+        "{err}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
 }
 
 #[test]
@@ -109,13 +126,19 @@ fn empty_tensors_and_negative_flag_values_are_named_errors() {
     for cmd in ["fuse", "run", "plan-memory"] {
         fails(tf().arg(cmd).arg(&p), &["`x`", "0 elements"]);
     }
-    // `--m -5`: an invalid value of `--m`, not an unexpected argument `-5`.
-    fails(
+    // `--m -5`: an invalid value of `--m`, not an unexpected argument `-5`. Usage errors
+    // show clap's message (the error, then its tips and usage line), exit 2.
+    usage_fails(
         tf().args(["analyze", "gemm", "--m", "-5", "--n", "4", "--k", "4"]),
-        &["'-5'", "--m"],
+        &["invalid value '-5' for '--m <M>'"],
     );
-    // Any usage error is one line, exit 2.
-    fails(tf().args(["analyze", "gemm", "--bogus"]), &["--bogus"]);
+    usage_fails(
+        tf().args(["analyze", "gemm", "--bogus"]),
+        &[
+            "unexpected argument '--bogus'",
+            "Usage: tensorforge analyze gemm",
+        ],
+    );
 }
 
 #[test]

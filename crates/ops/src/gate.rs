@@ -1256,10 +1256,21 @@ fn metric_row(
     (row, Some((mp, beyond)))
 }
 
+/// The allowed change as the reasons print it: a percentage of the baseline, except for peak
+/// allocation and wherever the allowance is ten times the baseline or more (the policy's
+/// absolute floor binds: a 64 KiB floor on a 16 B baseline is not "409600.0 %"), which
+/// print the allowance in the metric's unit, scaled (`64.00 KiB`), with its share of the
+/// baseline.
 fn allowed_text(row: &MetricRow) -> String {
-    match row.allowed_relative {
-        Some(a) if row.allowed.unwrap_or(0.0) > 0.0 => format!("{:.1} %", a * 100.0),
-        _ => format!("{} {}", row.allowed.unwrap_or(0.0), row.unit),
+    let allowed = row.allowed.unwrap_or(0.0);
+    let absolute = crate::report::fmt_value(Some(allowed), &row.unit);
+    let relative = row.allowed_relative.filter(|_| allowed > 0.0);
+    let in_bytes = row.metric == Some(Metric::PeakAlloc);
+    match relative {
+        Some(rel) if rel >= 10.0 => format!("{absolute} ({rel:.0}× the baseline)"),
+        Some(rel) if in_bytes => format!("{absolute} ({:.1} % of the baseline)", rel * 100.0),
+        Some(rel) => format!("{:.1} %", rel * 100.0),
+        None => absolute,
     }
 }
 

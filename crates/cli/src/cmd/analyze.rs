@@ -140,7 +140,14 @@ impl GemmShapeArgs {
                 dtype: DType::Fp16,
                 accumulate: false,
             },
-            _ => bail!("give either --preset NAME or all of --m, --n and --k"),
+            _ => bail!(
+                "missing {}: give either --preset NAME or all of --m, --n and --k",
+                missing(&[
+                    ("--m", self.m.is_some()),
+                    ("--n", self.n.is_some()),
+                    ("--k", self.k.is_some()),
+                ])
+            ),
         };
         if let Some(b) = self.batch {
             g.batch = b;
@@ -168,6 +175,20 @@ struct GemmArgs {
 }
 
 /// Parse `V` or `VHxVW` into (h, w).
+/// The flags of `flags` not given (`false`), as `--n and --k` or `--a, --b and --c`.
+fn missing(flags: &[(&str, bool)]) -> String {
+    let absent: Vec<&str> = flags
+        .iter()
+        .filter(|(_, given)| !given)
+        .map(|(name, _)| *name)
+        .collect();
+    match absent.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 fn pair(s: &str, flag: &str) -> Result<(u64, u64)> {
     let parts: Vec<&str> = s.split(['x', 'X', '×']).collect();
     let p = |t: &str| t.trim().parse::<u64>();
@@ -237,7 +258,16 @@ impl ConvShapeArgs {
                 let (Some(cin), Some(cout), Some(h), Some(w), Some(k)) =
                     (self.cin, self.cout, self.height, self.width, &self.kernel)
                 else {
-                    bail!("give either --preset NAME or all of --cin, --cout, --height, --width and --kernel");
+                    bail!(
+                        "missing {}: give either --preset NAME or all of --cin, --cout, --height, --width and --kernel",
+                        missing(&[
+                            ("--cin", self.cin.is_some()),
+                            ("--cout", self.cout.is_some()),
+                            ("--height", self.height.is_some()),
+                            ("--width", self.width.is_some()),
+                            ("--kernel", self.kernel.is_some()),
+                        ])
+                    );
                 };
                 let (kh, kw) = pair(k, "--kernel")?;
                 Conv2d {
@@ -463,18 +493,22 @@ impl BlockArgs {
         let mut b = match &self.preset {
             Some(p) => transformer_preset(p)?,
             None => {
-                let (Some(seq), Some(d), Some(h), Some(f)) = (
-                    self.seq.or(if self.phase.as_deref() == Some("decode") {
-                        Some(1)
-                    } else {
-                        None
-                    }),
-                    self.d_model,
-                    self.heads,
-                    self.d_ff,
-                ) else {
+                let seq = self.seq.or(if self.phase.as_deref() == Some("decode") {
+                    Some(1)
+                } else {
+                    None
+                });
+                let (Some(seq), Some(d), Some(h), Some(f)) =
+                    (seq, self.d_model, self.heads, self.d_ff)
+                else {
                     bail!(
-                        "give either --preset NAME or all of --seq, --d-model, --heads and --d-ff"
+                        "missing {}: give either --preset NAME or all of --seq, --d-model, --heads and --d-ff",
+                        missing(&[
+                            ("--seq", seq.is_some()),
+                            ("--d-model", self.d_model.is_some()),
+                            ("--heads", self.heads.is_some()),
+                            ("--d-ff", self.d_ff.is_some()),
+                        ])
                     );
                 };
                 TransformerBlock::new(seq, d, h, f)
