@@ -109,11 +109,20 @@ fn bench_once(
         .map_err(|e| side_err(side, when, format!("cannot run {}: {e}", exe.display())))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         return Err(side_err(
             side,
             when,
-            format!("`{} bench` exited with {}: {}", exe.display(), out.status, last.trim()),
+            format!(
+                "`{} bench` exited with {}: {}",
+                exe.display(),
+                out.status,
+                last.trim()
+            ),
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
@@ -173,7 +182,10 @@ fn compare_in(
         what: "cannot write the holdout suite".into(),
         source: e,
     })?;
-    let sides = [("baseline", &o.baseline_exe), ("candidate", &o.candidate_exe)];
+    let sides = [
+        ("baseline", &o.baseline_exe),
+        ("candidate", &o.candidate_exe),
+    ];
     // Warm-up: each build once, untimed (checks that it runs and reads the suite).
     for (side, exe) in sides {
         progress(&format!("warm-up: {side} ({})", exe.display()));
@@ -182,7 +194,10 @@ fn compare_in(
     let (mut base, mut cand): (Vec<Record>, Vec<Record>) = (Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         let when = format!("round {round}");
-        progress(&format!("{when} of {}: baseline, candidate, candidate, baseline", o.rounds));
+        progress(&format!(
+            "{when} of {}: baseline, candidate, candidate, baseline",
+            o.rounds
+        ));
         for i in [0usize, 1, 1, 0] {
             let (side, exe) = sides[i];
             let recs = bench_once(side, &when, exe, &suite_file, o)?;
@@ -199,7 +214,11 @@ fn compare_in(
         let mut co = CountOptions::new(exe.to_path_buf(), o.count_jobs);
         co.iterations = 1;
         progress(&format!("counting the {side} build with callgrind"));
-        let recs = if side == "baseline" { &mut base } else { &mut cand };
+        let recs = if side == "baseline" {
+            &mut base
+        } else {
+            &mut cand
+        };
         let outcome = count_suite(suite, recs, o.count_mode, &co, &|_| {})?;
         // count_suite attaches by fingerprint to every record of the side.
         if let Some(line) = outcome.describe() {
@@ -207,7 +226,9 @@ fn compare_in(
         }
         if let CountOutcome::Counted { failed } = outcome {
             if failed > 0 {
-                progress(&format!("      {failed} workload(s) of the {side} build could not be counted"));
+                progress(&format!(
+                    "      {failed} workload(s) of the {side} build could not be counted"
+                ));
             }
         }
     }
@@ -292,7 +313,10 @@ mod tests {
         let e = run_two_builds(&opts("/nonexistent/tensorforge-old"), &mut |_| {})
             .unwrap_err()
             .to_string();
-        assert!(e.contains("baseline-bin") && e.contains("/nonexistent/tensorforge-old"), "{e}");
+        assert!(
+            e.contains("baseline-bin") && e.contains("/nonexistent/tensorforge-old"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -123,7 +123,12 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
 }
 
 /// `quickstart --baseline-bin`: the two-builds job.
-fn run_two(a: &QuickstartArgs, bin: &std::path::Path, o: &QuickstartOptions, jobs: usize) -> Result<u8> {
+fn run_two(
+    a: &QuickstartArgs,
+    bin: &std::path::Path,
+    o: &QuickstartOptions,
+    jobs: usize,
+) -> Result<u8> {
     let t = TwoBuildsOptions {
         baseline_exe: bin.to_path_buf(),
         candidate_exe: std::env::current_exe()?,
