@@ -480,17 +480,7 @@ pub fn run_quickstart(
         })
         .collect();
     let html = render_html_with_lead(&report, &lead_html, &validation_sections(&validation)?);
-    std::fs::create_dir_all(&o.out_dir).map_err(|e| JobError::Io {
-        path: o.out_dir.display().to_string(),
-        what: "cannot create the report directory".into(),
-        source: e,
-    })?;
-    let md_path = o.out_dir.join("report.md");
-    let html_path = o.out_dir.join("report.html");
-    write_all_atomic(&[
-        (&md_path, markdown.as_bytes()),
-        (&html_path, html.as_bytes()),
-    ])?;
+    let (md_path, html_path) = write_reports(&o.out_dir, &markdown, &html)?;
 
     progress(&format!("[6/6] recording the run in {}", store.describe()));
     store.insert_profile(
@@ -528,6 +518,27 @@ pub fn run_quickstart(
         injected,
         gate: (!first_run).then(|| report.gate.clone()),
     })
+}
+
+/// Write `report.md` and `report.html` into `out_dir` (created if needed) together,
+/// atomically; returns their paths.
+pub(crate) fn write_reports(
+    out_dir: &std::path::Path,
+    markdown: &str,
+    html: &str,
+) -> Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(out_dir).map_err(|e| JobError::Io {
+        path: out_dir.display().to_string(),
+        what: "cannot create the report directory".into(),
+        source: e,
+    })?;
+    let md_path = out_dir.join("report.md");
+    let html_path = out_dir.join("report.html");
+    write_all_atomic(&[
+        (&md_path, markdown.as_bytes()),
+        (&html_path, html.as_bytes()),
+    ])?;
+    Ok((md_path, html_path))
 }
 
 /// One sentence: which metrics decided how many workloads.

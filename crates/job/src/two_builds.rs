@@ -25,7 +25,7 @@ use tensorforge_ops::{
     gate, render_html_with_lead, render_markdown_with_lead, Date, GateResult, HtmlBody,
     HtmlSection, Policy, Report,
 };
-use tensorforge_store::{parse_records_text, write_all_atomic, Record};
+use tensorforge_store::{parse_records_text, Record};
 
 /// Version of [`TwoBuildsOutcome`] as JSON.
 pub const TWO_BUILDS_SCHEMA_VERSION: u32 = 1;
@@ -264,17 +264,7 @@ fn compare_in(
         })
         .collect();
     let html = render_html_with_lead(&report, &lead_html, &[]);
-    std::fs::create_dir_all(&o.out_dir).map_err(|e| JobError::Io {
-        path: o.out_dir.display().to_string(),
-        what: "cannot create the report directory".into(),
-        source: e,
-    })?;
-    let md_path = o.out_dir.join("report.md");
-    let html_path = o.out_dir.join("report.html");
-    write_all_atomic(&[
-        (&md_path, markdown.as_bytes()),
-        (&html_path, html.as_bytes()),
-    ])?;
+    let (md_path, html_path) = crate::quickstart::write_reports(&o.out_dir, &markdown, &html)?;
     Ok(TwoBuildsOutcome {
         schema_version: TWO_BUILDS_SCHEMA_VERSION,
         exit_code: code,

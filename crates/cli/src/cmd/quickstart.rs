@@ -95,16 +95,7 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
         super::print_json(&out)?;
         return Ok(out.exit_code);
     }
-    println!("{}", out.decision);
-    if let Some(c) = &out.counting {
-        println!("counts: {c}");
-    }
-    for i in &out.injected {
-        println!("injected: {i}");
-    }
-    for reason in &out.reasons {
-        println!("  {reason}");
-    }
+    print_decision(&out.decision, &out.counting, &out.injected, &out.reasons);
     for v in &out.ceiling_violations {
         println!("{v}");
     }
@@ -146,13 +137,7 @@ fn run_two(
         super::print_json(&out)?;
         return Ok(out.exit_code);
     }
-    println!("{}", out.decision);
-    if let Some(c) = &out.counting {
-        println!("counts: {c}");
-    }
-    for reason in &out.reasons {
-        println!("  {reason}");
-    }
+    print_decision(&out.decision, &out.counting, &[], &out.reasons);
     println!(
         "wrote {} and {}",
         out.markdown_path.display(),
@@ -160,4 +145,23 @@ fn run_two(
     );
     println!("done in {:.1} s", out.duration_s);
     Ok(out.exit_code)
+}
+
+/// The decision, what counting did, injected slowdowns and the gate's reasons.
+fn print_decision(
+    decision: &str,
+    counting: &Option<String>,
+    injected: &[String],
+    reasons: &[String],
+) {
+    println!("{decision}");
+    if let Some(c) = counting {
+        println!("counts: {c}");
+    }
+    for i in injected {
+        println!("injected: {i}");
+    }
+    for reason in reasons {
+        println!("  {reason}");
+    }
 }
