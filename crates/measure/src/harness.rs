@@ -417,7 +417,11 @@ pub fn time_workload(
         // 8 MiB: past the private caches; allocated before the timed region.
         let ref_buf = vec![1.0f32; 2 << 20];
         // The fastest of 5 on each side: an interrupt inflates one repetition, not all.
-        let reference = |b: &[f32]| (0..5).map(|_| reference_loop_ns(b)).fold(f64::INFINITY, f64::min);
+        let reference = |b: &[f32]| {
+            (0..5)
+                .map(|_| reference_loop_ns(b))
+                .fold(f64::INFINITY, f64::min)
+        };
         let ref_before = reference(&ref_buf);
         let (samples, batch, peak) = time_instances(&mut instances, opts, clock, last_ns, tick)?;
         let reference_loop_ns = 0.5 * (ref_before + reference(&ref_buf));

@@ -1756,7 +1756,7 @@ mod tests {
         records
     }
 
-    fn decision<'a>(g: &'a GateResult) -> &'a WorkloadDecision {
+    fn decision(g: &GateResult) -> &WorkloadDecision {
         g.decisions.iter().find(|d| d.workload == "g").unwrap()
     }
 

@@ -976,7 +976,7 @@ mod tests {
             METRIC_HEADERS.len() + CONTEXT_HEADERS.len() + 2,
             "{th:?}"
         );
-        assert_eq!(th[..9], METRIC_HEADERS);
+        assert_eq!(th[..METRIC_HEADERS.len()], METRIC_HEADERS);
         // The verdict cell carries its colour class; the decision its label.
         assert!(
             html.contains("<td class=\"v-inconclusive\">INCONCLUSIVE</td>"),
