@@ -22,6 +22,9 @@ pub enum JobError {
     /// Measurement, calibration or validation failed.
     #[error(transparent)]
     Measure(#[from] tensorforge_measure::MeasureError),
+    /// A record or a records file was rejected, or could not be read or written.
+    #[error(transparent)]
+    Record(#[from] tensorforge_store::RecordError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] tensorforge_store::StoreError),
