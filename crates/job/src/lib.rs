@@ -3,6 +3,8 @@
 //! - [`quickstart`]: the main job — calibrate, measure the embedded holdout suite, validate
 //!   the model, gate the run against this machine's history, write the reports, record;
 //! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds;
+//! - [`baseline`]: what a gate compares a candidate with (a records file, a stored run, or
+//!   the history of comparable runs), for the command line and the quickstart alike;
 //! - [`serve_plot`]: the SVG plot of the serving view (tokens/s against batch).
 //!
 //! ```no_run
@@ -12,6 +14,7 @@
 //! println!("{} (exit {})", outcome.decision, outcome.exit_code);
 //! ```
 
+pub mod baseline;
 pub mod compare;
 pub mod error;
 pub mod machine;
