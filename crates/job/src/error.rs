@@ -22,6 +22,9 @@ pub enum JobError {
     /// Measurement, calibration or validation failed.
     #[error(transparent)]
     Measure(#[from] tensorforge_measure::MeasureError),
+    /// A record or a records file was rejected, or could not be read or written.
+    #[error(transparent)]
+    Record(#[from] tensorforge_store::RecordError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] tensorforge_store::StoreError),
@@ -55,6 +58,36 @@ pub enum JobError {
     /// The two sides measured different workloads.
     #[error("identity mismatch: {0}")]
     Identity(String),
+    /// A records file named as a baseline or candidate was rejected or could not be read
+    /// (`{e:#}` shows the file's own error after the input's name).
+    #[error("{input}")]
+    RecordsFile {
+        /// The input that named the file (`--baseline`).
+        input: String,
+        /// Why the file was rejected.
+        #[source]
+        source: tensorforge_store::RecordError,
+    },
+    /// A run selector named as a baseline or candidate did not resolve in the store.
+    #[error("{input} `{selector}`")]
+    Selector {
+        /// The input that gave the selector (`--candidate`).
+        input: String,
+        /// The selector as given.
+        selector: String,
+        /// The store's answer (no such run, an ambiguous prefix...); boxed, so that every
+        /// `Result` of this crate stays small.
+        #[source]
+        source: Box<tensorforge_store::StoreError>,
+    },
+    /// What an input needs is not there (no records file and no store to look in).
+    #[error("{input}: {message}")]
+    Unavailable {
+        /// The input, with its value where it has one (``--baseline `latest` ``).
+        input: String,
+        /// What is missing.
+        message: String,
+    },
 }
 
 impl JobError {

@@ -4,6 +4,8 @@
 //!   the model, gate the run against this machine's history, write the reports, record;
 //! - [`compare`]: an interleaved A/B comparison of two commands in alternating rounds;
 //! - [`two_builds`]: the main job's suite gated between two builds (`quickstart --baseline-bin`);
+//! - [`baseline`]: what a gate compares a candidate with (a records file, a stored run, or
+//!   the history of comparable runs), for the command line and the quickstart alike;
 //! - [`serve_plot`]: the SVG plot of the serving view (tokens/s against batch).
 //!
 //! ```no_run
@@ -13,6 +15,7 @@
 //! println!("{} (exit {})", outcome.decision, outcome.exit_code);
 //! ```
 
+pub mod baseline;
 pub mod compare;
 pub mod error;
 pub mod machine;

@@ -2,6 +2,7 @@
 //! binary (holdout suite, policy), calibrate the CPU, measure the holdout suite, validate the
 //! model against it, gate the run against the history of earlier quickstart runs on this
 //! machine at the same thread count, write `report.md` and `report.html`, and record the run.
+//! Which runs are that history is [`crate::baseline::labelled_history`]'s rule.
 //!
 //! Noise rules (docs/quickstart.md): the unit of replication is the run. The gate compares
 //! this run with the distribution of the last `history.lookback` comparable runs (`run_t`),
@@ -16,6 +17,7 @@
 //! INCONCLUSIVE ("machine drift"), since the build cannot be blamed for them.
 //! Not controlled: what other tenants do, frequency scaling, and thread placement.
 
+use crate::baseline::{labelled_history, LabelledHistory};
 use crate::error::{JobError, Result};
 use crate::machine::{slowdown, MachineState};
 use serde::{Deserialize, Serialize};
@@ -36,7 +38,7 @@ use tensorforge_ops::{
     downgrade_timed_failures, gate, render_html_with_lead, render_markdown_with_lead, Date,
     GateResult, HtmlBody, HtmlSection, Policy, Report, Verdict,
 };
-use tensorforge_store::{write_all_atomic, Record, Store};
+use tensorforge_store::{write_all_atomic, Store};
 
 /// Label key that marks the runs this job records; the value is `quickstart-<threads>t`, so
 /// the job gates only against its own runs at the same thread count.
@@ -273,17 +275,18 @@ pub fn run_quickstart(
         .collect();
 
     // The history: the last `lookback` quickstart runs on this machine at this thread
-    // count, looked up before this run is recorded.
-    let history_infos = store.recent_runs_with_label(
+    // count (the per-job form of the baseline rule, crate::baseline), looked up before this
+    // run is recorded.
+    let LabelledHistory {
+        runs: history_infos,
+        records: history,
+    } = labelled_history(
+        &store,
         &machine_id,
         QUICKSTART_LABEL_KEY,
         &label_value,
         o.policy.history.lookback,
     )?;
-    let mut history: Vec<Record> = Vec::new();
-    for info in &history_infos {
-        history.extend(store.run_records(&info.run_id)?);
-    }
 
     progress("[3/6] validating the model against the measurement");
     for v in &validation.variants {

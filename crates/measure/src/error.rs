@@ -66,7 +66,10 @@ pub enum MeasureError {
     /// A kernel rejected its arguments.
     #[error("kernel: {0}")]
     Kernel(#[from] tensorforge_kernels::KernelError),
-    /// Record construction or the store failed (its message and source, unchanged).
+    /// Record construction or a records file failed (its message and source, unchanged).
+    #[error(transparent)]
+    Record(#[from] tensorforge_store::RecordError),
+    /// The store failed (its message and source, unchanged).
     #[error(transparent)]
     Store(#[from] tensorforge_store::StoreError),
     /// Anything else (thread pool creation, plotting), described.

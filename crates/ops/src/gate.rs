@@ -27,7 +27,7 @@ use crate::rng::derive_seed;
 use crate::stats::{self, BootstrapInterval, MwuMethod};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tensorforge_store::Record;
+use tensorforge_record::Record;
 
 /// Version of the gate result JSON.
 pub const GATE_SCHEMA_VERSION: u32 = 3;
@@ -358,7 +358,7 @@ fn runtime_changes(a: &Record, b: &Record) -> Vec<FieldChange> {
     diff(&mut v, "device.os", x.os.clone(), y.os.clone());
     diff(&mut v, "device.kernel", opt(&x.kernel), opt(&y.kernel));
     let gpu_driver =
-        |d: &tensorforge_store::DeviceContext| d.gpu.as_ref().and_then(|g| g.driver.clone());
+        |d: &tensorforge_record::DeviceContext| d.gpu.as_ref().and_then(|g| g.driver.clone());
     diff(
         &mut v,
         "device.gpu.driver",
@@ -1326,7 +1326,7 @@ fn decide(row: &mut MetricRow, mp: &MetricPolicy, beyond: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tensorforge_store::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
+    use tensorforge_record::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
 
     pub(crate) fn rec(
         name: &str,
@@ -1350,7 +1350,7 @@ mod tests {
             machine_id: "mach".into(),
             ..Default::default()
         };
-        Record::new(tensorforge_store::RecordParts {
+        Record::new(tensorforge_record::RecordParts {
             run_id: "run".into(),
             workload: w,
             device,
@@ -1752,8 +1752,8 @@ mod tests {
         for r in records.iter_mut() {
             r.instructions = Some(instr);
             r.instructions_source = Some("callgrind".into());
-            r.counts = Some(tensorforge_store::CountedEvents {
-                counter: tensorforge_store::Counter::Callgrind,
+            r.counts = Some(tensorforge_record::CountedEvents {
+                counter: tensorforge_record::Counter::Callgrind,
                 instance: inst.into(),
                 work_divisor: 1,
                 iterations: 1,

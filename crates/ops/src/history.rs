@@ -14,7 +14,7 @@ use crate::policy::{Metric, Statistic};
 use crate::svg;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tensorforge_store::Record;
+use tensorforge_record::Record;
 
 /// Version of the history JSON.
 pub const HISTORY_SCHEMA_VERSION: u32 = 1;

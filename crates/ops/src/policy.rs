@@ -221,7 +221,7 @@ impl Statistic {
             }
         };
         samples.sort_by(f64::total_cmp);
-        tensorforge_store::stats::percentile_sorted(samples, q)
+        tensorforge_record::stats::percentile_sorted(samples, q)
     }
 }
 

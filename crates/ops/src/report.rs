@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tensorforge_core::schedule::{sram_fit, SramFit, Tile};
 use tensorforge_core::units;
 use tensorforge_core::{roofline, DType, Gemm, HardwareSpec};
-use tensorforge_store::Record;
+use tensorforge_record::Record;
 
 /// Version of the report JSON.
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
@@ -877,7 +877,7 @@ mod tests {
     use crate::markup::check_well_formed;
     use crate::{gate, Date, Policy};
     use std::collections::BTreeMap;
-    use tensorforge_store::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
+    use tensorforge_record::{DeviceContext, HarnessSettings, SoftwareContext, WorkloadIdentity};
 
     fn rec(name: &str, scale: f64, commit: &str) -> Record {
         let mut params = BTreeMap::new();
@@ -902,7 +902,7 @@ mod tests {
         };
         let samples: Vec<f64> = (0..30).map(|i| scale * (1000.0 + f64::from(i))).collect();
         // 2·64³ = 524288 FLOPs; bytes 3·64²·4 = 49152.
-        Record::new(tensorforge_store::RecordParts {
+        Record::new(tensorforge_record::RecordParts {
             run_id: "r".into(),
             workload: w,
             device: d,
@@ -976,7 +976,7 @@ mod tests {
             METRIC_HEADERS.len() + CONTEXT_HEADERS.len() + 2,
             "{th:?}"
         );
-        assert_eq!(th[..9], METRIC_HEADERS);
+        assert_eq!(th[..METRIC_HEADERS.len()], METRIC_HEADERS);
         // The verdict cell carries its colour class; the decision its label.
         assert!(
             html.contains("<td class=\"v-inconclusive\">INCONCLUSIVE</td>"),

@@ -241,8 +241,8 @@ pub fn bootstrap_relative_change(
     reps.sort_by(f64::total_cmp);
     let a = (1.0 - confidence) / 2.0;
     Some(BootstrapInterval {
-        low: tensorforge_store::stats::percentile_sorted(&reps, a),
-        high: tensorforge_store::stats::percentile_sorted(&reps, 1.0 - a),
+        low: tensorforge_record::stats::percentile_sorted(&reps, a),
+        high: tensorforge_record::stats::percentile_sorted(&reps, 1.0 - a),
         confidence,
         resamples,
         seed,
@@ -382,7 +382,7 @@ pub fn median(values: &[f64]) -> f64 {
     }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
-    tensorforge_store::stats::percentile_sorted(&v, 0.5)
+    tensorforge_record::stats::percentile_sorted(&v, 0.5)
 }
 
 /// Seeded percentile-bootstrap interval of the median of `values`: `(low, high)` at
@@ -404,13 +404,13 @@ pub fn bootstrap_median_interval(
             *v = values[rng.below(values.len())];
         }
         buf.sort_by(f64::total_cmp);
-        reps.push(tensorforge_store::stats::percentile_sorted(&buf, 0.5));
+        reps.push(tensorforge_record::stats::percentile_sorted(&buf, 0.5));
     }
     reps.sort_by(f64::total_cmp);
     let a = (1.0 - confidence) / 2.0;
     Some((
-        tensorforge_store::stats::percentile_sorted(&reps, a),
-        tensorforge_store::stats::percentile_sorted(&reps, 1.0 - a),
+        tensorforge_record::stats::percentile_sorted(&reps, a),
+        tensorforge_record::stats::percentile_sorted(&reps, 1.0 - a),
     ))
 }
 
@@ -605,7 +605,7 @@ mod tests {
         let cand: Vec<f64> = base.iter().map(|v| v * 1.2).collect();
         let med = |s: &mut [f64]| {
             s.sort_by(f64::total_cmp);
-            tensorforge_store::stats::percentile_sorted(s, 0.5)
+            tensorforge_record::stats::percentile_sorted(s, 0.5)
         };
         let a = bootstrap_relative_change(&base, &cand, med, 500, 0.95, 9, 1.0).unwrap();
         let b = bootstrap_relative_change(&base, &cand, med, 500, 0.95, 9, 1.0).unwrap();

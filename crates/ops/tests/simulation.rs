@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use tensorforge_ops::rng::SplitMix64;
 use tensorforge_ops::{gate, Date, Metric, Policy, TestKind, Verdict};
-use tensorforge_store::{
+use tensorforge_record::{
     DeviceContext, HarnessSettings, Record, SoftwareContext, WorkloadIdentity,
 };
 
@@ -33,7 +33,7 @@ fn rec(run: &str, t: i64, samples: Vec<f64>) -> Record {
         cpu_model: "sim".into(),
         ..Default::default()
     };
-    Record::new(tensorforge_store::RecordParts {
+    Record::new(tensorforge_record::RecordParts {
         run_id: run.into(),
         workload: w,
         device: d,

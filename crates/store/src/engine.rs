@@ -14,6 +14,7 @@ use crate::record::Record;
 use crate::store::{RunInfo, RunWorkload};
 use crate::time::now_unix_s;
 use serde::{Deserialize, Serialize};
+use tensorforge_record::RecordError;
 
 /// Which runs [`StoreEngine::runs`] returns; every filter given must hold. Results are newest
 /// first (by `created_unix_s`, then insertion order).
@@ -222,13 +223,13 @@ pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
     for (i, r) in records.iter().enumerate() {
         let at = format!("record {i} (workload `{}`)", r.workload.name);
         r.validate().map_err(|e| match e {
-            StoreError::InvalidField {
+            RecordError::InvalidField {
                 field,
                 value,
                 reason,
                 ..
             } => StoreError::invalid(&at, field, value, reason),
-            other => other,
+            other => StoreError::Record(other),
         })?;
         if r.run_id != run_id {
             return Err(StoreError::invalid(

@@ -5,9 +5,14 @@ use thiserror::Error;
 /// An underlying error kept as the source of a [`StoreError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Errors from records, statistics, the store and ingestion.
+/// Errors from the store and ingestion, and (wrapped unchanged) from records, their
+/// statistics and records files.
 #[derive(Debug, Error)]
 pub enum StoreError {
+    /// A record, its statistics or a records file was rejected (`tensorforge-record`'s
+    /// error, its message and source unchanged).
+    #[error(transparent)]
+    Record(#[from] tensorforge_record::RecordError),
     /// A field holds an invalid value.
     #[error("{source_name}: invalid `{field}` = `{value}`: {reason}")]
     InvalidField {
@@ -72,10 +77,11 @@ impl StoreError {
         }
     }
 
-    /// Replace the source name of an `InvalidField` or `Parse` error with a file name,
-    /// keeping the old name in the field path.
+    /// Replace the source name of an `InvalidField` or `Parse` error (also one from a
+    /// record) with a file name, keeping the old name in the field path.
     pub fn with_source(self, file: &str) -> StoreError {
         match self {
+            StoreError::Record(e) => StoreError::Record(e.with_source(file)),
             StoreError::InvalidField {
                 source_name,
                 field,

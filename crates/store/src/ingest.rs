@@ -156,7 +156,7 @@ pub fn ingest_record(
         labels: ctx.labels,
         source: format!("ingest:{}", format.name()),
     })
-    .map_err(|e| e.with_source(file))
+    .map_err(|e| StoreError::Record(e.with_source(file)))
 }
 
 /// Parse the samples of one benchmark from `text` (the content of `file`).

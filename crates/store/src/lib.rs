@@ -1,7 +1,11 @@
-//! Measurement records with workload identity and device/software context, their
-//! statistics, an embedded SQLite store, and ingestion of benchmark results measured
-//! elsewhere. This crate holds *measurement* evidence only; it never computes a model
-//! prediction and the Core never depends on it.
+//! The store of measurement records (one interface; an embedded SQLite engine and a shared
+//! PostgreSQL engine), run selectors and histories over it, and ingestion of benchmark
+//! results measured elsewhere. The record format itself (identity, fingerprint, statistics,
+//! records files, atomic writes) lives in `tensorforge-record` and is re-exported here under
+//! its old paths (`tensorforge_store::Record`, `tensorforge_store::record::...`,
+//! `tensorforge_store::stats::...`, `tensorforge_store::jsonl::...`). This crate holds
+//! *measurement* evidence only; it never computes a model prediction and the Core never
+//! depends on it.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -22,12 +26,9 @@ pub mod credentials;
 pub mod engine;
 pub mod error;
 pub mod ingest;
-pub mod jsonl;
 pub mod location;
 pub mod postgres;
-pub mod record;
 pub mod sqlite;
-pub mod stats;
 pub mod store;
 pub mod testing;
 pub mod time;
@@ -35,18 +36,19 @@ pub mod time;
 pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
 pub use error::StoreError;
 pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
-pub use jsonl::{
-    parse_records_text, read_records_jsonl, records_jsonl_text, write_all_atomic, write_atomic,
-    write_records_jsonl, StagedWrite,
-};
 pub use location::StoreLocation;
-pub use record::{
-    CountedEvents, Counter, DeviceContext, GpuContext, HarnessSettings, InjectedWork,
-    InjectionMode, Record, RecordParts, SoftwareContext, Throughput, WorkloadIdentity,
-    RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
-};
-pub use stats::LatencyStats;
 pub use store::{
     default_store_path, new_run_id, RunInfo, RunWorkload, Store, SyncReport, BUSY_TIMEOUT,
     SYNC_SCHEMA_VERSION,
+};
+/// The record format's modules, at the paths they had when they lived in this crate.
+pub use tensorforge_record::{jsonl, record, stats};
+pub use tensorforge_record::{
+    parse_records_text, read_records_jsonl, records_jsonl_text, write_all_atomic, write_atomic,
+    write_records_jsonl, StagedWrite,
+};
+pub use tensorforge_record::{
+    CountedEvents, Counter, DeviceContext, GpuContext, HarnessSettings, InjectedWork,
+    InjectionMode, LatencyStats, Record, RecordError, RecordParts, SoftwareContext, Throughput,
+    WorkloadIdentity, RECORD_SCHEMA_VERSION, RECORD_SCHEMA_VERSION_MIN,
 };

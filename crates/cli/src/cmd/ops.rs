@@ -1,4 +1,5 @@
-//! `gate`, `report` and `history`: read records from JSON-lines files or the store, call
+//! `gate`, `report` and `history`: have `tensorforge_job::baseline` choose the records of
+//! each side (a JSON-lines file, a stored run, or the history of comparable runs), call
 //! `tensorforge-ops`, print. `gate` chooses its exit status (0 pass, 1 policy failure,
 //! 2 error, 3 inconclusive); every operational error returns `Err` and exits 2.
 
@@ -7,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use tensorforge_core::{presets, HardwareSpec};
+use tensorforge_job::baseline::{resolve_history, resolve_side};
 use tensorforge_ops::report::HtmlSection;
 use tensorforge_ops::{
     gate, history, render_html, render_markdown, Date, GateResult, Metric, Policy, Report,
@@ -55,58 +57,6 @@ pub struct GateArgs {
     pub markdown: Option<PathBuf>,
 }
 
-fn load_side(
-    sel: &str,
-    store: &Option<PathBuf>,
-    machine: Option<&str>,
-    what: &str,
-) -> Result<Vec<Record>> {
-    let p = Path::new(sel);
-    if p.is_file() {
-        return read_records_jsonl(p).with_context(|| format!("--{what}"));
-    }
-    let path = store.clone().unwrap_or_else(default_store_path);
-    if is_missing_file(&path) {
-        bail!(
-            "--{what} `{sel}`: no such records file, and no store at {} to resolve it as a run",
-            shown(&path)
-        );
-    }
-    let st = Store::open(&path)?;
-    let run = st
-        .find_run(sel, machine)
-        .with_context(|| format!("--{what} `{sel}`"))?;
-    Ok(st.run_records(&run.run_id)?)
-}
-
-/// The last `n` comparable runs of every candidate workload (same fingerprint, machine and
-/// thread count) from the store.
-fn history_side(n: usize, store: &Option<PathBuf>, candidate: &[Record]) -> Result<Vec<Record>> {
-    if n == 0 || n > 10_000 {
-        bail!("invalid `--history` = `{n}`: must be between 1 and 10000");
-    }
-    let path = store.clone().unwrap_or_else(default_store_path);
-    if is_missing_file(&path) {
-        bail!("--history: no store at {}", shown(&path));
-    }
-    let st = Store::open(&path)?;
-    let own: Vec<String> = candidate.iter().map(|r| r.run_id.clone()).collect();
-    let mut out = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for r in candidate {
-        if seen.insert((r.fingerprint.clone(), r.harness.threads)) {
-            out.extend(st.history_records(
-                &r.fingerprint,
-                &r.device.machine_id,
-                r.harness.threads,
-                &own,
-                n,
-            )?);
-        }
-    }
-    Ok(out)
-}
-
 struct Loaded {
     policy: Policy,
     baseline: Vec<Record>,
@@ -123,10 +73,13 @@ fn load(a: &SidesArgs) -> Result<Loaded> {
         Some(t) => Date::parse(t, "--today", "today")?,
         None => Date::today_utc(),
     };
-    let candidate = load_side(&a.candidate, &a.store, a.machine.as_deref(), "candidate")?;
+    // Which records each side is: the library's one baseline rule (tensorforge_job::baseline).
+    let store = a.store.clone().unwrap_or_else(default_store_path);
+    let machine = a.machine.as_deref();
+    let candidate = resolve_side(&a.candidate, &store, machine, "--candidate")?;
     let baseline = match (&a.baseline, a.history) {
-        (Some(b), _) => load_side(b, &a.store, a.machine.as_deref(), "baseline")?,
-        (None, Some(n)) => history_side(n, &a.store, &candidate)?,
+        (Some(b), _) => resolve_side(b, &store, machine, "--baseline")?,
+        (None, Some(n)) => resolve_history(n, &store, &candidate, "--history")?,
         (None, None) => bail!("--baseline or --history is required"),
     };
     Ok(Loaded {

@@ -4,20 +4,21 @@
 //! is renamed over the target, so a failed write leaves nothing half-written. No streaming
 //! reader: files are read whole.
 
-use crate::error::StoreError;
+use crate::error::RecordError;
 use crate::record::Record;
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Read and validate every record of a JSON-lines file (or a file holding one JSON array).
-pub fn read_records_jsonl(path: &Path) -> Result<Vec<Record>, StoreError> {
+pub fn read_records_jsonl(path: &Path) -> Result<Vec<Record>, RecordError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| StoreError::Io {
+    let bytes = std::fs::read(path).map_err(|e| RecordError::Io {
         path: name.clone(),
         message: "cannot read records file".into(),
         source: Some(e.into()),
     })?;
-    let text = String::from_utf8(bytes).map_err(|e| StoreError::Parse {
+    let text = String::from_utf8(bytes).map_err(|e| RecordError::Parse {
         source_name: name.clone(),
         message: format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
     })?;
@@ -25,15 +26,15 @@ pub fn read_records_jsonl(path: &Path) -> Result<Vec<Record>, StoreError> {
 }
 
 /// Parse records from JSON-lines or JSON-array text; `name` names the source in errors.
-pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreError> {
+pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, RecordError> {
     if text.trim_start().starts_with('[') {
         let values: Vec<serde_json::Value> =
-            serde_json::from_str(text).map_err(|e| StoreError::Parse {
+            serde_json::from_str(text).map_err(|e| RecordError::Parse {
                 source_name: name.to_string(),
                 message: format!("JSON array of records: {e}"),
             })?;
         tensorforge_core::json::reject_duplicate_keys(text).map_err(|message| {
-            StoreError::Parse {
+            RecordError::Parse {
                 source_name: name.to_string(),
                 message,
             }
@@ -51,13 +52,13 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
             if !m.contains_key("fingerprint") {
                 if let Some(serde_json::Value::Array(values)) = m.remove("records") {
                     tensorforge_core::json::reject_duplicate_keys(text).map_err(|message| {
-                        StoreError::Parse {
+                        RecordError::Parse {
                             source_name: name.to_string(),
                             message,
                         }
                     })?;
                     if values.is_empty() {
-                        return Err(StoreError::Parse {
+                        return Err(RecordError::Parse {
                             source_name: name.to_string(),
                             message: "`records` is empty".into(),
                         });
@@ -78,7 +79,7 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
         }
         let at = format!("{name}:{}", i + 1);
         tensorforge_core::json::reject_duplicate_keys(line).map_err(|message| {
-            StoreError::Parse {
+            RecordError::Parse {
                 source_name: at.clone(),
                 message,
             }
@@ -86,7 +87,7 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
         out.push(Record::from_json_str(line, &at)?);
     }
     if out.is_empty() {
-        return Err(StoreError::Parse {
+        return Err(RecordError::Parse {
             source_name: name.to_string(),
             message: "no records (expected JSON lines, a JSON array of records, or the object `bench --json` prints)".into(),
         });
@@ -94,8 +95,8 @@ pub fn parse_records_text(text: &str, name: &str) -> Result<Vec<Record>, StoreEr
     Ok(out)
 }
 
-fn record_from_value(v: serde_json::Value, at: &str) -> Result<Record, StoreError> {
-    let r: Record = serde_json::from_value(v).map_err(|e| StoreError::Parse {
+fn record_from_value(v: serde_json::Value, at: &str) -> Result<Record, RecordError> {
+    let r: Record = serde_json::from_value(v).map_err(|e| RecordError::Parse {
         source_name: at.to_string(),
         message: e.to_string(),
     })?;
@@ -105,15 +106,15 @@ fn record_from_value(v: serde_json::Value, at: &str) -> Result<Record, StoreErro
 
 /// Write records as JSON lines: to a temporary sibling file, flushed and synced, then
 /// renamed over `path`; on any error the temporary file is removed and `path` is untouched.
-pub fn write_records_jsonl(path: &Path, records: &[Record]) -> Result<(), StoreError> {
+pub fn write_records_jsonl(path: &Path, records: &[Record]) -> Result<(), RecordError> {
     write_atomic(path, records_jsonl_text(path, records)?.as_bytes())
 }
 
 /// Records as JSON lines (one record per line); `path` names the destination in errors.
-pub fn records_jsonl_text(path: &Path, records: &[Record]) -> Result<String, StoreError> {
+pub fn records_jsonl_text(path: &Path, records: &[Record]) -> Result<String, RecordError> {
     let mut text = String::new();
     for r in records {
-        let line = serde_json::to_string(r).map_err(|e| StoreError::Io {
+        let line = serde_json::to_string(r).map_err(|e| RecordError::Io {
             path: path.display().to_string(),
             message: format!("cannot serialize record `{}`", r.workload.name),
             source: Some(e.into()),
@@ -125,7 +126,7 @@ pub fn records_jsonl_text(path: &Path, records: &[Record]) -> Result<String, Sto
 }
 
 /// Write `bytes` to `path` via a temporary sibling file and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
     let mut s = StagedWrite::new();
     s.stage(path, bytes)?;
     s.publish()
@@ -134,7 +135,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 /// Write several files as one output: all or nothing.
 pub fn write_all_atomic<P: AsRef<Path>, B: AsRef<[u8]>>(
     files: &[(P, B)],
-) -> Result<(), StoreError> {
+) -> Result<(), RecordError> {
     let mut s = StagedWrite::new();
     for (p, b) in files {
         s.stage(p.as_ref(), b.as_ref())?;
@@ -161,8 +162,8 @@ impl StagedWrite {
     }
 
     /// Write `bytes` for `path` under a temporary sibling name, flushed and synced.
-    pub fn stage(&mut self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-        let io = |message: String| StoreError::Io {
+    pub fn stage(&mut self, path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+        let io = |message: String| RecordError::Io {
             path: path.display().to_string(),
             message,
             source: None,
@@ -182,15 +183,18 @@ impl StagedWrite {
         if path.is_dir() {
             return Err(io("is a directory".into()));
         }
-        let tmp = dir.join(format!(".{file_name}.tmp-{}", crate::store::new_run_id()));
+        let tmp = dir.join(format!(".{file_name}.tmp-{}", unique_suffix()));
         let result = (|| -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()
         })();
         if let Err(e) = result {
             let _ = std::fs::remove_file(&tmp);
-            return Err(StoreError::Io {
+            return Err(RecordError::Io {
                 path: path.display().to_string(),
                 message: "cannot write".into(),
                 source: Some(e.into()),
@@ -201,14 +205,14 @@ impl StagedWrite {
     }
 
     /// Rename every staged file into place.
-    pub fn publish(mut self) -> Result<(), StoreError> {
+    pub fn publish(mut self) -> Result<(), RecordError> {
         let staged = std::mem::take(&mut self.staged);
         for (i, (tmp, dest)) in staged.iter().enumerate() {
             if let Err(e) = std::fs::rename(tmp, dest) {
                 for (t, _) in &staged[i..] {
                     let _ = std::fs::remove_file(t);
                 }
-                return Err(StoreError::Io {
+                return Err(RecordError::Io {
                     path: dest.display().to_string(),
                     message: "cannot write".into(),
                     source: Some(e.into()),
@@ -217,6 +221,18 @@ impl StagedWrite {
         }
         Ok(())
     }
+}
+
+/// A suffix no other temporary file on this host has at the same time: the process id, the
+/// clock in nanoseconds and a per-process counter. The file is created with `create_new`, so
+/// a clash would be an error, never a write into another writer's file.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos:x}-{n}", std::process::id())
 }
 
 impl Drop for StagedWrite {
@@ -230,12 +246,18 @@ impl Drop for StagedWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::new_run_id;
+
+    /// A new, empty folder under the system's temporary directory.
+    fn temp_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("tf-{tag}-{}", unique_suffix()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 
     #[test]
     fn the_bench_json_envelope_is_a_records_file() {
-        let a = crate::testing::record("r1", 64, "m", 1, 1, None);
-        let b = crate::testing::record("r1", 128, "m", 1, 1, None);
+        let a = sample("r1", 64);
+        let b = sample("r1", 128);
         let text = serde_json::json!({
             "schema_version": 1,
             "run_id": "r1",
@@ -256,7 +278,7 @@ mod tests {
 
     #[test]
     fn staged_writes_publish_all_or_nothing() {
-        let d = std::env::temp_dir().join(format!("tf_staged_{}", new_run_id()));
+        let d = temp_dir("staged");
         std::fs::create_dir_all(d.join("blocked")).unwrap();
         let listing = |d: &Path| {
             let mut v: Vec<String> = std::fs::read_dir(d)
@@ -289,7 +311,7 @@ mod tests {
         params.insert("m".into(), serde_json::json!(m));
         Record::new(crate::record::RecordParts {
             run_id: run.into(),
-            workload: crate::WorkloadIdentity {
+            workload: crate::record::WorkloadIdentity {
                 kind: "gemm".into(),
                 name: format!("g{m}"),
                 params,
@@ -311,8 +333,7 @@ mod tests {
 
     #[test]
     fn write_read_round_trip_and_array_form() {
-        let dir = std::env::temp_dir().join(format!("tf-jsonl-{}", new_run_id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir("jsonl");
         let p = dir.join("r.jsonl");
         let recs = vec![sample("r", 1), sample("r", 2)];
         write_records_jsonl(&p, &recs).unwrap();

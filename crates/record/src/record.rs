@@ -5,7 +5,7 @@
 //! comparable only when their fingerprints match. The record does not model clock
 //! frequency scaling, thermal state or co-tenant load: it states the context it knows.
 
-use crate::error::StoreError;
+use crate::error::RecordError;
 use crate::stats::LatencyStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -261,7 +261,7 @@ impl CountedEvents {
     /// `instructions + 5 · l1_misses + 35 · ll_misses`.
     ///
     /// ```
-    /// use tensorforge_store::CountedEvents;
+    /// use tensorforge_record::CountedEvents;
     /// // 1000 instructions, 10 L1 misses, 2 LL misses: 1000 + 50 + 70.
     /// assert_eq!(CountedEvents::estimate_cycles(1000.0, 10.0, 2.0), 1120.0);
     /// ```
@@ -337,7 +337,7 @@ pub struct RecordParts {
 impl Record {
     /// Build a record from raw samples, computing statistics and throughput; rejects empty,
     /// non-finite or negative samples.
-    pub fn new(parts: RecordParts) -> Result<Record, StoreError> {
+    pub fn new(parts: RecordParts) -> Result<Record, RecordError> {
         let RecordParts {
             run_id,
             workload,
@@ -382,10 +382,10 @@ impl Record {
 
     /// Check invariants of a record read from outside: schema version, fingerprint matches
     /// identity, samples finite and non-negative, statistics consistent with the samples.
-    pub fn validate(&self) -> Result<(), StoreError> {
+    pub fn validate(&self) -> Result<(), RecordError> {
         let name = &self.workload.name;
         if !(RECORD_SCHEMA_VERSION_MIN..=RECORD_SCHEMA_VERSION).contains(&self.schema_version) {
-            return Err(StoreError::invalid(
+            return Err(RecordError::invalid(
                 name,
                 "schema_version",
                 self.schema_version.to_string(),
@@ -394,7 +394,7 @@ impl Record {
         }
         if let Some(i) = self.instructions {
             if !(i.is_finite() && i >= 0.0) {
-                return Err(StoreError::invalid(
+                return Err(RecordError::invalid(
                     name,
                     "instructions",
                     i.to_string(),
@@ -410,7 +410,7 @@ impl Record {
                 ("counts.estimated_cycles", c.estimated_cycles),
             ] {
                 if !(v.is_finite() && v >= 0.0) {
-                    return Err(StoreError::invalid(
+                    return Err(RecordError::invalid(
                         name,
                         field,
                         v.to_string(),
@@ -419,7 +419,7 @@ impl Record {
                 }
             }
             if c.work_divisor == 0 || c.iterations == 0 {
-                return Err(StoreError::invalid(
+                return Err(RecordError::invalid(
                     name,
                     "counts.work_divisor/iterations",
                     format!("{}/{}", c.work_divisor, c.iterations),
@@ -429,7 +429,7 @@ impl Record {
         }
         let fp = self.workload.fingerprint();
         if fp != self.fingerprint {
-            return Err(StoreError::invalid(
+            return Err(RecordError::invalid(
                 name,
                 "fingerprint",
                 self.fingerprint.clone(),
@@ -437,9 +437,9 @@ impl Record {
             ));
         }
         let recomputed = LatencyStats::from_samples(&self.samples_ns)
-            .map_err(|e| StoreError::invalid(name, "samples_ns", "…", e.to_string()))?;
+            .map_err(|e| RecordError::invalid(name, "samples_ns", "…", e.to_string()))?;
         if recomputed.count != self.stats.count {
-            return Err(StoreError::invalid(
+            return Err(RecordError::invalid(
                 name,
                 "stats.count",
                 self.stats.count.to_string(),
@@ -450,8 +450,8 @@ impl Record {
     }
 
     /// Parse one record from JSON and validate it; `source_name` names the file in errors.
-    pub fn from_json_str(text: &str, source_name: &str) -> Result<Record, StoreError> {
-        let r: Record = serde_json::from_str(text).map_err(|e| StoreError::Parse {
+    pub fn from_json_str(text: &str, source_name: &str) -> Result<Record, RecordError> {
+        let r: Record = serde_json::from_str(text).map_err(|e| RecordError::Parse {
             source_name: source_name.to_string(),
             message: e.to_string(),
         })?;

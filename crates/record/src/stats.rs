@@ -4,7 +4,7 @@
 //! p95 is reported only with at least 20 samples and p99 only with at least 100, because
 //! below that they are an interpolation between the two largest samples, not a tail.
 
-use crate::error::StoreError;
+use crate::error::RecordError;
 use serde::{Deserialize, Serialize};
 
 /// Minimum sample count for a reported p95.
@@ -53,9 +53,9 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 impl LatencyStats {
     /// Statistics of `samples_ns`; errors on an empty slice or any NaN, infinite or
     /// negative sample.
-    pub fn from_samples(samples_ns: &[f64]) -> Result<LatencyStats, StoreError> {
+    pub fn from_samples(samples_ns: &[f64]) -> Result<LatencyStats, RecordError> {
         if samples_ns.is_empty() {
-            return Err(StoreError::invalid(
+            return Err(RecordError::invalid(
                 "samples",
                 "samples_ns",
                 "[]",
@@ -67,7 +67,7 @@ impl LatencyStats {
             .enumerate()
             .find(|(_, v)| !v.is_finite() || **v < 0.0)
         {
-            return Err(StoreError::invalid(
+            return Err(RecordError::invalid(
                 "samples",
                 format!("samples_ns[{i}]"),
                 v.to_string(),
