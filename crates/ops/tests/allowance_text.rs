@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use tensorforge_ops::{gate, Date, Metric, Policy};
-use tensorforge_store::{
+use tensorforge_record::{
     DeviceContext, HarnessSettings, Record, SoftwareContext, WorkloadIdentity,
 };
 
@@ -22,7 +22,7 @@ fn rec(run: &str, t: i64, samples: Vec<f64>, peak_alloc_bytes: u64) -> Record {
         cpu_model: "test".into(),
         ..Default::default()
     };
-    Record::new(tensorforge_store::RecordParts {
+    Record::new(tensorforge_record::RecordParts {
         run_id: run.into(),
         workload: w,
         device: d,
