@@ -161,6 +161,36 @@ fn quickstart_against_a_baseline_binary() {
     assert!(err.contains("/nonexistent/tf-old"), "{err}");
 }
 
+/// Where valgrind cannot run, the job says so in one line and gates on time; it does not
+/// fail for that. `--counts` requires counting: then a missing valgrind is an error, exit 2.
+#[test]
+fn quickstart_without_valgrind_says_so_and_gates_on_time() {
+    let dir = tmp("novalgrind");
+    let run = |extra: &[&str]| {
+        Command::cargo_bin("tensorforge")
+            .unwrap()
+            .current_dir(&dir)
+            .env_remove("TENSORFORGE_STORE")
+            .env("TENSORFORGE_VALGRIND", "/nonexistent/valgrind")
+            .args(["quickstart", "--store"])
+            .arg(dir.join("store.sqlite"))
+            .args(["--time-budget-ms", "20", "--iterations", "5"])
+            .args(extra)
+            .assert()
+    };
+    let out = run(&[]).code(0);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    let line: Vec<&str> = text.lines().filter(|l| l.starts_with("counts:")).collect();
+    assert_eq!(line.len(), 1, "{text}");
+    assert!(
+        line[0].contains("valgrind not found") && line[0].contains("decides on time only"),
+        "{text}"
+    );
+    let out = run(&["--counts"]).code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("valgrind not found"), "{err}");
+}
+
 #[test]
 fn quickstart_bad_policy_exits_2_and_writes_nothing() {
     let dir = tmp("badpolicy");
