@@ -24,7 +24,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tensorforge_ops::compare::{
-    decide, round_order, wants_more_rounds, CompareResult, Round, WorkloadRounds,
+    decide, round_order, wants_more_rounds, CompareResult, Round, WorkloadRounds, EXTRA_ROUNDS,
 };
 use tensorforge_ops::rng::SplitMix64;
 use tensorforge_ops::Policy;
@@ -349,10 +349,10 @@ pub fn run_compare(o: &CompareOptions, progress: &mut dyn FnMut(&str)) -> Result
             });
         }
         progress(&format!(
-            "INCONCLUSIVE after {round_no} rounds: 5 more (budget {})",
+            "INCONCLUSIVE after {round_no} rounds: {EXTRA_ROUNDS} more (budget {})",
             o.policy.compare.max_rounds
         ));
-        target = (round_no + 5).min(o.policy.compare.max_rounds);
+        target = (round_no + EXTRA_ROUNDS).min(o.policy.compare.max_rounds);
     }
 }
 

@@ -296,6 +296,69 @@ pub fn sign_test_greater(values: &[f64], m: f64) -> SignTest {
     }
 }
 
+/// Probability that a sign test repeated at the round counts `looks` rejects at some look,
+/// rejecting at look `n` when at least `crit(n)` of the first `n` values are above the
+/// hypothesised median, under the least-favourable null: each value above it with
+/// probability exactly ½, independently. Exact, by walking the distribution of the count.
+fn sequential_rejection(looks: &[usize], level: f64) -> f64 {
+    let Some(&last) = looks.last() else {
+        return 0.0;
+    };
+    let mut dist = vec![0.0f64; last + 2];
+    dist[0] = 1.0;
+    let (mut n, mut rejected) = (0usize, 0.0);
+    for &look in looks {
+        while n < look {
+            for c in (1..=n + 1).rev() {
+                dist[c] = 0.5 * (dist[c] + dist[c - 1]);
+            }
+            dist[0] *= 0.5;
+            n += 1;
+        }
+        // The smallest count whose one-sided p is within the level: P(B ≥ j) ≤ level.
+        let crit = (0..=n + 1)
+            .find(|&j| j > 0 && 1.0 - binomial_half_cdf(j - 1, n) <= level)
+            .unwrap_or(n + 1);
+        for d in dist.iter_mut().take(n + 1).skip(crit) {
+            rejected += *d;
+            *d = 0.0;
+        }
+    }
+    rejected
+}
+
+/// The nominal level for a one-sided sign test repeated at each of `looks` (increasing
+/// numbers of values, the first included), the same at every look (Pocock's design), so
+/// that the chance of rejecting at any look stays within `alpha` under the least-favourable
+/// null (each value beyond the hypothesised median with probability ½, independently):
+/// the largest such level, found by bisection on the exact rejection probability. Testing
+/// every look at `alpha` itself would reject more often than `alpha`: at 10, 15, 20, 25 and
+/// 30 values and α = 0.01, 1.5 % of the time. For schedules beyond 2000 values it falls
+/// back to Bonferroni's `alpha / looks`.
+pub fn sign_test_sequential_level(looks: &[usize], alpha: f64) -> f64 {
+    if looks.len() <= 1 {
+        return alpha;
+    }
+    let bonferroni = alpha / looks.len() as f64;
+    if looks.last().is_some_and(|&n| n > 2000) {
+        return bonferroni;
+    }
+    if sequential_rejection(looks, alpha) <= alpha {
+        return alpha;
+    }
+    // Invariant: lo keeps the rejection within alpha, hi does not.
+    let (mut lo, mut hi) = (bonferroni, alpha);
+    for _ in 0..60 {
+        let mid = (lo * hi).sqrt();
+        if sequential_rejection(looks, mid) <= alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// Rank of the distribution-free one-sided bound of a median from `n` values at level `a`:
 /// the largest `c` with `P(B ≤ c − 1) ≤ a`, `B ~ Binomial(n, ½)`, or 0 when even the
 /// smallest value is not a bound at that level (`2⁻ⁿ > a`). The `c`-th smallest value is a
@@ -447,6 +510,35 @@ mod tests {
         });
         assert_eq!(median_interval(&[1.0, 2.0, 3.0], 0.95), None);
         assert_eq!(median_lower_bound(&[1.0; 6], 0.01), None);
+    }
+
+    #[test]
+    fn repeated_looks_by_hand() {
+        // One look: the level is α itself.
+        assert_eq!(sign_test_sequential_level(&[10], 0.01), 0.01);
+        // Looks at 2 and 3 values, level ½: at 2, P(B ≥ 2) = ¼ ≤ ½ < P(B ≥ 1) = ¾, so
+        // reject with 2 of 2 (¼); at 3, P(B ≥ 2) = ½ ≤ ½, so reject with 2 of 3: from 1 of 2
+        // (½) and the third above (½): ¼ more. Total ½. Level 0.3: at 3 only 3 of 3 rejects
+        // (P(B ≥ 2) = ½ > 0.3), unreachable without 2 of 2 first: total ¼.
+        assert!((sequential_rejection(&[2, 3], 0.5) - 0.5).abs() < 1e-15);
+        assert!((sequential_rejection(&[2, 3], 0.3) - 0.25).abs() < 1e-15);
+        // Looks at 10 and 15 at level 0.01: reject at 10 with 10 of 10 (1/1024); at 15 with
+        // ≥ 13 of 15 (P(B ≤ 2) = 121/32768 = 0.0037 ≤ 0.01 < P(B ≤ 3) = 0.0176), not
+        // having rejected at 10. The walks that reach ≥ 13 of 15 from < 10 of 10: 9 of 10
+        // then ≥ 4 of 5 (10/1024 · 6/32), or 8 of 10 then 5 of 5 (45/1024 · 1/32). Total
+        // 1/1024 + 60/32768 + 45/32768 = 137/32768.
+        let r = sequential_rejection(&[10, 15], 0.01);
+        assert!((r - 137.0 / 32768.0).abs() < 1e-15, "{r}");
+        // The command's schedule: every look at 1 % would reject 1.5 % of the time...
+        let looks = [10, 15, 20, 25, 30];
+        let r = sequential_rejection(&looks, 0.01);
+        assert!(r > 0.0145 && r < 0.0155, "{r}");
+        // ...the common level keeps it within 1 %, and it is at most α.
+        let l = sign_test_sequential_level(&looks, 0.01);
+        assert!(l < 0.01 && l > 0.01 / 5.0, "{l}");
+        assert!(sequential_rejection(&looks, l) <= 0.01);
+        // Slightly more would break it: the level is the largest that keeps within α.
+        assert!(sequential_rejection(&looks, l * 1.01) > 0.01);
     }
 
     #[test]

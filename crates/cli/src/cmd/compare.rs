@@ -135,13 +135,12 @@ pub fn run(a: CompareArgs) -> Result<u8> {
             .map(|(lo, hi)| format!("[{}, {}]", pct(lo), pct(hi)))
             .unwrap_or_else(|| "[n/a]".into());
         println!(
-            "  {}: {} — median change {} {iv}, lower bound {}, threshold {:.1} % (noise floor {:.1} %), {}/{} rounds beyond, p = {:.2e} — {}",
+            "  {}: {} — median change {} {iv}, lower bound {}, allowed {:.1} %, {}/{} rounds beyond, p = {:.2e} — {}",
             row.workload.replace(|c: char| c.is_control(), " "),
             row.verdict.label(),
             pct(row.change_relative),
             row.lower_bound_relative.map_or_else(|| "n/a".into(), pct),
-            row.threshold_relative * 100.0,
-            row.noise_floor_relative * 100.0,
+            row.allowed_relative * 100.0,
             row.rounds_beyond,
             row.rounds,
             row.p_adjusted.unwrap_or(row.p_value),
