@@ -30,15 +30,15 @@
 //! the measured values).
 //!
 //! Why not the signed-rank test on "L is centred above 0" with the point estimate beyond
-//! `max(allowance, noise floor)`, as before: under load one run in ten or so is slowed by 30–100 % (a
-//! co-tenant burst), which puts a ±35 % outlier into that round's L. The signed-rank test
-//! gives those outliers the top ranks, so when a few more of them land on the B side than
-//! on the A side (their counts are small and bursts cluster in time) it called an A/A
-//! comparison significant, and an even-sized median then lay halfway between the quiet
-//! rounds and the burst rounds, beyond the allowance. The sign test counts a burst round as
-//! one round whatever its size, needs no symmetry, and its bound must clear the allowance
-//! itself, not 0. Left out: drift faster than a round, carry-over between adjacent runs
-//! (cache, frequency), dependence between rounds, and any model evidence.
+//! `max(allowance, noise floor)`, as before: under load about one run in ten is slowed
+//! by 30–130 % (a co-tenant burst), which puts a ±35 % outlier into that round's L. The
+//! signed-rank test gives those outliers the top ranks, so when a few more of them land on
+//! the B side than on the A side (their counts are small and bursts cluster in time) it
+//! called an A/A comparison significant, and an even-sized median then lay halfway between
+//! the quiet rounds and the burst rounds, beyond the allowance. The sign test counts a
+//! burst round as one round whatever its size, needs no symmetry, and its bound must clear
+//! the allowance itself, not 0. Left out: drift faster than a round, carry-over between
+//! adjacent runs (cache, frequency), dependence between rounds, and any model evidence.
 
 use crate::gate::Verdict;
 use crate::policy::{CompareSettings, Metric, Policy, RoundOrder};

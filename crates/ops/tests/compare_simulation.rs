@@ -4,7 +4,7 @@
 //! every round has its own level (co-tenants come and go between rounds, and the level hits
 //! both sides of the round), every run carries `exp(N(0, σ))` of its own, and, in the
 //! bursty models of issue 24, a co-tenant slows whole runs by ×1.65–2.2 (`exp(U(0.5, 0.8))`),
-//! as measured on this 2-core machine with one core kept busy (about one run in twelve hit,
+//! as measured on this 2-core machine with one core kept busy (about one run in ten hit,
 //! mostly one run at a time, sometimes two or three in a row, across round boundaries).
 //! Thresholds: a real 10 % slowdown is FAILed in ≥ 95 % of trials on the quiet model and
 //! ≥ 85 % with measured-rate bursts (the rule before issue 24: 83 %); an A/A comparison
