@@ -7,6 +7,11 @@
 #                                              # the second half with one core kept busy
 #   tools/gate_trials.sh compare [SLOW] [AA]    # tensorforge compare: 10 % slowdown trials
 #                                              # and A/A trials (wall mode, shell loops)
+#   tools/gate_trials.sh compare-records [AA] [SLOW] [WORKLOAD]
+#                                              # compare --mode records on `bench WORKLOAD`
+#                                              # (default gemm_tiny): A/A trials and 10 %
+#                                              # injected-slowdown trials, the second half
+#                                              # of each with one core kept busy (issue 24)
 #   tools/gate_trials.sh history [TRIALS]       # history gate: 10 runs of history, then
 #                                              # trials with a 10 % injected slowdown and A/A
 #   tools/gate_trials.sh instructions           # callgrind counts: idle vs one core busy
@@ -63,6 +68,59 @@ compare_trials() {
   echo "SUMMARY compare A/A: PASS in $p of $aa trials"
 }
 
+# One `compare --mode records` trial: baseline command, candidate command, label. Prints one
+# line and sets CR_CODE (the exit status).
+compare_records_one() {
+  local t0 t1
+  t0=$(date +%s)
+  set +e; "$TF" compare --baseline "$1" --candidate "$2" --mode records --json >"$WORK/cr.json" 2>/dev/null; CR_CODE=$?; set -e
+  t1=$(date +%s)
+  echo "$3: exit $CR_CODE, $((t1 - t0)) s: $(python3 - "$WORK/cr.json" <<'PY' 2>/dev/null || echo "(no JSON)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+pct = lambda x: "n/a" if x is None else f"{x * 100:+.1f} %"
+for r in d["result"]["rows"]:
+    iv = r["interval"]
+    print(f'{r["workload"]} {r["verdict"]} after {r["rounds"]} rounds: change {pct(r["change_relative"])}'
+          f' [{pct(iv[0]) if iv else "n/a"}, {pct(iv[1]) if iv else "n/a"}],'
+          f' lower bound {pct(r["lower_bound_relative"])}, {r["rounds_beyond"]}/{r["rounds"]} beyond'
+          f' {r["allowed_relative"] * 100:.0f} %, p = {r["p_adjusted"] if r["p_adjusted"] is not None else r["p_value"]:.2e}'
+          f' (level {r["alpha_look"]:.2e}), same-side pair spread {pct(r["pair_spread_relative"])}', end="; ")
+PY
+)"
+}
+
+# Issue 24: A/A and 10 % slowdown trials of `compare --mode records` on `bench WORKLOAD`, the
+# second half of each kind with one core kept busy. The slowdown is real extra CPU work
+# (TENSORFORGE_INJECT_EXTRA_WORK) on the candidate side only.
+compare_records_trials() {
+  local aa=${1:-20} slow=${2:-10} w=${3:-gemm_tiny} n half cond base cand
+  base="$TF bench $w --json --threads 1"
+  cand="env TENSORFORGE_INJECT_EXTRA_WORK=$w=0.10 $base"
+  declare -A count=()
+  half=$((aa / 2))
+  for n in $(seq 1 "$aa"); do
+    [ "$n" -eq $((half + 1)) ] && start_load
+    cond=$([ "$n" -gt "$half" ] && echo loaded || echo idle)
+    compare_records_one "$base" "$base" "compare-records A/A trial $n ($cond)"
+    count[aa_${cond}_$CR_CODE]=$(( ${count[aa_${cond}_$CR_CODE]:-0} + 1 ))
+  done
+  stop_load
+  half=$((slow / 2))
+  for n in $(seq 1 "$slow"); do
+    [ "$n" -eq $((half + 1)) ] && start_load
+    cond=$([ "$n" -gt "$half" ] && echo loaded || echo idle)
+    compare_records_one "$base" "$cand" "compare-records 10 % slowdown trial $n ($cond)"
+    count[slow_${cond}_$CR_CODE]=$(( ${count[slow_${cond}_$CR_CODE]:-0} + 1 ))
+  done
+  stop_load
+  for k in aa slow; do
+    for cond in idle loaded; do
+      echo "SUMMARY compare-records $k $w ($cond): PASS ${count[${k}_${cond}_0]:-0}, FAIL ${count[${k}_${cond}_1]:-0}, INCONCLUSIVE ${count[${k}_${cond}_3]:-0}, ERROR ${count[${k}_${cond}_2]:-0}"
+    done
+  done
+}
+
 history_trials() {
   local trials=${1:-20} store="$WORK/h.sqlite" w1="gemm:m=256:n=256:k=256" w2="kernel:softmax:rows=256:cols=1024"
   local bench=("$TF" bench "$w1" "$w2" --threads 1 --time-budget-ms 200 --iterations 20)
@@ -100,8 +158,9 @@ instruction_trials() {
 case "${1:-all}" in
   quickstart) quickstart_trials "${2:-50}" ;;
   compare) compare_trials "${2:-20}" "${3:-100}" ;;
+  compare-records) compare_records_trials "${2:-20}" "${3:-10}" "${4:-gemm_tiny}" ;;
   history) history_trials "${2:-20}" ;;
   instructions) instruction_trials ;;
   all) instruction_trials; history_trials 20; compare_trials 20 100; quickstart_trials 50 ;;
-  *) echo "usage: $0 quickstart|compare|history|instructions|all" >&2; exit 2 ;;
+  *) echo "usage: $0 quickstart|compare|compare-records|history|instructions|all" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
-//! `tensorforge compare` end to end: interleaved ABBA rounds of two commands, its JSON, and
-//! its errors (a side that fails, a side that hangs past the timeout, two sides that
+//! `tensorforge compare` end to end: interleaved ABBA/BAAB rounds of two commands, its JSON,
+//! and its errors (a side that fails, a side that hangs past the timeout, two sides that
 //! measure different workloads: one line, exit 2). Decisions on real timings are measured
 //! by tools/gate_trials.sh, not asserted here (a timed assertion would be flaky).
 
@@ -29,9 +29,10 @@ fn wall_mode_json_lists_every_run() {
     // Same command on both sides: never a regression.
     assert!(matches!(out.status.code(), Some(0) | Some(3)), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["result"]["schema_version"], 2);
     assert_eq!(v["rounds"], 3);
-    // ABBA: four timed runs per round.
+    // ABBA or BAAB: four timed runs per round.
     assert_eq!(v["runs"].as_array().unwrap().len(), 12);
     assert_eq!(v["result"]["rows"][0]["rounds"], 3);
     assert_ne!(v["result"]["overall"], "FAIL");

@@ -10,7 +10,8 @@
 //!   must measure the same workloads (the same fingerprints), else it is an identity error.
 //!
 //! Each side runs once untimed first (a warm-up that also checks the command works and, in
-//! records mode, the identities). Then rounds in the policy's order (ABBA or seeded random),
+//! records mode, the identities). Then rounds in the policy's order (ABBA or its mirror
+//! BAAB by a seeded coin per round, or seeded AB/BA),
 //! `rounds` at first and 5 more at a time while a workload is INCONCLUSIVE, up to
 //! `max_rounds`. A command that exits non-zero or outlives the per-run timeout ends the job
 //! with an error naming the side and the round; nothing is recorded. Not controlled: what
@@ -22,13 +23,16 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tensorforge_ops::compare::{decide, wants_more_rounds, CompareResult, Round, WorkloadRounds};
+use tensorforge_ops::compare::{
+    decide, round_order, wants_more_rounds, CompareResult, Round, WorkloadRounds, EXTRA_ROUNDS,
+};
 use tensorforge_ops::rng::SplitMix64;
-use tensorforge_ops::{Policy, RoundOrder};
+use tensorforge_ops::Policy;
 use tensorforge_store::{parse_records_text, Record};
 
 /// Version of the comparison output JSON.
-pub const COMPARE_OUTPUT_SCHEMA_VERSION: u32 = 1;
+/// 2: the decision's schema 2, and each run's values.
+pub const COMPARE_OUTPUT_SCHEMA_VERSION: u32 = 2;
 
 /// How a run's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +79,10 @@ pub struct RunLog {
     pub side: String,
     /// Wall-clock time of the command, ns.
     pub wall_ns: f64,
+    /// The value each workload took in this run, ns, by workload name (records mode: its
+    /// per-iteration median; wall mode: the wall time), so the rounds can be re-analysed.
+    #[serde(default)]
+    pub values_ns: BTreeMap<String, f64>,
 }
 
 /// The decision and every run behind it.
@@ -223,21 +231,6 @@ fn values(recs: &[Record]) -> BTreeMap<String, (String, f64)> {
         .collect()
 }
 
-/// The sides' order in one round.
-fn round_order(order: RoundOrder, rng: &mut SplitMix64) -> Vec<bool> {
-    // true = baseline.
-    match order {
-        RoundOrder::Abba => vec![true, false, false, true],
-        RoundOrder::Random => {
-            if rng.next_u64() & 1 == 0 {
-                vec![true, false]
-            } else {
-                vec![false, true]
-            }
-        }
-    }
-}
-
 /// Run the comparison (see the module comment); `progress` receives one line per round.
 pub fn run_compare(o: &CompareOptions, progress: &mut dyn FnMut(&str)) -> Result<CompareOutput> {
     if o.timeout.is_zero() {
@@ -302,11 +295,6 @@ pub fn run_compare(o: &CompareOptions, progress: &mut dyn FnMut(&str)) -> Result
             for is_base in round_order(o.policy.compare.order, &mut rng) {
                 let side = if is_base { &o.baseline } else { &o.candidate };
                 let (wall, out) = run_command(side, &when, o.timeout, capture)?;
-                runs.push(RunLog {
-                    round: round_no,
-                    side: side.label.clone(),
-                    wall_ns: wall,
-                });
                 let vals: BTreeMap<String, f64> = if capture {
                     let v = values(&parse_side_records(&out, side, &when)?);
                     let names: BTreeMap<String, (String, f64)> = v.clone();
@@ -321,6 +309,15 @@ pub fn run_compare(o: &CompareOptions, progress: &mut dyn FnMut(&str)) -> Result
                 } else {
                     [(String::new(), wall)].into_iter().collect()
                 };
+                runs.push(RunLog {
+                    round: round_no,
+                    side: side.label.clone(),
+                    wall_ns: wall,
+                    values_ns: vals
+                        .iter()
+                        .filter_map(|(k, x)| reference.get(k).map(|n| (n.clone(), *x)))
+                        .collect(),
+                });
                 for (k, x) in vals {
                     if let Some(r) = round.get_mut(&k) {
                         if is_base {
@@ -352,10 +349,10 @@ pub fn run_compare(o: &CompareOptions, progress: &mut dyn FnMut(&str)) -> Result
             });
         }
         progress(&format!(
-            "INCONCLUSIVE after {round_no} rounds: 5 more (budget {})",
+            "INCONCLUSIVE after {round_no} rounds: {EXTRA_ROUNDS} more (budget {})",
             o.policy.compare.max_rounds
         ));
-        target = (round_no + 5).min(o.policy.compare.max_rounds);
+        target = (round_no + EXTRA_ROUNDS).min(o.policy.compare.max_rounds);
     }
 }
 
@@ -412,11 +409,15 @@ mod tests {
     fn wall_mode_runs_abba_rounds() {
         let out = run_compare(&opts("true", "true"), &mut |_| {}).unwrap();
         assert_eq!(out.rounds, 3);
-        // ABBA: 4 timed runs a round.
+        // ABBA or BAAB: 4 timed runs a round, the two ends of a round on one side.
         assert_eq!(out.runs.len(), 12);
-        assert_eq!(out.runs[0].side, "baseline");
-        assert_eq!(out.runs[1].side, "candidate");
-        assert_eq!(out.runs[3].side, "baseline");
+        for r in out.runs.chunks(4) {
+            assert!(r.iter().all(|x| x.round == r[0].round));
+            assert_eq!(r[0].side, r[3].side);
+            assert_eq!(r[1].side, r[2].side);
+            assert_ne!(r[0].side, r[1].side);
+            assert_eq!(r[0].values_ns["t"], r[0].wall_ns);
+        }
         assert_eq!(out.result.rows.len(), 1);
         assert_eq!(out.result.rows[0].rounds, 3);
     }

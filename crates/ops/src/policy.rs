@@ -364,8 +364,9 @@ pub struct CompareSettings {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum RoundOrder {
-    /// A B B A in every round: drift that is linear over a round cancels, and each side
-    /// is run twice, so the two baseline runs of a round measure the noise floor.
+    /// A B B A or its mirror B A A B, a seeded coin per round: drift that is linear over a
+    /// round cancels, a co-tenant that returns once a round cannot keep hitting one side,
+    /// and each side runs twice, so the same-side pairs measure the noise floor.
     Abba,
     /// A B or B A per round, chosen by the seeded generator.
     Random,

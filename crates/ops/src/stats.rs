@@ -1,12 +1,10 @@
 //! The statistics the gate uses. Between runs (the unit of replication on a shared machine):
-//! the one-sided Wilcoxon signed-rank test on paired rounds (exact null distribution for up
-//! to [`WILCOXON_EXACT_MAX_N`] tie-free pairs, else the normal approximation with tie and
-//! continuity corrections), Student's t for a new run against a history of runs, and a
-//! seeded percentile bootstrap of a median. Within one run: the one-sided Mann–Whitney U
-//! test and a bootstrap of the relative change, which only say that two runs differ.
-//! Across a suite: Benjamini–Hochberg adjusted p-values. It leaves out autocorrelation
-//! between rounds (rounds are treated as independent), changes of variance, and multi-modal
-//! mixture models.
+//! the one-sided sign test and the distribution-free (order-statistic) confidence bounds of a
+//! median, exact under the binomial null, which `compare` uses over rounds; Student's t for a
+//! new run against a history of runs. Within one run: the one-sided Mann–Whitney U test and
+//! a bootstrap of the relative change, which only say that two runs differ. Across a suite:
+//! Benjamini–Hochberg adjusted p-values. It leaves out autocorrelation between rounds
+//! (rounds are treated as independent), changes of variance, and multi-modal mixture models.
 
 use crate::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
@@ -250,92 +248,149 @@ pub fn bootstrap_relative_change(
     })
 }
 
-/// Largest number of non-zero pairs for which the exact signed-rank distribution is used.
-pub const WILCOXON_EXACT_MAX_N: usize = 50;
-
-/// A one-sided Wilcoxon signed-rank result.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
-pub struct WilcoxonResult {
-    /// `W+`: the sum of the ranks of |d| over the positive differences (average ranks for
-    /// ties; zero differences are dropped, Wilcoxon's convention).
-    pub w_plus: f64,
-    /// Non-zero differences used.
-    pub n: usize,
-    /// One-sided p-value for "the differences are centred above 0".
-    pub p_value: f64,
-    /// Exact or normal approximation.
-    pub method: MwuMethod,
+/// `P(B ≤ c)` for `B ~ Binomial(n, ½)`, summed exactly in log space
+/// (`ln C(n, i) = Σ_{j ≤ i} ln((n − j + 1) / j)`), so it stays accurate for thousands of
+/// trials. 1 when `c ≥ n`.
+pub fn binomial_half_cdf(c: usize, n: usize) -> f64 {
+    if c >= n {
+        return 1.0;
+    }
+    let ln2n = n as f64 * std::f64::consts::LN_2;
+    let mut ln_choose = 0.0;
+    let mut sum = (-ln2n).exp();
+    for i in 1..=c {
+        ln_choose += ((n - i + 1) as f64 / i as f64).ln();
+        sum += (ln_choose - ln2n).exp();
+    }
+    sum.min(1.0)
 }
 
-/// One-sided Wilcoxon signed-rank test of "d is centred above 0", as scipy's
-/// `wilcoxon(d, alternative='greater')`. Exact when at most [`WILCOXON_EXACT_MAX_N`]
-/// non-zero differences and no tied |d|: under the null each rank `1..=n` carries a + sign
-/// independently with probability ½, so `P(W+ = w)` counts the subsets of `{1..n}` summing
-/// to `w`, over `2ⁿ`. Otherwise `z = (W+ − n(n+1)/4 − ½) / σ`,
-/// `σ² = n(n+1)(2n+1)/24 − Σ(t³−t)/48`. No non-zero difference gives p = 1.
-pub fn wilcoxon_signed_rank_greater(d: &[f64]) -> WilcoxonResult {
-    let mut nz: Vec<f64> = d
-        .iter()
-        .copied()
-        .filter(|x| *x != 0.0 && !x.is_nan())
-        .collect();
-    let n = nz.len();
-    if n == 0 {
-        return WilcoxonResult {
-            w_plus: 0.0,
-            n: 0,
-            p_value: 1.0,
-            method: MwuMethod::Exact,
-        };
-    }
-    nz.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
-    let mut w_plus = 0.0;
-    let mut tie_term = 0.0;
-    let mut i = 0;
-    while i < n {
-        let mut j = i;
-        while j + 1 < n && nz[j + 1].abs() == nz[i].abs() {
-            j += 1;
-        }
-        let t = (j - i + 1) as f64;
-        let avg_rank = (i + j) as f64 / 2.0 + 1.0;
-        w_plus += avg_rank * nz[i..=j].iter().filter(|x| **x > 0.0).count() as f64;
-        tie_term += t * t * t - t;
-        i = j + 1;
-    }
-    if n <= WILCOXON_EXACT_MAX_N && tie_term == 0.0 {
-        // counts[s] = number of subsets of {1..k} with rank sum s, built up for k = 1..n.
-        let max = n * (n + 1) / 2;
-        let mut counts = vec![0.0f64; max + 1];
-        counts[0] = 1.0;
-        for k in 1..=n {
-            for s in (k..=k * (k + 1) / 2).rev() {
-                counts[s] += counts[s - k];
-            }
-        }
-        let total = 2f64.powi(n as i32);
-        let start = w_plus.ceil() as usize;
-        let tail: f64 = counts.iter().skip(start).sum();
-        return WilcoxonResult {
-            w_plus,
-            n,
-            p_value: (tail / total).min(1.0),
-            method: MwuMethod::Exact,
-        };
-    }
-    let nf = n as f64;
-    let var = nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - tie_term / 48.0;
-    let p_value = if var <= 0.0 {
+/// A one-sided sign test.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct SignTest {
+    /// Values above the hypothesised median.
+    pub above: usize,
+    /// Values not equal to it (ties are dropped, the sign test's convention).
+    pub n: usize,
+    /// `P(B ≥ above)`, `B ~ Binomial(n, ½)`: one-sided p-value for "the median exceeds it".
+    pub p_value: f64,
+}
+
+/// Exact one-sided sign test of "the median of `values` is above `m`" (as
+/// `scipy.stats.binomtest(above, n, 0.5, alternative='greater')`). Under the null each value
+/// lies above `m` with probability at most ½, independently, whatever its distribution: no
+/// symmetry is assumed, so a few large outliers of one sign weigh no more than small values.
+/// NaN values are ignored; nothing left gives p = 1.
+pub fn sign_test_greater(values: &[f64], m: f64) -> SignTest {
+    let above = values.iter().filter(|v| **v > m).count();
+    let n = values.iter().filter(|v| !v.is_nan() && **v != m).count();
+    let p_value = if above == 0 {
         1.0
     } else {
-        normal_sf((w_plus - nf * (nf + 1.0) / 4.0 - 0.5) / var.sqrt())
+        1.0 - binomial_half_cdf(above - 1, n)
     };
-    WilcoxonResult {
-        w_plus,
+    SignTest {
+        above,
         n,
-        p_value,
-        method: MwuMethod::Normal,
+        p_value: p_value.clamp(0.0, 1.0),
     }
+}
+
+/// Probability that a sign test repeated at the round counts `looks` rejects at some look,
+/// rejecting at look `n` when at least `crit(n)` of the first `n` values are above the
+/// hypothesised median, under the least-favourable null: each value above it with
+/// probability exactly ½, independently. Exact, by walking the distribution of the count.
+fn sequential_rejection(looks: &[usize], level: f64) -> f64 {
+    let Some(&last) = looks.last() else {
+        return 0.0;
+    };
+    let mut dist = vec![0.0f64; last + 2];
+    dist[0] = 1.0;
+    let (mut n, mut rejected) = (0usize, 0.0);
+    for &look in looks {
+        while n < look {
+            for c in (1..=n + 1).rev() {
+                dist[c] = 0.5 * (dist[c] + dist[c - 1]);
+            }
+            dist[0] *= 0.5;
+            n += 1;
+        }
+        // The smallest count whose one-sided p is within the level: P(B ≥ j) ≤ level.
+        let crit = (0..=n + 1)
+            .find(|&j| j > 0 && 1.0 - binomial_half_cdf(j - 1, n) <= level)
+            .unwrap_or(n + 1);
+        for d in dist.iter_mut().take(n + 1).skip(crit) {
+            rejected += *d;
+            *d = 0.0;
+        }
+    }
+    rejected
+}
+
+/// The nominal level for a one-sided sign test repeated at each of `looks` (increasing
+/// numbers of values, the first included), the same at every look (Pocock's design), so
+/// that the chance of rejecting at any look stays within `alpha` under the least-favourable
+/// null (each value beyond the hypothesised median with probability ½, independently):
+/// the largest such level, found by bisection on the exact rejection probability. Testing
+/// every look at `alpha` itself would reject more often than `alpha`: at 10, 15, 20, 25 and
+/// 30 values and α = 0.01, 1.5 % of the time. For schedules beyond 2000 values it falls
+/// back to Bonferroni's `alpha / looks`.
+pub fn sign_test_sequential_level(looks: &[usize], alpha: f64) -> f64 {
+    if looks.len() <= 1 {
+        return alpha;
+    }
+    let bonferroni = alpha / looks.len() as f64;
+    if looks.last().is_some_and(|&n| n > 2000) {
+        return bonferroni;
+    }
+    if sequential_rejection(looks, alpha) <= alpha {
+        return alpha;
+    }
+    // Invariant: lo keeps the rejection within alpha, hi does not.
+    let (mut lo, mut hi) = (bonferroni, alpha);
+    for _ in 0..60 {
+        let mid = (lo * hi).sqrt();
+        if sequential_rejection(looks, mid) <= alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Rank of the distribution-free one-sided bound of a median from `n` values at level `a`:
+/// the largest `c` with `P(B ≤ c − 1) ≤ a`, `B ~ Binomial(n, ½)`, or 0 when even the
+/// smallest value is not a bound at that level (`2⁻ⁿ > a`). The `c`-th smallest value is a
+/// lower bound of the median with coverage at least `1 − a`, the `c`-th largest an upper one.
+pub fn median_bound_rank(n: usize, a: f64) -> usize {
+    let mut c = 0;
+    while c < n && binomial_half_cdf(c, n) <= a {
+        c += 1;
+    }
+    c
+}
+
+/// One-sided lower confidence bound of the median at coverage `1 − a`: the
+/// [`median_bound_rank`]-th smallest value. `None` when there are too few values for that
+/// coverage. For any `m` equal to none of the values, [`sign_test_greater`] rejects
+/// "median ≤ m" at `a` exactly when this bound is above `m`: test and bound agree.
+pub fn median_lower_bound(values: &[f64], a: f64) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    let c = median_bound_rank(v.len(), a);
+    (c > 0).then(|| v[c - 1])
+}
+
+/// Distribution-free two-sided interval of the median at `confidence`: the `c`-th smallest
+/// and `c`-th largest values, `c = median_bound_rank(n, (1 − confidence) / 2)` (exact
+/// coverage of at least `confidence` for independent values, no bootstrap). `None` when
+/// there are too few values for that coverage.
+pub fn median_interval(values: &[f64], confidence: f64) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    let c = median_bound_rank(v.len(), (1.0 - confidence) / 2.0);
+    (c > 0).then(|| (v[c - 1], v[v.len() - c]))
 }
 
 /// Upper tail of Student's t with `df` degrees of freedom, `P(T > t)` (statrs); `df` must
@@ -385,35 +440,6 @@ pub fn median(values: &[f64]) -> f64 {
     tensorforge_record::stats::percentile_sorted(&v, 0.5)
 }
 
-/// Seeded percentile-bootstrap interval of the median of `values`: `(low, high)` at
-/// two-sided `confidence`. `None` for an empty input or 0 resamples.
-pub fn bootstrap_median_interval(
-    values: &[f64],
-    resamples: u32,
-    confidence: f64,
-    seed: u64,
-) -> Option<(f64, f64)> {
-    if values.is_empty() || resamples == 0 {
-        return None;
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut buf = vec![0.0; values.len()];
-    let mut reps = Vec::with_capacity(resamples as usize);
-    for _ in 0..resamples {
-        for v in buf.iter_mut() {
-            *v = values[rng.below(values.len())];
-        }
-        buf.sort_by(f64::total_cmp);
-        reps.push(tensorforge_record::stats::percentile_sorted(&buf, 0.5));
-    }
-    reps.sort_by(f64::total_cmp);
-    let a = (1.0 - confidence) / 2.0;
-    Some((
-        tensorforge_record::stats::percentile_sorted(&reps, a),
-        tensorforge_record::stats::percentile_sorted(&reps, 1.0 - a),
-    ))
-}
-
 /// Robust standard deviation, `1.4826 · MAD` (consistent for normal data); 0 for fewer than
 /// two values.
 pub fn robust_sd(values: &[f64]) -> f64 {
@@ -430,34 +456,106 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wilcoxon_against_scipy() {
-        // python3 -c "from scipy.stats import wilcoxon
-        //  print(wilcoxon([0.5,1.2,-0.3,0.8,2.1,-0.1,0.9,1.5,0.2,0.7], alternative='greater',
-        //                 method='exact'))"  -> statistic=51.0, pvalue=0.0068359375
+    fn sign_test_by_hand() {
+        // P(B ≤ 1), B ~ Bin(10, ½): (C(10,0) + C(10,1)) / 2¹⁰ = 11/1024.
+        assert!(close(binomial_half_cdf(1, 10), 11.0 / 1024.0, 1e-13));
+        // P(B ≤ 4), n = 20: (1 + 20 + 190 + 1140 + 4845) / 2²⁰ = 6196/1048576.
+        assert!(close(binomial_half_cdf(4, 20), 6196.0 / 1048576.0, 1e-12));
+        // n = 10 000: P(B ≤ n/2) = ½ + P(B = n/2)/2, and P(B = n/2) ≈ 1/√(π·5000) =
+        // 0.0079788 (Stirling), so 0.5039894; the log-space sum must not underflow.
+        assert!((binomial_half_cdf(5000, 10_000) - 0.5039894).abs() < 1e-5);
+        assert_eq!(binomial_half_cdf(10, 10), 1.0);
         let d = [0.5, 1.2, -0.3, 0.8, 2.1, -0.1, 0.9, 1.5, 0.2, 0.7];
-        let r = wilcoxon_signed_rank_greater(&d);
-        assert_eq!(r.method, MwuMethod::Exact);
-        assert_eq!(r.w_plus, 51.0);
-        // 0.0068359375 = 7/1024: the subsets of {1..10} with rank sum ≥ 51 (sum of all is 55).
-        assert!(close(r.p_value, 0.0068359375, 1e-14), "{}", r.p_value);
-        // All 10 positive: W+ = 55, only the full set reaches it: p = 1/1024.
-        let r = wilcoxon_signed_rank_greater(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
-        assert!(close(r.p_value, 1.0 / 1024.0, 1e-15));
-        // Ties in |d| -> normal approximation with tie and continuity corrections:
-        // wilcoxon([1,2,2,-1,3,3,3,-2,4,5,5,6], alternative='greater', method='approx',
-        //          correction=True) -> statistic=72.5, pvalue=0.004678228934826491
-        let r = wilcoxon_signed_rank_greater(&[
-            1.0, 2.0, 2.0, -1.0, 3.0, 3.0, 3.0, -2.0, 4.0, 5.0, 5.0, 6.0,
-        ]);
-        assert_eq!(r.method, MwuMethod::Normal);
-        assert_eq!(r.w_plus, 72.5);
-        assert!(
-            close(r.p_value, 0.004678228934826491, 1e-10),
-            "{}",
-            r.p_value
-        );
-        // Zeros are dropped; nothing left means no evidence.
-        assert_eq!(wilcoxon_signed_rank_greater(&[0.0, 0.0]).p_value, 1.0);
+        // Above 0: eight of ten. P(B ≥ 8) = (C(10,8) + C(10,9) + C(10,10)) / 1024 = 56/1024.
+        let r = sign_test_greater(&d, 0.0);
+        assert_eq!((r.above, r.n), (8, 10));
+        assert!(close(r.p_value, 56.0 / 1024.0, 1e-13), "{}", r.p_value);
+        // Above 0.5: 1.2 0.8 2.1 0.9 1.5 0.7 (six); 0.5 itself is a tie and dropped, n = 9:
+        // P(B ≥ 6) = (84 + 36 + 9 + 1) / 512 = 130/512.
+        let r = sign_test_greater(&d, 0.5);
+        assert_eq!((r.above, r.n), (6, 9));
+        assert!(close(r.p_value, 130.0 / 512.0, 1e-13), "{}", r.p_value);
+        // The size of an outlier does not matter, only its side: one huge value above, nine
+        // below, p = P(B ≥ 1) = 1 − 1/1024.
+        let mut o = [-1.0; 10];
+        o[0] = 1e9;
+        assert!(close(
+            sign_test_greater(&o, 0.0).p_value,
+            1023.0 / 1024.0,
+            1e-13
+        ));
+        assert_eq!(sign_test_greater(&[0.0, 0.0], 0.0).p_value, 1.0);
+        assert_eq!(sign_test_greater(&[], 0.0).p_value, 1.0);
+    }
+
+    #[test]
+    fn median_bounds_by_hand() {
+        // n = 10, a = 0.01: P(B ≤ 0) = 1/1024 ≤ 0.01 < P(B ≤ 1) = 11/1024 -> c = 1.
+        assert_eq!(median_bound_rank(10, 0.01), 1);
+        // a = 0.025: P(B ≤ 1) = 0.0107 ≤ 0.025 < P(B ≤ 2) = 56/1024 = 0.0547 -> c = 2.
+        assert_eq!(median_bound_rank(10, 0.025), 2);
+        // n = 20, a = 0.01: P(B ≤ 4) = 0.0059 ≤ 0.01 < P(B ≤ 5) = 21700/2²⁰ = 0.0207 -> 5.
+        assert_eq!(median_bound_rank(20, 0.01), 5);
+        // 2⁻⁶ = 0.0156 > 0.01: six values bound nothing at 1 %; 2⁻⁷ = 0.0078 does.
+        assert_eq!(median_bound_rank(6, 0.01), 0);
+        assert_eq!(median_bound_rank(7, 0.01), 1);
+        // The textbook 95 % interval of a median from 21 values is (x₍₆₎, x₍₁₆₎):
+        // P(B ≤ 5) = 27896/2²¹ = 0.0133 ≤ 0.025 < P(B ≤ 6) = 82160/2²¹ = 0.0392.
+        let v: Vec<f64> = (1..=21).rev().map(f64::from).collect();
+        assert_eq!(median_interval(&v, 0.95), Some((6.0, 16.0)));
+        assert_eq!(median_lower_bound(&v, 0.01), {
+            // P(B ≤ 3) = 1562/2²¹ = 0.00074, P(B ≤ 4) = 7547/2²¹ = 0.0036,
+            // P(B ≤ 5) = 0.0133 > 0.01 -> c = 5.
+            Some(5.0)
+        });
+        assert_eq!(median_interval(&[1.0, 2.0, 3.0], 0.95), None);
+        assert_eq!(median_lower_bound(&[1.0; 6], 0.01), None);
+    }
+
+    #[test]
+    fn repeated_looks_by_hand() {
+        // One look: the level is α itself.
+        assert_eq!(sign_test_sequential_level(&[10], 0.01), 0.01);
+        // Looks at 2 and 3 values, level ½: at 2, P(B ≥ 2) = ¼ ≤ ½ < P(B ≥ 1) = ¾, so
+        // reject with 2 of 2 (¼); at 3, P(B ≥ 2) = ½ ≤ ½, so reject with 2 of 3: from 1 of 2
+        // (½) and the third above (½): ¼ more. Total ½. Level 0.3: at 3 only 3 of 3 rejects
+        // (P(B ≥ 2) = ½ > 0.3), unreachable without 2 of 2 first: total ¼.
+        assert!((sequential_rejection(&[2, 3], 0.5) - 0.5).abs() < 1e-15);
+        assert!((sequential_rejection(&[2, 3], 0.3) - 0.25).abs() < 1e-15);
+        // Looks at 10 and 15 at level 0.01: reject at 10 with 10 of 10 (1/1024); at 15 with
+        // ≥ 13 of 15 (P(B ≤ 2) = 121/32768 = 0.0037 ≤ 0.01 < P(B ≤ 3) = 0.0176), not
+        // having rejected at 10. The walks that reach ≥ 13 of 15 from < 10 of 10: 9 of 10
+        // then ≥ 4 of 5 (10/1024 · 6/32), or 8 of 10 then 5 of 5 (45/1024 · 1/32). Total
+        // 1/1024 + 60/32768 + 45/32768 = 137/32768.
+        let r = sequential_rejection(&[10, 15], 0.01);
+        assert!((r - 137.0 / 32768.0).abs() < 1e-15, "{r}");
+        // The command's schedule: every look at 1 % would reject 1.5 % of the time...
+        let looks = [10, 15, 20, 25, 30];
+        let r = sequential_rejection(&looks, 0.01);
+        assert!(r > 0.0145 && r < 0.0155, "{r}");
+        // ...the common level keeps it within 1 %, and it is at most α.
+        let l = sign_test_sequential_level(&looks, 0.01);
+        assert!(l < 0.01 && l > 0.01 / 5.0, "{l}");
+        assert!(sequential_rejection(&looks, l) <= 0.01);
+        // Slightly more would break it: the level is the largest that keeps within α.
+        assert!(sequential_rejection(&looks, l * 1.01) > 0.01);
+    }
+
+    #[test]
+    fn sign_test_and_lower_bound_agree() {
+        // The test rejects "median ≤ m" at a exactly when the lower bound is above m (for an
+        // m equal to none of the values: a tie is dropped from the test, not from the bound).
+        let mut rng = SplitMix64::new(7);
+        for n in [7usize, 10, 15, 23, 40] {
+            let v: Vec<f64> = (0..n).map(|_| rng.normal() + 1.0).collect();
+            for a in [0.01, 0.05] {
+                let lb = median_lower_bound(&v, a).unwrap();
+                for m in [-1.0, 0.0, 0.5, 1.0, lb - 1e-9, lb + 1e-9, 2.0] {
+                    let rejects = sign_test_greater(&v, m).p_value <= a;
+                    assert_eq!(rejects, lb > m, "n {n} a {a} m {m} lb {lb}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -477,15 +575,9 @@ mod tests {
     }
 
     #[test]
-    fn median_interval_and_robust_sd() {
+    fn median_and_robust_sd() {
         let v: Vec<f64> = (1..=21).map(f64::from).collect();
         assert_eq!(median(&v), 11.0);
-        let (lo, hi) = bootstrap_median_interval(&v, 1000, 0.95, 3).unwrap();
-        assert!(
-            lo < 11.0 && hi > 11.0 && lo >= 1.0 && hi <= 21.0,
-            "{lo} {hi}"
-        );
-        assert_eq!(bootstrap_median_interval(&v, 1000, 0.95, 3), Some((lo, hi)));
         // 1..=21: MAD = median |x − 11| = median of {0,1,1,...,10,10} = 5 -> 1.4826 · 5.
         assert!(close(robust_sd(&v), 1.4826 * 5.0, 1e-12));
         assert_eq!(robust_sd(&[3.0]), 0.0);

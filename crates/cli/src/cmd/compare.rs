@@ -129,15 +129,20 @@ pub fn run(a: CompareArgs) -> Result<u8> {
         r.exit_code
     );
     for row in &r.rows {
-        let (lo, hi) = row.interval.unwrap_or((f64::NAN, f64::NAN));
+        let pct = |x: f64| format!("{:+.1} %", x * 100.0);
+        let iv = row
+            .interval
+            .map(|(lo, hi)| format!("[{}, {}]", pct(lo), pct(hi)))
+            .unwrap_or_else(|| "[n/a]".into());
         println!(
-            "  {}: {} — median change {:+.1} % [{:+.1} %, {:+.1} %], noise floor {:.1} %, p = {:.2e} — {}",
+            "  {}: {} — median change {} {iv}, lower bound {}, allowed {:.1} %, {}/{} rounds beyond, p = {:.2e} — {}",
             row.workload.replace(|c: char| c.is_control(), " "),
             row.verdict.label(),
-            row.change_relative * 100.0,
-            lo * 100.0,
-            hi * 100.0,
-            row.noise_floor_relative * 100.0,
+            pct(row.change_relative),
+            row.lower_bound_relative.map_or_else(|| "n/a".into(), pct),
+            row.allowed_relative * 100.0,
+            row.rounds_beyond,
+            row.rounds,
             row.p_adjusted.unwrap_or(row.p_value),
             row.reason
         );
