@@ -3,6 +3,7 @@
 # it takes about 30-45 minutes in all. Each part prints one summary line per target; record
 # them, with this command, in docs/policy.md ("Measured on a shared machine").
 #
+#   (the main job's trials per metric, with real slowdowns: tools/quickstart_trials.py)
 #   tools/gate_trials.sh quickstart [RUNS]      # back-to-back quickstart runs in one store,
 #                                              # the second half with one core kept busy
 #   tools/gate_trials.sh compare [SLOW] [AA]    # tensorforge compare: 10 % slowdown trials
