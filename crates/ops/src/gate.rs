@@ -1060,18 +1060,16 @@ fn metric_row(
     row.role = mp.map(|m| m.role);
     // A count compares with the newest baseline run that has it: a count needs no
     // distribution of runs, and a change that was accepted becomes the baseline at once.
-    let newest: Vec<&Record>;
-    let b: &[&Record] = match runs_of(b)
-        .into_iter()
-        .rev()
-        .find(|run| run.iter().all(|r| count_value(r, metric).is_some()))
-    {
-        Some(run) if metric.is_count() => {
-            newest = run;
-            &newest
-        }
-        _ => b,
-    };
+    let newest: Option<Vec<&Record>> = metric
+        .is_count()
+        .then(|| {
+            runs_of(b)
+                .into_iter()
+                .rev()
+                .find(|run| run.iter().all(|r| count_value(r, metric).is_some()))
+        })
+        .flatten();
+    let b: &[&Record] = newest.as_deref().unwrap_or(b);
     let (bs, cs) = match (metric_samples(b, metric), metric_samples(c, metric)) {
         (Ok(x), Ok(y)) => (x, y),
         (eb, ec) => {
