@@ -123,6 +123,26 @@ fn usage_message(e: &clap::Error) -> String {
     }
 }
 
+/// The passwords any `postgres://` argument or `$TENSORFORGE_STORE` carries (for
+/// [`tensorforge_store::location::scrub`]).
+fn store_secrets() -> Vec<String> {
+    std::env::args_os()
+        .chain(std::env::var_os("TENSORFORGE_STORE"))
+        .filter_map(|a| a.to_str().map(str::to_string))
+        .filter(|a| a.contains("://"))
+        .flat_map(|a| {
+            let url = a.split_once('=').map_or(a.as_str(), |(k, v)| {
+                if k.starts_with("--") {
+                    v
+                } else {
+                    a.as_str()
+                }
+            });
+            tensorforge_store::location::secrets_in(url)
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     use clap::error::ErrorKind;
     // Usage errors print clap's whole message (the error, its tips and the usage line) and
@@ -181,9 +201,14 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line whatever the message holds: a newline in a user string (a tensor
             // or benchmark name, a policy value) is shown as `\n`, never a new line.
+            // And never a password: every message shows a store URL redacted already; this
+            // scrubs any password a store argument carries from the line as a last defence.
             eprintln!(
                 "error: {}",
-                tensorforge_ops::markup::one_line(&format!("{e:#}"))
+                tensorforge_store::location::scrub(
+                    &tensorforge_ops::markup::one_line(&format!("{e:#}")),
+                    &store_secrets()
+                )
             );
             ExitCode::from(2)
         }

@@ -50,6 +50,21 @@ impl PostgresUrl {
     }
 }
 
+/// Whether `a` reads as `host` or `host:port` (a port of digits; IPv6 in brackets).
+fn is_host_port(a: &str) -> bool {
+    let tail = match a.strip_prefix('[') {
+        Some(r) => match r.split_once(']') {
+            Some((_, t)) => t,
+            None => return false,
+        },
+        None => a,
+    };
+    match tail.rsplit_once(':') {
+        Some((h, p)) => !h.contains(':') && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
+        None => true,
+    }
+}
+
 /// `s` with `%XX` escapes decoded (a malformed escape or non-UTF-8 result is an error).
 fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
@@ -111,21 +126,108 @@ impl fmt::Display for StoreLocation {
     }
 }
 
-/// `s` with any `:password@` of a URL replaced by `:***@`, for messages about text that did
-/// not parse.
+/// `s` (a store URL as typed, whole, possibly malformed) with anything that may be a password
+/// replaced by `***`, for messages about it.
+///
+/// The userinfo ends at the LAST `@`, so a password holding a raw `/`, `@`, `:`, `?` or
+/// space is covered whole. Without any `@`, text after the first `:` that is not a port
+/// number (`postgres://ci:pw/x`: a URL missing its host) is redacted to the end. This errs
+/// on the side of hiding too much: a `@` later in the URL (in a parameter) hides the host as
+/// well.
+///
+/// ```
+/// use tensorforge_store::location::redact;
+/// assert_eq!(redact("postgres://tf:Leak/Me@h:5432/db"), "postgres://tf:***@h:5432/db");
+/// assert_eq!(redact("postgres://tf:Leak/Me"), "postgres://tf:***");
+/// assert_eq!(redact("postgres://h:5432/db"), "postgres://h:5432/db");
+/// ```
 pub fn redact(s: &str) -> String {
     let Some((scheme, rest)) = s.split_once("://") else {
         return s.to_string();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+    if let Some(at) = rest.rfind('@') {
+        let userinfo = &rest[..at];
+        return match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
             None => s.to_string(),
-        },
+        };
+    }
+    // No userinfo: a `:` in the authority must be followed by a port (IPv6 keeps its colons
+    // inside brackets).
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let host_end = if authority.starts_with('[') {
+        authority.find(']').map(|i| i + 1).unwrap_or(authority.len())
+    } else {
+        0
+    };
+    match authority[host_end..].find(':') {
+        Some(i) => {
+            let colon = host_end + i;
+            let port = &authority[colon + 1..];
+            if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+                s.to_string()
+            } else {
+                format!("{scheme}://{}:***", &rest[..colon])
+            }
+        }
         None => s.to_string(),
     }
+}
+
+/// `text` with every occurrence of each of `secrets` (and of its %-encoded form) replaced by
+/// `***`: the last line of defence for a message that might quote a URL as typed.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        let encoded: String = secret
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        for form in [secret.as_str(), encoded.as_str(), &encoded.to_lowercase()] {
+            if !form.is_empty() {
+                out = out.replace(form, "***");
+            }
+        }
+    }
+    out
+}
+
+/// The password a store argument carries, as typed and decoded, for [`scrub`]: the text
+/// between the first `:` of the userinfo and its last `@` (see [`redact`]), or what a parse
+/// of the URL found. Empty for a file path.
+pub fn secrets_in(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some((_, rest)) = s.split_once("://") {
+        let userinfo = match rest.rfind('@') {
+            Some(at) => &rest[..at],
+            None => rest,
+        };
+        if let Some((_, pw)) = userinfo.split_once(':') {
+            let authority = rest.split(['/', '?']).next().unwrap_or("");
+            if rest.contains('@') {
+                out.push(pw.to_string());
+            } else if !is_host_port(authority) {
+                // No `@`: what `redact` hides, to the end and to the first `/`.
+                out.push(pw.to_string());
+                out.extend(authority.split_once(':').map(|(_, p)| p.to_string()));
+            }
+            let decoded: Vec<String> = out.iter().filter_map(|p| percent_decode(p)).collect();
+            out.extend(decoded);
+        }
+        if let Ok(StoreLocation::Postgres(u)) = StoreLocation::parse(s) {
+            out.extend(u.password().map(str::to_string));
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A store given as a path (a file path, or a URL typed where a path goes) as shown in
@@ -166,7 +268,25 @@ impl StoreLocation {
                 "unknown URL scheme; give a file path (SQLite) or a postgres:// URL",
             ));
         }
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        // The userinfo ends at an `@` before the first `/`, as libpq reads it. When the
+        // authority before that `/` has no `@` and is not `host[:port]`, but an `@` follows,
+        // the password held a raw `/`: the userinfo then ends at the last `@` before any `?`
+        // that follows the first `@`.
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) if !a.contains('@') && p.contains('@') && !is_host_port(a) => {
+                let first_at = rest.find('@').expect("an @ follows");
+                let end = rest[first_at..]
+                    .find('?')
+                    .map_or(rest.len(), |q| first_at + q);
+                let at = rest[..end].rfind('@').expect("an @ is before it");
+                let after = &rest[at + 1..];
+                let hostport_len = after.find('/').unwrap_or(after.len());
+                let path = after.get(hostport_len + 1..).unwrap_or("");
+                (&rest[..at + 1 + hostport_len], path)
+            }
+            Some((a, p)) => (a, p),
+            None => (rest, ""),
+        };
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let dbname = path.split('#').next().unwrap_or("");
         let decode = |field: &str, v: &str| {
@@ -179,6 +299,11 @@ impl StoreLocation {
                 )
             })
         };
+        if dbname.contains('@') {
+            return Err(bad(
+                "a raw `@` after the host; %-encode `@` and `/` in a password (as %40 and %2F)",
+            ));
+        }
         let dbname = decode("dbname", dbname)?;
         if dbname.is_empty() {
             return Err(bad(
@@ -217,6 +342,11 @@ impl StoreLocation {
         };
         if host.is_empty() {
             return Err(bad("the URL names no host"));
+        }
+        if host.contains(['@', '/', '?', '#']) || host.contains(char::is_whitespace) {
+            return Err(bad(
+                "the host holds `@`, `/`, `?`, `#` or a space; %-encode such characters in the password (e.g. `/` as %2F)",
+            ));
         }
         let mut connect_timeout_s = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -325,6 +455,65 @@ mod tests {
         ] {
             let e = StoreLocation::parse(url).unwrap_err().to_string();
             assert!(e.contains(field) && !e.contains("secret"), "{url}: {e}");
+        }
+    }
+
+    /// URL shapes a user may type, with the password each carries (`None`: the URL is
+    /// refused). Every password is made of the segments `qZx1` and `wYv2` (and a separator),
+    /// so a leak of any part of it is found by looking for either segment.
+    pub(crate) const SHAPES: &[(&str, Option<&str>)] = &[
+        ("postgres://tf:qZx1/wYv2@h:5/db", Some("qZx1/wYv2")),
+        ("postgres://tf:qZx1@wYv2@h:5/db", Some("qZx1@wYv2")),
+        ("postgres://tf:qZx1:wYv2@h:5/db", Some("qZx1:wYv2")),
+        ("postgres://tf:qZx1%2FwYv2@h:5/db", Some("qZx1/wYv2")),
+        ("postgres://tf:qZx1%40wYv2%3A@h:5/db", Some("qZx1@wYv2:")),
+        ("postgres://tf:qZx1?wYv2@h:5/db", Some("qZx1?wYv2")),
+        ("postgres://tf:qZx1#wYv2@h:5/db", Some("qZx1#wYv2")),
+        ("postgres://tf:qZx1 wYv2@h:5/db", Some("qZx1 wYv2")),
+        ("postgresql://tf:qZx1/wYv2@h:5/db?sslmode=disable", Some("qZx1/wYv2")),
+        ("postgres://tf:qZx1/?@wYv2@h:5/db", Some("qZx1/?@wYv2")),
+        ("postgres://tf:1/2@h:5/db", None),
+        ("postgres://tf:qZx1/wYv2@[::1]:5/db", Some("qZx1/wYv2")),
+        ("postgres://tf:qZx1%zzwYv2@h:5/db", None),
+        ("postgres://tf:qZx1%wYv2@h:5/db", None),
+        ("postgres://tf:qZx1wYv2@/db", None),
+        ("postgres://tf:qZx1wYv2@h:99999/db", None),
+        ("postgres://tf:qZx1wYv2/db", None),
+        ("postgres://tf:qZx1wYv2@h:5/", None),
+        ("postgres://tf:qZx1wYv2@h:5/db?fancy=1", None),
+        ("postgres://tf:qZx1wYv2@h:5/db?sslmode=bogus", None),
+        ("postgres://tf:qZx1wYv2@[::1/db", None),
+        ("mysql://tf:qZx1/wYv2@h/db", None),
+    ];
+
+    #[test]
+    fn twenty_url_shapes_parse_or_fail_without_showing_the_password() {
+        assert!(SHAPES.len() >= 20);
+        for (url, want) in SHAPES {
+            let shown = match StoreLocation::parse(url) {
+                Ok(l) => {
+                    let StoreLocation::Postgres(u) = &l else {
+                        panic!("{url}: {l:?}")
+                    };
+                    assert_eq!(u.password(), *want, "{url}");
+                    assert_eq!((u.user.as_str(), u.dbname.as_str()), ("tf", "db"), "{url}");
+                    format!("{l} {l:?} {}", redact(url))
+                }
+                Err(e) => {
+                    assert_eq!(*want, None, "{url}: {e}");
+                    format!("{e} {e:?} {}", redact(url))
+                }
+            };
+            for segment in ["qZx1", "wYv2"] {
+                assert!(!shown.contains(segment), "{url} shows `{segment}`: {shown}");
+            }
+            // The defence of last resort finds the password in a message quoting the URL.
+            let secrets = secrets_in(url);
+            assert!(!secrets.is_empty(), "{url}");
+            let scrubbed = scrub(&format!("cannot use {url}"), &secrets);
+            if !url.starts_with("mysql") {
+                assert!(!scrubbed.contains("qZx1") || !scrubbed.contains("wYv2"), "{scrubbed}");
+            }
         }
     }
 
