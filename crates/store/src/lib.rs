@@ -27,11 +27,14 @@ pub mod engine;
 pub mod error;
 pub mod ingest;
 pub mod location;
+pub mod notices;
 pub mod postgres;
+pub mod settings;
 pub mod sqlite;
 pub mod store;
 pub mod testing;
 pub mod time;
+pub mod tls;
 
 pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
 pub use error::StoreError;

@@ -3,13 +3,13 @@
 //! PostgreSQL server (`user[:password]@host[:port]/dbname`). A URL is never printed with its
 //! password: [`StoreLocation`]'s `Display` and every error show it redacted.
 //!
-//! User, password and database name may be percent-encoded. Query parameters: `sslmode`
-//! (`disable`, `allow` or `prefer`: this build speaks plain TCP only, so `require` and
-//! `verify-*` are refused rather than silently downgraded) and `connect_timeout` (seconds).
-//! Left out: TLS, Unix-socket hosts, several hosts, and every other libpq parameter (an
-//! unknown one is an error naming it).
+//! User, password and database name may be percent-encoded; a password holding a raw `/`,
+//! `@` or `:` is read up to the last `@`. Query parameters (TLS, timeouts, keepalive,
+//! retries) are read by [`crate::settings`]; an unknown one is an error naming it. Left out:
+//! Unix-socket hosts, several hosts, and libpq parameters outside [`crate::settings`].
 
 use crate::error::StoreError;
+use crate::settings::ConnectionSettings;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -26,8 +26,8 @@ pub struct PostgresUrl {
     pub port: u16,
     /// Database name.
     pub dbname: String,
-    /// Seconds to wait for the server to answer a connection (`connect_timeout`).
-    pub connect_timeout_s: Option<u64>,
+    /// TLS, timeouts, keepalive and retries (the URL's query parameters).
+    pub settings: ConnectionSettings,
 }
 
 impl PostgresUrl {
@@ -156,7 +156,10 @@ pub fn redact(s: &str) -> String {
     // inside brackets).
     let authority = rest.split(['/', '?']).next().unwrap_or("");
     let host_end = if authority.starts_with('[') {
-        authority.find(']').map(|i| i + 1).unwrap_or(authority.len())
+        authority
+            .find(']')
+            .map(|i| i + 1)
+            .unwrap_or(authority.len())
     } else {
         0
     };
@@ -348,50 +351,24 @@ impl StoreLocation {
                 "the host holds `@`, `/`, `?`, `#` or a space; %-encode such characters in the password (e.g. `/` as %2F)",
             ));
         }
-        let mut connect_timeout_s = None;
+        let mut settings = ConnectionSettings::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            match k {
-                "sslmode" => match v {
-                    "disable" | "allow" | "prefer" => {}
-                    _ => {
-                        return Err(StoreError::invalid(
-                            redact(s),
-                            "sslmode",
-                            v,
-                            "this build connects without TLS (sslmode disable, allow or prefer); use a trusted network or a TLS tunnel",
-                        ))
-                    }
-                },
-                "connect_timeout" => {
-                    connect_timeout_s = Some(v.parse::<u64>().ok().filter(|t| *t > 0).ok_or_else(
-                        || {
-                            StoreError::invalid(
-                                redact(s),
-                                "connect_timeout",
-                                v,
-                                "expected a whole number of seconds above 0",
-                            )
-                        },
-                    )?)
-                }
-                _ => {
-                    return Err(StoreError::invalid(
-                        redact(s),
-                        k,
-                        v,
-                        "unknown URL parameter (sslmode and connect_timeout are understood)",
-                    ))
-                }
-            }
+            let v = percent_decode(v).unwrap_or_else(|| v.to_string());
+            settings
+                .set(k, &v)
+                .map_err(|reason| StoreError::invalid(redact(s), k, &v, reason))?;
         }
+        settings
+            .check()
+            .map_err(|(k, reason)| StoreError::invalid(redact(s), k, "…", reason))?;
         Ok(StoreLocation::Postgres(PostgresUrl {
             user,
             password,
             host: host.to_string(),
             port,
             dbname,
-            connect_timeout_s,
+            settings,
         }))
     }
 
@@ -442,7 +419,7 @@ mod tests {
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("plain/path"), "plain/path");
         for (url, field) in [
-            ("postgres://u:secret@h/db?sslmode=require", "sslmode"),
+            ("postgres://u:secret@h/db?sslmode=require-ish", "sslmode"),
             (
                 "postgres://u:secret@h/db?connect_timeout=x",
                 "connect_timeout",
@@ -470,7 +447,10 @@ mod tests {
         ("postgres://tf:qZx1?wYv2@h:5/db", Some("qZx1?wYv2")),
         ("postgres://tf:qZx1#wYv2@h:5/db", Some("qZx1#wYv2")),
         ("postgres://tf:qZx1 wYv2@h:5/db", Some("qZx1 wYv2")),
-        ("postgresql://tf:qZx1/wYv2@h:5/db?sslmode=disable", Some("qZx1/wYv2")),
+        (
+            "postgresql://tf:qZx1/wYv2@h:5/db?sslmode=disable",
+            Some("qZx1/wYv2"),
+        ),
         ("postgres://tf:qZx1/?@wYv2@h:5/db", Some("qZx1/?@wYv2")),
         ("postgres://tf:1/2@h:5/db", None),
         ("postgres://tf:qZx1/wYv2@[::1]:5/db", Some("qZx1/wYv2")),
@@ -512,7 +492,10 @@ mod tests {
             assert!(!secrets.is_empty(), "{url}");
             let scrubbed = scrub(&format!("cannot use {url}"), &secrets);
             if !url.starts_with("mysql") {
-                assert!(!scrubbed.contains("qZx1") || !scrubbed.contains("wYv2"), "{scrubbed}");
+                assert!(
+                    !scrubbed.contains("qZx1") || !scrubbed.contains("wYv2"),
+                    "{scrubbed}"
+                );
             }
         }
     }
@@ -531,7 +514,7 @@ mod tests {
         assert_eq!(u.password(), Some("p@ss:w/rd"));
         assert_eq!((u.host.as_str(), u.port), ("::1", 6000));
         assert_eq!(u.dbname, "bench db");
-        assert_eq!(u.connect_timeout_s, Some(3));
+        assert_eq!(u.settings.connect, std::time::Duration::from_secs(3));
         assert!(!l.to_string().contains("p@ss"));
         assert!(StoreLocation::parse("postgres://u:%zz@h/db")
             .unwrap_err()

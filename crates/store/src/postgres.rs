@@ -17,8 +17,20 @@
 //! or serialization failure reported by the server is retried. A connection lost mid-write
 //! leaves nothing of the transaction (the server rolls it back); lost during the commit
 //! itself, the outcome is unknown and the error says to record the run again (its id makes
-//! that safe). Left out: TLS, connection
-//! pooling, and server-side retention.
+//! that safe).
+//!
+//! Nothing waits without a limit: the connection (TCP, TLS, log-in) must be made within
+//! `connect_timeout`; the server cancels a statement past `statement_timeout`, a lock wait
+//! past `lock_timeout` and a session idle in a transaction past
+//! `idle_in_transaction_session_timeout`; and the client itself gives up on a statement
+//! whose answer has not come `statement_timeout + 2 s` after it was sent (a frozen server or
+//! backend cannot cancel anything), dropping the connection so the server rolls the
+//! transaction back. TCP keepalive probes an idle connection. A connection the server
+//! refuses while it starts up or shuts down, or a refused TCP connection, is retried with
+//! backoff (`connect_retries`), never an authentication failure, and a note says it was
+//! (`crate::notices`). Settings: [`crate::settings`]; TLS: [`crate::tls`]. The client is
+//! tokio-postgres driven by a current-thread runtime that each call blocks on. Left out:
+//! connection pooling, reconnecting after a lost connection, and server-side retention.
 
 use crate::credentials::{self, PasswordSource};
 use crate::engine::{
@@ -27,14 +39,19 @@ use crate::engine::{
 };
 use crate::error::StoreError;
 use crate::location::PostgresUrl;
+use crate::notices::note;
 use crate::record::Record;
+use crate::settings::{human, ConnectionSettings, SslMode, CLIENT_GRACE};
 use crate::store::RunInfo;
 use crate::time::now_unix_s;
-use postgres::error::SqlState;
-use postgres::types::ToSql;
-use postgres::{Client, GenericClient, NoTls, Row};
 use std::cell::RefCell;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row};
 
 /// Newest schema version this build writes and reads (`tensorforge.store_meta`).
 pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
@@ -44,9 +61,6 @@ const APPLICATION: &str = "tensorforge";
 
 /// Advisory lock key held while migrating ("TFST" as an integer).
 const MIGRATION_LOCK: i64 = 0x5446_5354;
-
-/// How long to wait for a server that does not answer, unless the URL says otherwise.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The step name of a commit in messages (a connection lost there leaves the outcome unknown).
 const COMMIT: &str = "commit";
@@ -112,10 +126,24 @@ const RECORD_COLUMNS: &str = "record_json, samples_ns";
 
 /// An open PostgreSQL store (one connection). Open one per thread or process.
 pub struct PostgresStore {
-    client: RefCell<Client>,
+    /// The runtime every call blocks on; it also drives the connection task.
+    rt: Runtime,
+    client: Client,
+    /// The task that drives the connection (aborted when the client gives up on it).
+    connection: JoinHandle<()>,
     url: PostgresUrl,
+    /// How long to wait for one answer (`statement_timeout + CLIENT_GRACE`).
+    deadline: Option<Duration>,
     /// The SQLSTATE of the last server error, to tell a retryable abort from the rest.
     last_code: RefCell<Option<SqlState>>,
+    /// Why the connection was given up on (a statement's answer did not come in time).
+    broken: RefCell<Option<String>>,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -144,7 +172,7 @@ pub fn decode_samples(bytes: &[u8]) -> Option<Vec<f64>> {
 
 /// One line describing a client error: the server's message (without its multi-line
 /// detail) or the connection error.
-fn one_line(e: &postgres::Error) -> String {
+fn one_line(e: &tokio_postgres::Error) -> String {
     let text = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => match std::error::Error::source(e) {
@@ -155,42 +183,229 @@ fn one_line(e: &postgres::Error) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// Whether a failed connection may succeed if tried again soon: the server is starting up
+/// or shutting down (SQLSTATE 57P03), or nothing listens on the port yet. Never an
+/// authentication failure.
+fn retryable_connect(e: &tokio_postgres::Error) -> bool {
+    if e.code() == Some(&SqlState::CANNOT_CONNECT_NOW) {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Connect once (TLS per `tls`), spawning the task that drives the connection.
+async fn connect_once(
+    config: &tokio_postgres::Config,
+    tls: Option<rustls::ClientConfig>,
+) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
+    Ok(match tls {
+        None => {
+            let (client, connection) = config.connect(NoTls).await?;
+            (
+                client,
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                }),
+            )
+        }
+        Some(cfg) => {
+            let (client, connection) = config
+                .connect(tokio_postgres_rustls::MakeRustlsConnect::new(cfg))
+                .await?;
+            (
+                client,
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                }),
+            )
+        }
+    })
+}
+
 impl PostgresStore {
     /// Connect to `url` and bring its schema up to date (see the module notes). The
     /// password comes from the URL, `PGPASSWORD` or the password file, and is never shown.
     pub fn open(url: &PostgresUrl) -> Result<PostgresStore, StoreError> {
+        let s: &ConnectionSettings = &url.settings;
+        let database = |message: String| StoreError::Database {
+            store: url.to_string(),
+            message,
+            source: None,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| database(format!("cannot start the client runtime: {e}")))?;
+        let tls = crate::tls::client_config(s).map_err(|e| {
+            StoreError::invalid(
+                url.to_string(),
+                e.field,
+                e.path.display().to_string(),
+                e.reason,
+            )
+        })?;
         let (user, password, source) = credentials::resolve(url);
-        let mut config = postgres::Config::new();
+        let mut config = tokio_postgres::Config::new();
         config
             .host(&url.host)
             .port(url.port)
             .user(&user)
             .dbname(&url.dbname)
             .application_name("tensorforge")
-            .connect_timeout(
-                url.connect_timeout_s
-                    .map(Duration::from_secs)
-                    .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-            );
+            .options(s.server_options())
+            .connect_timeout(s.connect)
+            .keepalives(s.keepalives)
+            .keepalives_idle(s.keepalives_idle)
+            .keepalives_interval(s.keepalives_interval)
+            .keepalives_retries(s.keepalives_count)
+            .ssl_mode(match s.ssl_mode {
+                SslMode::Disable | SslMode::Allow => tokio_postgres::config::SslMode::Disable,
+                SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+                _ => tokio_postgres::config::SslMode::Require,
+            });
+        if !s.tcp_user_timeout.is_zero() {
+            config.tcp_user_timeout(s.tcp_user_timeout);
+        }
         if let Some(p) = &password {
             config.password(p);
         }
-        let client = config
-            .connect(NoTls)
-            .map_err(|e| connect_error(url, &user, &source, &e))?;
-        let store = PostgresStore {
-            client: RefCell::new(client),
-            url: url.clone(),
-            last_code: RefCell::new(None),
+        let started = Instant::now();
+        let mut retries = 0;
+        let (client, connection) = loop {
+            let attempt = rt.block_on(async {
+                tokio::time::timeout(s.connect, connect_once(&config, tls.clone())).await
+            });
+            match attempt {
+                Ok(Ok(c)) => break c,
+                Ok(Err(e)) if retryable_connect(&e) && retries < s.connect_retries => {
+                    std::thread::sleep(ConnectionSettings::retry_pause(retries));
+                    retries += 1;
+                }
+                Ok(Err(e)) => return Err(connect_error(url, &user, &source, &e, retries)),
+                Err(_) => {
+                    return Err(database(format!(
+                        "cannot connect: no answer within connect_timeout {} (TCP, TLS and log-in){}; nothing was recorded",
+                        human(s.connect),
+                        tried_again(retries)
+                    )))
+                }
+            }
         };
+        if retries > 0 {
+            note(&format!(
+                "{url}: connected after retrying {retries} time(s) over {} while the server was starting or refusing connections",
+                human(started.elapsed())
+            ));
+        }
+        let store = PostgresStore {
+            rt,
+            client,
+            connection,
+            url: url.clone(),
+            deadline: s.client_deadline(),
+            last_code: RefCell::new(None),
+            broken: RefCell::new(None),
+        };
+        if s.ssl_mode == SslMode::Prefer && s.ssl_mode_given {
+            let encrypted = store
+                .wait(
+                    "read TLS state",
+                    store.client.query_opt(
+                        "SELECT ssl FROM pg_catalog.pg_stat_ssl WHERE pid = pg_backend_pid()",
+                        &[],
+                    ),
+                )
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.get::<_, bool>(0));
+            if !encrypted {
+                note(&format!(
+                    "{url}: connected WITHOUT TLS: the server does not offer it (sslmode=prefer); give sslmode=require to refuse an unencrypted connection"
+                ));
+            }
+        }
         store.migrate()?;
         Ok(store)
     }
 
-    fn err(&self, what: &str, e: postgres::Error) -> StoreError {
+    /// Wait for one request to the server, at most the client deadline. Past it the
+    /// connection is given up (the server rolls back what it had of the transaction) and
+    /// every later call fails at once.
+    fn wait<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StoreError> {
+        if let Some(why) = self.broken.borrow().as_ref() {
+            return Err(StoreError::Database {
+                store: self.url.to_string(),
+                message: format!("{what}: not tried: the connection was given up earlier ({why})"),
+                source: None,
+            });
+        }
+        let deadline = self.deadline;
+        let out = self.rt.block_on(async {
+            match deadline {
+                Some(d) => tokio::time::timeout(d, fut).await.ok(),
+                None => Some(fut.await),
+            }
+        });
+        match out {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(self.err(what, e)),
+            None => {
+                let d = deadline.expect("only a deadline times out");
+                *self.broken.borrow_mut() = Some(format!("no answer within {}", human(d)));
+                self.connection.abort();
+                let tail = if what == COMMIT {
+                    "whether the run was stored is unknown: record it again, its run id makes the retry store it once"
+                } else {
+                    "the connection was dropped, so the server rolls the transaction back and nothing of it is stored"
+                };
+                Err(StoreError::Database {
+                    store: self.url.to_string(),
+                    message: format!(
+                        "{what}: timed out: the server did not answer within {} (statement_timeout {} + {}); {tail}",
+                        human(d),
+                        human(self.url.settings.statement),
+                        human(CLIENT_GRACE)
+                    ),
+                    source: None,
+                })
+            }
+        }
+    }
+
+    fn err(&self, what: &str, e: tokio_postgres::Error) -> StoreError {
         *self.last_code.borrow_mut() = e.code().cloned();
+        let s = &self.url.settings;
         let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
-        let message = if e.is_closed()
+        let rolled_back = "the transaction was rolled back and nothing of it was stored";
+        let message = if e.code() == Some(&SqlState::QUERY_CANCELED) {
+            format!(
+                "{what}: timed out on the server (statement_timeout {}: {}); {rolled_back}",
+                human(s.statement),
+                one_line(&e)
+            )
+        } else if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+            format!(
+                "{what}: timed out waiting for a lock another session holds (lock_timeout {}); {rolled_back}",
+                human(s.lock)
+            )
+        } else if e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
+            format!(
+                "{what}: the server ended the session, idle inside a transaction past idle_in_transaction_session_timeout {}; {rolled_back}",
+                human(s.idle_in_transaction)
+            )
+        } else if e.is_closed()
             || io
             || e.code() == Some(&SqlState::ADMIN_SHUTDOWN)
             || e.code() == Some(&SqlState::CRASH_SHUTDOWN)
@@ -205,7 +420,7 @@ impl PostgresStore {
                 )
             } else {
                 format!(
-                    "{what}: the connection to the server was lost ({}); the transaction was rolled back and nothing of it was stored",
+                    "{what}: the connection to the server was lost ({}); {rolled_back}",
                     one_line(&e)
                 )
             }
@@ -227,37 +442,64 @@ impl PostgresStore {
         }
     }
 
+    /// Run `f` inside one transaction: BEGIN, `f`, COMMIT; on an error, ROLLBACK (when the
+    /// connection still answers) and the error.
+    fn transaction<T>(
+        &self,
+        f: impl FnOnce(&Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.wait("begin", self.client.batch_execute("BEGIN"))?;
+        let out = f(self).and_then(|v| {
+            self.wait(COMMIT, self.client.batch_execute("COMMIT"))?;
+            Ok(v)
+        });
+        if out.is_err() && self.broken.borrow().is_none() && !self.client.is_closed() {
+            let code = self.last_code.borrow().clone();
+            let _ = self.wait("rollback", self.client.batch_execute("ROLLBACK"));
+            *self.last_code.borrow_mut() = code;
+        }
+        out
+    }
+
+    fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.wait(what, self.client.query(sql, args))
+    }
+
     /// `(application, schema_version)` of the store in this database, or `None` when it has
     /// none yet.
-    fn meta(&self, c: &mut impl GenericClient) -> Result<Option<(String, i32)>, StoreError> {
-        let has: bool = c
-            .query_one(
-                // The catalog through SQL (an MVCC snapshot), not to_regclass: the session's
-                // catalog cache can miss a table another session created since.
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables
-                                WHERE schemaname = 'tensorforge' AND tablename = 'store_meta')",
-                &[],
-            )
-            .map_err(|e| self.err("read store version", e))?
+    fn meta(&self) -> Result<Option<(String, i32)>, StoreError> {
+        let has: bool = self
+            .wait(
+                "read store version",
+                self.client.query_one(
+                    // The catalog through SQL (an MVCC snapshot), not to_regclass: the
+                    // session's catalog cache can miss a table another session created since.
+                    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables
+                                    WHERE schemaname = 'tensorforge' AND tablename = 'store_meta')",
+                    &[],
+                ),
+            )?
             .get(0);
         if !has {
             return Ok(None);
         }
-        let row = c
-            .query_opt(
+        let row = self.wait(
+            "read store version",
+            self.client.query_opt(
                 "SELECT application, schema_version FROM tensorforge.store_meta",
                 &[],
-            )
-            .map_err(|e| self.err("read store version", e))?;
+            ),
+        )?;
         Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     /// Refuse a database that is not ours, or is newer than this build.
-    fn check(
-        &self,
-        meta: &Option<(String, i32)>,
-        c: &mut impl GenericClient,
-    ) -> Result<(), StoreError> {
+    fn check(&self, meta: &Option<(String, i32)>) -> Result<(), StoreError> {
         let refuse = |message: String| StoreError::Database {
             store: self.url.to_string(),
             message,
@@ -272,13 +514,15 @@ impl PostgresStore {
             ))),
             Some(_) => Ok(()),
             None => {
-                let tables: i64 = c
-                    .query_one(
-                        "SELECT count(*) FROM pg_catalog.pg_tables
-                         WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
-                        &[],
-                    )
-                    .map_err(|e| self.err("read table list", e))?
+                let tables: i64 = self
+                    .wait(
+                        "read table list",
+                        self.client.query_one(
+                            "SELECT count(*) FROM pg_catalog.pg_tables
+                             WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
+                            &[],
+                        ),
+                    )?
                     .get(0);
                 if tables > 0 {
                     Err(refuse(format!(
@@ -293,38 +537,45 @@ impl PostgresStore {
     }
 
     fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.client.borrow_mut();
-        let meta = self.meta(&mut *client)?;
-        self.check(&meta, &mut *client)?;
+        let meta = self.meta()?;
+        self.check(&meta)?;
         if matches!(meta, Some((_, v)) if v == POSTGRES_SCHEMA_VERSION) {
             return Ok(());
         }
-        let mut tx = client
-            .transaction()
-            .map_err(|e| self.err("migrate schema", e))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .map_err(|e| self.err("lock for migration", e))?;
-        // Re-read under the lock: another process may have migrated meanwhile.
-        let meta = self.meta(&mut tx)?;
-        self.check(&meta, &mut tx)?;
-        let mut v = meta.map(|m| m.1).unwrap_or(0);
-        while v < POSTGRES_SCHEMA_VERSION {
-            tx.batch_execute(MIGRATIONS[v as usize])
-                .map_err(|e| self.err(&format!("migration {v} -> {}", v + 1), e))?;
-            v += 1;
-            tx.execute(
-                "INSERT INTO tensorforge.schema_migrations (version, applied_unix_s) VALUES ($1, $2)",
-                &[&v, &now_unix_s()],
-            )
-            .map_err(|e| self.err("record migration", e))?;
-            tx.execute(
-                "INSERT INTO tensorforge.store_meta (application, schema_version) VALUES ($1, $2)
-                 ON CONFLICT (singleton) DO UPDATE SET schema_version = EXCLUDED.schema_version",
-                &[&APPLICATION, &v],
-            )
-            .map_err(|e| self.err("set schema version", e))?;
-        }
-        tx.commit().map_err(|e| self.err("migrate schema", e))
+        self.transaction(|st| {
+            st.wait(
+                "lock for migration",
+                st.client
+                    .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]),
+            )?;
+            // Re-read under the lock: another process may have migrated meanwhile.
+            let meta = st.meta()?;
+            st.check(&meta)?;
+            let mut v = meta.map(|m| m.1).unwrap_or(0);
+            while v < POSTGRES_SCHEMA_VERSION {
+                st.wait(
+                    &format!("migration {v} -> {}", v + 1),
+                    st.client.batch_execute(MIGRATIONS[v as usize]),
+                )?;
+                v += 1;
+                st.wait(
+                    "record migration",
+                    st.client.execute(
+                        "INSERT INTO tensorforge.schema_migrations (version, applied_unix_s) VALUES ($1, $2)",
+                        &[&v, &now_unix_s()],
+                    ),
+                )?;
+                st.wait(
+                    "set schema version",
+                    st.client.execute(
+                        "INSERT INTO tensorforge.store_meta (application, schema_version) VALUES ($1, $2)
+                         ON CONFLICT (singleton) DO UPDATE SET schema_version = EXCLUDED.schema_version",
+                        &[&APPLICATION, &v],
+                    ),
+                )?;
+            }
+            Ok(())
+        })
     }
 
     fn record_from_row(&self, row: &Row) -> Result<Record, StoreError> {
@@ -344,20 +595,17 @@ impl PostgresStore {
 
     fn query_records(
         &self,
-        c: &mut impl GenericClient,
         sql: &str,
         args: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Record>, StoreError> {
-        let rows = c
-            .query(sql, args)
-            .map_err(|e| self.err("read records", e))?;
+        let rows = self.query("read records", sql, args)?;
         rows.iter().map(|r| self.record_from_row(r)).collect()
     }
 
-    /// Write one run inside `tx`; `AlreadyStored` when its id is taken by identical records.
+    /// Write one run inside the open transaction; `AlreadyStored` when its id is taken by
+    /// identical records.
     fn write_run(
         &self,
-        tx: &mut postgres::Transaction<'_>,
         run: &PreparedRun<'_>,
         hook: &mut dyn FnMut(usize),
     ) -> Result<InsertStatus, StoreError> {
@@ -372,8 +620,9 @@ impl PostgresStore {
                 "more records than one run can hold (2^31 - 1)",
             )
         })?;
-        let row = tx
-            .query_opt(
+        let row = self.wait(
+            "insert run",
+            self.client.query_opt(
                 "INSERT INTO tensorforge.runs
                      (run_id, created_unix_s, inserted_unix_s, machine_id, labels, record_count, summary_json)
                  VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $7)
@@ -387,11 +636,10 @@ impl PostgresStore {
                     &record_count,
                     &summary,
                 ],
-            )
-            .map_err(|e| self.err("insert run", e))?;
+            ),
+        )?;
         let Some(row) = row else {
             let stored = self.query_records(
-                tx,
                 &format!(
                     "SELECT {RECORD_COLUMNS} FROM tensorforge.records WHERE run_id = $1 ORDER BY id"
                 ),
@@ -404,13 +652,14 @@ impl PostgresStore {
             };
         };
         let run_pk: i64 = row.get(0);
-        let stmt = tx
-            .prepare(
+        let stmt = self.wait(
+            "prepare insert",
+            self.client.prepare(
                 "INSERT INTO tensorforge.records
                      (run_pk, run_id, fingerprint, machine_id, threads, workload_name, timestamp_unix_s, record_json, samples_ns)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .map_err(|e| self.err("prepare insert", e))?;
+            ),
+        )?;
         for (i, r) in run.records.iter().enumerate() {
             let slim = Record {
                 samples_ns: Vec::new(),
@@ -424,21 +673,23 @@ impl PostgresStore {
                     format!("cannot serialize: {e}"),
                 )
             })?;
-            tx.execute(
-                &stmt,
-                &[
-                    &run_pk,
-                    &r.run_id,
-                    &r.fingerprint,
-                    &r.device.machine_id,
-                    &i64::from(r.harness.threads),
-                    &r.workload.name,
-                    &r.timestamp_unix_s,
-                    &json,
-                    &encode_samples(&r.samples_ns),
-                ],
-            )
-            .map_err(|e| self.err("insert record", e))?;
+            self.wait(
+                "insert record",
+                self.client.execute(
+                    &stmt,
+                    &[
+                        &run_pk,
+                        &r.run_id,
+                        &r.fingerprint,
+                        &r.device.machine_id,
+                        &i64::from(r.harness.threads),
+                        &r.workload.name,
+                        &r.timestamp_unix_s,
+                        &json,
+                        &encode_samples(&r.samples_ns),
+                    ],
+                ),
+            )?;
             hook(i);
         }
         Ok(InsertStatus::Inserted)
@@ -453,11 +704,7 @@ impl PostgresStore {
             "SELECT profile_id, machine_id, created_unix_s, toml_text, provenance_json
              FROM tensorforge.profiles {tail}"
         );
-        let rows = self
-            .client
-            .borrow_mut()
-            .query(&sql, args)
-            .map_err(|e| self.err("read profiles", e))?;
+        let rows = self.query("read profiles", &sql, args)?;
         Ok(rows
             .iter()
             .map(|r| StoredProfile {
@@ -471,13 +718,23 @@ impl PostgresStore {
     }
 }
 
+/// `; tried N more time(s)` for a message, or nothing.
+fn tried_again(retries: u32) -> String {
+    if retries == 0 {
+        String::new()
+    } else {
+        format!(" (after {retries} retries while the server refused connections)")
+    }
+}
+
 /// The one-line error for a failed connection, naming the store (password redacted) and,
 /// for an authentication failure, where the password came from.
 fn connect_error(
     url: &PostgresUrl,
     user: &str,
     source: &PasswordSource,
-    e: &postgres::Error,
+    e: &tokio_postgres::Error,
+    retries: u32,
 ) -> StoreError {
     let code = e.code();
     // The client stops before sending anything when the server asks for a password and
@@ -495,7 +752,11 @@ fn connect_error(
             url.dbname, url.dbname
         )
     } else {
-        format!("cannot connect ({}); nothing was recorded", one_line(e))
+        format!(
+            "cannot connect ({}){}; nothing was recorded",
+            one_line(e),
+            tried_again(retries)
+        )
     };
     StoreError::Database {
         store: url.to_string(),
@@ -510,8 +771,7 @@ impl StoreEngine for PostgresStore {
     }
 
     fn schema_version(&self) -> Result<i64, StoreError> {
-        let mut c = self.client.borrow_mut();
-        Ok(self.meta(&mut *c)?.map(|m| i64::from(m.1)).unwrap_or(0))
+        Ok(self.meta()?.map(|m| i64::from(m.1)).unwrap_or(0))
     }
 
     fn write_runs(
@@ -526,19 +786,13 @@ impl StoreEngine for PostgresStore {
         loop {
             tries += 1;
             *self.last_code.borrow_mut() = None;
-            let result = {
-                let mut client = self.client.borrow_mut();
-                let mut attempt = || -> Result<Vec<InsertStatus>, StoreError> {
-                    let mut tx = client.transaction().map_err(|e| self.err("begin", e))?;
-                    let mut status = vec![InsertStatus::Inserted; runs.len()];
-                    for &i in &order {
-                        status[i] = self.write_run(&mut tx, &runs[i], hook)?;
-                    }
-                    tx.commit().map_err(|e| self.err(COMMIT, e))?;
-                    Ok(status)
-                };
-                attempt()
-            };
+            let result = self.transaction(|st| {
+                let mut status = vec![InsertStatus::Inserted; runs.len()];
+                for &i in &order {
+                    status[i] = st.write_run(&runs[i], hook)?;
+                }
+                Ok(status)
+            });
             match result {
                 Ok(status) => {
                     return Ok(runs
@@ -560,6 +814,7 @@ impl StoreEngine for PostgresStore {
                     if !retry || tries >= TRIES {
                         return Err(e);
                     }
+                    std::thread::sleep(ConnectionSettings::retry_pause(tries as u32 - 1));
                 }
             }
         }
@@ -598,11 +853,7 @@ impl StoreEngine for PostgresStore {
             if conds.is_empty() { "" } else { "WHERE " },
             conds.join(" AND "),
         );
-        let rows = self
-            .client
-            .borrow_mut()
-            .query(&sql, &args)
-            .map_err(|e| self.err("list runs", e))?;
+        let rows = self.query("list runs", &sql, &args)?;
         rows.iter()
             .map(|r| {
                 let run_id: String = r.get(0);
@@ -631,7 +882,6 @@ impl StoreEngine for PostgresStore {
 
     fn run_records(&self, run_id: &str) -> Result<Vec<Record>, StoreError> {
         self.query_records(
-            &mut *self.client.borrow_mut(),
             &format!(
                 "SELECT {RECORD_COLUMNS} FROM tensorforge.records WHERE run_id = $1 ORDER BY id"
             ),
@@ -644,10 +894,8 @@ impl StoreEngine for PostgresStore {
         fingerprint: &str,
         machine_id: Option<&str>,
     ) -> Result<Vec<Record>, StoreError> {
-        let mut c = self.client.borrow_mut();
         match machine_id {
             Some(m) => self.query_records(
-                &mut *c,
                 &format!(
                     "SELECT {RECORD_COLUMNS} FROM tensorforge.records
                      WHERE fingerprint = $1 AND machine_id = $2 ORDER BY timestamp_unix_s, id"
@@ -655,7 +903,6 @@ impl StoreEngine for PostgresStore {
                 &[&fingerprint, &m],
             ),
             None => self.query_records(
-                &mut *c,
                 &format!(
                     "SELECT {RECORD_COLUMNS} FROM tensorforge.records
                      WHERE fingerprint = $1 ORDER BY timestamp_unix_s, id"
@@ -678,7 +925,6 @@ impl StoreEngine for PostgresStore {
         let threads = i64::from(threads);
         let limit = runs.min(i64::MAX as usize) as i64;
         self.query_records(
-            &mut *self.client.borrow_mut(),
             &format!(
                 "WITH newest AS (
                      SELECT DISTINCT ON (run_pk) run_pk, timestamp_unix_s AS ts, id
@@ -699,24 +945,20 @@ impl StoreEngine for PostgresStore {
     }
 
     fn fingerprints_named(&self, name: &str) -> Result<Vec<String>, StoreError> {
-        let rows = self
-            .client
-            .borrow_mut()
-            .query(
-                "SELECT fingerprint FROM tensorforge.records
-                 WHERE workload_name = $1 OR fingerprint = $1
-                 GROUP BY fingerprint ORDER BY min(id)",
-                &[&name],
-            )
-            .map_err(|e| self.err("read fingerprints", e))?;
+        let rows = self.query(
+            "read fingerprints",
+            "SELECT fingerprint FROM tensorforge.records
+             WHERE workload_name = $1 OR fingerprint = $1
+             GROUP BY fingerprint ORDER BY min(id)",
+            &[&name],
+        )?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn insert_profile(&self, p: &StoredProfile) -> Result<bool, StoreError> {
-        let n = self
-            .client
-            .borrow_mut()
-            .execute(
+        let n = self.wait(
+            "insert profile",
+            self.client.execute(
                 "INSERT INTO tensorforge.profiles
                      (profile_id, machine_id, created_unix_s, toml_text, provenance_json)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (profile_id) DO NOTHING",
@@ -727,8 +969,8 @@ impl StoreEngine for PostgresStore {
                     &p.toml_text,
                     &p.provenance_json,
                 ],
-            )
-            .map_err(|e| self.err("insert profile", e))?;
+            ),
+        )?;
         Ok(n == 1)
     }
 
