@@ -157,3 +157,233 @@ impl Drop for TestDatabase {
         }
     }
 }
+
+/// A PostgreSQL server of a test's own, in a temporary folder (from the distribution's
+/// binaries: `$TENSORFORGE_TEST_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin`), for
+/// tests that stop, freeze or reconfigure a server and so cannot share one. As root, the
+/// server runs as the `postgres` user (`runuser`). The role `postgres` logs in with the
+/// password [`PrivateServer::PASSWORD`] over TCP and without one over the Unix socket in
+/// the folder. Stopped (immediately) and removed on drop.
+pub struct PrivateServer {
+    /// The folder holding the cluster (`data/`), its log and any certificates.
+    pub dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    /// The loopback TCP port it listens on.
+    pub port: u16,
+    as_postgres: bool,
+    options: String,
+}
+
+/// The server binaries' folder, when installed.
+fn pg_bin() -> Option<std::path::PathBuf> {
+    if let Some(b) = std::env::var_os("TENSORFORGE_TEST_PG_BIN") {
+        return Some(b.into());
+    }
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("pg_ctl").is_file())
+        .collect();
+    dirs.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
+
+/// A free loopback TCP port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl PrivateServer {
+    /// The `postgres` role's password over TCP.
+    pub const PASSWORD: &'static str = "private-pw";
+
+    /// Create and start a server for `test`; `configure(dir)` runs after `initdb` and before
+    /// the start (to write certificates or `pg_hba.conf` lines into `dir/data`), and
+    /// `options` are added to the server's command line (`-c ssl=on ...`). `None` (after
+    /// printing `SKIPPED`) when the binaries are missing and [`REQUIRED_VAR`] is not `1`.
+    pub fn start(
+        test: &str,
+        options: &str,
+        configure: impl FnOnce(&std::path::Path),
+    ) -> Option<PrivateServer> {
+        let required = std::env::var(REQUIRED_VAR).is_ok_and(|v| v == "1");
+        let Some(bin) = pg_bin() else {
+            assert!(
+                !required,
+                "{REQUIRED_VAR}=1 but no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) for `{test}`"
+            );
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED (PostgreSQL) {test}: no server binaries; install postgresql or set TENSORFORGE_TEST_PG_BIN"
+            );
+            return None;
+        };
+        // The effective user, as `id -u` prints it.
+        let as_postgres = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        let dir = std::env::temp_dir().join(format!("tf-pg-{}", new_run_id()));
+        std::fs::create_dir_all(&dir).expect("create the server folder");
+        let s = PrivateServer {
+            dir,
+            bin,
+            port: free_port(),
+            as_postgres,
+            options: options.to_string(),
+        };
+        let pw = s.dir.join("pw");
+        std::fs::write(&pw, format!("{}\n", Self::PASSWORD)).expect("write the password file");
+        s.chown(&s.dir);
+        s.chown(&pw);
+        s.run(
+            "initdb",
+            &[
+                "-D",
+                &s.data(),
+                "-U",
+                "postgres",
+                "-N",
+                "-E",
+                "UTF8",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                &format!("--pwfile={}", pw.display()),
+            ],
+        );
+        configure(&s.dir.join("data"));
+        s.chown_all();
+        s.start_server(true);
+        Some(s)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn chown(&self, p: &std::path::Path) {
+        if self.as_postgres {
+            let _ = std::process::Command::new("chown")
+                .arg("postgres")
+                .arg(p)
+                .status();
+        }
+    }
+
+    /// Give everything in the folder to the server's user (files written by `configure`).
+    pub fn chown_all(&self) {
+        if self.as_postgres {
+            let _ = std::process::Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&self.dir)
+                .status();
+        }
+    }
+
+    /// Run one server binary (as `postgres` when root), panicking on failure.
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd.args(args).output().expect("run a server binary");
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Start the server; with `wait`, return once it accepts connections.
+    pub fn start_server(&self, wait: bool) {
+        let opts = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off {}",
+            self.port,
+            self.dir.display(),
+            self.options
+        );
+        let log = self.dir.join("log").display().to_string();
+        let data = self.data();
+        let mut args = vec!["-D", data.as_str(), "-l", &log, "-o", &opts];
+        args.push(if wait { "-w" } else { "-W" });
+        args.push("start");
+        self.run("pg_ctl", &args);
+    }
+
+    /// Stop the server (`fast`: sessions are ended, then it shuts down).
+    pub fn stop_server(&self) {
+        let data = self.data();
+        self.run("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]);
+    }
+
+    /// The postmaster's process id (first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> i32 {
+        let text =
+            std::fs::read_to_string(self.dir.join("data/postmaster.pid")).expect("postmaster.pid");
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("a pid on the first line")
+    }
+
+    /// A store URL for role `postgres` on `host` (`127.0.0.1` or `localhost`) with query
+    /// `params` (may be empty). Holds the password: never print it.
+    pub fn url(&self, host: &str, params: &str) -> String {
+        let q = if params.is_empty() {
+            String::new()
+        } else {
+            format!("?{params}")
+        };
+        format!(
+            "postgres://postgres:{}@{host}:{}/postgres{q}",
+            Self::PASSWORD,
+            self.port
+        )
+    }
+
+    /// A client over the Unix socket as `postgres` (no password, no TLS): for set-up.
+    pub fn socket_client(&self) -> postgres::Client {
+        let mut c = postgres::Config::new();
+        c.host_path(&self.dir)
+            .port(self.port)
+            .user("postgres")
+            .dbname("postgres");
+        c.connect(postgres::NoTls)
+            .unwrap_or_else(|e| panic!("private server socket: {e}"))
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let data = self.data();
+        let exe = self.bin.join("pg_ctl");
+        let mut cmd = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let _ = cmd
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
