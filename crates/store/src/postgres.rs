@@ -745,7 +745,14 @@ fn connect_error(
         || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
         || (no_password && one_line(e).contains("password missing"))
     {
-        format!("authentication failed for role `{user}` ({source}); nothing was recorded")
+        // 28000 is also the server refusing by pg_hba.conf (no entry, TLS required): its
+        // words say which.
+        let server = if code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) {
+            format!(": {}", one_line(e))
+        } else {
+            String::new()
+        };
+        format!("authentication failed for role `{user}` ({source}){server}; nothing was recorded")
     } else if code == Some(&SqlState::INVALID_CATALOG_NAME) {
         format!(
             "database `{}` does not exist (create it, e.g. `createdb {}`); nothing was recorded",

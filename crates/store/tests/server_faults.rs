@@ -338,3 +338,31 @@ fn a_server_starting_up_is_waited_for_and_the_retry_is_noted() {
     assert!(n[0].contains("connected after retrying"), "{n:?}");
     assert!(!n[0].contains(PrivateServer::PASSWORD));
 }
+
+#[test]
+fn an_explicit_prefer_that_ends_unencrypted_is_noted() {
+    notes();
+    let Some(db) = TestDatabase::create("an_explicit_prefer") else {
+        return;
+    };
+    let port = db.url.port;
+    // The test server offers no TLS (CI starts it without certificates).
+    let before = notes_about(port).len();
+    open(&format!("{}?sslmode=prefer", db.url_with_password())).unwrap();
+    let n = notes_about(port);
+    let new: Vec<_> = n[before..]
+        .iter()
+        .filter(|m| m.contains(&db.url.dbname))
+        .collect();
+    assert_eq!(new.len(), 1, "{n:?}");
+    assert!(new[0].contains("WITHOUT TLS") && new[0].contains("sslmode=require"));
+    // Not given (the default prefer), nothing is noted.
+    open(&db.url_with_password()).unwrap();
+    assert_eq!(
+        notes_about(port)
+            .iter()
+            .filter(|m| m.contains(&db.url.dbname))
+            .count(),
+        1
+    );
+}
