@@ -248,3 +248,203 @@ fn credentials_come_from_pgpassword_or_pgpass_and_are_never_shown() {
         "{err}"
     );
 }
+
+/// Store URLs as users type them, `{hp}` the server's host:port and `{db}` the database,
+/// with the password each carries (`None`: the URL is refused before connecting). Every
+/// password holds the segments `qZx1` and `wYv2`, so any part of it leaking is found.
+const URL_SHAPES: &[(&str, Option<&str>)] = &[
+    ("postgres://{u}:qZx1/wYv2@{hp}/{db}", Some("qZx1/wYv2")),
+    ("postgres://{u}:qZx1@wYv2@{hp}/{db}", Some("qZx1@wYv2")),
+    ("postgres://{u}:qZx1:wYv2@{hp}/{db}", Some("qZx1:wYv2")),
+    ("postgres://{u}:qZx1%2FwYv2@{hp}/{db}", Some("qZx1/wYv2")),
+    (
+        "postgres://{u}:qZx1%40wYv2%3A@{hp}/{db}",
+        Some("qZx1@wYv2:"),
+    ),
+    ("postgres://{u}:qZx1?wYv2@{hp}/{db}", Some("qZx1?wYv2")),
+    ("postgres://{u}:qZx1#wYv2@{hp}/{db}", Some("qZx1#wYv2")),
+    ("postgres://{u}:qZx1 wYv2@{hp}/{db}", Some("qZx1 wYv2")),
+    (
+        "postgresql://{u}:qZx1/wYv2@{hp}/{db}?sslmode=disable",
+        Some("qZx1/wYv2"),
+    ),
+    ("postgres://{u}:qZx1/?@wYv2@{hp}/{db}", Some("qZx1/?@wYv2")),
+    ("postgres://{u}:qZx1-wrong-wYv2@{hp}/{db}", None),
+    ("postgres://{u}:qZx1%zzwYv2@{hp}/{db}", None),
+    ("postgres://{u}:qZx1%wYv2@{hp}/{db}", None),
+    ("postgres://{u}:qZx1wYv2@/{db}", None),
+    ("postgres://{u}:qZx1wYv2@{hp}9999/{db}", None),
+    ("postgres://{u}:qZx1wYv2/{db}", None),
+    ("postgres://{u}:qZx1wYv2@{hp}/", None),
+    ("postgres://{u}:qZx1wYv2@{hp}/{db}?fancy=1", None),
+    ("postgres://{u}:qZx1wYv2@{hp}/{db}?sslmode=bogus", None),
+    ("postgres://{u}:qZx1wYv2@[::1/{db}", None),
+    ("mysql://{u}:qZx1/wYv2@{hp}/{db}", None),
+];
+
+#[test]
+fn twenty_url_shapes_never_show_a_password() {
+    let Some(db) = TestDatabase::create("twenty_url_shapes") else {
+        return;
+    };
+    let admin = db.url_with_password();
+    // The store's schema, made by the admin; then one role per password, with the writer
+    // grants docs/records.md gives.
+    tf().args(["records", "list", "--store", &admin])
+        .assert()
+        .success();
+    let tag = tensorforge_store::new_run_id().replace('-', "");
+    let role = |i: usize| format!("tf_leak_{i}_{}", &tag[tag.len() - 8..]);
+    for (i, (_, pw)) in URL_SHAPES.iter().enumerate() {
+        let Some(pw) = pw else { continue };
+        db.execute(&format!(
+            "CREATE ROLE {r} LOGIN PASSWORD '{pw}';
+             GRANT CONNECT ON DATABASE {d} TO {r};
+             GRANT USAGE ON SCHEMA tensorforge TO {r};
+             GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA tensorforge TO {r};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA tensorforge TO {r};",
+            r = role(i),
+            d = db.url.dbname
+        ));
+    }
+    let dir = tmp("shapes");
+    let hp = format!("{}:{}", db.url.host, db.url.port);
+    let mut connected = 0;
+    for (i, (shape, pw)) in URL_SHAPES.iter().enumerate() {
+        let url = shape
+            .replace("{u}", &role(i))
+            .replace("{hp}", &hp)
+            .replace("{db}", &db.url.dbname);
+        let dest = dir.join(format!("copy{i}.sqlite"));
+        let dest = dest.to_str().unwrap();
+        let runs: Vec<(Vec<&str>, Option<&str>)> = vec![
+            (vec!["records", "list", "--store", &url], None),
+            (vec!["records", "list", "--json", "--store", &url], None),
+            (vec!["records", "list"], Some(url.as_str())),
+            (vec!["records", "sync", "--from", &url, "--to", dest], None),
+            (vec!["history", "--store", &url, "g0"], None),
+        ];
+        for (args, env) in runs {
+            let mut c = tf();
+            c.env_remove("TENSORFORGE_STORE")
+                .env_remove("PGPASSWORD")
+                .args(&args);
+            if let Some(v) = env {
+                c.env("TENSORFORGE_STORE", v);
+            }
+            let out = c.output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for segment in ["qZx1", "wYv2"] {
+                assert!(
+                    !text.contains(segment),
+                    "shape {i} {args:?} shows `{segment}`:\n{text}"
+                );
+            }
+            assert!(!text.contains("panicked"), "{text}");
+            if args[1] == "list" {
+                // A URL that carries a password of the role connects; the others fail
+                // with one line, exit 2.
+                if pw.is_some() {
+                    assert!(out.status.success(), "shape {i} {args:?}:\n{text}");
+                    connected += 1;
+                } else {
+                    assert_eq!(out.status.code(), Some(2), "shape {i}:\n{text}");
+                    assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+                }
+            }
+        }
+    }
+    // 10 shapes carry a role's password, each listed 3 ways.
+    assert_eq!(connected, 30);
+    for i in 0..URL_SHAPES.len() {
+        if URL_SHAPES[i].1.is_some() {
+            db.execute(&format!(
+                "REVOKE ALL ON ALL TABLES IN SCHEMA tensorforge FROM {r};
+                 REVOKE ALL ON ALL SEQUENCES IN SCHEMA tensorforge FROM {r};
+                 REVOKE ALL ON SCHEMA tensorforge FROM {r};
+                 REVOKE ALL ON DATABASE {d} FROM {r};
+                 DROP ROLE {r};",
+                r = role(i),
+                d = db.url.dbname
+            ));
+        }
+    }
+}
+
+/// The SQL block of docs/records.md's "Grants for a team's roles", with the database and
+/// roles renamed for this test.
+fn grants_sql(dbname: &str, writer: &str, reader: &str) -> String {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/records.md"
+    ))
+    .unwrap();
+    let section = doc
+        .split("### Grants for a team's roles")
+        .nth(1)
+        .expect("docs/records.md has the grants section");
+    let sql = section
+        .split("```sql\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a sql block in the grants section");
+    sql.replace("DATABASE tensorforge", &format!("DATABASE {dbname}"))
+        .replace("tf_writer", writer)
+        .replace("tf_reader", reader)
+}
+
+#[test]
+fn grants_in_the_docs_let_a_writer_record_and_a_reader_only_read() {
+    let Some(db) = TestDatabase::create("grants_in_the_docs") else {
+        return;
+    };
+    let admin = db.url_with_password();
+    tf().args(["records", "list", "--store", &admin])
+        .assert()
+        .success();
+    let tag = tensorforge_store::new_run_id().replace('-', "");
+    let tag = &tag[tag.len() - 8..];
+    let (writer, reader) = (format!("tf_w_{tag}"), format!("tf_r_{tag}"));
+    db.execute(&grants_sql(&db.url.dbname, &writer, &reader));
+    let hp = format!("{}:{}", db.url.host, db.url.port);
+    let w_url = format!("postgres://{writer}:writer-password@{hp}/{}", db.url.dbname);
+    let r_url = format!("postgres://{reader}:reader-password@{hp}/{}", db.url.dbname);
+    let dir = tmp("grants");
+    let hf = dir.join("hf.json");
+    std::fs::write(
+        &hf,
+        r#"{"results":[{"command":"./gemm 64","mean":0.0015,"stddev":0.0005,"median":0.0015,
+        "user":0.001,"system":0.0,"min":0.001,"max":0.002,"times":[0.001,0.002,0.0015],
+        "exit_codes":[0,0,0]}]}"#,
+    )
+    .unwrap();
+    let ingest = |url: &str| {
+        tf().env_remove("TENSORFORGE_STORE")
+            .args(["ingest", "hyperfine"])
+            .arg(&hf)
+            .args(["--workload-kind", "gemm", "--workload-name", "gemm_64"])
+            .args([
+                "--param", "m=64", "--dtype", "f32", "--record", "--store", url,
+            ])
+            .output()
+            .unwrap()
+    };
+    let w = ingest(&w_url);
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    let listed = json(&["records", "list", "--json", "--store", &r_url]);
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed}");
+    let listed = json(&["records", "list", "--json", "--store", &w_url]);
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed}");
+    let r = ingest(&r_url);
+    let err = String::from_utf8_lossy(&r.stderr).to_string();
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    db.execute(&format!(
+        "DROP OWNED BY {writer}; DROP OWNED BY {reader}; DROP ROLE {writer}; DROP ROLE {reader};"
+    ));
+}
