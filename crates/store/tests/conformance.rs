@@ -1026,7 +1026,7 @@ fn limits_refuse_the_same_values_on_both_engines(f: &Fixture) {
         // Long values are cut: nothing of 2 800 or 65 537 repeated bytes reaches the message.
         assert!(msg.len() < 400, "{what}: {} bytes: {msg}", msg.len());
         // And the same refusal through the all-or-nothing batch write.
-        assert!(s.insert_runs(&[run.clone()]).is_err(), "{what}");
+        assert!(s.insert_runs(std::slice::from_ref(&run)).is_err(), "{what}");
     }
     // The long values are shown as their first 40 characters and their size:
     let long = edited_run("long", |r| r.workload.name = "n".repeat(2800));
