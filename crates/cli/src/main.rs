@@ -185,10 +185,11 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::measure::run_bench(a).map(|()| None),
         Command::Calibrate(a) => cmd::measure::run_calibrate(a).map(|()| None),
         Command::Validate(a) => cmd::measure::run_validate(a).map(|()| None),
-        Command::Records(a) => cmd::records::run_records(a).map(|()| None),
         Command::Ingest(a) => cmd::records::run_ingest(a).map(|()| None),
         Command::Report(a) => cmd::ops::run_report(a).map(|()| None),
         Command::History(a) => cmd::ops::run_history(a).map(|()| None),
+        // `records sync` exits 2 when it refused a run (each listed, the rest copied).
+        Command::Records(a) => cmd::records::run_records(a),
         // These choose their own exit status (0 pass, 1 fail, 3 inconclusive; 2 error).
         Command::Gate(a) => cmd::ops::run_gate(a).map(Some),
         Command::Quickstart(a) => cmd::quickstart::run_quickstart(a).map(Some),

@@ -119,7 +119,8 @@ fn import_retries_and_sync_both_ways() {
     let first = json(&["records", "sync", "--from", &a, "--to", &url, "--json"]);
     assert_eq!(first["runs_copied"], 2, "{first}");
     assert_eq!(first["records_copied"], 2, "{first}");
-    assert_eq!(first["schema_version"], 1);
+    assert_eq!(first["schema_version"], 2);
+    assert_eq!(first["runs_refused"], serde_json::json!([]), "{first}");
     assert!(!first["to"]
         .as_str()
         .unwrap()

@@ -403,3 +403,86 @@ fn an_unreachable_postgres_store_is_one_line_redacted_and_writes_no_file() {
         );
     }
 }
+
+#[test]
+fn sync_lists_a_refused_run_copies_the_rest_and_exits_2() {
+    use tensorforge_store::testing::record;
+    use tensorforge_store::Store;
+    let dir = tmp("sync-refused");
+    let (a, b) = (dir.join("a.sqlite"), dir.join("b.sqlite"));
+    // Two good runs and, between them, one the store's checks refuse: a NUL in its workload
+    // name, under a run id holding a newline (written around the checks, as an old store may
+    // hold it).
+    let mut bad = record("bad\nrun", 2, "m", 2, 1, None);
+    bad.workload.name = "g\0x".into();
+    Store::open(&a)
+        .unwrap()
+        .insert_runs_unchecked(&[
+            vec![record("good-1", 1, "m", 1, 1, None)],
+            vec![bad],
+            vec![record("good-2", 3, "m", 3, 1, None)],
+        ])
+        .unwrap();
+    let sync = |json: bool| {
+        let mut c = tf();
+        c.args(["records", "sync", "--from"])
+            .arg(&a)
+            .arg("--to")
+            .arg(&b);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("1 run(s) and 0 profile(s) refused"),
+            "{stderr}"
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = sync(false);
+    // One line for the refused run, its id and the value escaped, then the summary.
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with("refused run bad\\nrun: run bad\\nrun record 0"),
+        "{out}"
+    );
+    assert!(
+        lines[0].contains("`workload.name` = `g\\0x`") && lines[0].contains("NUL"),
+        "{out}"
+    );
+    assert!(!out.contains('\0'));
+    assert!(
+        lines[1].contains("2 run(s) copied (2 records), 0 already there, 1 refused"),
+        "{out}"
+    );
+    let stored: Vec<String> = Store::open(&b)
+        .unwrap()
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(stored, ["good-2", "good-1"]);
+    // A rerun copies nothing, lists the same refusal and exits 2 again.
+    let out = sync(false);
+    assert!(
+        out.contains("0 run(s) copied (0 records), 2 already there, 1 refused"),
+        "{out}"
+    );
+    // The JSON says the same, then exits 2.
+    let v: Value = serde_json::from_str(&sync(true)).unwrap();
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["runs_copied"], 0);
+    assert_eq!(v["runs_refused"][0]["run_id"], "bad\nrun");
+    // Syncing the clean copy onwards refuses nothing: exit 0.
+    tf().args(["records", "sync", "--from"])
+        .arg(&b)
+        .arg("--to")
+        .arg(dir.join("c.sqlite"))
+        .assert()
+        .success();
+}

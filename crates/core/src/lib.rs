@@ -36,6 +36,7 @@ pub mod rng;
 pub mod roofline;
 pub mod schedule;
 pub mod serve;
+pub mod text;
 pub mod transformer;
 pub mod units;
 

@@ -59,22 +59,10 @@ pub fn escape_markdown(s: &str) -> String {
     out
 }
 
-/// User text on one line of terminal output: control characters are shown as escapes
-/// (`\n`, `\r`, `\t`, `\u{1b}`), so a value cannot forge another line (say `gate: PASS`)
-/// or move the cursor.
-pub fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// User text on one line of terminal output (control characters as escapes: `\0`, `\n`,
+/// `\r`, `\t`, `\u{1b}`); the Core's one implementation, re-exported here where the CLI
+/// has always found it.
+pub use tensorforge_core::text::one_line;
 
 const VOID: &[&str] = &["meta", "br", "hr", "img", "input", "link", "col", "wbr"];
 

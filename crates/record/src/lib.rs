@@ -23,6 +23,7 @@
 
 pub mod error;
 pub mod jsonl;
+pub mod limits;
 pub mod record;
 pub mod stats;
 

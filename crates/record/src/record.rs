@@ -6,9 +6,11 @@
 //! frequency scaling, thermal state or co-tenant load: it states the context it knows.
 
 use crate::error::RecordError;
+use crate::limits::check_record_json;
 use crate::stats::LatencyStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tensorforge_core::text::{shorten, SHORT_VALUE_CHARS};
 
 /// Version of the record JSON; bumped on any incompatible change. Version 2 added the
 /// harness's batching and clock fields and the `instructions` count; version-1 records are
@@ -380,10 +382,15 @@ impl Record {
         })
     }
 
-    /// Check invariants of a record read from outside: schema version, fingerprint matches
-    /// identity, samples finite and non-negative, statistics consistent with the samples.
+    /// Check invariants of a record read from outside: every string within the limits of
+    /// [`crate::limits`] (no NUL character, bounded length in bytes; checked first, so the
+    /// other messages can show the values), schema version, fingerprint matches identity,
+    /// samples finite and non-negative, statistics consistent with the samples.
     pub fn validate(&self) -> Result<(), RecordError> {
-        let name = &self.workload.name;
+        let name = &shorten(&self.workload.name, SHORT_VALUE_CHARS);
+        let json = serde_json::to_value(self)
+            .map_err(|e| RecordError::invalid(name, "record", "…", e.to_string()))?;
+        check_record_json(&json).map_err(|v| v.into_error(name))?;
         if !(RECORD_SCHEMA_VERSION_MIN..=RECORD_SCHEMA_VERSION).contains(&self.schema_version) {
             return Err(RecordError::invalid(
                 name,
@@ -432,7 +439,7 @@ impl Record {
             return Err(RecordError::invalid(
                 name,
                 "fingerprint",
-                self.fingerprint.clone(),
+                shorten(&self.fingerprint, SHORT_VALUE_CHARS),
                 format!("does not match the workload identity (expected {fp})"),
             ));
         }
@@ -597,5 +604,65 @@ mod tests {
             source: "harness".into(),
         });
         assert!(r.is_err());
+    }
+
+    fn valid_record() -> Record {
+        Record::new(crate::record::RecordParts {
+            run_id: "run-1".into(),
+            workload: gemm(8, "f32"),
+            device: DeviceContext::default(),
+            software: SoftwareContext::default(),
+            harness: HarnessSettings::default(),
+            samples_ns: vec![10.0, 20.0, 30.0],
+            flops: None,
+            bytes: None,
+            peak_alloc_bytes: None,
+            timestamp_unix_s: 0,
+            labels: BTreeMap::new(),
+            source: "harness".into(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn string_limits_are_checked_in_bytes_at_every_depth() {
+        use crate::limits::*;
+        // "é" is 2 bytes in UTF-8: 256 of them are exactly WORKLOAD_NAME_MAX_BYTES = 512.
+        let mut r = valid_record();
+        r.workload.name = "é".repeat(256);
+        assert_eq!(r.workload.name.len(), 512);
+        r.validate().unwrap();
+        // One more byte (513) is refused, naming the field, the size and the limit.
+        r.workload.name.push('a');
+        let e = r.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("`workload.name`") && e.contains("513 bytes") && e.contains("512 bytes"),
+            "{e}"
+        );
+        // The value is cut to 40 characters and its size given: 40 × "é", then "… (513 bytes)".
+        assert!(
+            e.contains(&format!("{}… (513 bytes)", "é".repeat(40))),
+            "{e}"
+        );
+        // A NUL three levels down in a parameter (the fingerprint is recomputed, so only the
+        // NUL can be the reason).
+        let mut r = valid_record();
+        r.workload
+            .params
+            .insert("shape".into(), serde_json::json!([1, {"x": "a\u{0}b"}]));
+        r.fingerprint = r.workload.fingerprint();
+        let e = r.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("`workload.params.shape[1].x` = `a\\0b`") && e.contains("NUL"),
+            "{e}"
+        );
+        // Keys too: a software crate name of STRING_MAX_BYTES + 1 bytes.
+        let mut r = valid_record();
+        r.software
+            .crates
+            .insert("k".repeat(STRING_MAX_BYTES + 1), "1".into());
+        let e = r.validate().unwrap_err().to_string();
+        assert!(e.contains("key is 65537 bytes"), "{e}");
+        assert!(!e.contains(&"k".repeat(41)), "the key is shortened: {e}");
     }
 }

@@ -1,6 +1,8 @@
 //! The one interface both store engines implement (embedded SQLite, PostgreSQL server), and
-//! what they share: validating a run before it is written, the per-run summary, and the
-//! content comparison that makes recording a run idempotent.
+//! what they share: validating a run or profile before it is written (one check for both
+//! engines, so they accept exactly the same values; the limits are
+//! [`tensorforge_record::limits`]), the per-run summary, and the content comparison that
+//! makes recording a run idempotent.
 //!
 //! An engine stores runs (each written in one transaction), lists them with filters pushed
 //! into SQL, reads a run's records, selects records by workload fingerprint (the history a
@@ -14,6 +16,10 @@ use crate::record::Record;
 use crate::store::{RunInfo, RunWorkload};
 use crate::time::now_unix_s;
 use serde::{Deserialize, Serialize};
+use tensorforge_core::text::{shorten, SHORT_VALUE_CHARS};
+use tensorforge_record::limits::{
+    check_text, MACHINE_ID_MAX_BYTES, PROFILE_ID_MAX_BYTES, PROFILE_TEXT_MAX_BYTES,
+};
 use tensorforge_record::RecordError;
 
 /// Which runs [`StoreEngine::runs`] returns; every filter given must hold. Results are newest
@@ -192,9 +198,21 @@ pub(crate) fn conflict(store: &str, run_id: &str) -> StoreError {
     )
 }
 
-/// Validate a run's records and build its summary and the JSON of each record. All records
-/// must share one non-empty `run_id` and one `device.machine_id`.
-pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
+/// How a run is named in messages: `run <id>`, the id shortened and escaped (it may be the
+/// offending value itself).
+pub(crate) fn run_label(run_id: &str) -> String {
+    format!("run {}", shorten(run_id, SHORT_VALUE_CHARS))
+}
+
+/// Check a run before any engine sees it: at least one record; every record valid
+/// ([`Record::validate`], which applies the string limits of
+/// [`tensorforge_record::limits`] to every string of the record, keys included: no NUL
+/// character, at most `RUN_ID_MAX_BYTES` for the run id, `MACHINE_ID_MAX_BYTES` for the
+/// machine, ...); one non-empty `run_id` and one `device.machine_id` shared by all records.
+/// The same check for both engines, so SQLite and PostgreSQL accept exactly the same runs.
+/// An error is one line naming the run, the record, the field, the limit and the value
+/// (shortened, NUL shown as `\0`).
+pub fn check_run(records: &[Record]) -> Result<(), StoreError> {
     let Some(first) = records.first() else {
         return Err(StoreError::invalid(
             "run",
@@ -203,25 +221,25 @@ pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
             "a run needs at least one record",
         ));
     };
-    let run_id = first.run_id.clone();
+    let run_id = &first.run_id;
+    let run = run_label(run_id);
     if run_id.trim().is_empty() {
         return Err(StoreError::invalid(
-            &first.workload.name,
+            format!(
+                "{run} (workload `{}`)",
+                shorten(&first.workload.name, SHORT_VALUE_CHARS)
+            ),
             "run_id",
-            &run_id,
+            shorten(run_id, SHORT_VALUE_CHARS),
             "must not be empty",
         ));
     }
-    let machine_id = first.device.machine_id.clone();
-    let mut labels = first.labels.clone();
-    let mut sources: Vec<String> = Vec::new();
-    let mut device_kinds: Vec<String> = Vec::new();
-    let mut workloads = Vec::with_capacity(records.len());
-    let mut jsons = Vec::with_capacity(records.len());
-    let mut sample_count = 0;
-    let mut created = i64::MIN;
+    let machine_id = &first.device.machine_id;
     for (i, r) in records.iter().enumerate() {
-        let at = format!("record {i} (workload `{}`)", r.workload.name);
+        let at = format!(
+            "{run} record {i} (workload `{}`)",
+            shorten(&r.workload.name, SHORT_VALUE_CHARS)
+        );
         r.validate().map_err(|e| match e {
             RecordError::InvalidField {
                 field,
@@ -231,24 +249,61 @@ pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
             } => StoreError::invalid(&at, field, value, reason),
             other => StoreError::Record(other),
         })?;
-        if r.run_id != run_id {
+        if &r.run_id != run_id {
             return Err(StoreError::invalid(
                 at,
                 "run_id",
-                &r.run_id,
-                format!("all records of a run must share one run_id (record 0 has `{run_id}`)"),
-            ));
-        }
-        if r.device.machine_id != machine_id {
-            return Err(StoreError::invalid(
-                at,
-                "device.machine_id",
-                &r.device.machine_id,
+                shorten(&r.run_id, SHORT_VALUE_CHARS),
                 format!(
-                    "all records of a run must come from one machine (record 0 has `{machine_id}`)"
+                    "all records of a run must share one run_id (record 0 has `{}`)",
+                    shorten(run_id, SHORT_VALUE_CHARS)
                 ),
             ));
         }
+        if &r.device.machine_id != machine_id {
+            return Err(StoreError::invalid(
+                at,
+                "device.machine_id",
+                shorten(&r.device.machine_id, SHORT_VALUE_CHARS),
+                format!(
+                    "all records of a run must come from one machine (record 0 has `{}`)",
+                    shorten(machine_id, SHORT_VALUE_CHARS)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Validate a run's records ([`check_run`]) and build its summary and the JSON of each
+/// record.
+pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
+    check_run(records)?;
+    prepare_run_unchecked(records)
+}
+
+/// [`prepare_run`] without [`check_run`]: only for tests that must store what the checks
+/// refuse (a store written before the checks existed). Errors only on an empty run.
+#[doc(hidden)]
+pub fn prepare_run_unchecked(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
+    let Some(first) = records.first() else {
+        return Err(StoreError::invalid(
+            "run",
+            "records",
+            "[]",
+            "a run needs at least one record",
+        ));
+    };
+    let run_id = first.run_id.clone();
+    let machine_id = first.device.machine_id.clone();
+    let mut labels = first.labels.clone();
+    let mut sources: Vec<String> = Vec::new();
+    let mut device_kinds: Vec<String> = Vec::new();
+    let mut workloads = Vec::with_capacity(records.len());
+    let mut jsons = Vec::with_capacity(records.len());
+    let mut sample_count = 0;
+    let mut created = i64::MIN;
+    for (i, r) in records.iter().enumerate() {
         labels.retain(|k, v| r.labels.get(k) == Some(v));
         if !sources.contains(&r.source) {
             sources.push(r.source.clone());
@@ -267,7 +322,12 @@ pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
             p50_ns: r.stats.p50_ns,
         });
         jsons.push(serde_json::to_string(r).map_err(|e| {
-            StoreError::invalid(at, "record", "…", format!("cannot serialize: {e}"))
+            StoreError::invalid(
+                format!("{} record {i}", run_label(&run_id)),
+                "record",
+                "…",
+                format!("cannot serialize: {e}"),
+            )
         })?);
     }
     let info = RunInfo {
@@ -287,4 +347,58 @@ pub fn prepare_run(records: &[Record]) -> Result<PreparedRun<'_>, StoreError> {
         info,
         jsons,
     })
+}
+
+/// Check a profile before any engine sees it: a non-empty id of at most
+/// `PROFILE_ID_MAX_BYTES`, a machine id of at most `MACHINE_ID_MAX_BYTES`, TOML and
+/// provenance of at most `PROFILE_TEXT_MAX_BYTES` each, no NUL character in any of them,
+/// and provenance that parses as JSON.
+pub fn check_profile(p: &StoredProfile) -> Result<(), StoreError> {
+    let at = format!("profile {}", shorten(&p.profile_id, SHORT_VALUE_CHARS));
+    if p.profile_id.trim().is_empty() {
+        return Err(StoreError::invalid(
+            at,
+            "profile_id",
+            shorten(&p.profile_id, SHORT_VALUE_CHARS),
+            "must not be empty",
+        ));
+    }
+    for (field, value, max, name) in [
+        (
+            "profile_id",
+            &p.profile_id,
+            PROFILE_ID_MAX_BYTES,
+            "PROFILE_ID_MAX_BYTES",
+        ),
+        (
+            "machine_id",
+            &p.machine_id,
+            MACHINE_ID_MAX_BYTES,
+            "MACHINE_ID_MAX_BYTES",
+        ),
+        (
+            "toml_text",
+            &p.toml_text,
+            PROFILE_TEXT_MAX_BYTES,
+            "PROFILE_TEXT_MAX_BYTES",
+        ),
+        (
+            "provenance_json",
+            &p.provenance_json,
+            PROFILE_TEXT_MAX_BYTES,
+            "PROFILE_TEXT_MAX_BYTES",
+        ),
+    ] {
+        check_text(field, value, max, name)
+            .map_err(|v| StoreError::invalid(&at, v.field, v.value, v.reason))?;
+    }
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&p.provenance_json) {
+        return Err(StoreError::invalid(
+            at,
+            "provenance_json",
+            shorten(&p.provenance_json, 60),
+            format!("not JSON: {e}"),
+        ));
+    }
+    Ok(())
 }

@@ -36,16 +36,18 @@ pub mod testing;
 pub mod time;
 pub mod tls;
 
-pub use engine::{InsertOutcome, InsertStatus, StoreEngine, StoredProfile};
+pub use engine::{
+    check_profile, check_run, InsertOutcome, InsertStatus, StoreEngine, StoredProfile,
+};
 pub use error::StoreError;
 pub use ingest::{ingest_record, parse_series, IngestContext, IngestFormat, IngestedSeries};
 pub use location::StoreLocation;
 pub use store::{
-    default_store_path, new_run_id, RunInfo, RunWorkload, Store, SyncReport, BUSY_TIMEOUT,
-    SYNC_SCHEMA_VERSION,
+    default_store_path, new_run_id, RefusedProfile, RefusedRun, RunInfo, RunWorkload, Store,
+    SyncReport, BUSY_TIMEOUT, SYNC_SCHEMA_VERSION,
 };
 /// The record format's modules, at the paths they had when they lived in this crate.
-pub use tensorforge_record::{jsonl, record, stats};
+pub use tensorforge_record::{jsonl, limits, record, stats};
 pub use tensorforge_record::{
     parse_records_text, read_records_jsonl, records_jsonl_text, write_all_atomic, write_atomic,
     write_records_jsonl, StagedWrite,

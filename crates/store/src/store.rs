@@ -8,7 +8,8 @@
 //! an error), and any cache between the caller and the database.
 
 use crate::engine::{
-    prepare_run, InsertOutcome, InsertStatus, RunQuery, StoreEngine, StoredProfile,
+    check_profile, prepare_run, prepare_run_unchecked, InsertOutcome, InsertStatus, PreparedRun,
+    RunQuery, StoreEngine, StoredProfile,
 };
 use crate::error::StoreError;
 use crate::location::StoreLocation;
@@ -19,6 +20,7 @@ use crate::time::now_unix_s;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use tensorforge_core::text::{shorten, SHORT_VALUE_CHARS};
 
 pub use crate::sqlite::BUSY_TIMEOUT;
 
@@ -99,8 +101,9 @@ pub struct RunInfo {
     pub workloads: Vec<RunWorkload>,
 }
 
-/// Version of the [`SyncReport`] JSON.
-pub const SYNC_SCHEMA_VERSION: u32 = 1;
+/// Version of the [`SyncReport`] JSON. Version 2 added `runs_refused` and
+/// `profiles_refused`.
+pub const SYNC_SCHEMA_VERSION: u32 = 2;
 
 /// Runs copied per destination transaction by [`Store::sync_to`]: an interrupted sync keeps
 /// every finished batch, and a rerun continues where it stopped.
@@ -125,6 +128,40 @@ pub struct SyncReport {
     pub profiles_copied: usize,
     /// Profiles the destination already held.
     pub profiles_already_present: usize,
+    /// Runs not copied, oldest first, each with why: it fails the store's checks (a NUL
+    /// character, a string over its limit, ...) or the destination holds a different run
+    /// under its id. Every other run was copied; a rerun tries these again.
+    #[serde(default)]
+    pub runs_refused: Vec<RefusedRun>,
+    /// Profiles not copied, each with why (the same checks; a different profile under the
+    /// same id).
+    #[serde(default)]
+    pub profiles_refused: Vec<RefusedProfile>,
+}
+
+impl SyncReport {
+    /// Whether anything was refused (the CLI then exits 2).
+    pub fn refused_any(&self) -> bool {
+        !self.runs_refused.is_empty() || !self.profiles_refused.is_empty()
+    }
+}
+
+/// A run [`Store::sync_to`] did not copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RefusedRun {
+    /// The run's id as stored in the source (may hold any character: escape it to show it).
+    pub run_id: String,
+    /// Why, one line naming the field, the limit and the value (the store's error message).
+    pub reason: String,
+}
+
+/// A profile [`Store::sync_to`] did not copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RefusedProfile {
+    /// The profile's id as stored in the source.
+    pub profile_id: String,
+    /// Why (the store's error message).
+    pub reason: String,
 }
 
 /// An open store: SQLite or PostgreSQL behind one interface. Open one per thread or process.
@@ -226,6 +263,28 @@ impl Store {
             return Ok(Vec::new());
         }
         self.engine.write_runs(&prepared, &mut |_| {})
+    }
+
+    /// Write runs WITHOUT the store's checks, in one transaction: only for tests that need a
+    /// store holding what the checks now refuse (as a store written by an older build may).
+    /// Never call it outside tests.
+    #[doc(hidden)]
+    pub fn insert_runs_unchecked(
+        &self,
+        runs: &[Vec<Record>],
+    ) -> Result<Vec<InsertOutcome>, StoreError> {
+        let prepared = runs
+            .iter()
+            .map(|r| prepare_run_unchecked(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.engine.write_runs(&prepared, &mut |_| {})
+    }
+
+    /// Write a profile WITHOUT the store's checks (tests only, as
+    /// [`Store::insert_runs_unchecked`]); `Ok(false)` when the id is taken.
+    #[doc(hidden)]
+    pub fn insert_profile_unchecked(&self, p: &StoredProfile) -> Result<bool, StoreError> {
+        self.engine.insert_profile(p)
     }
 
     /// All runs, newest first (by record time, then insertion order).
@@ -407,7 +466,9 @@ impl Store {
     }
 
     /// Store a device profile (TOML text plus provenance JSON) for `machine_id`.
-    /// `profile_id` must be new and `provenance_json` must parse as JSON.
+    /// `profile_id` must be new, and the profile must pass [`check_profile`] (provenance
+    /// that parses as JSON, no NUL character, the limits of
+    /// [`tensorforge_record::limits`]).
     pub fn insert_profile(
         &self,
         profile_id: &str,
@@ -415,22 +476,6 @@ impl Store {
         toml_text: &str,
         provenance_json: &str,
     ) -> Result<(), StoreError> {
-        if profile_id.trim().is_empty() {
-            return Err(StoreError::invalid(
-                "profile",
-                "profile_id",
-                profile_id,
-                "must not be empty",
-            ));
-        }
-        if let Err(e) = serde_json::from_str::<serde_json::Value>(provenance_json) {
-            return Err(StoreError::invalid(
-                format!("profile {profile_id}"),
-                "provenance_json",
-                provenance_json.chars().take(60).collect::<String>(),
-                format!("not JSON: {e}"),
-            ));
-        }
         let p = StoredProfile {
             profile_id: profile_id.to_string(),
             machine_id: machine_id.to_string(),
@@ -438,6 +483,7 @@ impl Store {
             toml_text: toml_text.to_string(),
             provenance_json: provenance_json.to_string(),
         };
+        check_profile(&p)?;
         if !self.engine.insert_profile(&p)? {
             return Err(StoreError::invalid(
                 self.describe(),
@@ -474,11 +520,21 @@ impl Store {
     }
 
     /// Copy every run and profile of this store into `dest` that `dest` does not hold yet,
-    /// oldest first, 100 runs per destination transaction. Idempotent: a
-    /// second sync copies nothing. A run id present on both sides whose summary differs
-    /// (another run under the same id) is compared record by record and is an error if the
-    /// records differ; a profile id with different content is an error. Nothing of the
-    /// failing batch is written.
+    /// oldest first, 100 runs per destination transaction, and list what was refused.
+    ///
+    /// Each run is checked first as [`Store::insert_run`] checks it ([`check_run`]: the
+    /// same limits for both engines); a run that fails is refused and listed in
+    /// [`SyncReport::runs_refused`] with the reason, and the others are copied. A run id
+    /// present on both sides with the same summary is skipped; with another summary it is
+    /// compared record by record, and a different run under the same id is refused (the
+    /// rest of its batch is then written run by run, so only that run is left out).
+    /// Profiles likewise ([`check_profile`]; a different profile under the same id is
+    /// refused). Idempotent and resumable: a second sync copies nothing and lists the same
+    /// refusals, and one interrupted by an operational error (connection lost, store
+    /// locked: returned as the error, since no run is to blame) keeps every finished batch,
+    /// so a rerun copies only what is missing.
+    ///
+    /// [`check_run`]: crate::engine::check_run
     ///
     /// ```
     /// use std::path::Path;
@@ -488,6 +544,7 @@ impl Store {
     /// let b = Store::open(&dir.join("b.sqlite")).unwrap();
     /// let r = a.sync_to(&b).unwrap();
     /// assert_eq!((r.runs_copied, r.runs_already_present), (0, 0));
+    /// assert!(r.runs_refused.is_empty());
     /// // A postgres:// URL selects the server engine; another scheme is an error naming it.
     /// let e = Store::open(Path::new("mysql://ci:pw@db/x")).unwrap_err().to_string();
     /// assert!(e.contains("mysql") && !e.contains(":pw@"));
@@ -502,6 +559,8 @@ impl Store {
             records_copied: 0,
             profiles_copied: 0,
             profiles_already_present: 0,
+            runs_refused: Vec::new(),
+            profiles_refused: Vec::new(),
         };
         let there: BTreeMap<String, RunInfo> = dest
             .list_runs()?
@@ -515,22 +574,55 @@ impl Store {
                 _ => todo.push(r),
             }
         }
-        for batch in todo.chunks(SYNC_BATCH_RUNS) {
+        let mut refusals: Vec<(usize, RefusedRun)> = Vec::new();
+        for (b, batch) in todo.chunks(SYNC_BATCH_RUNS).enumerate() {
             let runs: Vec<Vec<Record>> = batch
                 .iter()
                 .map(|r| self.engine.run_records(&r.run_id))
                 .collect::<Result<_, _>>()?;
-            for (outcome, recs) in dest.insert_runs(&runs)?.iter().zip(&runs) {
-                match outcome.status {
-                    InsertStatus::Inserted => {
-                        report.runs_copied += 1;
-                        report.records_copied += recs.len();
+            let mut valid: Vec<PreparedRun<'_>> = Vec::with_capacity(runs.len());
+            for (i, (info, recs)) in batch.iter().zip(&runs).enumerate() {
+                match prepare_run(recs) {
+                    Ok(p) => valid.push(p),
+                    Err(e) => refusals.push((b * SYNC_BATCH_RUNS + i, refused(&info.run_id, &e))),
+                }
+            }
+            if valid.is_empty() {
+                continue;
+            }
+            match dest.engine.write_runs(&valid, &mut |_| {}) {
+                Ok(outcomes) => tally(&mut report, &outcomes, &valid),
+                Err(e) if !is_per_run(&e) => return Err(e),
+                // A run of the batch is to blame (a different run under its id): write the
+                // batch run by run, so only that run is refused.
+                Err(_) => {
+                    for p in &valid {
+                        match dest.engine.write_runs(std::slice::from_ref(p), &mut |_| {}) {
+                            Ok(outcomes) => tally(&mut report, &outcomes, std::slice::from_ref(p)),
+                            Err(e) if is_per_run(&e) => {
+                                let at = todo
+                                    .iter()
+                                    .position(|r| r.run_id == p.info.run_id)
+                                    .unwrap_or(usize::MAX);
+                                refusals.push((at, refused(&p.info.run_id, &e)))
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
-                    InsertStatus::AlreadyStored => report.runs_already_present += 1,
                 }
             }
         }
+        refusals.sort_by_key(|(at, _)| *at);
+        report.runs_refused = refusals.into_iter().map(|(_, r)| r).collect();
         for p in self.profiles()? {
+            let refuse = |reason: String| RefusedProfile {
+                profile_id: p.profile_id.clone(),
+                reason,
+            };
+            if let Err(e) = check_profile(&p) {
+                report.profiles_refused.push(refuse(e.to_string()));
+                continue;
+            }
             if dest.engine.insert_profile(&p)? {
                 report.profiles_copied += 1;
                 continue;
@@ -539,17 +631,46 @@ impl Store {
                 Some(d) if d.toml_text == p.toml_text && d.provenance_json == p.provenance_json => {
                     report.profiles_already_present += 1
                 }
-                _ => {
-                    return Err(StoreError::invalid(
+                _ => report.profiles_refused.push(refuse(
+                    StoreError::invalid(
                         dest.describe(),
                         "profile_id",
-                        &p.profile_id,
-                        "a different profile with this id is already stored",
-                    ))
-                }
+                        shorten(&p.profile_id, SHORT_VALUE_CHARS),
+                        "a different profile with this id is already stored; not copied",
+                    )
+                    .to_string(),
+                )),
             }
         }
         Ok(report)
+    }
+}
+
+/// A run refused by sync, with the error's one-line message as the reason.
+fn refused(run_id: &str, e: &StoreError) -> RefusedRun {
+    RefusedRun {
+        run_id: run_id.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Whether an error writing runs is the fault of a run (invalid, or a different run under
+/// its id) rather than operational (the database failed, the connection was lost, the
+/// store is locked): only the first kind is refused per run; the second stops a sync.
+fn is_per_run(e: &StoreError) -> bool {
+    matches!(e, StoreError::InvalidField { .. } | StoreError::Record(_))
+}
+
+/// Count written runs into a sync report.
+fn tally(report: &mut SyncReport, outcomes: &[InsertOutcome], runs: &[PreparedRun<'_>]) {
+    for (o, p) in outcomes.iter().zip(runs) {
+        match o.status {
+            InsertStatus::Inserted => {
+                report.runs_copied += 1;
+                report.records_copied += p.records.len();
+            }
+            InsertStatus::AlreadyStored => report.runs_already_present += 1,
+        }
     }
 }
 

@@ -138,6 +138,9 @@ conformance!(
     sigkill_mid_run_leaves_no_partial_run,
     concurrent_threads_lose_nothing,
     eight_writer_processes_store_every_run_exactly_once,
+    limits_refuse_the_same_values_on_both_engines,
+    sync_copies_every_valid_run_and_lists_the_refused,
+    sync_refuses_a_conflicting_run_and_copies_the_rest_of_its_batch,
 );
 
 // ---------------------------------------------------------------- child processes
@@ -855,10 +858,373 @@ fn postgres_sync_both_ways_is_idempotent() {
         );
     }
     assert_eq!(lite_b.profile("prof-a").unwrap().unwrap().1, "x = 1");
-    // A run id present on both sides with other records is an error, not a silent skip.
+    // A run id present on both sides with other records is refused and listed, not a silent
+    // skip, and not an error that stops the sync.
     let clash = vec![record("clash", 1, "ma")];
     lite_a.insert_run(&clash).unwrap();
     pg_store.insert_run(&[record("clash", 2, "ma")]).unwrap();
-    let e = lite_a.sync_to(&pg_store).unwrap_err().to_string();
-    assert!(e.contains("clash") && e.contains("different run"), "{e}");
+    let r = lite_a.sync_to(&pg_store).unwrap();
+    assert_eq!(r.runs_refused.len(), 1, "{r:?}");
+    assert_eq!(r.runs_refused[0].run_id, "clash");
+    assert!(r.runs_refused[0].reason.contains("different run"), "{r:?}");
+    assert_eq!(
+        pg_store.run_records("clash").unwrap(),
+        vec![record("clash", 2, "ma")]
+    );
+}
+
+// ---------------------------------------------------------------- limits and refused runs
+
+/// A run of one record whose fields `edit` changes (the fingerprint is recomputed after, so
+/// only the edited value can be the reason for a refusal).
+fn edited_run(run: &str, edit: impl Fn(&mut Record)) -> Vec<Record> {
+    let mut r = record(run, 1, "m");
+    edit(&mut r);
+    r.fingerprint = r.workload.fingerprint();
+    vec![r]
+}
+
+fn limits_refuse_the_same_values_on_both_engines(f: &Fixture) {
+    let s = f.open();
+    type Edit = Box<dyn Fn(&mut Record)>;
+    // (what, edit, field in the message, reason in the message). Sizes: "x" × n is n bytes;
+    // "é" is 2 bytes, so "é" × 256 is exactly WORKLOAD_NAME_MAX_BYTES = 512 and one more
+    // ASCII byte makes 513.
+    let nul = "contains a NUL character";
+    let bad: Vec<(&str, Edit, &str, String)> = vec![
+        (
+            "NUL in workload name",
+            Box::new(|r| r.workload.name = "g\0x".into()),
+            "`workload.name` = `g\\0x`",
+            nul.into(),
+        ),
+        (
+            "NUL in a param string value",
+            Box::new(|r| {
+                r.workload
+                    .params
+                    .insert("layout".into(), serde_json::json!("row\0major"));
+            }),
+            "`workload.params.layout`",
+            nul.into(),
+        ),
+        (
+            "NUL in a nested param key",
+            Box::new(|r| {
+                r.workload
+                    .params
+                    .insert("tile".into(), serde_json::json!([{"a\0": 1}]));
+            }),
+            "`workload.params.tile[0].a\\0`",
+            format!("key {nul}"),
+        ),
+        (
+            "NUL in a label key",
+            Box::new(|r| {
+                r.labels.insert("br\0anch".into(), "main".into());
+            }),
+            "`labels.br\\0anch`",
+            format!("key {nul}"),
+        ),
+        (
+            "NUL in a label value",
+            Box::new(|r| {
+                r.labels.insert("branch".into(), "ma\0in".into());
+            }),
+            "`labels.branch` = `ma\\0in`",
+            nul.into(),
+        ),
+        (
+            "NUL in the run id",
+            Box::new(|r| r.run_id = "run\0id".into()),
+            "`run_id` = `run\\0id`",
+            nul.into(),
+        ),
+        (
+            "NUL in the machine id",
+            Box::new(|r| r.device.machine_id = "m\0".into()),
+            "`device.machine_id`",
+            nul.into(),
+        ),
+        (
+            "NUL in the harness note",
+            Box::new(|r| r.harness.note = Some("\0".into())),
+            "`harness.note`",
+            nul.into(),
+        ),
+        (
+            "workload name of 2 800 bytes",
+            Box::new(|r| r.workload.name = "n".repeat(2800)),
+            "`workload.name`",
+            "is 2800 bytes, over the limit of 512 bytes (WORKLOAD_NAME_MAX_BYTES)".into(),
+        ),
+        (
+            "multibyte workload name one byte over",
+            Box::new(|r| r.workload.name = format!("{}a", "é".repeat(256))),
+            "`workload.name`",
+            "is 513 bytes, over the limit of 512 bytes".into(),
+        ),
+        (
+            "run id of 129 bytes",
+            Box::new(|r| r.run_id = "r".repeat(129)),
+            "`run_id`",
+            "is 129 bytes, over the limit of 128 bytes (RUN_ID_MAX_BYTES)".into(),
+        ),
+        (
+            "machine id of 2 800 bytes",
+            Box::new(|r| r.device.machine_id = "m".repeat(2800)),
+            "`device.machine_id`",
+            "is 2800 bytes, over the limit of 256 bytes (MACHINE_ID_MAX_BYTES)".into(),
+        ),
+        (
+            "label key of 129 bytes",
+            Box::new(|r| {
+                r.labels.insert("k".repeat(129), "v".into());
+            }),
+            "`labels.kkkk",
+            "key is 129 bytes, over the limit of 128 bytes (LABEL_KEY_MAX_BYTES)".into(),
+        ),
+        (
+            "label value of 1 025 bytes",
+            Box::new(|r| {
+                r.labels.insert("branch".into(), "v".repeat(1025));
+            }),
+            "`labels.branch`",
+            "is 1025 bytes, over the limit of 1024 bytes (LABEL_VALUE_MAX_BYTES)".into(),
+        ),
+        (
+            "source of 64 KiB + 1 bytes",
+            Box::new(|r| r.source = "s".repeat(65_537)),
+            "`source`",
+            "is 65537 bytes, over the limit of 65536 bytes (STRING_MAX_BYTES)".into(),
+        ),
+    ];
+    for (what, edit, field, reason) in &bad {
+        let run = edited_run("bad", edit);
+        let e = s.insert_run(&run).unwrap_err();
+        let msg = e.to_string();
+        // The store's own check refused it, before the engine saw it: the message is exactly
+        // the engine-free check's (a PostgreSQL error would name the server instead).
+        assert_eq!(
+            msg,
+            tensorforge_store::check_run(&run).unwrap_err().to_string(),
+            "{what}"
+        );
+        assert!(
+            matches!(e, StoreError::InvalidField { .. }),
+            "{what}: {e:?}"
+        );
+        assert!(
+            msg.contains(field) && msg.contains(reason.as_str()),
+            "{what}: {msg}"
+        );
+        assert!(msg.starts_with("run "), "{what}: names the run: {msg}");
+        assert!(
+            !msg.contains('\0') && !msg.contains('\n'),
+            "{what}: one clean line"
+        );
+        // Long values are cut: nothing of 2 800 or 65 537 repeated bytes reaches the message.
+        assert!(msg.len() < 400, "{what}: {} bytes: {msg}", msg.len());
+        // And the same refusal through the all-or-nothing batch write.
+        assert!(s.insert_runs(std::slice::from_ref(&run)).is_err(), "{what}");
+    }
+    // The long values are shown as their first 40 characters and their size:
+    let long = edited_run("long", |r| r.workload.name = "n".repeat(2800));
+    let msg = s.insert_run(&long).unwrap_err().to_string();
+    assert!(
+        msg.contains(&format!("`{}… (2800 bytes)`", "n".repeat(40))),
+        "{msg}"
+    );
+    assert!(s.list_runs().unwrap().is_empty(), "a refused run left rows");
+
+    // The valid edges: every limit reached exactly, multibyte text, read back unchanged.
+    let run_id = "r".repeat(128);
+    let edge = edited_run(&run_id, |r| {
+        r.workload.name = "é".repeat(256); // 512 bytes
+        r.device.machine_id = "m".repeat(256);
+        r.labels.insert("k".repeat(128), "v".repeat(1024));
+        r.labels.insert("ünï".into(), "çødé ✓ 🚀".into());
+        r.workload
+            .params
+            .insert("layout".into(), serde_json::json!("row_major ✓"));
+        r.source = "s".repeat(65_536);
+    });
+    assert_eq!(edge[0].workload.name.len(), 512);
+    assert_eq!(s.insert_run(&edge).unwrap().status, InsertStatus::Inserted);
+    assert_eq!(s.run_records(&run_id).unwrap(), edge);
+    let info = f.open().run_info(&run_id).unwrap().unwrap();
+    assert_eq!(info.machine_id, "m".repeat(256));
+    assert_eq!(info.labels, edge[0].labels);
+    assert_eq!(info.workloads[0].name, "é".repeat(256));
+    // Selected by the long label and by the multibyte name, as on the other engine.
+    let by_label = s
+        .recent_runs_with_label(&"m".repeat(256), &"k".repeat(128), &"v".repeat(1024), 5)
+        .unwrap();
+    assert_eq!(by_label.len(), 1);
+    assert_eq!(
+        s.fingerprints_named(&"é".repeat(256)).unwrap(),
+        vec![edge[0].fingerprint.clone()]
+    );
+    assert_eq!(s.list_runs().unwrap().len(), 1);
+}
+
+/// A SQLite source store holding runs the checks refuse (written around them, as a store
+/// written before the checks may hold them).
+fn source_with_bad_runs(dir: &Path, n: usize, bad: &[(usize, &str)]) -> (Store, Vec<String>) {
+    let src = Store::open(&dir.join("source.sqlite")).unwrap();
+    let mut runs = Vec::with_capacity(n);
+    let mut ids = Vec::with_capacity(n);
+    for k in 0..n {
+        let id = format!("run-{k:05}");
+        // Oldest first: run k at time base + k.
+        let mut r = record_with(&id, (k % 7) as u64, "m", 1_700_000_000 + k as i64, 1, None);
+        if let Some((_, how)) = bad.iter().find(|(at, _)| *at == k) {
+            match *how {
+                "nul" => r.workload.name = format!("bad\0name-{k}"),
+                "long" => r.workload.name = "n".repeat(2800),
+                other => panic!("unknown bad kind {other}"),
+            }
+        }
+        ids.push(id);
+        runs.push(vec![r]);
+    }
+    src.insert_runs_unchecked(&runs).unwrap();
+    (src, ids)
+}
+
+fn sync_copies_every_valid_run_and_lists_the_refused(f: &Fixture) {
+    let dest = f.open();
+    // 250 runs; 0-based positions: 39 is the 40th run (overlong name), 150 the 151st (NUL),
+    // in batches of 100: the 151st is in the second batch, which used to stop every sync.
+    let (src, ids) = source_with_bad_runs(&f.dir, 250, &[(39, "long"), (150, "nul")]);
+    let good = tensorforge_store::StoredProfile {
+        profile_id: "prof-good".into(),
+        machine_id: "m".into(),
+        created_unix_s: 1,
+        toml_text: "a = 1".into(),
+        provenance_json: "{}".into(),
+    };
+    let bad_profile = tensorforge_store::StoredProfile {
+        profile_id: "prof-bad".into(),
+        toml_text: "a = \"\0\"".into(),
+        created_unix_s: 2,
+        ..good.clone()
+    };
+    assert!(src.insert_profile_unchecked(&good).unwrap());
+    assert!(src.insert_profile_unchecked(&bad_profile).unwrap());
+    let check = |r: &tensorforge_store::SyncReport, copied: usize, present: usize| {
+        assert_eq!(r.schema_version, 2);
+        // 250 runs - 2 refused = 248.
+        assert_eq!(
+            (r.runs_copied, r.runs_already_present),
+            (copied, present),
+            "{r:?}"
+        );
+        assert_eq!(r.records_copied, copied, "one record per run");
+        let refused: Vec<&str> = r.runs_refused.iter().map(|x| x.run_id.as_str()).collect();
+        assert_eq!(refused, [ids[39].as_str(), ids[150].as_str()]);
+        let (long, nul) = (&r.runs_refused[0].reason, &r.runs_refused[1].reason);
+        assert!(
+            long.contains("run run-00039 record 0")
+                && long.contains("`workload.name`")
+                && long.contains("2800 bytes, over the limit of 512 bytes"),
+            "{long}"
+        );
+        assert!(
+            nul.contains("`workload.name` = `bad\\0name-150`") && nul.contains("NUL"),
+            "{nul}"
+        );
+        assert_eq!(r.profiles_refused.len(), 1, "{r:?}");
+        assert_eq!(r.profiles_refused[0].profile_id, "prof-bad");
+        assert!(
+            r.profiles_refused[0].reason.contains("`toml_text`"),
+            "{r:?}"
+        );
+    };
+    let first = src.sync_to(&dest).unwrap();
+    check(&first, 248, 0);
+    assert_eq!(first.profiles_copied, 1);
+    // The second sync copies nothing and lists the same refusals.
+    let again = src.sync_to(&dest).unwrap();
+    check(&again, 0, 248);
+    assert_eq!(
+        (again.profiles_copied, again.profiles_already_present),
+        (0, 1)
+    );
+    // Every valid run is there with its records; the refused ones are not.
+    let stored: BTreeSet<String> = dest
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(stored.len(), 248);
+    for (k, id) in ids.iter().enumerate() {
+        assert_eq!(stored.contains(id), k != 39 && k != 150, "{id}");
+    }
+    for id in [&ids[0], &ids[151], &ids[249]] {
+        assert_eq!(dest.run_records(id).unwrap(), src.run_records(id).unwrap());
+    }
+    assert!(dest.profile("prof-bad").unwrap().is_none());
+}
+
+fn sync_refuses_a_conflicting_run_and_copies_the_rest_of_its_batch(f: &Fixture) {
+    let dest = f.open();
+    let src = Store::open(&f.dir.join("source.sqlite")).unwrap();
+    for k in 0..5u64 {
+        let id = format!("c{k}");
+        src.insert_run(&[record_with(&id, k, "m", 10 + k as i64, 1, None)])
+            .unwrap();
+    }
+    // The destination holds another run under the id of the third.
+    dest.insert_run(&[record("c2", 9, "m")]).unwrap();
+    let r = src.sync_to(&dest).unwrap();
+    // 5 runs - 1 conflicting = 4 copied, all from the one batch the conflict failed.
+    assert_eq!((r.runs_copied, r.runs_already_present), (4, 0), "{r:?}");
+    assert_eq!(r.runs_refused.len(), 1);
+    assert_eq!(r.runs_refused[0].run_id, "c2");
+    assert!(r.runs_refused[0].reason.contains("different run"), "{r:?}");
+    assert_eq!(dest.list_runs().unwrap().len(), 5);
+    assert_eq!(dest.run_records("c2").unwrap(), vec![record("c2", 9, "m")]);
+    let r = src.sync_to(&dest).unwrap();
+    assert_eq!(
+        (r.runs_copied, r.runs_already_present, r.runs_refused.len()),
+        (0, 4, 1)
+    );
+}
+
+/// The issue's target at scale: 10 000 runs, 10 of them invalid, synced into PostgreSQL.
+#[test]
+fn postgres_sync_of_10000_runs_with_10_bad_copies_9990_and_names_10() {
+    let Some(f) = pg("sync_10000") else { return };
+    let dest = f.open();
+    // Bad runs every 1 000th from 500: 500, 1 500, ..., 9 500 (10 runs), alternating kinds.
+    let bad: Vec<(usize, &str)> = (0..10)
+        .map(|j| (500 + 1000 * j, if j % 2 == 0 { "nul" } else { "long" }))
+        .collect();
+    let (src, ids) = source_with_bad_runs(&f.dir, 10_000, &bad);
+    let t = Instant::now();
+    let r = src.sync_to(&dest).unwrap();
+    let first_s = t.elapsed().as_secs_f64();
+    // 10 000 - 10 = 9 990.
+    assert_eq!(
+        (r.runs_copied, r.records_copied),
+        (9_990, 9_990),
+        "{:?}",
+        r.runs_refused
+    );
+    let refused: Vec<&str> = r.runs_refused.iter().map(|x| x.run_id.as_str()).collect();
+    let expect: Vec<&str> = bad.iter().map(|(k, _)| ids[*k].as_str()).collect();
+    assert_eq!(refused, expect);
+    let t = Instant::now();
+    let again = src.sync_to(&dest).unwrap();
+    let second_s = t.elapsed().as_secs_f64();
+    assert_eq!((again.runs_copied, again.runs_already_present), (0, 9_990));
+    assert_eq!(again.runs_refused.len(), 10);
+    assert_eq!(dest.list_runs().unwrap().len(), 9_990);
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "sync of 10000 runs (10 bad) into PostgreSQL: first {first_s:.2} s, again {second_s:.2} s"
+    );
 }

@@ -72,7 +72,9 @@ pub enum RecordsCommand {
         json: bool,
     },
     /// Copy every run and profile of one store that another lacks (SQLite and PostgreSQL
-    /// either way); running it again copies nothing.
+    /// either way); running it again copies nothing. A run or profile that fails the
+    /// store's checks (a NUL character, a string over its limit) or clashes with another
+    /// under its id is refused and listed, one line each, the rest copied; exit 2 then.
     Sync {
         /// Source store (file path or postgres:// URL).
         #[arg(long, value_name = "PATH|URL")]
@@ -121,30 +123,70 @@ struct ImportJson {
     records: usize,
 }
 
-/// Run `records`.
-pub fn run_records(a: RecordsArgs) -> Result<()> {
+/// Run `records`. `Some(2)` when `records sync` refused runs or profiles (each listed on
+/// its own line, every other one copied); `None` otherwise.
+pub fn run_records(a: RecordsArgs) -> Result<Option<u8>> {
     if let RecordsCommand::Sync { from, to, json } = &a.command {
-        if is_missing_file(from) {
-            bail!("--from {}: no such store file", shown(from));
+        return run_sync(from, to, *json);
+    }
+    run_store_command(a).map(|()| None)
+}
+
+/// `records sync`: copy, then list every refused run and profile (one line each, ids and
+/// reasons escaped), the summary, and exit 2 when anything was refused (also with `--json`,
+/// after the JSON).
+fn run_sync(from: &Path, to: &Path, json: bool) -> Result<Option<u8>> {
+    use tensorforge_ops::markup::one_line;
+    if is_missing_file(from) {
+        bail!("--from {}: no such store file", shown(from));
+    }
+    let src = Store::open(from)?;
+    let dest = Store::open(to)?;
+    let r = src.sync_to(&dest)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        for x in &r.runs_refused {
+            println!(
+                "refused run {}: {}",
+                one_line(&x.run_id),
+                one_line(&x.reason)
+            );
         }
-        let src = Store::open(from)?;
-        let dest = Store::open(to)?;
-        let r = src.sync_to(&dest)?;
-        if *json {
-            return print_json(&r);
+        for x in &r.profiles_refused {
+            println!(
+                "refused profile {}: {}",
+                one_line(&x.profile_id),
+                one_line(&x.reason)
+            );
         }
         println!(
-            "synced {} -> {}: {} run(s) copied ({} records), {} already there; {} profile(s) copied, {} already there",
+            "synced {} -> {}: {} run(s) copied ({} records), {} already there, {} refused; {} profile(s) copied, {} already there, {} refused",
             r.from,
             r.to,
             r.runs_copied,
             r.records_copied,
             r.runs_already_present,
+            r.runs_refused.len(),
             r.profiles_copied,
-            r.profiles_already_present
+            r.profiles_already_present,
+            r.profiles_refused.len()
         );
-        return Ok(());
     }
+    if !r.refused_any() {
+        return Ok(None);
+    }
+    eprintln!(
+        "error: {} run(s) and {} profile(s) refused{}; every other one was copied, and a rerun copies only what is missing",
+        r.runs_refused.len(),
+        r.profiles_refused.len(),
+        if json { " (see runs_refused, profiles_refused)" } else { " (listed above)" }
+    );
+    Ok(Some(2))
+}
+
+/// The `records` subcommands that work on one store.
+fn run_store_command(a: RecordsArgs) -> Result<()> {
     let store = open_store(a.store.as_deref())?;
     match a.command {
         RecordsCommand::Sync { .. } => unreachable!("handled above"),
