@@ -361,8 +361,8 @@ fn twenty_url_shapes_never_show_a_password() {
     }
     // 10 shapes carry a role's password, each listed 3 ways.
     assert_eq!(connected, 30);
-    for i in 0..URL_SHAPES.len() {
-        if URL_SHAPES[i].1.is_some() {
+    for (i, (_, pw)) in URL_SHAPES.iter().enumerate() {
+        if pw.is_some() {
             db.execute(&format!(
                 "REVOKE ALL ON ALL TABLES IN SCHEMA tensorforge FROM {r};
                  REVOKE ALL ON ALL SEQUENCES IN SCHEMA tensorforge FROM {r};

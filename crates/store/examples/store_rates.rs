@@ -89,7 +89,7 @@ fn main() {
         Store::open(&dir.join("rates.sqlite")).unwrap_or_else(|e| die(&e)),
     )];
     if let Some(db) = &db {
-        let loc = StoreLocation::Postgres(db.url.clone());
+        let loc = StoreLocation::Postgres(Box::new(db.url.clone()));
         stores.push((
             "postgres",
             Store::open_location(&loc).unwrap_or_else(|e| die(&e)),

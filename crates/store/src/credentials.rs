@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn sources_never_show_the_password() {
         let url = match crate::location::StoreLocation::parse("postgres://ci:hunter2@h/db") {
-            Ok(crate::location::StoreLocation::Postgres(u)) => u,
+            Ok(crate::location::StoreLocation::Postgres(u)) => *u,
             other => panic!("{other:?}"),
         };
         let (user, pw, src) = resolve(&url);

@@ -113,8 +113,8 @@ impl fmt::Display for PostgresUrl {
 pub enum StoreLocation {
     /// The embedded store in this file.
     Sqlite(PathBuf),
-    /// A PostgreSQL server.
-    Postgres(PostgresUrl),
+    /// A PostgreSQL server (boxed: its settings make it much larger than a path).
+    Postgres(Box<PostgresUrl>),
 }
 
 impl fmt::Display for StoreLocation {
@@ -362,14 +362,14 @@ impl StoreLocation {
         settings
             .check()
             .map_err(|(k, reason)| StoreError::invalid(redact(s), k, "…", reason))?;
-        Ok(StoreLocation::Postgres(PostgresUrl {
+        Ok(StoreLocation::Postgres(Box::new(PostgresUrl {
             user,
             password,
             host: host.to_string(),
             port,
             dbname,
             settings,
-        }))
+        })))
     }
 
     /// Whether this is a SQLite file that does not exist yet (commands that only read say

@@ -93,7 +93,7 @@ pub fn admin_url(test: &str) -> Option<PostgresUrl> {
             None
         }
         Some(text) => match StoreLocation::parse(&text) {
-            Ok(StoreLocation::Postgres(u)) => Some(u),
+            Ok(StoreLocation::Postgres(u)) => Some(*u),
             other => panic!("{ADMIN_URL_VAR} is not a postgres:// URL: {other:?}"),
         },
     }
