@@ -449,3 +449,31 @@ fn grants_in_the_docs_let_a_writer_record_and_a_reader_only_read() {
         "DROP OWNED BY {writer}; DROP OWNED BY {reader}; DROP ROLE {writer}; DROP ROLE {reader};"
     ));
 }
+
+#[test]
+fn a_silent_server_is_a_one_line_timeout_error_exit_2() {
+    // No PostgreSQL needed: a listener that accepts and never answers.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming() {
+            held.push(c);
+        }
+    });
+    let url = format!("postgres://ci:Hush/Secret@127.0.0.1:{port}/db?connect_timeout=1");
+    let t = std::time::Instant::now();
+    let out = tf()
+        .env_remove("TENSORFORGE_STORE")
+        .args(["records", "list", "--store", &url])
+        .output()
+        .unwrap();
+    assert!(t.elapsed() < std::time::Duration::from_secs(4));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no answer within connect_timeout 1.000 s") && !err.contains("Secret"),
+        "{err}"
+    );
+}

@@ -802,6 +802,12 @@ impl StoreEngine for PostgresStore {
             });
             match result {
                 Ok(status) => {
+                    if tries > 1 {
+                        note(&format!(
+                            "{}: the write was aborted by the server as a deadlock or serialization failure and retried; stored on try {tries}",
+                            self.url
+                        ));
+                    }
                     return Ok(runs
                         .iter()
                         .zip(status)
@@ -809,7 +815,7 @@ impl StoreEngine for PostgresStore {
                             run_id: r.info.run_id.clone(),
                             status,
                         })
-                        .collect())
+                        .collect());
                 }
                 Err(e) => {
                     let code = self.last_code.borrow().clone();
