@@ -10,6 +10,19 @@ mod common;
 use common::{fails, json, tf};
 use tensorforge_store::testing::TestDatabase;
 
+/// A hyperfine result file of one command in `dir` (runs to record without measuring).
+fn hyperfine_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let hf = dir.join("hf.json");
+    std::fs::write(
+        &hf,
+        r#"{"results":[{"command":"./gemm 64","mean":0.0015,"stddev":0.0005,"median":0.0015,
+        "user":0.001,"system":0.0,"min":0.001,"max":0.002,"times":[0.001,0.002,0.0015],
+        "exit_codes":[0,0,0]}]}"#,
+    )
+    .unwrap();
+    hf
+}
+
 fn tmp(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
         "tf-pg-cli-{}-{name}-{}",
@@ -98,14 +111,7 @@ fn import_retries_and_sync_both_ways() {
     let a = dir.join("a.sqlite").display().to_string();
     let b = dir.join("b.sqlite").display().to_string();
     // Two runs in a local store, via a hyperfine file (no measuring needed).
-    let hf = dir.join("hf.json");
-    std::fs::write(
-        &hf,
-        r#"{"results":[{"command":"./gemm 64","mean":0.0015,"stddev":0.0005,"median":0.0015,
-        "user":0.001,"system":0.0,"min":0.001,"max":0.002,"times":[0.001,0.002,0.0015],
-        "exit_codes":[0,0,0]}]}"#,
-    )
-    .unwrap();
+    let hf = hyperfine_file(&dir);
     for _ in 0..2 {
         tf().args(["ingest", "hyperfine"])
             .arg(&hf)
@@ -415,14 +421,7 @@ fn grants_in_the_docs_let_a_writer_record_and_a_reader_only_read() {
     let w_url = format!("postgres://{writer}:writer-password@{hp}/{}", db.url.dbname);
     let r_url = format!("postgres://{reader}:reader-password@{hp}/{}", db.url.dbname);
     let dir = tmp("grants");
-    let hf = dir.join("hf.json");
-    std::fs::write(
-        &hf,
-        r#"{"results":[{"command":"./gemm 64","mean":0.0015,"stddev":0.0005,"median":0.0015,
-        "user":0.001,"system":0.0,"min":0.001,"max":0.002,"times":[0.001,0.002,0.0015],
-        "exit_codes":[0,0,0]}]}"#,
-    )
-    .unwrap();
+    let hf = hyperfine_file(&dir);
     let ingest = |url: &str| {
         tf().env_remove("TENSORFORGE_STORE")
             .args(["ingest", "hyperfine"])

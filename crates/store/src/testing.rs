@@ -290,17 +290,25 @@ impl PrivateServer {
         }
     }
 
-    /// Run one server binary (as `postgres` when root), panicking on failure.
-    fn run(&self, tool: &str, args: &[&str]) {
+    /// One server binary as a command (run as `postgres` when root).
+    fn command(&self, tool: &str) -> std::process::Command {
         let exe = self.bin.join(tool);
-        let mut cmd = if self.as_postgres {
+        if self.as_postgres {
             let mut c = std::process::Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&exe);
             c
         } else {
             std::process::Command::new(&exe)
-        };
-        let out = cmd.args(args).output().expect("run a server binary");
+        }
+    }
+
+    /// Run one server binary, panicking on failure.
+    fn run(&self, tool: &str, args: &[&str]) {
+        let out = self
+            .command(tool)
+            .args(args)
+            .output()
+            .expect("run a server binary");
         assert!(
             out.status.success(),
             "{tool} {args:?}: {}{}",
@@ -371,15 +379,8 @@ impl PrivateServer {
 impl Drop for PrivateServer {
     fn drop(&mut self) {
         let data = self.data();
-        let exe = self.bin.join("pg_ctl");
-        let mut cmd = if self.as_postgres {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&exe);
-            c
-        } else {
-            std::process::Command::new(&exe)
-        };
-        let _ = cmd
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", &data, "-m", "immediate", "-w", "stop"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
