@@ -99,8 +99,25 @@ pub struct OnnxImport {
     pub weights: HashMap<String, Vec<f32>>,
 }
 
+/// How to fix what the file leaves open: the value of each symbolic dim (`dim_param`), by
+/// name, and the shape of graph inputs, by input name (a `run` takes them from its input
+/// files). An input's listed shape binds each of its symbolic or unknown dims and must
+/// agree with its fixed ones; a name in `dims` binds that `dim_param` wherever it appears.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Symbolic dim values by `dim_param` name (`batch=2`).
+    pub dims: std::collections::BTreeMap<String, usize>,
+    /// Graph input shapes by input name.
+    pub input_shapes: HashMap<String, Vec<usize>>,
+}
+
 /// Read and import an ONNX file (at most [`MAX_FILE_BYTES`] are read).
 pub fn import_onnx_file(path: impl AsRef<Path>) -> Result<OnnxImport> {
+    import_onnx_file_with(path, &ImportOptions::default())
+}
+
+/// [`import_onnx_file`] with symbolic dims bound by `options`.
+pub fn import_onnx_file_with(path: impl AsRef<Path>, options: &ImportOptions) -> Result<OnnxImport> {
     let path = path.as_ref();
     let name = path.display().to_string();
     let err = |detail: String| GraphError::Onnx {
@@ -122,16 +139,21 @@ pub fn import_onnx_file(path: impl AsRef<Path>) -> Result<OnnxImport> {
             }
         })
         .unwrap_or(Path::new("."));
-    import_bytes_in(&bytes, &name, Some(base))
+    import_bytes_in(&bytes, &name, Some(base), options)
 }
 
 /// Import an ONNX model from its bytes; `source_name` names it in errors. External tensor
 /// data is refused (there is no model folder to read it from; use [`import_onnx_file`]).
 pub fn import_onnx_bytes(bytes: &[u8], source_name: &str) -> Result<OnnxImport> {
-    import_bytes_in(bytes, source_name, None)
+    import_bytes_in(bytes, source_name, None, &ImportOptions::default())
 }
 
-fn import_bytes_in(bytes: &[u8], source_name: &str, base: Option<&Path>) -> Result<OnnxImport> {
+fn import_bytes_in(
+    bytes: &[u8],
+    source_name: &str,
+    base: Option<&Path>,
+    options: &ImportOptions,
+) -> Result<OnnxImport> {
     let err = |detail: String| GraphError::Onnx {
         file: source_name.to_string(),
         detail,
@@ -152,7 +174,7 @@ fn import_bytes_in(bytes: &[u8], source_name: &str, base: Option<&Path>) -> Resu
         .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
     let model = ModelProto::decode(bytes)
         .map_err(|e| err(format!("malformed or truncated protobuf: {e}")))?;
-    import_model_in(&model, source_name, base)
+    import_model_with(&model, source_name, base, options)
 }
 
 /// Import a decoded model (external tensor data refused, as in [`import_onnx_bytes`]).
@@ -165,6 +187,16 @@ pub fn import_model_in(
     model: &ModelProto,
     source_name: &str,
     base: Option<&Path>,
+) -> Result<OnnxImport> {
+    import_model_with(model, source_name, base, &ImportOptions::default())
+}
+
+/// [`import_model_in`] with symbolic dims bound by `options`.
+pub fn import_model_with(
+    model: &ModelProto,
+    source_name: &str,
+    base: Option<&Path>,
+    options: &ImportOptions,
 ) -> Result<OnnxImport> {
     let err = |detail: String| GraphError::Onnx {
         file: source_name.to_string(),
@@ -189,6 +221,7 @@ pub fn import_model_in(
     check_names(graph).map_err(err)?;
     let mut imp = Importer::new(source_name, opset, graph);
     imp.base = base.map(Path::to_path_buf);
+    imp.options = options.clone();
     imp.run()?;
     let name = if graph.name.is_empty() {
         Path::new(source_name)
@@ -227,6 +260,54 @@ pub fn import_model_in(
         notes: imp.notes,
         weights: imp.weights,
     })
+}
+
+impl OnnxImport {
+    /// `Ok` when every node can run; otherwise one error listing every op TensorForge lacks
+    /// (or cannot lower in the form used) and the nodes using it: `GatherND` ×1
+    /// (`node_GatherND_38`: reason), `IsNaN` ×2 (...), so a user sees the whole gap at once.
+    pub fn require_runnable(&self, source_name: &str) -> Result<()> {
+        if self.opaque.is_empty() {
+            return Ok(());
+        }
+        let mut by_op: Vec<(&str, Vec<&OpaqueNode>)> = Vec::new();
+        for o in &self.opaque {
+            match by_op.iter_mut().find(|(k, _)| *k == o.op_type) {
+                Some((_, v)) => v.push(o),
+                None => by_op.push((&o.op_type, vec![o])),
+            }
+        }
+        let list: Vec<String> = by_op
+            .iter()
+            .map(|(op, nodes)| {
+                let shown: Vec<String> = nodes
+                    .iter()
+                    .take(3)
+                    .map(|n| format!("`{}`", n.name))
+                    .collect();
+                let more = if nodes.len() > 3 {
+                    format!(", +{} more", nodes.len() - 3)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "`{op}` x{} ({}{more}: {})",
+                    nodes.len(),
+                    shown.join(", "),
+                    nodes[0].reason
+                )
+            })
+            .collect();
+        Err(GraphError::Onnx {
+            file: source_name.to_string(),
+            detail: format!(
+                "cannot run: {} node(s) of {} op(s) TensorForge cannot execute: {}",
+                self.opaque.len(),
+                by_op.len(),
+                list.join("; ")
+            ),
+        })
+    }
 }
 
 fn check_names(g: &GraphProto) -> std::result::Result<(), String> {
@@ -345,6 +426,77 @@ fn shape_of_value_info(vi: &ValueInfoProto) -> std::result::Result<(Vec<usize>, 
             }
             None => return Err(format!("`{}` dim {i} has no value (unknown size)", vi.name)),
         }
+    }
+    let dims = check_dims(&dims).map_err(|e| format!("`{}`: {e}", vi.name))?;
+    Ok((dims, tt.elem_type))
+}
+
+/// A graph input's shape and element type, its symbolic or unknown dims bound by `opts`
+/// (the input's own shape first, then the dim's name).
+fn input_shape(
+    vi: &ValueInfoProto,
+    opts: &ImportOptions,
+) -> std::result::Result<(Vec<usize>, i32), String> {
+    let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(TypeValue::TensorType(tt)) => tt,
+        None => return Err(format!("`{}` has no tensor type", vi.name)),
+    };
+    let shape = tt
+        .shape
+        .as_ref()
+        .ok_or_else(|| format!("`{}` has no shape (unknown rank)", vi.name))?;
+    if shape.dim.len() > MAX_RANK {
+        return Err(format!(
+            "`{}` has rank {} (limit {MAX_RANK})",
+            vi.name,
+            shape.dim.len()
+        ));
+    }
+    let given = opts.input_shapes.get(&vi.name);
+    if let Some(g) = given {
+        if g.len() != shape.dim.len() {
+            return Err(format!(
+                "`{}` has rank {} in the model but the given input has shape {g:?}",
+                vi.name,
+                shape.dim.len()
+            ));
+        }
+    }
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for (i, d) in shape.dim.iter().enumerate() {
+        let from_input = given.map(|g| g[i]);
+        let v = match &d.value {
+            Some(DimValue::DimValue(v)) => {
+                if let Some(g) = from_input {
+                    if i64::try_from(g).ok() != Some(*v) {
+                        return Err(format!(
+                            "`{}` dim {i} is {v} in the model but the given input has {g}",
+                            vi.name
+                        ));
+                    }
+                }
+                *v
+            }
+            Some(DimValue::DimParam(p)) => match from_input.or_else(|| opts.dims.get(p).copied()) {
+                Some(g) => i64::try_from(g).map_err(|_| format!("`{}` dim {i}: too large", vi.name))?,
+                None => {
+                    return Err(format!(
+                        "`{}` dim {i} is symbolic (`{p}`); give its value (`--dim {p}=N`) or the input itself (`--inputs DIR` with {}.npy)",
+                        vi.name, vi.name
+                    ))
+                }
+            },
+            None => match from_input {
+                Some(g) => i64::try_from(g).map_err(|_| format!("`{}` dim {i}: too large", vi.name))?,
+                None => {
+                    return Err(format!(
+                        "`{}` dim {i} has no value (unknown size); give the input itself (`--inputs DIR` with {}.npy)",
+                        vi.name, vi.name
+                    ))
+                }
+            },
+        };
+        dims.push(v);
     }
     let dims = check_dims(&dims).map_err(|e| format!("`{}`: {e}", vi.name))?;
     Ok((dims, tt.elem_type))
@@ -668,6 +820,8 @@ struct Importer<'a> {
     notes: Vec<String>,
     /// Data of every Weight node, by tensor name.
     weights: HashMap<String, Vec<f32>>,
+    /// Bindings of symbolic dims.
+    options: ImportOptions,
 }
 
 impl<'a> Importer<'a> {
@@ -692,6 +846,7 @@ impl<'a> Importer<'a> {
             notes: vec![],
             weights: HashMap::new(),
             base: None,
+            options: ImportOptions::default(),
         }
     }
 
@@ -752,8 +907,8 @@ impl<'a> Importer<'a> {
             if self.statics.contains_key(&vi.name) {
                 continue; // An initializer also listed as an input (IR version < 4 style).
             }
-            let (shape, code) =
-                shape_of_value_info(vi).map_err(|e| self.err(format!("graph input {e}")))?;
+            let (shape, code) = input_shape(vi, &self.options)
+                .map_err(|e| self.err(format!("graph input {e}")))?;
             let dtype = dtype_of(code).ok_or_else(|| {
                 self.err(format!(
                     "graph input `{}` has data type {}, which the IR cannot represent",

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use tensorforge_core::DType;
 use tensorforge_graph::exec::{compare, execute_with, fill_inputs, ExecResult, Pool, ATOL, RTOL};
 use tensorforge_graph::fusion::compile;
+use tensorforge_graph::onnx::ImportOptions;
 use tensorforge_graph::planner::{check_capacity, plan, DEFAULT_ALIGN_BYTES};
 use tensorforge_graph::traffic::{fuse_report, program_bytes};
 use tensorforge_graph::{mlp, Graph, SCHEMA_VERSION};
@@ -25,10 +26,23 @@ pub fn load_graph(path: &str) -> Result<Graph> {
 /// Load a graph and the weight data it carries (ONNX initializers and `Constant`
 /// tensors; a JSON graph carries none), by tensor name.
 pub fn load_graph_with_weights(path: &str) -> Result<(Graph, HashMap<String, Vec<f32>>)> {
+    load_graph_with(path, &ImportOptions::default(), false)
+}
+
+/// [`load_graph_with_weights`] with an ONNX model's symbolic dims bound by `options`; with
+/// `runnable`, a model holding any op that cannot execute is an error listing them all.
+pub fn load_graph_with(
+    path: &str,
+    options: &ImportOptions,
+    runnable: bool,
+) -> Result<(Graph, HashMap<String, Vec<f32>>)> {
     if path.to_ascii_lowercase().ends_with(".onnx") {
-        return tensorforge_graph::onnx::import_onnx_file(path)
-            .map(|i| (i.graph, i.weights))
-            .map_err(|e| anyhow!("{e}"));
+        let imp = tensorforge_graph::onnx::import_onnx_file_with(path, options)
+            .map_err(|e| anyhow!("{e}"))?;
+        if runnable {
+            imp.require_runnable(path).map_err(|e| anyhow!("{e}"))?;
+        }
+        return Ok((imp.graph, imp.weights));
     }
     let text = read_text(path)?;
     let g = Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))?;
@@ -274,9 +288,47 @@ pub struct RunArgs {
     /// `jit` requires the compiler (exit 2 without one); `interpreter` never compiles.
     #[arg(long, value_enum, default_value_t = Executor::Auto)]
     pub executor: Executor,
+    /// The value of a symbolic dim of an ONNX model (`--dim batch=2`; repeatable). Dims of
+    /// an input given in --inputs are taken from its file.
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--dim NAME=VALUE` values and the shapes of the `.npy` files in `inputs`, as import
+/// options for an ONNX model.
+fn import_options(dims: &[String], inputs: Option<&str>) -> Result<ImportOptions> {
+    let mut o = ImportOptions::default();
+    for d in dims {
+        let (k, v) = d
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--dim `{d}`: expected NAME=VALUE"))?;
+        let v: usize = v
+            .parse()
+            .map_err(|_| anyhow!("--dim `{d}`: `{v}` is not a whole number"))?;
+        o.dims.insert(k.to_string(), v);
+    }
+    if let Some(dir) = inputs {
+        let rd = std::fs::read_dir(dir).with_context(|| format!("--inputs {dir}: cannot read"))?;
+        for e in rd.flatten() {
+            let p = e.path();
+            let Some(stem) = p
+                .extension()
+                .filter(|x| *x == "npy")
+                .and(p.file_stem())
+                .and_then(|s| s.to_str())
+            else {
+                continue;
+            };
+            let ps = p.display().to_string();
+            let bytes = std::fs::read(&p).with_context(|| format!("{ps}: cannot read file"))?;
+            let a = parse_npy(&bytes).with_context(|| format!("{ps}: malformed .npy input"))?;
+            o.input_shapes.insert(stem.to_string(), a.shape.clone());
+        }
+    }
+    Ok(o)
 }
 
 /// Which executor `run` uses.
@@ -453,7 +505,8 @@ fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<S
 
 /// Execute a graph on the CPU.
 pub fn run_graph(a: RunArgs) -> Result<()> {
-    let (g, weights) = load_graph_with_weights(&a.graph)?;
+    let options = import_options(&a.dims, a.inputs.as_deref())?;
+    let (g, weights) = load_graph_with(&a.graph, &options, true)?;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let mut ins = match &a.inputs {
         Some(d) => read_inputs(d, &c.unfused.graph)?,

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Export small real models with torch.onnx, the way users do, as ONNX fixtures.
+
+Each model is a transformers model built from a config (hidden <= 128, 2 layers, fixed
+random weights) or a small ResNet-style CNN, exported with the TorchScript exporter
+(`dynamo=False`, opset 17) and the dynamo exporter (`dynamo=True`, its default opset),
+with an attention mask (and token_type_ids where the model has them), with the default SDPA
+attention and with eager attention. onnxruntime's CPU outputs are stored beside the model:
+
+    OUT/<name>/model.onnx
+    OUT/<name>/inputs/<input>.npy
+    OUT/<name>/expected/<output>.npy
+    OUT/<name>/meta.json   (exporter, opset, attention, torch/onnx/onnxruntime versions)
+
+An export the exporter itself fails on is listed in OUT/export_failures.json with the
+error and skipped. Usage:
+
+    python tools/export_real_onnx.py OUT [--only NAME_SUBSTRING]
+
+Versions: tools/real_onnx_requirements.txt.
+"""
+
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import transformers
+
+SEQ = 8
+BATCH = 2
+
+
+def text_inputs(vocab, with_types, pad_tail=True):
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, vocab, (BATCH, SEQ), generator=g)
+    mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
+    if pad_tail:
+        mask[1, SEQ - 3 :] = 0  # the second sequence is padded: the mask matters
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if with_types:
+        inputs["token_type_ids"] = torch.zeros(BATCH, SEQ, dtype=torch.int64)
+    return inputs
+
+
+class Wrap(torch.nn.Module):
+    """Returns the model's first output tensor (logits or last hidden state)."""
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.names, args)))
+        return out[0]
+
+
+def bert(attn):
+    cfg = transformers.BertConfig(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64, attn_implementation=attn,
+    )
+    return transformers.BertModel(cfg), text_inputs(512, True)
+
+
+def gpt2(attn):
+    cfg = transformers.GPT2Config(
+        vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+        attn_implementation=attn,
+    )
+    return transformers.GPT2LMHeadModel(cfg), text_inputs(512, False)
+
+
+def llama(attn):
+    cfg = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attn_implementation=attn,
+    )
+    return transformers.LlamaForCausalLM(cfg), text_inputs(512, False)
+
+
+def vit(attn):
+    cfg = transformers.ViTConfig(
+        image_size=32, patch_size=8, num_channels=3, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, attn_implementation=attn,
+    )
+    g = torch.Generator().manual_seed(7)
+    return transformers.ViTModel(cfg), {
+        "pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g)
+    }
+
+
+class ResNetish(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        c = 16
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, c, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c),
+            torch.nn.ReLU(),
+        )
+        self.block = torch.nn.Sequential(
+            torch.nn.Conv2d(c, c, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c),
+            torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c),
+        )
+        self.down = torch.nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(2 * c, 10)
+
+    def forward(self, pixel_values):
+        x = self.stem(pixel_values)
+        x = torch.relu(x + self.block(x))
+        x = torch.relu(self.down(x))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def resnet(attn):
+    g = torch.Generator().manual_seed(7)
+    m = ResNetish()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5, generator=g)
+                mod.running_var.uniform_(0.5, 1.5, generator=g)
+    return m, {"pixel_values": torch.randn(BATCH, 3, 16, 16, generator=g)}
+
+
+MODELS = {
+    "bert": (bert, ["sdpa", "eager"]),
+    "gpt2": (gpt2, ["sdpa", "eager"]),
+    "llama": (llama, ["sdpa", "eager"]),
+    "vit": (vit, ["sdpa", "eager"]),
+    "resnet": (resnet, [None]),
+}
+
+
+def export(name, build, attn, dynamo, out_root):
+    torch.manual_seed(0)
+    model, inputs = build(attn)
+    model.eval()
+    names = list(inputs)
+    wrapped = Wrap(model, names) if attn is not None else model
+    args = tuple(inputs[n] for n in names)
+    d = os.path.join(out_root, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(d, "expected"), exist_ok=True)
+    path = os.path.join(d, "model.onnx")
+    with torch.no_grad():
+        if dynamo:
+            prog = torch.onnx.export(wrapped, args, input_names=names, output_names=["output"],
+                                     dynamo=True)
+            prog.save(path)
+        else:
+            torch.onnx.export(wrapped, args, path, input_names=names, output_names=["output"],
+                              opset_version=17, dynamo=False,
+                              dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names
+                                            if n != "pixel_values"} or None)
+    m = onnx.load(path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feed = {i.name: inputs[i.name].numpy() for i in sess.get_inputs()}
+    outs = sess.run(None, feed)
+    for k, v in feed.items():
+        np.save(os.path.join(d, "inputs", f"{k}.npy"), v)
+    for o, v in zip(sess.get_outputs(), outs):
+        np.save(os.path.join(d, "expected", f"{o.name}.npy"), v)
+    with torch.no_grad():
+        ref = wrapped(*args)
+    err = float(np.abs(ref.numpy() - outs[0]).max())
+    ops = sorted({n.op_type for n in m.graph.node})
+    meta = {
+        "model": name.split("_")[0],
+        "exporter": "dynamo" if dynamo else "torchscript",
+        "opset": next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")),
+        "attention": attn,
+        "torch_vs_onnxruntime_max_abs": err,
+        "ops": ops,
+        "versions": {
+            "torch": torch.__version__, "onnx": onnx.__version__,
+            "onnxruntime": ort.__version__, "transformers": transformers.__version__,
+        },
+    }
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    size = os.path.getsize(path)
+    print(f"{name}: {size / 1e6:.2f} MB, {len(m.graph.node)} nodes, torch vs ort {err:.2e}")
+
+
+def main():
+    out = sys.argv[1]
+    only = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--only" else ""
+    failures = {}
+    for model, (build, attns) in MODELS.items():
+        for attn in attns:
+            for dynamo in (False, True):
+                name = "_".join(x for x in (model, attn, "dynamo" if dynamo else "ts") if x)
+                if only not in name:
+                    continue
+                try:
+                    export(name, build, attn, dynamo, out)
+                except Exception as e:  # the exporter's own failure: listed, not fatal
+                    failures[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    traceback.print_exc(limit=1)
+    with open(os.path.join(out, "export_failures.json"), "w") as f:
+        json.dump(failures, f, indent=1)
+    print(f"{len(failures)} export(s) failed in the exporter: {sorted(failures)}")
+
+
+if __name__ == "__main__":
+    main()
