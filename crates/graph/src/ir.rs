@@ -6,6 +6,7 @@
 //! integer arithmetic semantics (the executor computes in f32 whatever the declared dtype).
 
 use crate::error::{GraphError, Result};
+pub use crate::optable::{BinaryFn, UnaryFn};
 use serde::{Deserialize, Serialize};
 
 pub use tensorforge_core::DType;
@@ -282,6 +283,17 @@ pub enum Op {
         #[serde(default = "eps_rms")]
         eps: f64,
     },
+    /// A one-input function of the op table ([`crate::optable`]): its dtype rule, scalar
+    /// reference and code-generator expressions are defined there.
+    Unary {
+        /// The function.
+        f: UnaryFn,
+    },
+    /// A two-input function of the op table, with NumPy broadcasting.
+    Binary {
+        /// The function.
+        f: BinaryFn,
+    },
     /// An op this crate does not model (for importers): never fused, never executed.
     Opaque {
         /// The foreign op name.
@@ -312,7 +324,8 @@ pub enum OpClass {
 }
 
 impl Op {
-    /// The op's name as written in JSON.
+    /// The op's name as written in JSON (for a function of the op table, the function's
+    /// name: the JSON says `"op": "Unary", "attrs": {"f": NAME}`).
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input { .. } => "Input",
@@ -361,6 +374,8 @@ impl Op {
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
             Op::RmsNormSwiGlu { .. } => "RMSNormSwiGLU",
+            Op::Unary { f } => f.name(),
+            Op::Binary { f } => f.name(),
             Op::Opaque { .. } => "Opaque",
         }
     }
@@ -369,7 +384,14 @@ impl Op {
     pub fn is_binary(&self) -> bool {
         matches!(
             self,
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min | Op::LogAddExp
+            Op::Add
+                | Op::Sub
+                | Op::Mul
+                | Op::Div
+                | Op::Max
+                | Op::Min
+                | Op::LogAddExp
+                | Op::Binary { .. }
         )
     }
 
@@ -393,6 +415,7 @@ impl Op {
                 | Op::Cast { .. }
                 | Op::Quantize { .. }
                 | Op::Dequantize { .. }
+                | Op::Unary { .. }
         )
     }
 
@@ -1157,6 +1180,43 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             let mut s = a.shape[..ra - 1].to_vec();
             s.push(b.shape[rb - 1]);
             vec![(s, a.dtype)]
+        }
+        Op::Binary { f } => {
+            arity(2)?;
+            let (a, b) = (ins[0], ins[1]);
+            same_dtype(a, b)?;
+            let s = broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| {
+                shape_err(
+                    b,
+                    format!(
+                        "shape {:?} does not broadcast with `{}` {:?} (NumPy rules: trailing dims equal or 1)",
+                        b.shape, a.name, a.shape
+                    ),
+                )
+            })?;
+            let d = crate::optable::output_dtype(f.dtype_rule(), a.dtype).map_err(|want| {
+                GraphError::Dtype {
+                    node: n.name.clone(),
+                    op: op.into(),
+                    tensor: a.name.clone(),
+                    expected: want.into(),
+                    got: a.dtype.to_string(),
+                }
+            })?;
+            vec![(s, d)]
+        }
+        Op::Unary { f } => {
+            arity(1)?;
+            let d = crate::optable::output_dtype(f.dtype_rule(), ins[0].dtype).map_err(|want| {
+                GraphError::Dtype {
+                    node: n.name.clone(),
+                    op: op.into(),
+                    tensor: ins[0].name.clone(),
+                    expected: want.into(),
+                    got: ins[0].dtype.to_string(),
+                }
+            })?;
+            vec![(ins[0].shape.clone(), d)]
         }
         o if o.is_binary() => {
             arity(2)?;

@@ -29,6 +29,7 @@ pub mod ir;
 pub mod jit;
 pub mod mlp;
 pub mod onnx;
+pub mod optable;
 pub mod planner;
 pub mod rewrite;
 pub mod synth;

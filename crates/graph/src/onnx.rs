@@ -1467,6 +1467,24 @@ impl<'a> Importer<'a> {
             arity!(2);
             return Ok(one(op, inputs!([0, 1])));
         }
+        // The op table's functions (crate::optable).
+        let table_unary = if op_type == "IsInf" {
+            let flag = |k: &str| attr_i(np, k).unwrap_or(1) != 0;
+            match crate::optable::UnaryFn::is_inf(flag("detect_positive"), flag("detect_negative")) {
+                Some(f) => Some(f),
+                None => opaque!("IsInf with detect_positive=0 and detect_negative=0 (always false)"),
+            }
+        } else {
+            crate::optable::UnaryFn::from_onnx(op_type)
+        };
+        if let Some(f) = table_unary {
+            arity!(1);
+            return Ok(one(Op::Unary { f }, inputs!([0])));
+        }
+        if let Some(f) = crate::optable::BinaryFn::from_onnx(op_type) {
+            arity!(2);
+            return Ok(one(Op::Binary { f }, inputs!([0, 1])));
+        }
         Ok(match op_type {
             "Identity" => {
                 arity!(1);

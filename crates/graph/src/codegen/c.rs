@@ -194,6 +194,7 @@ fn unary_expr(op: &Op, x: &str) -> Option<String> {
             lit(*scale as f32)
         ),
         Op::Broadcast { .. } => x.to_string(),
+        Op::Unary { f } => f.c_expr(x),
         _ => return None,
     })
 }
@@ -207,6 +208,7 @@ fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
         Op::Max => format!("tf_fmax({a}, {b})"),
         Op::Min => format!("tf_fmin({a}, {b})"),
         Op::LogAddExp => format!("tf_logaddexp({a}, {b})"),
+        Op::Binary { f } => f.c_expr(a, b),
         _ => return None,
     })
 }

@@ -81,6 +81,7 @@ fn unary(op: &Op, x: &str) -> Option<String> {
             lit(*scale as f32 as f64)
         ),
         Op::Broadcast { .. } => format!("({x} + tl.zeros([BLOCK], tl.float32))"),
+        Op::Unary { f } => f.triton_expr(x),
         _ => return None,
     })
 }
@@ -94,6 +95,7 @@ fn binary(op: &Op, a: &str, b: &str) -> Option<String> {
         Op::Max => format!("tl.maximum({a}, {b})"),
         Op::Min => format!("tl.minimum({a}, {b})"),
         Op::LogAddExp => format!("_logaddexp({a}, {b})"),
+        Op::Binary { f } => f.triton_expr(a, b),
         _ => return None,
     })
 }

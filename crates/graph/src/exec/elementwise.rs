@@ -93,6 +93,10 @@ pub(super) fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
             let (s, z) = (*scale as f32, *zero_point as f32);
             map1(x, out, |q| (q - z) * s)
         }
+        Op::Unary { f } => {
+            let f = *f;
+            map1(x, out, |v| f.eval(v))
+        }
         _ => map1(x, out, |v| v),
     }
 }
@@ -147,6 +151,10 @@ pub(super) fn binary_apply(op: &Op, a: Src, b: Src, out: &mut [f32]) {
         Op::Div => map2(a, b, out, |x, y| x / y),
         Op::Max => map2(a, b, out, fmax),
         Op::Min => map2(a, b, out, fmin),
+        Op::Binary { f } => {
+            let f = *f;
+            map2(a, b, out, |x, y| f.eval(x, y))
+        }
         _ => map2(a, b, out, tensorforge_kernels::logaddexp::<f32>),
     }
 }

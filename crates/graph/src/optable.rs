@@ -1,0 +1,382 @@
+//! The op table for elementwise functions: each one defined once, with its ONNX name, its
+//! dtype rule, its scalar reference (what the interpreter computes, and what the tests and
+//! the constant folder compare against), its C expression (the JIT and the CUDA source) and
+//! its Triton expression. The IR carries them as [`crate::ir::Op::Unary`] and
+//! [`crate::ir::Op::Binary`]; inference, the interpreter, the code generators and the
+//! traffic model read this table, so adding a function here is the whole change. The ops the
+//! IR had before the table (Add, Exp, Sigmoid, ...) still have their own variants and have
+//! not moved here yet. Values are f32 everywhere (a bool is 0.0 or 1.0, as the executor
+//! holds it); a predicate returns 1.0 for true. Left out: integer-exact arithmetic beyond
+//! 2^24 and bitwise ops on integers.
+
+use crate::ir::DType;
+use serde::{Deserialize, Serialize};
+
+/// What an elementwise function reads and returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeRule {
+    /// A number in, the same type out.
+    FloatSame,
+    /// A number in, a bool out (a predicate).
+    FloatToBool,
+    /// Bools in, a bool out (logic).
+    Logic,
+    /// Two values of one type in, a bool out (a comparison).
+    Compare,
+}
+
+/// One-input elementwise functions of the op table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryFn {
+    /// Logical not of a bool.
+    Not,
+    /// 1 where the value is NaN.
+    IsNaN,
+    /// 1 where the value is +inf or -inf.
+    IsInf,
+    /// 1 where the value is +inf.
+    IsPosInf,
+    /// 1 where the value is -inf.
+    IsNegInf,
+    /// sin(x), radians.
+    Sin,
+    /// cos(x), radians.
+    Cos,
+    /// |x|.
+    Abs,
+    /// floor(x).
+    Floor,
+    /// ceil(x).
+    Ceil,
+    /// sign(x): -1, 0 or 1 (NaN stays NaN).
+    Sign,
+}
+
+/// Two-input elementwise functions of the op table (NumPy broadcasting, as the IR's other
+/// binary ops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryFn {
+    /// Logical and of two bools.
+    And,
+    /// Logical or.
+    Or,
+    /// Logical exclusive or.
+    Xor,
+    /// a == b (NaN equals nothing).
+    Equal,
+    /// a < b.
+    Less,
+    /// a > b.
+    Greater,
+    /// a <= b.
+    LessOrEqual,
+    /// a >= b.
+    GreaterOrEqual,
+}
+
+fn b(v: bool) -> f32 {
+    if v {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+impl UnaryFn {
+    /// Every unary function, for tests and listings.
+    pub const ALL: &'static [UnaryFn] = &[
+        UnaryFn::Not,
+        UnaryFn::IsNaN,
+        UnaryFn::IsInf,
+        UnaryFn::IsPosInf,
+        UnaryFn::IsNegInf,
+        UnaryFn::Sin,
+        UnaryFn::Cos,
+        UnaryFn::Abs,
+        UnaryFn::Floor,
+        UnaryFn::Ceil,
+        UnaryFn::Sign,
+    ];
+
+    /// The name in the IR's JSON and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryFn::Not => "Not",
+            UnaryFn::IsNaN => "IsNaN",
+            UnaryFn::IsInf => "IsInf",
+            UnaryFn::IsPosInf => "IsPosInf",
+            UnaryFn::IsNegInf => "IsNegInf",
+            UnaryFn::Sin => "Sin",
+            UnaryFn::Cos => "Cos",
+            UnaryFn::Abs => "Abs",
+            UnaryFn::Floor => "Floor",
+            UnaryFn::Ceil => "Ceil",
+            UnaryFn::Sign => "Sign",
+        }
+    }
+
+    /// The ONNX op it lowers (`IsInf` picks its variant from `detect_positive` /
+    /// `detect_negative`, see [`UnaryFn::is_inf`]).
+    pub fn from_onnx(op_type: &str) -> Option<UnaryFn> {
+        Some(match op_type {
+            "Not" => UnaryFn::Not,
+            "IsNaN" => UnaryFn::IsNaN,
+            "IsInf" => UnaryFn::IsInf,
+            "Sin" => UnaryFn::Sin,
+            "Cos" => UnaryFn::Cos,
+            "Abs" => UnaryFn::Abs,
+            "Floor" => UnaryFn::Floor,
+            "Ceil" => UnaryFn::Ceil,
+            "Sign" => UnaryFn::Sign,
+            _ => return None,
+        })
+    }
+
+    /// ONNX `IsInf` with its two attributes (both default 1); `None` when both are 0 (the
+    /// output would be all false: a constant, not this op).
+    pub fn is_inf(detect_positive: bool, detect_negative: bool) -> Option<UnaryFn> {
+        match (detect_positive, detect_negative) {
+            (true, true) => Some(UnaryFn::IsInf),
+            (true, false) => Some(UnaryFn::IsPosInf),
+            (false, true) => Some(UnaryFn::IsNegInf),
+            (false, false) => None,
+        }
+    }
+
+    /// Its dtype rule.
+    pub fn dtype_rule(self) -> DTypeRule {
+        match self {
+            UnaryFn::Not => DTypeRule::Logic,
+            UnaryFn::IsNaN | UnaryFn::IsInf | UnaryFn::IsPosInf | UnaryFn::IsNegInf => {
+                DTypeRule::FloatToBool
+            }
+            _ => DTypeRule::FloatSame,
+        }
+    }
+
+    /// The scalar reference: what every executor path computes.
+    pub fn eval(self, x: f32) -> f32 {
+        match self {
+            UnaryFn::Not => b(x == 0.0),
+            UnaryFn::IsNaN => b(x.is_nan()),
+            UnaryFn::IsInf => b(x.is_infinite()),
+            UnaryFn::IsPosInf => b(x == f32::INFINITY),
+            UnaryFn::IsNegInf => b(x == f32::NEG_INFINITY),
+            UnaryFn::Sin => x.sin(),
+            UnaryFn::Cos => x.cos(),
+            UnaryFn::Abs => x.abs(),
+            UnaryFn::Floor => x.floor(),
+            UnaryFn::Ceil => x.ceil(),
+            UnaryFn::Sign => {
+                if x.is_nan() {
+                    x
+                } else if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The C expression of `x` (a float expression); C11 with `<math.h>`.
+    pub fn c_expr(self, x: &str) -> String {
+        match self {
+            UnaryFn::Not => format!("({x} == 0.0f ? 1.0f : 0.0f)"),
+            UnaryFn::IsNaN => format!("(isnan({x}) ? 1.0f : 0.0f)"),
+            UnaryFn::IsInf => format!("(isinf({x}) ? 1.0f : 0.0f)"),
+            UnaryFn::IsPosInf => format!("({x} == INFINITY ? 1.0f : 0.0f)"),
+            UnaryFn::IsNegInf => format!("({x} == -INFINITY ? 1.0f : 0.0f)"),
+            UnaryFn::Sin => format!("sinf({x})"),
+            UnaryFn::Cos => format!("cosf({x})"),
+            UnaryFn::Abs => format!("fabsf({x})"),
+            UnaryFn::Floor => format!("floorf({x})"),
+            UnaryFn::Ceil => format!("ceilf({x})"),
+            UnaryFn::Sign => format!(
+                "(isnan({x}) ? {x} : ({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f)))"
+            ),
+        }
+    }
+
+    /// The Triton expression of `x` (an fp32 block).
+    pub fn triton_expr(self, x: &str) -> String {
+        match self {
+            UnaryFn::Not => format!("tl.where({x} == 0.0, 1.0, 0.0)"),
+            UnaryFn::IsNaN => format!("tl.where({x} != {x}, 1.0, 0.0)"),
+            UnaryFn::IsInf => format!("tl.where(tl.abs({x}) == float('inf'), 1.0, 0.0)"),
+            UnaryFn::IsPosInf => format!("tl.where({x} == float('inf'), 1.0, 0.0)"),
+            UnaryFn::IsNegInf => format!("tl.where({x} == float('-inf'), 1.0, 0.0)"),
+            UnaryFn::Sin => format!("tl.sin({x})"),
+            UnaryFn::Cos => format!("tl.cos({x})"),
+            UnaryFn::Abs => format!("tl.abs({x})"),
+            UnaryFn::Floor => format!("tl.floor({x})"),
+            UnaryFn::Ceil => format!("tl.ceil({x})"),
+            UnaryFn::Sign => format!(
+                "tl.where({x} != {x}, {x}, tl.where({x} > 0.0, 1.0, tl.where({x} < 0.0, -1.0, 0.0)))"
+            ),
+        }
+    }
+}
+
+impl BinaryFn {
+    /// Every binary function.
+    pub const ALL: &'static [BinaryFn] = &[
+        BinaryFn::And,
+        BinaryFn::Or,
+        BinaryFn::Xor,
+        BinaryFn::Equal,
+        BinaryFn::Less,
+        BinaryFn::Greater,
+        BinaryFn::LessOrEqual,
+        BinaryFn::GreaterOrEqual,
+    ];
+
+    /// The name in the IR's JSON, in messages and in ONNX.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryFn::And => "And",
+            BinaryFn::Or => "Or",
+            BinaryFn::Xor => "Xor",
+            BinaryFn::Equal => "Equal",
+            BinaryFn::Less => "Less",
+            BinaryFn::Greater => "Greater",
+            BinaryFn::LessOrEqual => "LessOrEqual",
+            BinaryFn::GreaterOrEqual => "GreaterOrEqual",
+        }
+    }
+
+    /// The ONNX op it lowers.
+    pub fn from_onnx(op_type: &str) -> Option<BinaryFn> {
+        BinaryFn::ALL.iter().copied().find(|f| f.name() == op_type)
+    }
+
+    /// Its dtype rule.
+    pub fn dtype_rule(self) -> DTypeRule {
+        match self {
+            BinaryFn::And | BinaryFn::Or | BinaryFn::Xor => DTypeRule::Logic,
+            _ => DTypeRule::Compare,
+        }
+    }
+
+    /// The scalar reference.
+    pub fn eval(self, a: f32, c: f32) -> f32 {
+        match self {
+            BinaryFn::And => b(a != 0.0 && c != 0.0),
+            BinaryFn::Or => b(a != 0.0 || c != 0.0),
+            BinaryFn::Xor => b((a != 0.0) != (c != 0.0)),
+            BinaryFn::Equal => b(a == c),
+            BinaryFn::Less => b(a < c),
+            BinaryFn::Greater => b(a > c),
+            BinaryFn::LessOrEqual => b(a <= c),
+            BinaryFn::GreaterOrEqual => b(a >= c),
+        }
+    }
+
+    /// The C expression of `a` op `c`.
+    pub fn c_expr(self, a: &str, c: &str) -> String {
+        let cond = match self {
+            BinaryFn::And => format!("({a} != 0.0f && {c} != 0.0f)"),
+            BinaryFn::Or => format!("({a} != 0.0f || {c} != 0.0f)"),
+            BinaryFn::Xor => format!("(({a} != 0.0f) != ({c} != 0.0f))"),
+            BinaryFn::Equal => format!("({a} == {c})"),
+            BinaryFn::Less => format!("({a} < {c})"),
+            BinaryFn::Greater => format!("({a} > {c})"),
+            BinaryFn::LessOrEqual => format!("({a} <= {c})"),
+            BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
+        };
+        format!("({cond} ? 1.0f : 0.0f)")
+    }
+
+    /// The Triton expression of `a` op `c`.
+    pub fn triton_expr(self, a: &str, c: &str) -> String {
+        let cond = match self {
+            BinaryFn::And => format!("(({a} != 0.0) & ({c} != 0.0))"),
+            BinaryFn::Or => format!("(({a} != 0.0) | ({c} != 0.0))"),
+            BinaryFn::Xor => format!("(({a} != 0.0) ^ ({c} != 0.0))"),
+            BinaryFn::Equal => format!("({a} == {c})"),
+            BinaryFn::Less => format!("({a} < {c})"),
+            BinaryFn::Greater => format!("({a} > {c})"),
+            BinaryFn::LessOrEqual => format!("({a} <= {c})"),
+            BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
+        };
+        format!("tl.where({cond}, 1.0, 0.0)")
+    }
+}
+
+/// The output dtype of a function with `rule` over inputs of dtype `input`, or what the
+/// input should have been. Numbers of any type are accepted where ONNX accepts them
+/// (`Abs`, `Sign` and comparisons of int64 position ids); the executor computes in f32.
+pub fn output_dtype(rule: DTypeRule, input: DType) -> Result<DType, &'static str> {
+    let number = input != DType::Bool;
+    match rule {
+        DTypeRule::FloatSame if number => Ok(input),
+        DTypeRule::FloatSame => Err("a number (not bool)"),
+        DTypeRule::FloatToBool if number => Ok(DType::Bool),
+        DTypeRule::FloatToBool => Err("a number (not bool)"),
+        DTypeRule::Logic if input == DType::Bool => Ok(DType::Bool),
+        DTypeRule::Logic => Err("bool"),
+        DTypeRule::Compare => Ok(DType::Bool),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_follow_ieee_and_onnx() {
+        let nan = f32::NAN;
+        let inf = f32::INFINITY;
+        // IsNaN / IsInf on NaN, +inf, -inf, 1.
+        let xs = [nan, inf, -inf, 1.0];
+        let got = |f: UnaryFn| xs.map(|x| f.eval(x));
+        assert_eq!(got(UnaryFn::IsNaN), [1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(got(UnaryFn::IsInf), [0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(got(UnaryFn::IsPosInf), [0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(got(UnaryFn::IsNegInf), [0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(UnaryFn::Not.eval(0.0), 1.0);
+        assert_eq!(UnaryFn::Not.eval(1.0), 0.0);
+        // sin(pi/2) = 1, cos(0) = 1, |-2.5| = 2.5, floor(-1.5) = -2, ceil(-1.5) = -1.
+        assert_eq!(UnaryFn::Sin.eval(std::f32::consts::FRAC_PI_2), 1.0);
+        assert_eq!(UnaryFn::Cos.eval(0.0), 1.0);
+        assert_eq!(UnaryFn::Abs.eval(-2.5), 2.5);
+        assert_eq!(UnaryFn::Floor.eval(-1.5), -2.0);
+        assert_eq!(UnaryFn::Ceil.eval(-1.5), -1.0);
+        assert_eq!(
+            [-3.0, 0.0, 2.0].map(|x| UnaryFn::Sign.eval(x)),
+            [-1.0, 0.0, 1.0]
+        );
+        assert!(UnaryFn::Sign.eval(nan).is_nan());
+        // NaN compares false, even to itself.
+        assert_eq!(BinaryFn::Equal.eval(nan, nan), 0.0);
+        assert_eq!(BinaryFn::LessOrEqual.eval(1.0, 1.0), 1.0);
+        assert_eq!(BinaryFn::Xor.eval(1.0, 1.0), 0.0);
+        assert_eq!(BinaryFn::And.eval(1.0, 0.0), 0.0);
+        assert_eq!(BinaryFn::Or.eval(1.0, 0.0), 1.0);
+        assert_eq!(UnaryFn::is_inf(false, false), None);
+    }
+
+    #[test]
+    fn names_round_trip_and_dtype_rules_hold() {
+        for f in BinaryFn::ALL {
+            assert_eq!(BinaryFn::from_onnx(f.name()), Some(*f));
+        }
+        for f in UnaryFn::ALL {
+            if !matches!(f, UnaryFn::IsPosInf | UnaryFn::IsNegInf) {
+                assert_eq!(UnaryFn::from_onnx(f.name()), Some(*f));
+            }
+        }
+        assert_eq!(
+            output_dtype(UnaryFn::IsNaN.dtype_rule(), DType::Fp16),
+            Ok(DType::Bool)
+        );
+        assert!(output_dtype(UnaryFn::Not.dtype_rule(), DType::Fp32).is_err());
+        assert!(output_dtype(UnaryFn::Abs.dtype_rule(), DType::Bool).is_err());
+        assert_eq!(
+            output_dtype(BinaryFn::Less.dtype_rule(), DType::Int64),
+            Ok(DType::Bool)
+        );
+    }
+}
