@@ -2313,6 +2313,105 @@ impl<'a> Importer<'a> {
                 let axis = attr_i(np, "axis").unwrap_or(0);
                 one(Op::Gather { axis }, inputs!([0, 1]))
             }
+            "GatherND" => {
+                // Lowered to a Gather along a flattened leading axis: the index tuples become
+                // linear row numbers (constant indices, computed here) or, for 1-tuples read
+                // at run time, the indices with their last axis dropped.
+                arity!(2);
+                let batch_dims = attr_i(np, "batch_dims").unwrap_or(0);
+                if batch_dims != 0 {
+                    opaque!("batch_dims {batch_dims} (only 0 is lowered)");
+                }
+                let data = inputs!([0]);
+                let ds = self.specs[&data[0]].shape.clone();
+                let idx_name = self.resolve(&np.input[1]);
+                let const_idx = self.statics.get(&idx_name).map(|t| (t.dims.clone(), tensor_values(t)));
+                let (rows_shape, idx_tensor) = match const_idx {
+                    Some((dims, vals)) => {
+                        let vals = match vals.and_then(Vals::ints) {
+                            Ok(v) => v,
+                            Err(e) => opaque!("indices: {e}"),
+                        };
+                        let Some((&k, lead)) = dims.split_last() else {
+                            opaque!("indices must have rank >= 1")
+                        };
+                        let k = k as usize;
+                        if k == 0 || k > ds.len() {
+                            opaque!("index tuples of length {k} for data of rank {}", ds.len());
+                        }
+                        let mut lin = Vec::with_capacity(vals.len() / k);
+                        for tuple in vals.chunks(k) {
+                            let mut at = 0i64;
+                            for (j, &i) in tuple.iter().enumerate() {
+                                let d = ds[j] as i64;
+                                let i = if i < 0 { i + d } else { i };
+                                if !(0..d).contains(&i) {
+                                    opaque!("index {tuple:?} is out of range for data of shape {ds:?}");
+                                }
+                                at = at * d + i;
+                            }
+                            lin.push(at);
+                        }
+                        let t = TensorProto {
+                            dims: lead.to_vec(),
+                            data_type: dt::INT64,
+                            int64_data: lin,
+                            name: format!("{out}#rows"),
+                            ..Default::default()
+                        };
+                        self.statics.insert(t.name.clone(), Cow::Owned(t.clone()));
+                        match self.runtime(&t.name, &format!("node `{name}` (GatherND)"))? {
+                            Ok(_) => {}
+                            Err(why) => opaque!("{why}"),
+                        }
+                        (k, t.name)
+                    }
+                    None => {
+                        let idx = inputs!([1]);
+                        let is = self.specs[&idx[0]].shape.clone();
+                        match is.split_last() {
+                            Some((1, lead)) => {
+                                let rows = format!("{out}#rows");
+                                let reshape = Node {
+                                    name: format!("{name}#rows"),
+                                    op: Op::Reshape {
+                                        shape: lead.iter().map(|&d| d as i64).collect(),
+                                    },
+                                    inputs: vec![idx[0].clone()],
+                                    outputs: vec![rows.clone()],
+                                };
+                                match self.check(std::slice::from_ref(&reshape)) {
+                                    Ok(specs) => self.specs.extend(specs),
+                                    Err(e) => opaque!("{e}"),
+                                }
+                                self.nodes.push(reshape);
+                                (1, rows)
+                            }
+                            _ => opaque!(
+                                "index tuples longer than 1 read at run time (constant indices are lowered)"
+                            ),
+                        }
+                    }
+                };
+                let flat: Vec<i64> = std::iter::once(ds[..rows_shape].iter().product::<usize>() as i64)
+                    .chain(ds[rows_shape..].iter().map(|&d| d as i64))
+                    .collect();
+                let flat_name = format!("{out}#flat");
+                Lowering::Nodes(vec![
+                    Node {
+                        name: format!("{name}#flat"),
+                        op: Op::Reshape { shape: flat },
+                        inputs: vec![data[0].clone()],
+                        outputs: vec![flat_name.clone()],
+                    },
+                    Node {
+                        name: name.to_string(),
+                        op: Op::Gather { axis: 0 },
+                        inputs: vec![flat_name, idx_tensor],
+                        outputs: vec![out.to_string()],
+                    },
+                ])
+            }
             "Expand" => {
                 arity!(2);
                 let target: Vec<usize> = match self.param(np, 1) {
