@@ -151,6 +151,10 @@ def export(name, build, attn, dynamo, out_root):
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     os.makedirs(os.path.join(d, "expected"), exist_ok=True)
     path = os.path.join(d, "model.onnx")
+    # torch's own output, before exporting: the TorchScript exporter leaves some models in a
+    # state whose eager output differs afterwards.
+    with torch.no_grad():
+        ref = wrapped(*args)
     with torch.no_grad():
         if dynamo:
             prog = torch.onnx.export(wrapped, args, input_names=names, output_names=["output"],
@@ -161,7 +165,16 @@ def export(name, build, attn, dynamo, out_root):
                               opset_version=17, dynamo=False,
                               dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names
                                             if n != "pixel_values"} or None)
+    # Stack traces and local paths in the exporters' metadata are dropped (they name this
+    # machine's folders); the graph and its weights are unchanged.
     m = onnx.load(path)
+    del m.metadata_props[:]
+    for n in m.graph.node:
+        del n.metadata_props[:]
+    for f in m.functions:
+        for n in f.node:
+            del n.metadata_props[:]
+    onnx.save(m, path)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     feed = {i.name: inputs[i.name].numpy() for i in sess.get_inputs()}
     outs = sess.run(None, feed)
@@ -169,8 +182,6 @@ def export(name, build, attn, dynamo, out_root):
         np.save(os.path.join(d, "inputs", f"{k}.npy"), v)
     for o, v in zip(sess.get_outputs(), outs):
         np.save(os.path.join(d, "expected", f"{o.name}.npy"), v)
-    with torch.no_grad():
-        ref = wrapped(*args)
     err = float(np.abs(ref.numpy() - outs[0]).max())
     ops = sorted({n.op_type for n in m.graph.node})
     meta = {

@@ -117,7 +117,10 @@ pub fn import_onnx_file(path: impl AsRef<Path>) -> Result<OnnxImport> {
 }
 
 /// [`import_onnx_file`] with symbolic dims bound by `options`.
-pub fn import_onnx_file_with(path: impl AsRef<Path>, options: &ImportOptions) -> Result<OnnxImport> {
+pub fn import_onnx_file_with(
+    path: impl AsRef<Path>,
+    options: &ImportOptions,
+) -> Result<OnnxImport> {
     let path = path.as_ref();
     let name = path.display().to_string();
     let err = |detail: String| GraphError::Onnx {
@@ -907,8 +910,8 @@ impl<'a> Importer<'a> {
             if self.statics.contains_key(&vi.name) {
                 continue; // An initializer also listed as an input (IR version < 4 style).
             }
-            let (shape, code) = input_shape(vi, &self.options)
-                .map_err(|e| self.err(format!("graph input {e}")))?;
+            let (shape, code) =
+                input_shape(vi, &self.options).map_err(|e| self.err(format!("graph input {e}")))?;
             let dtype = dtype_of(code).ok_or_else(|| {
                 self.err(format!(
                     "graph input `{}` has data type {}, which the IR cannot represent",
@@ -1470,9 +1473,12 @@ impl<'a> Importer<'a> {
         // The op table's functions (crate::optable).
         let table_unary = if op_type == "IsInf" {
             let flag = |k: &str| attr_i(np, k).unwrap_or(1) != 0;
-            match crate::optable::UnaryFn::is_inf(flag("detect_positive"), flag("detect_negative")) {
+            match crate::optable::UnaryFn::is_inf(flag("detect_positive"), flag("detect_negative"))
+            {
                 Some(f) => Some(f),
-                None => opaque!("IsInf with detect_positive=0 and detect_negative=0 (always false)"),
+                None => {
+                    opaque!("IsInf with detect_positive=0 and detect_negative=0 (always false)")
+                }
             }
         } else {
             crate::optable::UnaryFn::from_onnx(op_type)
@@ -2325,7 +2331,10 @@ impl<'a> Importer<'a> {
                 let data = inputs!([0]);
                 let ds = self.specs[&data[0]].shape.clone();
                 let idx_name = self.resolve(&np.input[1]);
-                let const_idx = self.statics.get(&idx_name).map(|t| (t.dims.clone(), tensor_values(t)));
+                let const_idx = self
+                    .statics
+                    .get(&idx_name)
+                    .map(|t| (t.dims.clone(), tensor_values(t)));
                 let (rows_shape, idx_tensor) = match const_idx {
                     Some((dims, vals)) => {
                         let vals = match vals.and_then(Vals::ints) {
@@ -2346,7 +2355,9 @@ impl<'a> Importer<'a> {
                                 let d = ds[j] as i64;
                                 let i = if i < 0 { i + d } else { i };
                                 if !(0..d).contains(&i) {
-                                    opaque!("index {tuple:?} is out of range for data of shape {ds:?}");
+                                    opaque!(
+                                        "index {tuple:?} is out of range for data of shape {ds:?}"
+                                    );
                                 }
                                 at = at * d + i;
                             }
@@ -2393,9 +2404,10 @@ impl<'a> Importer<'a> {
                         }
                     }
                 };
-                let flat: Vec<i64> = std::iter::once(ds[..rows_shape].iter().product::<usize>() as i64)
-                    .chain(ds[rows_shape..].iter().map(|&d| d as i64))
-                    .collect();
+                let flat: Vec<i64> =
+                    std::iter::once(ds[..rows_shape].iter().product::<usize>() as i64)
+                        .chain(ds[rows_shape..].iter().map(|&d| d as i64))
+                        .collect();
                 let flat_name = format!("{out}#flat");
                 Lowering::Nodes(vec![
                     Node {

@@ -194,9 +194,9 @@ impl UnaryFn {
             UnaryFn::Abs => format!("fabsf({x})"),
             UnaryFn::Floor => format!("floorf({x})"),
             UnaryFn::Ceil => format!("ceilf({x})"),
-            UnaryFn::Sign => format!(
-                "(isnan({x}) ? {x} : ({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f)))"
-            ),
+            UnaryFn::Sign => {
+                format!("(isnan({x}) ? {x} : ({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f)))")
+            }
         }
     }
 

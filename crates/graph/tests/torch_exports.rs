@@ -1,0 +1,212 @@
+//! What torch.onnx writes runs and agrees with onnxruntime: every fixture in
+//! `examples/onnx/<model>_<attention>_<exporter>/` (made by `tools/export_real_onnx.py`:
+//! BERT, GPT-2, Llama (rotary, RMSNorm, SwiGLU, grouped-query attention), ViT and a
+//! ResNet-style CNN, hidden <= 128, 2 layers, random but fixed weights; exported by the
+//! TorchScript exporter with dynamic batch and sequence dims and by the dynamo exporter; with
+//! an attention mask that pads the second sequence, SDPA and eager attention) is imported
+//! with its symbolic dims bound from its input files, run unfused, fused, and fused through
+//! the JIT when a C compiler is present, and compared with onnxruntime's stored outputs:
+//! max |ours − onnxruntime| ≤ 1e-5 × max |onnxruntime| (the issue asks 1e-4). No Python.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use tensorforge_graph::exec::{execute, execute_with, Pool};
+use tensorforge_graph::fusion::compile;
+use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
+use tensorforge_kernels::npy::{parse_npy, NpyData};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/onnx")
+}
+
+fn npy(p: &Path) -> (Vec<usize>, Vec<f32>) {
+    let a = parse_npy(&std::fs::read(p).unwrap()).unwrap();
+    let v = match a.data {
+        NpyData::F32(v) => v,
+        NpyData::I64(v) => v.into_iter().map(|x| x as f32).collect(),
+        _ => panic!("{}: not float32 or int64", p.display()),
+    };
+    (a.shape, v)
+}
+
+fn npy_dir(d: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "npy"))
+        .map(|p| {
+            (
+                p.file_stem().unwrap().to_string_lossy().to_string(),
+                npy(&p),
+            )
+        })
+        .collect()
+}
+
+/// The exported fixtures: folders holding a `meta.json`.
+fn fixtures() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("meta.json").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+fn check(name: &str) -> Vec<String> {
+    let dir = root().join(name);
+    let inputs = npy_dir(&dir.join("inputs"));
+    let options = ImportOptions {
+        input_shapes: inputs
+            .iter()
+            .map(|(k, (s, _))| (k.clone(), s.clone()))
+            .collect(),
+        ..ImportOptions::default()
+    };
+    let imp = import_onnx_file_with(dir.join("model.onnx"), &options)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    imp.require_runnable(name).unwrap_or_else(|e| panic!("{e}"));
+    let c = compile(&imp.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut ins: HashMap<String, Vec<f32>> = imp.weights.clone();
+    for (k, (_, v)) in inputs {
+        ins.insert(k, v);
+    }
+    let expected = npy_dir(&dir.join("expected"));
+    let jit = tensorforge_graph::jit::compile(&c.fused).ok();
+    let mut runs = vec![
+        ("unfused", execute(&c.unfused, &ins)),
+        ("fused", execute(&c.fused, &ins)),
+    ];
+    if let Some(j) = &jit {
+        runs.push((
+            "fused+jit",
+            execute_with(&c.fused, &ins, &mut Pool::default(), Some(j)),
+        ));
+    }
+    let mut done = vec![];
+    for (label, r) in runs {
+        let r = r.unwrap_or_else(|e| panic!("{name} {label}: {e}"));
+        for (out, (shape, want)) in &expected {
+            let (_, got_shape, got) = r
+                .outputs
+                .iter()
+                .find(|(n, _, _)| n == out)
+                .unwrap_or_else(|| panic!("{name}: no output `{out}`"));
+            assert_eq!(got_shape, shape, "{name} {label} {out}");
+            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let err = got
+                .iter()
+                .zip(want)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                err <= 1e-5 * scale,
+                "{name} {label} {out}: max error {err:e} vs 1e-5 × {scale}"
+            );
+        }
+        done.push(label.to_string());
+    }
+    done
+}
+
+#[test]
+fn every_torch_export_runs_and_matches_onnxruntime() {
+    let names = fixtures();
+    // 4 transformer families × 2 attentions × 2 exporters + the CNN × 2 exporters.
+    assert_eq!(names.len(), 18, "{names:?}");
+    for family in ["bert", "gpt2", "llama", "vit"] {
+        for attn in ["sdpa", "eager"] {
+            for exporter in ["ts", "dynamo"] {
+                let n = format!("{family}_{attn}_{exporter}");
+                assert!(names.contains(&n), "missing fixture {n}");
+            }
+        }
+    }
+    for n in &names {
+        let legs = check(n);
+        eprintln!("{n}: {}", legs.join(", "));
+        assert!(legs.len() >= 2, "{n}: {legs:?}");
+    }
+}
+
+#[test]
+fn symbolic_dims_need_a_binding_and_say_which() {
+    // The TorchScript exports declare `batch` and `sequence` dims.
+    let e = tensorforge_graph::onnx::import_onnx_file(root().join("bert_sdpa_ts/model.onnx"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`input_ids` dim 0 is symbolic (`batch`)") && e.contains("--dim batch=N"),
+        "{e}"
+    );
+    // Bound by name instead of by input file: the same graph.
+    let mut o = ImportOptions::default();
+    o.dims.insert("batch".into(), 2);
+    o.dims.insert("sequence".into(), 8);
+    let imp = import_onnx_file_with(root().join("bert_sdpa_ts/model.onnx"), &o).unwrap();
+    let input = imp
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.name == "input_ids")
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&input.op).unwrap()["attrs"]["shape"],
+        serde_json::json!([2, 8])
+    );
+    // A given input that contradicts a fixed dim is refused, naming both.
+    o.input_shapes.insert("input_ids".into(), vec![2, 8, 1]);
+    let e = import_onnx_file_with(root().join("bert_sdpa_ts/model.onnx"), &o)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 2") && e.contains("[2, 8, 1]"), "{e}");
+}
+
+/// Every single-op fixture of `examples/onnx/ops/` (`tools/make_op_fixtures.py`: the op
+/// table's functions on NaN, ±inf, ±0 and halves, comparisons and logic with broadcasting,
+/// GatherND with constant and run-time indices) against onnxruntime, through the
+/// interpreter and the JIT: NaN where onnxruntime has NaN, the same infinities, and
+/// otherwise within 1e-6 relative (sin and cos may differ in the last bit).
+#[test]
+fn single_ops_match_onnxruntime() {
+    let ops = root().join("ops");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&ops)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 21, "{cases:?}");
+    for dir in cases {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let inputs = npy_dir(&dir.join("inputs"));
+        let imp = tensorforge_graph::onnx::import_onnx_file(dir.join("model.onnx"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        imp.require_runnable(&name)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let c = compile(&imp.graph).unwrap();
+        let mut ins: HashMap<String, Vec<f32>> = imp.weights.clone();
+        for (k, (_, v)) in inputs {
+            ins.insert(k, v);
+        }
+        let (shape, want) = &npy_dir(&dir.join("expected"))["y"];
+        let jit = tensorforge_graph::jit::compile(&c.fused).ok();
+        let mut runs = vec![("interpreter", execute(&c.fused, &ins).unwrap())];
+        if let Some(j) = &jit {
+            runs.push((
+                "jit",
+                execute_with(&c.fused, &ins, &mut Pool::default(), Some(j)).unwrap(),
+            ));
+        }
+        for (label, r) in runs {
+            let (_, got_shape, got) = r.outputs.iter().find(|(n, _, _)| n == "y").unwrap();
+            assert_eq!(got_shape, shape, "{name} {label}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                let ok = (g.is_nan() && w.is_nan())
+                    || g == w
+                    || (g - w).abs() <= 1e-6 * w.abs().max(1.0);
+                assert!(ok, "{name} {label} [{i}]: {g} vs onnxruntime {w}");
+            }
+        }
+    }
+}

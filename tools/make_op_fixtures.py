@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Single-op ONNX fixtures for the ops the op table and the importer added, with
+onnxruntime's outputs: OUT/<case>/model.onnx, inputs/*.npy, expected/*.npy.
+
+Inputs are float32 (edge values: NaN, +-inf, +-0, halves); a bool operand is made inside the
+model with Cast(to=BOOL), and a bool result is Cast back to float32, so every file is float32.
+Usage: python tools/make_op_fixtures.py examples/onnx/ops  (versions as in
+tools/real_onnx_requirements.txt).
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+OPSET = 17
+EDGE = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, 1e-3, -7.25],
+                dtype=np.float32)
+
+
+def save(out, case, nodes, inputs, feeds, inits=()):
+    d = os.path.join(out, case)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(d, "expected"), exist_ok=True)
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    g = helper.make_graph(nodes, case, inputs, outs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="tensorforge-op-fixtures")
+    m = onnx.shape_inference.infer_shapes(m)
+    onnx.checker.check_model(m)
+    path = os.path.join(d, "model.onnx")
+    onnx.save(m, path)
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    y = s.run(None, feeds)[0]
+    for k, v in feeds.items():
+        np.save(os.path.join(d, "inputs", f"{k}.npy"), v)
+    np.save(os.path.join(d, "expected", "y.npy"), y)
+    print(case, y.shape)
+
+
+def fin(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def main():
+    out = sys.argv[1]
+    x = np.tile(EDGE, 2).reshape(2, 12)
+    rng = np.random.default_rng(3)
+    y = rng.choice(EDGE, size=(12,)).astype(np.float32)  # broadcasts over x's rows
+    # Float -> float and float -> bool unary ops.
+    for op, attrs in [("Sin", {}), ("Cos", {}), ("Abs", {}), ("Floor", {}), ("Ceil", {}),
+                      ("Sign", {}), ("IsNaN", {}), ("IsInf", {}),
+                      ("IsInf", {"detect_negative": 0}), ("IsInf", {"detect_positive": 0})]:
+        case = op.lower() + "".join(f"_{k}{v}" for k, v in attrs.items())
+        to_bool = op.startswith("Is")
+        nodes = [helper.make_node(op, ["x"], ["r" if to_bool else "y"], **attrs)]
+        if to_bool:
+            nodes.append(helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT))
+        save(out, case, nodes, [fin("x", [2, 12])], {"x": x})
+    # Comparisons (NaN compares false) with broadcasting.
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
+        nodes = [helper.make_node(op, ["x", "z"], ["r"]),
+                 helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+        save(out, op.lower(), nodes, [fin("x", [2, 12]), fin("z", [12])], {"x": x, "z": y})
+    # Logic on bools made from floats (nonzero -> true).
+    xb = (rng.random((2, 12)) > 0.5).astype(np.float32)
+    yb = (rng.random((12,)) > 0.5).astype(np.float32)
+    for op in ["And", "Or", "Xor"]:
+        nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BOOL),
+                 helper.make_node("Cast", ["z"], ["zb"], to=TensorProto.BOOL),
+                 helper.make_node(op, ["xb", "zb"], ["r"]),
+                 helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+        save(out, op.lower(), nodes, [fin("x", [2, 12]), fin("z", [12])], {"x": xb, "z": yb})
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BOOL),
+             helper.make_node("Not", ["xb"], ["r"]),
+             helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+    save(out, "not", nodes, [fin("x", [2, 12])], {"x": xb})
+    # GatherND: constant 2-tuples (one negative) into [3, 4, 5], and runtime 1-tuples.
+    data = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    idx = np.array([[[0, 1], [2, -1]], [[1, 0], [-3, 3]]], dtype=np.int64)  # [2, 2, 2]
+    save(out, "gathernd_const2", [helper.make_node("GatherND", ["x", "i"], ["y"])],
+         [fin("x", [3, 4, 5])], {"x": data},
+         inits=[helper.make_tensor("i", TensorProto.INT64, idx.shape, idx.flatten())])
+    nodes = [helper.make_node("Cast", ["i"], ["ii"], to=TensorProto.INT64),
+             helper.make_node("GatherND", ["x", "ii"], ["y"])]
+    save(out, "gathernd_runtime1", nodes, [fin("x", [3, 4, 5]), fin("i", [4, 1])],
+         {"x": data, "i": np.array([[2], [0], [1], [2]], dtype=np.float32)})
+
+
+if __name__ == "__main__":
+    main()
