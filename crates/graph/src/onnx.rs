@@ -226,6 +226,13 @@ pub fn import_model_with(
     imp.base = base.map(Path::to_path_buf);
     imp.options = options.clone();
     imp.run()?;
+    if !imp.shapeless.is_empty() {
+        return Err(err(format!(
+            "{}; and the file does not declare the output shapes of these ops ({}), so the rest of the graph cannot be typed: run ONNX shape inference (onnx.shape_inference.infer_shapes) with static input shapes first",
+            missing_ops_line(&imp.opaque),
+            imp.shapeless.first().cloned().unwrap_or_default()
+        )));
+    }
     let name = if graph.name.is_empty() {
         Path::new(source_name)
             .file_stem()
@@ -273,44 +280,60 @@ impl OnnxImport {
         if self.opaque.is_empty() {
             return Ok(());
         }
-        let mut by_op: Vec<(&str, Vec<&OpaqueNode>)> = Vec::new();
-        for o in &self.opaque {
-            match by_op.iter_mut().find(|(k, _)| *k == o.op_type) {
-                Some((_, v)) => v.push(o),
-                None => by_op.push((&o.op_type, vec![o])),
-            }
-        }
-        let list: Vec<String> = by_op
-            .iter()
-            .map(|(op, nodes)| {
-                let shown: Vec<String> = nodes
-                    .iter()
-                    .take(3)
-                    .map(|n| format!("`{}`", n.name))
-                    .collect();
-                let more = if nodes.len() > 3 {
-                    format!(", +{} more", nodes.len() - 3)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "`{op}` x{} ({}{more}: {})",
-                    nodes.len(),
-                    shown.join(", "),
-                    nodes[0].reason
-                )
-            })
-            .collect();
         Err(GraphError::Onnx {
             file: source_name.to_string(),
-            detail: format!(
-                "cannot run: {} node(s) of {} op(s) TensorForge cannot execute: {}",
-                self.opaque.len(),
-                by_op.len(),
-                list.join("; ")
-            ),
+            detail: format!("cannot run: {}", missing_ops_line(&self.opaque)),
         })
     }
+}
+
+/// One line naming every op among `opaque` that TensorForge lacks (or cannot lower in the
+/// form used) with its count, up to three of its nodes and the first node's reason; nodes
+/// left opaque only because they read such an op's output are counted, not listed.
+pub fn missing_ops_line(opaque: &[OpaqueNode]) -> String {
+    let (downstream, primary): (Vec<&OpaqueNode>, Vec<&OpaqueNode>) =
+        opaque.iter().partition(|o| o.reason.starts_with(DEPENDS_ON));
+    let mut by_op: Vec<(&str, Vec<&OpaqueNode>)> = Vec::new();
+    for o in primary {
+        match by_op.iter_mut().find(|(k, _)| *k == o.op_type) {
+            Some((_, v)) => v.push(o),
+            None => by_op.push((&o.op_type, vec![o])),
+        }
+    }
+    let list: Vec<String> = by_op
+        .iter()
+        .map(|(op, nodes)| {
+            let shown: Vec<String> = nodes
+                .iter()
+                .take(3)
+                .map(|n| format!("`{}`", n.name))
+                .collect();
+            let more = if nodes.len() > 3 {
+                format!(", +{} more", nodes.len() - 3)
+            } else {
+                String::new()
+            };
+            format!(
+                "`{op}` x{} ({}{more}: {})",
+                nodes.len(),
+                shown.join(", "),
+                nodes[0].reason
+            )
+        })
+        .collect();
+    let tail = if downstream.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (and {} node(s) that read their outputs)",
+            downstream.len()
+        )
+    };
+    format!(
+        "{} op(s) TensorForge cannot execute: {}{tail}",
+        by_op.len(),
+        list.join("; ")
+    )
 }
 
 fn check_names(g: &GraphProto) -> std::result::Result<(), String> {
@@ -825,7 +848,12 @@ struct Importer<'a> {
     weights: HashMap<String, Vec<f32>>,
     /// Bindings of symbolic dims.
     options: ImportOptions,
+    /// Why an opaque node's output shape is unknown, one entry per such output.
+    shapeless: Vec<String>,
 }
+
+/// How the reason of a node left opaque because an input comes from an opaque node begins.
+const DEPENDS_ON: &str = "reads the output of opaque node";
 
 impl<'a> Importer<'a> {
     fn new(src: &str, opset: i64, g: &'a GraphProto) -> Self {
@@ -850,6 +878,7 @@ impl<'a> Importer<'a> {
             weights: HashMap::new(),
             base: None,
             options: ImportOptions::default(),
+            shapeless: vec![],
         }
     }
 
@@ -1048,7 +1077,21 @@ impl<'a> Importer<'a> {
         for o in &outs {
             self.define_check(o)?;
         }
-        let lowering = if !(np.domain.is_empty() || np.domain == "ai.onnx") {
+        // A node reading what an opaque node of unknown shape would produce cannot be
+        // lowered either; it is counted as downstream of that op, not as an op of its own.
+        let upstream = np
+            .input
+            .iter()
+            .filter(|i| !i.is_empty())
+            .find_map(|i| {
+                self.unavailable
+                    .get(&self.resolve(i))
+                    .filter(|why| why.starts_with(DEPENDS_ON))
+                    .cloned()
+            });
+        let lowering = if let Some(why) = upstream {
+            Lowering::Opaque(why)
+        } else if !(np.domain.is_empty() || np.domain == "ai.onnx") {
             Lowering::Opaque(format!(
                 "op domain `{}` is not the default ONNX domain",
                 np.domain
@@ -1179,18 +1222,26 @@ impl<'a> Importer<'a> {
         let mut outputs = vec![];
         let mut dropped = vec![];
         for o in np.output.iter().filter(|s| !s.is_empty()) {
-            let (shape, code) = self
+            let declared = self
                 .declared
                 .get(o.as_str())
                 .ok_or_else(|| format!("`{o}` is not declared in value_info or the graph outputs"))
-                .and_then(|vi| shape_of_value_info(vi))
-                .map_err(|e| {
-                    self.err(format!(
-                        "node `{name}` ({op_type}) is imported as opaque ({reason}), which needs the \
-                         static shape of each output, but {e}; run ONNX shape inference \
-                         (onnx.shape_inference.infer_shapes) with static input shapes first"
-                    ))
-                })?;
+                .and_then(|vi| shape_of_value_info(vi));
+            let (shape, code) = match declared {
+                Ok(d) => d,
+                Err(e) => {
+                    // Without an output shape the node cannot stand in the IR graph: its
+                    // outputs and what depends on them are left out, and the import fails
+                    // at the end listing every such op at once (see `import_model_with`).
+                    self.unavailable.insert(
+                        o.clone(),
+                        format!("{DEPENDS_ON} `{name}` ({op_type})"),
+                    );
+                    dropped.push(o.clone());
+                    self.shapeless.push(e);
+                    continue;
+                }
+            };
             match dtype_of(code) {
                 Some(dtype) => {
                     specs.push(TensorSpec { shape, dtype });
@@ -1213,7 +1264,9 @@ impl<'a> Importer<'a> {
                 omitted.join(", ")
             ));
         }
-        if outputs.is_empty() {
+        if outputs.is_empty() && !full.starts_with(DEPENDS_ON) && !self.shapeless.is_empty() && dropped.iter().all(|d| self.unavailable.get(d).is_some_and(|w| w.starts_with(DEPENDS_ON))) {
+            // Left out for an unknown output shape (said once, by the import's error).
+        } else if outputs.is_empty() && !full.starts_with(DEPENDS_ON) {
             full.push_str(&format!(
                 "; not added to the graph: none of its outputs ({}) has an IR dtype",
                 dropped.join(", ")
