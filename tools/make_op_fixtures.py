@@ -21,13 +21,13 @@ EDGE = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, 
                 dtype=np.float32)
 
 
-def save(out, case, nodes, inputs, feeds, inits=()):
+def save(out, case, nodes, inputs, feeds, inits=(), opset=OPSET):
     d = os.path.join(out, case)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     os.makedirs(os.path.join(d, "expected"), exist_ok=True)
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     g = helper.make_graph(nodes, case, inputs, outs, initializer=list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                           producer_name="tensorforge-op-fixtures")
     m = onnx.shape_inference.infer_shapes(m)
     onnx.checker.check_model(m)
@@ -88,6 +88,29 @@ def main():
              helper.make_node("GatherND", ["x", "ii"], ["y"])]
     save(out, "gathernd_runtime1", nodes, [fin("x", [3, 4, 5]), fin("i", [4, 1])],
          {"x": data, "i": np.array([[2], [0], [1], [2]], dtype=np.float32)})
+    # CumSum: inclusive, exclusive, reverse, on axis 1 and -1 (int64 ids cast from floats,
+    # as RoBERTa's position ids sum the attention mask).
+    cs = rng.integers(-3, 4, size=(2, 5, 3)).astype(np.float32)
+    for case, attrs, axis in [("cumsum", {}, 1), ("cumsum_exclusive", {"exclusive": 1}, 1),
+                              ("cumsum_reverse", {"reverse": 1}, -1),
+                              ("cumsum_both", {"exclusive": 1, "reverse": 1}, 0)]:
+        save(out, case, [helper.make_node("CumSum", ["x", "a"], ["y"], **attrs)],
+             [fin("x", [2, 5, 3])], {"x": cs},
+             inits=[helper.make_tensor("a", TensorProto.INT64, [], [axis])])
+    # Pad: every mode, negative pads (a crop), a constant value, and opset 18's axes input.
+    px = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    pads = [0, 0, 1, 2, 0, 0, 2, -1]
+    for mode, opset in [("constant", 17), ("reflect", 17), ("edge", 17), ("wrap", 19)]:
+        ins = ["x", "p"] + (["v"] if mode == "constant" else [])
+        inits = [helper.make_tensor("p", TensorProto.INT64, [8], pads)]
+        if mode == "constant":
+            inits.append(helper.make_tensor("v", TensorProto.FLOAT, [], [-1.5]))
+        save(out, f"pad_{mode}", [helper.make_node("Pad", ins, ["y"], mode=mode)],
+             [fin("x", [2, 3, 4, 5])], {"x": px}, inits=inits, opset=opset)
+    save(out, "pad_axes", [helper.make_node("Pad", ["x", "p", "", "a"], ["y"], mode="reflect")],
+         [fin("x", [2, 3, 4, 5])], {"x": px}, opset=18,
+         inits=[helper.make_tensor("p", TensorProto.INT64, [4], [1, 2, 3, 1]),
+                helper.make_tensor("a", TensorProto.INT64, [2], [-1, 2])])
 
 
 if __name__ == "__main__":

@@ -39,6 +39,20 @@ pub struct TensorSpec {
     pub dtype: DType,
 }
 
+/// How [`Op::Pad`] fills the cells it adds (ONNX `Pad` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PadMode {
+    /// A constant value.
+    Constant,
+    /// The mirror image, the edge element not repeated.
+    Reflect,
+    /// The edge element repeated.
+    Edge,
+    /// The values from the other end of the axis (circular).
+    Wrap,
+}
+
 /// An operation with its attributes. JSON: `"op": "Name"` and, when the op has any,
 /// `"attrs": {...}` beside it in the node object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -283,6 +297,32 @@ pub enum Op {
         #[serde(default = "eps_rms")]
         eps: f64,
     },
+    /// Running sum along `axis` (ONNX `CumSum`): `out[.., i, ..] = Σ x[.., j, ..]` over
+    /// `j ≤ i` (`j < i` when `exclusive`; from the end when `reverse`). Shape and dtype of
+    /// the input.
+    CumSum {
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// Leave out the element itself.
+        #[serde(default)]
+        exclusive: bool,
+        /// Sum from the end of the axis.
+        #[serde(default)]
+        reverse: bool,
+    },
+    /// ONNX `Pad`: `pads` holds every axis's count before, then every axis's count after
+    /// (negative ones crop, before any padding); `out_dim = in_dim + before + after`. `mode` fills the new cells
+    /// with `value` (`constant`), the mirror image without the edge (`reflect`), the edge
+    /// value (`edge`) or the values from the other end (`wrap`).
+    Pad {
+        /// `[before_0, …, before_{r-1}, after_0, …, after_{r-1}]`.
+        pads: Vec<i64>,
+        /// How new cells are filled.
+        mode: PadMode,
+        /// The fill value of `constant` mode.
+        #[serde(default)]
+        value: f64,
+    },
     /// A one-input function of the op table ([`crate::optable`]): its dtype rule, scalar
     /// reference and code-generator expressions are defined there.
     Unary {
@@ -374,6 +414,8 @@ impl Op {
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
             Op::RmsNormSwiGlu { .. } => "RMSNormSwiGLU",
+            Op::CumSum { .. } => "CumSum",
+            Op::Pad { .. } => "Pad",
             Op::Unary { f } => f.name(),
             Op::Binary { f } => f.name(),
             Op::Opaque { .. } => "Opaque",
@@ -442,6 +484,8 @@ impl Op {
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. }
             | Op::RmsNormSwiGlu { .. }
+            | Op::CumSum { .. }
+            | Op::Pad { .. }
             | Op::Opaque { .. } => OpClass::Opaque,
             _ => OpClass::Elementwise,
         }
@@ -1180,6 +1224,61 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             let mut s = a.shape[..ra - 1].to_vec();
             s.push(b.shape[rb - 1]);
             vec![(s, a.dtype)]
+        }
+        Op::CumSum { axis, .. } => {
+            arity(1)?;
+            let t = ins[0];
+            norm_axis(*axis, t.shape.len()).ok_or_else(|| {
+                shape_err(
+                    t,
+                    format!("axis {axis} is out of range for rank {}", t.shape.len()),
+                )
+            })?;
+            vec![(t.shape.clone(), t.dtype)]
+        }
+        Op::Pad { pads, mode, value } => {
+            arity(1)?;
+            let t = ins[0];
+            let r = t.shape.len();
+            if pads.len() != 2 * r {
+                return Err(inv(format!(
+                    "pads has {} values; rank {r} needs {}",
+                    pads.len(),
+                    2 * r
+                )));
+            }
+            let _ = value; // any fill value, NaN included, is valid
+            let mut s = Vec::with_capacity(r);
+            for (a, &d) in t.shape.iter().enumerate() {
+                let (b, e) = (pads[a], pads[r + a]);
+                let n = (d as i64)
+                    .checked_add(b)
+                    .and_then(|x| x.checked_add(e))
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| {
+                        shape_err(
+                            t,
+                            format!("pads {b} and {e} leave axis {a} (size {d}) negative"),
+                        )
+                    })?;
+                // Negative pads crop first; the positive ones extend what is kept.
+                let kept = d as i64 - (-b).max(0) - (-e).max(0);
+                let need = match mode {
+                    PadMode::Reflect => kept >= 2 && b.max(e) < kept,
+                    PadMode::Edge | PadMode::Wrap => kept >= 1,
+                    PadMode::Constant => true,
+                };
+                if !need && (b > 0 || e > 0) {
+                    return Err(shape_err(
+                        t,
+                        format!(
+                            "{mode:?} padding of {b} and {e} on axis {a} of size {d} ({kept} kept after cropping; reflect needs both pads below it)"
+                        ),
+                    ));
+                }
+                s.push(n as usize);
+            }
+            vec![(s, t.dtype)]
         }
         Op::Binary { f } => {
             arity(2)?;

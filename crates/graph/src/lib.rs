@@ -37,7 +37,7 @@ pub mod traffic;
 
 pub use error::{GraphError, Result};
 pub use ir::{
-    broadcast_shapes, DType, Graph, Node, Op, OpClass, TensorInfo, TensorSpec, TypedGraph,
+    broadcast_shapes, DType, Graph, Node, Op, OpClass, PadMode, TensorInfo, TensorSpec, TypedGraph,
     SCHEMA_VERSION,
 };
 

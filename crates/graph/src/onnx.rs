@@ -291,8 +291,9 @@ impl OnnxImport {
 /// form used) with its count, up to three of its nodes and the first node's reason; nodes
 /// left opaque only because they read such an op's output are counted, not listed.
 pub fn missing_ops_line(opaque: &[OpaqueNode]) -> String {
-    let (downstream, primary): (Vec<&OpaqueNode>, Vec<&OpaqueNode>) =
-        opaque.iter().partition(|o| o.reason.starts_with(DEPENDS_ON));
+    let (downstream, primary): (Vec<&OpaqueNode>, Vec<&OpaqueNode>) = opaque
+        .iter()
+        .partition(|o| o.reason.starts_with(DEPENDS_ON));
     let mut by_op: Vec<(&str, Vec<&OpaqueNode>)> = Vec::new();
     for o in primary {
         match by_op.iter_mut().find(|(k, _)| *k == o.op_type) {
@@ -1079,16 +1080,12 @@ impl<'a> Importer<'a> {
         }
         // A node reading what an opaque node of unknown shape would produce cannot be
         // lowered either; it is counted as downstream of that op, not as an op of its own.
-        let upstream = np
-            .input
-            .iter()
-            .filter(|i| !i.is_empty())
-            .find_map(|i| {
-                self.unavailable
-                    .get(&self.resolve(i))
-                    .filter(|why| why.starts_with(DEPENDS_ON))
-                    .cloned()
-            });
+        let upstream = np.input.iter().filter(|i| !i.is_empty()).find_map(|i| {
+            self.unavailable
+                .get(&self.resolve(i))
+                .filter(|why| why.starts_with(DEPENDS_ON))
+                .cloned()
+        });
         let lowering = if let Some(why) = upstream {
             Lowering::Opaque(why)
         } else if !(np.domain.is_empty() || np.domain == "ai.onnx") {
@@ -1233,10 +1230,8 @@ impl<'a> Importer<'a> {
                     // Without an output shape the node cannot stand in the IR graph: its
                     // outputs and what depends on them are left out, and the import fails
                     // at the end listing every such op at once (see `import_model_with`).
-                    self.unavailable.insert(
-                        o.clone(),
-                        format!("{DEPENDS_ON} `{name}` ({op_type})"),
-                    );
+                    self.unavailable
+                        .insert(o.clone(), format!("{DEPENDS_ON} `{name}` ({op_type})"));
                     dropped.push(o.clone());
                     self.shapeless.push(e);
                     continue;
@@ -1264,7 +1259,15 @@ impl<'a> Importer<'a> {
                 omitted.join(", ")
             ));
         }
-        if outputs.is_empty() && !full.starts_with(DEPENDS_ON) && !self.shapeless.is_empty() && dropped.iter().all(|d| self.unavailable.get(d).is_some_and(|w| w.starts_with(DEPENDS_ON))) {
+        if outputs.is_empty()
+            && !full.starts_with(DEPENDS_ON)
+            && !self.shapeless.is_empty()
+            && dropped.iter().all(|d| {
+                self.unavailable
+                    .get(d)
+                    .is_some_and(|w| w.starts_with(DEPENDS_ON))
+            })
+        {
             // Left out for an unknown output shape (said once, by the import's error).
         } else if outputs.is_empty() && !full.starts_with(DEPENDS_ON) {
             full.push_str(&format!(
@@ -2371,6 +2374,79 @@ impl<'a> Importer<'a> {
                 arity!(2);
                 let axis = attr_i(np, "axis").unwrap_or(0);
                 one(Op::Gather { axis }, inputs!([0, 1]))
+            }
+            "CumSum" => {
+                arity!(2);
+                let axis = match self.param(np, 1).map(|r| r.and_then(|(v, _)| v.ints())) {
+                    Some(Ok(a)) if a.len() == 1 => a[0],
+                    Some(Ok(a)) => opaque!("axis must be one value, got {a:?}"),
+                    Some(Err(why)) => opaque!("the axis must be constant: {why}"),
+                    None => opaque!("no axis"),
+                };
+                let flag = |k: &str| attr_i(np, k).unwrap_or(0) != 0;
+                one(
+                    Op::CumSum {
+                        axis,
+                        exclusive: flag("exclusive"),
+                        reverse: flag("reverse"),
+                    },
+                    inputs!([0]),
+                )
+            }
+            "Pad" => {
+                let mode = match attr_s(np, "mode").as_deref().unwrap_or("constant") {
+                    "constant" => crate::ir::PadMode::Constant,
+                    "reflect" => crate::ir::PadMode::Reflect,
+                    "edge" => crate::ir::PadMode::Edge,
+                    "wrap" => crate::ir::PadMode::Wrap,
+                    m => opaque!("attribute `mode` = `{m}` is not constant, reflect, edge or wrap"),
+                };
+                let x = inputs!([0]);
+                let rank = self.specs[&x[0]].shape.len();
+                // Opset < 11: `pads` and `value` are attributes; from 11 they are inputs 1
+                // and 2, and from 18 input 3 names the axes the pads apply to.
+                let (pads, value) = if self.opset < 11 {
+                    let Some(p) = attr_ints(np, "pads") else {
+                        opaque!("no `pads` attribute")
+                    };
+                    (p.to_vec(), attr_f(np, "value").unwrap_or(0.0))
+                } else {
+                    let pads = match self.param(np, 1).map(|r| r.and_then(|(v, _)| v.ints())) {
+                        Some(Ok(p)) => p,
+                        Some(Err(why)) => opaque!("the pads must be constant: {why}"),
+                        None => opaque!("no pads input"),
+                    };
+                    let value = match self.param(np, 2) {
+                        Some(Ok((v, _))) if v.len() == 1 => v.f64_at(0),
+                        Some(Ok(_)) => opaque!("constant_value must be one value"),
+                        Some(Err(why)) => opaque!("constant_value must be constant: {why}"),
+                        None => 0.0,
+                    };
+                    (pads, value)
+                };
+                let pads = match self.param(np, 3) {
+                    None => pads,
+                    Some(Err(why)) => opaque!("the axes must be constant: {why}"),
+                    Some(Ok((v, _))) => {
+                        let axes = match v.ints() {
+                            Ok(a) => a,
+                            Err(e) => opaque!("axes: {e}"),
+                        };
+                        if pads.len() != 2 * axes.len() {
+                            opaque!("{} pads for {} axes", pads.len(), axes.len());
+                        }
+                        let mut full = vec![0i64; 2 * rank];
+                        for (k, &a) in axes.iter().enumerate() {
+                            let Some(a) = crate::ir::norm_axis(a, rank) else {
+                                opaque!("axis {a} is out of range for rank {rank}")
+                            };
+                            full[a] = pads[k];
+                            full[rank + a] = pads[axes.len() + k];
+                        }
+                        full
+                    }
+                };
+                one(Op::Pad { pads, mode, value }, x)
             }
             "GatherND" => {
                 // Lowered to a Gather along a flattened leading axis: the index tuples become

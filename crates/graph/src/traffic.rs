@@ -119,8 +119,8 @@ pub const LIMITATIONS: &[&str] = &[
 /// FLOPs of one node: matmul 2·M·N·K; elementwise 1 per output element; reductions 1 per
 /// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7, LogAddExp 3
 /// per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
-/// MaxPool2d / AvgPool2d one compare or add per window element; sources, views, casts, Slice, Where and
-/// Gather and opaque ops 0.
+/// MaxPool2d / AvgPool2d one compare or add per window element; CumSum one add per element;
+/// sources, views, casts, Slice, Pad, Where and Gather and opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
     let out = tg.tensors[tg.node_outputs[i][0]].numel;
     let in0 = tg.node_inputs[i]
@@ -135,6 +135,7 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         | Op::Concat { .. }
         | Op::Slice { .. }
         | Op::Gather { .. }
+        | Op::Pad { .. }
         | Op::Where => 0,
         Op::Conv2d { group, .. } => {
             // 2 FLOPs per multiply-add: out · (C/group) · R · S of them.

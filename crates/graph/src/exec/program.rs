@@ -461,6 +461,90 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
+                Op::CumSum {
+                    axis,
+                    exclusive,
+                    reverse,
+                } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let s = &tg.tensors[i].shape;
+                    let a = norm_axis(*axis, s.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let (outer, len, inner) = (
+                        s[..a].iter().product::<usize>(),
+                        s[a],
+                        s[a + 1..].iter().product::<usize>(),
+                    );
+                    let src = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    out.resize(src.len(), 0.0);
+                    for ob in 0..outer {
+                        for ib in 0..inner {
+                            // Accumulated in f64 and stored as f32, as a sum of int64 ids
+                            // or of f32 values in a row.
+                            let mut acc = 0f64;
+                            for step in 0..len {
+                                let j = if *reverse { len - 1 - step } else { step };
+                                let at = (ob * len + j) * inner + ib;
+                                if *exclusive {
+                                    out[at] = acc as f32;
+                                    acc += f64::from(src[at]);
+                                } else {
+                                    acc += f64::from(src[at]);
+                                    out[at] = acc as f32;
+                                }
+                            }
+                        }
+                    }
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
+                Op::Pad { pads, mode, value } => {
+                    let i = tg.node_inputs[n][0];
+                    let o = tg.node_outputs[n][0];
+                    let is = tg.tensors[i].shape.clone();
+                    let os = tg.tensors[o].shape.clone();
+                    let r = is.len();
+                    let istr = strides(&is);
+                    let src = st.bufs[i].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    out.clear();
+                    let fill = *value as f32;
+                    for_each_index(&os, |idx| {
+                        let mut off = 0usize;
+                        let mut inside = true;
+                        for a in 0..r {
+                            // Negative pads crop first (as ONNX's reference and onnxruntime
+                            // do): the kept range [lo, lo + d) is what the positive pads
+                            // extend, reflect or wrap.
+                            let (b, e) = (pads[a], pads[r + a]);
+                            let lo = (-b).max(0);
+                            let d = is[a] as i64 - lo - (-e).max(0);
+                            let mut j = idx[a] as i64 - b.max(0);
+                            if j < 0 || j >= d {
+                                match mode {
+                                    crate::ir::PadMode::Constant => {
+                                        inside = false;
+                                        break;
+                                    }
+                                    crate::ir::PadMode::Edge => j = j.clamp(0, d - 1),
+                                    crate::ir::PadMode::Wrap => j = j.rem_euclid(d),
+                                    crate::ir::PadMode::Reflect => {
+                                        // Mirror about the edge elements (not repeated).
+                                        let period = 2 * (d - 1);
+                                        let m = j.rem_euclid(period);
+                                        j = if m < d { m } else { period - m };
+                                    }
+                                }
+                            }
+                            off += (j + lo) as usize * istr[a];
+                        }
+                        out.push(if inside { src[off] } else { fill });
+                    });
+                    st.bufs[o] = Some(out);
+                    Ok(())
+                }
                 Op::Opaque { name, .. } => Err(exec_err(
                     tg,
                     n,

@@ -71,6 +71,7 @@ pub(super) const FOLDABLE: &[&str] = &[
     "Floor",
     "Ceil",
     "Expand",
+    "Transpose",
 ];
 
 type R<T> = std::result::Result<T, String>;
@@ -562,6 +563,41 @@ pub(super) fn fold(np: &NodeProto, args: &[Arg], opset: i64) -> Option<R<Known>>
                             off += (plan[d].0 + plan[d].1 * k as i64) * strides[d] as i64;
                         }
                         off as usize
+                    })
+                    .collect();
+                Ok(Known {
+                    dims,
+                    vals: pick(&first.vals, &at),
+                    code: first.code,
+                })
+            }
+            "Transpose" => {
+                // Exporters compute pads and shapes through Transpose (a reflect-padded Conv
+                // in TorchScript): permuted like the IR's view.
+                let r = first.dims.len();
+                let perm: Vec<usize> = match attr_ints(np, "perm") {
+                    Some(p) => p.iter().map(|&x| norm(x, r)).collect::<R<_>>()?,
+                    None => (0..r).rev().collect(),
+                };
+                let mut seen = vec![false; r];
+                if perm.len() != r || perm.iter().any(|&p| std::mem::replace(&mut seen[p], true)) {
+                    return Err(format!("perm {perm:?} is not a permutation of {r} axes"));
+                }
+                let dims: Vec<usize> = perm.iter().map(|&p| first.dims[p]).collect();
+                let mut strides = vec![1usize; r];
+                for i in (0..r.saturating_sub(1)).rev() {
+                    strides[i] = strides[i + 1] * first.dims[i + 1];
+                }
+                let at: Vec<usize> = bmap(&dims, &dims)
+                    .into_iter()
+                    .map(|flat| {
+                        let (mut rem, mut off) = (flat, 0usize);
+                        for d in (0..r).rev() {
+                            let k = rem % dims[d].max(1);
+                            rem /= dims[d].max(1);
+                            off += k * strides[perm[d]];
+                        }
+                        off
                     })
                     .collect();
                 Ok(Known {
