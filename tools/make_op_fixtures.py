@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Single-op ONNX fixtures for the ops the op table and the importer added, with
-onnxruntime's outputs: OUT/<case>/model.onnx, inputs/*.npy, expected/*.npy.
+onnxruntime's outputs (or, for a form onnxruntime refuses, the ONNX package's reference
+evaluator's, said in OUT/<case>/REFERENCE): OUT/<case>/model.onnx, inputs/*.npy,
+expected/*.npy.
 
 Inputs are float32 (edge values: NaN, +-inf, +-0, halves); a bool operand is made inside the
 model with Cast(to=BOOL), and a bool result is Cast back to float32, so every file is float32.
@@ -21,7 +23,7 @@ EDGE = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, 
                 dtype=np.float32)
 
 
-def save(out, case, nodes, inputs, feeds, inits=(), opset=OPSET):
+def save(out, case, nodes, inputs, feeds, inits=(), opset=OPSET, reference="onnxruntime"):
     d = os.path.join(out, case)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     os.makedirs(os.path.join(d, "expected"), exist_ok=True)
@@ -33,8 +35,16 @@ def save(out, case, nodes, inputs, feeds, inits=(), opset=OPSET):
     onnx.checker.check_model(m)
     path = os.path.join(d, "model.onnx")
     onnx.save(m, path)
-    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    y = s.run(None, feeds)[0]
+    if reference == "onnxruntime":
+        s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        y = s.run(None, feeds)[0]
+    else:
+        # onnxruntime refuses some forms (batch-major `layout = 1` recurrent ops): the ONNX
+        # package's reference evaluator computes those, and the fixture says so.
+        from onnx.reference import ReferenceEvaluator
+        y = ReferenceEvaluator(m).run(None, feeds)[0].astype(np.float32)
+        with open(os.path.join(d, "REFERENCE"), "w") as f:
+            f.write("expected/ computed by onnx.reference.ReferenceEvaluator (onnxruntime refuses this form)\n")
     for k, v in feeds.items():
         np.save(os.path.join(d, "inputs", f"{k}.npy"), v)
     np.save(os.path.join(d, "expected", "y.npy"), y)
@@ -111,6 +121,47 @@ def main():
          [fin("x", [2, 3, 4, 5])], {"x": px}, opset=18,
          inits=[helper.make_tensor("p", TensorProto.INT64, [4], [1, 2, 3, 1]),
                 helper.make_tensor("a", TensorProto.INT64, [2], [-1, 2])])
+    # LSTM and GRU: every output (Y, Y_h, Y_c) flattened and concatenated into y.
+    S, B, I, H = 5, 2, 3, 4
+    for case, op, attrs, with_bias, with_init in [
+        ("lstm_forward", "LSTM", {}, True, True),
+        ("lstm_reverse", "LSTM", {"direction": "reverse"}, True, False),
+        ("lstm_bidirectional_layout1", "LSTM", {"direction": "bidirectional", "layout": 1},
+         False, False),
+        ("gru_bidirectional", "GRU", {"direction": "bidirectional"}, True, True),
+        ("gru_linear_before_reset_layout1", "GRU", {"linear_before_reset": 1, "layout": 1},
+         True, True),
+    ]:
+        g = 4 if op == "LSTM" else 3
+        nd = 2 if attrs.get("direction") == "bidirectional" else 1
+        layout = attrs.get("layout", 0)
+        xs = [S, B, I] if layout == 0 else [B, S, I]
+        ss = [nd, B, H] if layout == 0 else [B, nd, H]
+        init = lambda n, sh: helper.make_tensor(n, TensorProto.FLOAT, sh,
+                                                rng.standard_normal(sh).astype(np.float32).flatten() * 0.5)
+        inits = [init("W", [nd, g * H, I]), init("R", [nd, g * H, H])]
+        ins = ["x", "W", "R"]
+        ins.append("B" if with_bias else "")
+        if with_bias:
+            inits.append(init("B", [nd, 2 * g * H]))
+        ins.append("")  # sequence_lens
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        graph_in = [fin("x", xs)]
+        if with_init:
+            ins.append("h0")
+            feeds["h0"] = rng.standard_normal(ss).astype(np.float32)
+            graph_in.append(fin("h0", ss))
+            if op == "LSTM":
+                ins.append("c0")
+                feeds["c0"] = rng.standard_normal(ss).astype(np.float32)
+                graph_in.append(fin("c0", ss))
+        outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+        nodes = [helper.make_node(op, ins, outs, hidden_size=H, **attrs)]
+        for o in outs:
+            nodes.append(helper.make_node("Flatten", [o], [o + "_f"], axis=0))
+        nodes.append(helper.make_node("Concat", [o + "_f" for o in outs], ["y"], axis=1))
+        save(out, case, nodes, graph_in, feeds, inits=inits,
+             reference="onnx" if layout == 1 else "onnxruntime")
 
 
 if __name__ == "__main__":

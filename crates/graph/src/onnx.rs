@@ -25,6 +25,7 @@
 mod external;
 mod fold;
 pub mod proto;
+mod recurrent;
 mod scan;
 
 use crate::error::{GraphError, Result};
@@ -2375,6 +2376,8 @@ impl<'a> Importer<'a> {
                 let axis = attr_i(np, "axis").unwrap_or(0);
                 one(Op::Gather { axis }, inputs!([0, 1]))
             }
+            "LSTM" => return self.lower_recurrent(np, name, recurrent::Cell::Lstm),
+            "GRU" => return self.lower_recurrent(np, name, recurrent::Cell::Gru),
             "CumSum" => {
                 arity!(2);
                 let axis = match self.param(np, 1).map(|r| r.and_then(|(v, _)| v.ints())) {
