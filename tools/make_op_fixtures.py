@@ -121,6 +121,31 @@ def main():
          [fin("x", [2, 3, 4, 5])], {"x": px}, opset=18,
          inits=[helper.make_tensor("p", TensorProto.INT64, [4], [1, 2, 3, 1]),
                 helper.make_tensor("a", TensorProto.INT64, [2], [-1, 2])])
+    # Trilu at run time (upper and lower, k of either sign, batched) and of a constant
+    # (folded at import), and the rotary pattern: Sin/Cos of a constant MatMul (folded).
+    tx = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    for case, upper, k in [("trilu_upper", 1, 0), ("trilu_lower_k1", 0, 1),
+                           ("trilu_upper_kneg2", 1, -2)]:
+        save(out, case, [helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)],
+             [fin("x", [2, 4, 6])], {"x": tx},
+             inits=[helper.make_tensor("k", TensorProto.INT64, [], [k])])
+    ones = np.ones((6, 6), dtype=np.float32)
+    save(out, "trilu_const_folded",
+         [helper.make_node("Trilu", ["c"], ["m"], upper=0),
+          helper.make_node("Mul", ["x", "m"], ["y"])],
+         [fin("x", [4, 6, 6])], {"x": rng.standard_normal((4, 6, 6)).astype(np.float32)},
+         inits=[helper.make_tensor("c", TensorProto.FLOAT, [6, 6], ones.flatten())])
+    inv_freq = (1.0 / (10000 ** (np.arange(0, 8, 2) / 8))).astype(np.float32).reshape(1, 4, 1)
+    pos = np.arange(8, dtype=np.float32).reshape(1, 1, 8)
+    save(out, "rotary_sin_cos_folded",
+         [helper.make_node("MatMul", ["f", "p"], ["fp"]),
+          helper.make_node("Transpose", ["fp"], ["ang"], perm=[0, 2, 1]),
+          helper.make_node("Sin", ["ang"], ["s"]), helper.make_node("Cos", ["ang"], ["c"]),
+          helper.make_node("Concat", ["s", "c"], ["sc"], axis=-1),
+          helper.make_node("Mul", ["x", "sc"], ["y"])],
+         [fin("x", [2, 8, 8])], {"x": rng.standard_normal((2, 8, 8)).astype(np.float32)},
+         inits=[helper.make_tensor("f", TensorProto.FLOAT, [1, 4, 1], inv_freq.flatten()),
+                helper.make_tensor("p", TensorProto.FLOAT, [1, 1, 8], pos.flatten())])
     # LSTM and GRU: every output (Y, Y_h, Y_c) flattened and concatenated into y.
     S, B, I, H = 5, 2, 3, 4
     for case, op, attrs, with_bias, with_init in [

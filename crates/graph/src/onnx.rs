@@ -1303,6 +1303,14 @@ impl<'a> Importer<'a> {
         Ok(())
     }
 
+    /// A constant tensor made at import (a lowering's mask or transposed weight), defined as
+    /// a static and materialized as a Weight (or Constant) node; its name.
+    fn add_constant(&mut self, t: TensorProto) -> Result<std::result::Result<String, String>> {
+        let name = t.name.clone();
+        self.statics.insert(name.clone(), Cow::Owned(t));
+        Ok(self.runtime(&name, "a lowering")?.map(|_| name))
+    }
+
     /// Runtime inputs `idx` of `np`, resolved; `Err(reason)` when one is missing or has no
     /// IR form.
     fn rt_inputs(
@@ -2378,6 +2386,58 @@ impl<'a> Importer<'a> {
             }
             "LSTM" => return self.lower_recurrent(np, name, recurrent::Cell::Lstm),
             "GRU" => return self.lower_recurrent(np, name, recurrent::Cell::Gru),
+            "Trilu" => {
+                // At run time: Where(mask, x, 0) with the triangle mask made here (the shapes
+                // are static); a constant input was folded above.
+                let x = inputs!([0]);
+                let spec = self.specs[&x[0]].clone();
+                let r = spec.shape.len();
+                if r < 2 {
+                    opaque!("input has rank {r}, Trilu needs 2 or more");
+                }
+                let k = match self.param(np, 1).map(|p| p.and_then(|(v, _)| v.ints())) {
+                    None => 0,
+                    Some(Ok(v)) if v.len() == 1 => v[0],
+                    Some(Ok(v)) => opaque!("k must be one value, got {v:?}"),
+                    Some(Err(why)) => opaque!("k must be constant: {why}"),
+                };
+                let upper = attr_i(np, "upper").unwrap_or(1) != 0;
+                let (n, m) = (spec.shape[r - 2], spec.shape[r - 1]);
+                let mask: Vec<i32> = (0..n * m)
+                    .map(|f| i32::from(fold::trilu_keeps(upper, k, f / m.max(1), f % m.max(1))))
+                    .collect();
+                let zero = match spec.dtype {
+                    DType::Fp32 => TensorProto {
+                        data_type: dt::FLOAT,
+                        float_data: vec![0.0],
+                        ..Default::default()
+                    },
+                    DType::Int64 => TensorProto {
+                        data_type: dt::INT64,
+                        int64_data: vec![0],
+                        ..Default::default()
+                    },
+                    d => opaque!("Trilu of {d} at run time is not lowered (fp32 and int64 are)"),
+                };
+                let mask_name = match self.add_constant(TensorProto {
+                    dims: vec![n as i64, m as i64],
+                    data_type: dt::BOOL,
+                    int32_data: mask,
+                    name: format!("{out}#mask"),
+                    ..Default::default()
+                })? {
+                    Ok(v) => v,
+                    Err(why) => opaque!("{why}"),
+                };
+                let zero_name = match self.add_constant(TensorProto {
+                    name: format!("{out}#zero"),
+                    ..zero
+                })? {
+                    Ok(v) => v,
+                    Err(why) => opaque!("{why}"),
+                };
+                one(Op::Where, vec![mask_name, x[0].clone(), zero_name])
+            }
             "CumSum" => {
                 arity!(2);
                 let axis = match self.param(np, 1).map(|r| r.and_then(|(v, _)| v.ints())) {

@@ -178,8 +178,8 @@ fn single_ops_match_onnxruntime() {
         .map(|e| e.unwrap().path())
         .collect();
     cases.sort();
-    // 21 op-table and GatherND cases, 4 CumSum, 5 Pad, 3 LSTM, 2 GRU.
-    assert!(cases.len() >= 35, "{cases:?}");
+    // 21 op-table and GatherND cases, 4 CumSum, 5 Pad, 5 Trilu / folding, 3 LSTM, 2 GRU.
+    assert!(cases.len() >= 40, "{cases:?}");
     for dir in cases {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let inputs = npy_dir(&dir.join("inputs"));
@@ -211,5 +211,20 @@ fn single_ops_match_onnxruntime() {
                 assert!(ok, "{name} {label} [{i}]: {g} vs onnxruntime {w}");
             }
         }
+    }
+}
+
+#[test]
+fn constants_fold_through_trilu_matmul_and_trigonometry() {
+    // The constant Trilu mask and the rotary table (MatMul of inv_freq and positions, its
+    // Transpose, Sin, Cos and Concat) are computed at import: none is an IR node, and the
+    // graph is just the input, the folded constant and the Mul.
+    for case in ["trilu_const_folded", "rotary_sin_cos_folded"] {
+        let imp = tensorforge_graph::onnx::import_onnx_file(
+            root().join("ops").join(case).join("model.onnx"),
+        )
+        .unwrap();
+        let ops: Vec<&str> = imp.graph.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, ["Input", "Weight", "Mul"], "{case}: {ops:?}");
     }
 }

@@ -72,7 +72,15 @@ pub(super) const FOLDABLE: &[&str] = &[
     "Ceil",
     "Expand",
     "Transpose",
+    "Sin",
+    "Cos",
+    "Trilu",
+    "MatMul",
 ];
+
+/// Most multiply-adds a folded MatMul may cost at import (2^24: a rotary table's
+/// `inv_freq @ positions` is a few thousand).
+const MAX_FOLD_MACS: u64 = 1 << 24;
 
 type R<T> = std::result::Result<T, String>;
 
@@ -258,6 +266,8 @@ fn unary(op: &str, a: &Known) -> Known {
                     "Reciprocal" => 1.0 / x,
                     "Floor" => x.floor(),
                     "Ceil" => x.ceil(),
+                    "Sin" => x.sin(),
+                    "Cos" => x.cos(),
                     _ => f64::from(u8::from(x == 0.0)),
                 })
                 .collect(),
@@ -268,6 +278,73 @@ fn unary(op: &str, a: &Known) -> Known {
         vals,
         code: if op == "Not" { dt::BOOL } else { a.code },
     }
+}
+
+/// Whether Trilu keeps element `(i, j)`: on or above diagonal `k` (`upper`), on or below it
+/// otherwise; the one rule for the folder and the runtime mask.
+pub(super) fn trilu_keeps(upper: bool, k: i64, i: usize, j: usize) -> bool {
+    let d = j as i64 - i as i64;
+    if upper {
+        d >= k
+    } else {
+        d <= k
+    }
+}
+
+/// NumPy `matmul` of two constants (rank >= 2 each, batch dims broadcast), in f64; an
+/// integer product stays integer.
+fn matmul(a: &Known, b: &Known) -> R<Known> {
+    let (ra, rb) = (a.dims.len(), b.dims.len());
+    if ra < 2 || rb < 2 {
+        return Err("folded MatMul needs rank >= 2 operands".into());
+    }
+    let (m, k, n) = (a.dims[ra - 2], a.dims[ra - 1], b.dims[rb - 1]);
+    if b.dims[rb - 2] != k {
+        return Err(format!(
+            "MatMul {:?} x {:?}: inner dims differ",
+            a.dims, b.dims
+        ));
+    }
+    let batch = bcast(&a.dims[..ra - 2], &b.dims[..rb - 2])?;
+    let mut dims = batch.clone();
+    dims.extend([m, n]);
+    let total = numel(&dims)?;
+    if (total as u64).saturating_mul(k as u64) > MAX_FOLD_MACS {
+        return Err(format!(
+            "MatMul {:?} x {:?} is too costly to fold",
+            a.dims, b.dims
+        ));
+    }
+    let (ia, ib) = (
+        bmap(&a.dims[..ra - 2], &batch),
+        bmap(&b.dims[..rb - 2], &batch),
+    );
+    let (av, bv) = (f64s(&a.vals), f64s(&b.vals));
+    let mut out = Vec::with_capacity(total);
+    for (p, q) in ia.iter().zip(&ib) {
+        let (ao, bo) = (p * m * k, q * k * n);
+        for i in 0..m {
+            for j in 0..n {
+                out.push(
+                    (0..k)
+                        .map(|t| av[ao + i * k + t] * bv[bo + t * n + j])
+                        .sum::<f64>(),
+                );
+            }
+        }
+    }
+    let vals = match (&a.vals, &b.vals) {
+        (Vals::Int(_), Vals::Int(_)) => Vals::Int(out.iter().map(|&x| x as i64).collect()),
+        _ => Vals::Float(out),
+    };
+    let code = if matches!(vals, Vals::Int(_)) {
+        a.code
+    } else if is_int_code(a.code) {
+        b.code
+    } else {
+        a.code
+    };
+    Ok(Known { dims, vals, code })
 }
 
 fn cast(a: &Known, to: i32) -> R<Known> {
@@ -484,8 +561,47 @@ pub(super) fn fold(np: &NodeProto, args: &[Arg], opset: i64) -> Option<R<Known>>
                 }
                 Ok(acc)
             }
-            "Neg" | "Abs" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Not" => {
+            "Neg" | "Abs" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Not" | "Sin" | "Cos" => {
                 Ok(unary(op, first))
+            }
+            "Trilu" => {
+                let k = match c.get(1).copied().flatten() {
+                    Some(t) => *ints(t, "Trilu k")?.first().ok_or("empty k")?,
+                    None => 0,
+                };
+                let upper = attr_i(np, "upper").unwrap_or(1) != 0;
+                let r = first.dims.len();
+                if r < 2 {
+                    return Err(format!("Trilu needs rank >= 2, got {:?}", first.dims));
+                }
+                let (n, m) = (first.dims[r - 2], first.dims[r - 1]);
+                let keep = |flat: usize| {
+                    let (i, j) = ((flat / m.max(1)) % n.max(1), flat % m.max(1));
+                    trilu_keeps(upper, k, i, j)
+                };
+                let vals = match &first.vals {
+                    Vals::Int(v) => Vals::Int(
+                        v.iter()
+                            .enumerate()
+                            .map(|(f, &x)| if keep(f) { x } else { 0 })
+                            .collect(),
+                    ),
+                    Vals::Float(v) => Vals::Float(
+                        v.iter()
+                            .enumerate()
+                            .map(|(f, &x)| if keep(f) { x } else { 0.0 })
+                            .collect(),
+                    ),
+                };
+                Ok(Known {
+                    dims: first.dims.clone(),
+                    vals,
+                    code: first.code,
+                })
+            }
+            "MatMul" => {
+                let b = c.get(1).copied().flatten().ok_or("no right operand")?;
+                matmul(first, b)
             }
             "Cast" => cast(first, attr_i(np, "to").unwrap_or(0) as i32),
             "Concat" => {

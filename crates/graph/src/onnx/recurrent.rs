@@ -14,7 +14,6 @@ use super::proto::{dt, NodeProto, TensorProto};
 use super::{attr, attr_f, attr_i, attr_s, weight_values, Importer, Lowering};
 use crate::error::Result;
 use crate::ir::{Node, Op};
-use std::borrow::Cow;
 
 /// Which recurrent op.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,17 +100,13 @@ impl<'a> Importer<'a> {
         dims: &[usize],
         data: Vec<f32>,
     ) -> Result<std::result::Result<String, String>> {
-        let t = TensorProto {
+        self.add_constant(TensorProto {
             dims: dims.iter().map(|&d| d as i64).collect(),
             data_type: dt::FLOAT,
             float_data: data,
-            name: name.clone(),
+            name,
             ..Default::default()
-        };
-        self.statics.insert(name.clone(), Cow::Owned(t));
-        Ok(self
-            .runtime(&name, "an unrolled recurrent node")?
-            .map(|_| name))
+        })
     }
 
     /// The data and dims of constant input `i` of `np`.
