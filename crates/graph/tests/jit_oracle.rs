@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use tensorforge_graph::exec::{execute_with, fill_inputs, ExecResult, Pool};
 use tensorforge_graph::fusion::compile;
-use tensorforge_graph::onnx::import_onnx_file;
 use tensorforge_graph::synth::synthetic_graph;
 use tensorforge_graph::{jit, Graph};
 
@@ -79,7 +78,17 @@ fn onnx_fixtures_agree_with_the_interpreter() {
     for e in std::fs::read_dir(&dir).unwrap() {
         let d = e.unwrap().path();
         if d.join("model.onnx").exists() {
-            let imp = import_onnx_file(d.join("model.onnx")).unwrap();
+            // Symbolic dims (the TorchScript exports) bound from the input files' shapes.
+            let mut options = tensorforge_graph::onnx::ImportOptions::default();
+            for f in std::fs::read_dir(d.join("inputs")).into_iter().flatten() {
+                let p = f.unwrap().path();
+                let a = tensorforge_kernels::npy::parse_npy(&std::fs::read(&p).unwrap()).unwrap();
+                let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+                options.input_shapes.insert(stem, a.shape);
+            }
+            let imp =
+                tensorforge_graph::onnx::import_onnx_file_with(d.join("model.onnx"), &options)
+                    .unwrap_or_else(|e| panic!("{e}"));
             check(&d.display().to_string(), &imp.graph, imp.weights);
         }
     }
