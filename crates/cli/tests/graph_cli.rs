@@ -396,8 +396,11 @@ fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
                 );
             }
         }
+        // The TorchScript exports declare symbolic batch and sequence dims.
+        let dims = ["--dim", "batch=2", "--dim", "sequence=8"];
         let explain = tf()
             .args(["fuse", &model, "--explain"])
+            .args(dims)
             .assert()
             .success()
             .get_output()
@@ -414,8 +417,11 @@ fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
             let reason = l.split_once(")").map(|x| x.1.trim()).unwrap_or("");
             assert!(reason.len() > 10, "{name}: no reason in `{l}`");
         }
-        let v = json(&["fuse", &model, "--json"]);
-        let imp = tensorforge_graph::onnx::import_onnx_file(&model).unwrap();
+        let v = json(&["fuse", &model, "--json", dims[0], dims[1], dims[2], dims[3]]);
+        let mut options = tensorforge_graph::onnx::ImportOptions::default();
+        options.dims.insert("batch".into(), 2);
+        options.dims.insert("sequence".into(), 8);
+        let imp = tensorforge_graph::onnx::import_onnx_file_with(&model, &options).unwrap();
         let weight_bytes: usize = imp.weights.values().map(|w| w.len()).sum();
         // fp32 weights are 4 bytes each; int8 ones 1: the lower bound counts 1 byte each.
         assert!(

@@ -18,18 +18,9 @@ use tensorforge_graph::traffic::{fuse_report, program_bytes};
 use tensorforge_graph::{mlp, Graph, SCHEMA_VERSION};
 use tensorforge_kernels::npy::{parse_npy, NpyData};
 
-/// Load a graph file (JSON). The single place that decides how a path is read.
-pub fn load_graph(path: &str) -> Result<Graph> {
-    Ok(load_graph_with_weights(path)?.0)
-}
-
-/// Load a graph and the weight data it carries (ONNX initializers and `Constant`
-/// tensors; a JSON graph carries none), by tensor name.
-pub fn load_graph_with_weights(path: &str) -> Result<(Graph, HashMap<String, Vec<f32>>)> {
-    load_graph_with(path, &ImportOptions::default(), false)
-}
-
-/// [`load_graph_with_weights`] with an ONNX model's symbolic dims bound by `options`; with
+/// Load a graph file (JSON or ONNX) and the weight data it carries (ONNX initializers and
+/// `Constant` tensors; a JSON graph carries none), by tensor name: the single place that
+/// decides how a path is read. An ONNX model's symbolic dims are bound by `options`; with
 /// `runnable`, a model holding any op that cannot execute is an error listing them all.
 pub fn load_graph_with(
     path: &str,
@@ -54,6 +45,9 @@ pub fn load_graph_with(
 pub struct FuseArgs {
     /// Graph file (JSON; see docs/graph.md).
     pub graph: String,
+    /// The value of a symbolic dim of an ONNX model (`--dim batch=2`; repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
     /// Print every rewrite and fusion decision with its reason.
     #[arg(long)]
     pub explain: bool,
@@ -69,6 +63,9 @@ pub struct FuseArgs {
 pub struct CodegenArgs {
     /// Graph file (JSON or ONNX).
     pub graph: String,
+    /// The value of a symbolic dim of an ONNX model (`--dim batch=2`; repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
     /// Target language.
     #[arg(long, value_enum, default_value_t = CodegenTarget::C)]
     pub target: CodegenTarget,
@@ -90,7 +87,7 @@ pub enum CodegenTarget {
 
 /// Write the generated kernel sources of a graph's fused program.
 pub fn run_codegen(a: CodegenArgs) -> Result<()> {
-    let g = load_graph(&a.graph)?;
+    let g = load_graph_with(&a.graph, &import_options(&a.dims, None)?, false)?.0;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let files = match a.target {
         CodegenTarget::C => tensorforge_graph::codegen::c::files(&c.fused),
@@ -116,7 +113,7 @@ pub fn run_codegen(a: CodegenArgs) -> Result<()> {
 
 /// Fuse a graph and report kernels, reasons and traffic.
 pub fn run_fuse(a: FuseArgs) -> Result<()> {
-    let g = load_graph(&a.graph)?;
+    let g = load_graph_with(&a.graph, &import_options(&a.dims, None)?, false)?.0;
     let hw = a.hw.load()?;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let r = fuse_report(&c, &hw)?;
@@ -191,6 +188,9 @@ pub fn run_fuse(a: FuseArgs) -> Result<()> {
 pub struct PlanMemoryArgs {
     /// Graph file (JSON).
     pub graph: String,
+    /// The value of a symbolic dim of an ONNX model (`--dim batch=2`; repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
     /// Fail (exit 2) when the plan needs more than this many bytes.
     #[arg(long, value_name = "N")]
     pub capacity_bytes: Option<u64>,
@@ -207,7 +207,7 @@ pub struct PlanMemoryArgs {
 
 /// Plan a graph's static memory.
 pub fn run_plan_memory(a: PlanMemoryArgs) -> Result<()> {
-    let g = load_graph(&a.graph)?;
+    let g = load_graph_with(&a.graph, &import_options(&a.dims, None)?, false)?.0;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let prog = if a.unfused { &c.unfused } else { &c.fused };
     let p = plan(prog, a.align).map_err(|e| anyhow!("{}: {e}", a.graph))?;
