@@ -2,7 +2,8 @@
 //! hand-written messages, see [`proto`]) into a [`Graph`] of the IR's ops.
 //!
 //! - Graph inputs (that are not initializers) become [`Op::Input`] with static shapes; a
-//!   symbolic dim is an error naming the input and the dim.
+//!   symbolic dim is bound by [`ImportOptions`] (the input's own shape, or the dim's name),
+//!   and an unbound one is an error naming the input, the dim and how to bind it.
 //! - Initializers and `Constant` nodes read as runtime tensors become [`Op::Weight`] (a
 //!   one-element tensor becomes [`Op::Constant`] with its value); their data is kept, as
 //!   f32, in [`OnnxImport::weights`] (fp16/bf16 through the `half` crate), so a model runs
