@@ -15,6 +15,9 @@ use super::{attr, attr_f, attr_i, attr_s, weight_values, Importer, Lowering};
 use crate::error::Result;
 use crate::ir::{Node, Op};
 
+/// A constant's dims and values.
+type Dense = (Vec<usize>, Vec<f32>);
+
 /// Which recurrent op.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Cell {
@@ -114,7 +117,7 @@ impl<'a> Importer<'a> {
         &self,
         np: &NodeProto,
         i: usize,
-    ) -> Option<std::result::Result<(Vec<usize>, Vec<f32>), String>> {
+    ) -> Option<std::result::Result<Dense, String>> {
         let raw = np.input.get(i).filter(|s| !s.is_empty())?;
         let n = self.resolve(raw);
         Some(match self.statics.get(&n) {
@@ -298,9 +301,7 @@ impl<'a> Importer<'a> {
             // h gate with linear_before_reset, whose Rb stays inside r ⊙ (...).
             let mut in_bias: Vec<f32> = wb.iter().zip(&rb).map(|(a, c)| a + c).collect();
             if cell == Cell::Gru {
-                for k in 2 * h..3 * h {
-                    in_bias[k] = wb[k];
-                }
+                in_bias[2 * h..3 * h].copy_from_slice(&wb[2 * h..3 * h]);
             }
             let names = (
                 format!("{name}#W{d}"),
@@ -414,8 +415,9 @@ impl<'a> Importer<'a> {
         if used(0) {
             let mut steps = vec![];
             for t in 0..s {
-                let per_dir: Vec<String> = (0..nd)
-                    .map(|d| e.reshape(&ys[d][t].clone(), &[1, 1, b, h]))
+                let per_dir: Vec<String> = ys
+                    .iter()
+                    .map(|dir| e.reshape(&dir[t].clone(), &[1, 1, b, h]))
                     .collect();
                 let refs: Vec<&str> = per_dir.iter().map(String::as_str).collect();
                 steps.push(if nd == 1 {
