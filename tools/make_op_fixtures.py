@@ -146,6 +146,27 @@ def main():
          [fin("x", [2, 8, 8])], {"x": rng.standard_normal((2, 8, 8)).astype(np.float32)},
          inits=[helper.make_tensor("f", TensorProto.FLOAT, [1, 4, 1], inv_freq.flatten()),
                 helper.make_tensor("p", TensorProto.FLOAT, [1, 1, 8], pos.flatten())])
+    # If: a constant condition (the chosen branch is inlined) and a run-time one (both
+    # branches, then Where), each branch reading the outer x, one with its own initializer.
+    ix = rng.standard_normal((3, 4)).astype(np.float32)
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [3, 4])],
+                               initializer=[helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e_n"]),
+                                helper.make_node("Exp", ["e_n"], ["e_out"])], "else", [],
+                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [3, 4])])
+    for case, const in [("if_constant_false", False), ("if_runtime", None)]:
+        nodes, inits = [], []
+        if const is None:
+            nodes += [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                      helper.make_node("Greater", ["s", "zero"], ["c"])]
+            inits.append(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]))
+        else:
+            inits.append(helper.make_tensor("c", TensorProto.BOOL, [], [const]))
+        nodes.append(helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g))
+        save(out, case, nodes, [fin("x", [3, 4])], {"x": ix}, inits=inits)
+    save(out, "if_runtime_negative", nodes, [fin("x", [3, 4])], {"x": -np.abs(ix) - 0.1},
+         inits=inits)
     # LSTM and GRU: every output (Y, Y_h, Y_c) flattened and concatenated into y.
     S, B, I, H = 5, 2, 3, 4
     for case, op, attrs, with_bias, with_init in [

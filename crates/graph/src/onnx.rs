@@ -23,6 +23,7 @@
 //!   [`MAX_DECODED_BYTES`]; checked by a wire-format pre-pass before decoding). A truncated
 //!   or malformed file is a [`GraphError::Onnx`] naming the file, never a panic.
 
+mod control;
 mod external;
 mod fold;
 pub mod proto;
@@ -2385,6 +2386,7 @@ impl<'a> Importer<'a> {
                 let axis = attr_i(np, "axis").unwrap_or(0);
                 one(Op::Gather { axis }, inputs!([0, 1]))
             }
+            "If" => return self.lower_if(np, name),
             "LSTM" => return self.lower_recurrent(np, name, recurrent::Cell::Lstm),
             "GRU" => return self.lower_recurrent(np, name, recurrent::Cell::Gru),
             "Trilu" => {

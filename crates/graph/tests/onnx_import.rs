@@ -965,3 +965,85 @@ fn decoded_memory_is_proportional_to_the_file() {
     );
     assert!(std::mem::size_of::<AttributeProto>() > 100);
 }
+
+#[test]
+fn nested_if_branches_are_bounded_not_a_stack_overflow() {
+    // 40 Ifs each holding the next in its then_branch: 3 message levels per If (attribute,
+    // graph, node) = 120 levels, over the pre-pass's 96; refused before prost decodes.
+    let leaf = GraphProto {
+        node: vec![node("Identity", &["x"], &["o"], vec![])],
+        name: "leaf".into(),
+        output: vec![vi("o", FLOAT, &[2])],
+        ..Default::default()
+    };
+    let mut g = leaf.clone();
+    for k in 0..40 {
+        let mut n = node("If", &["c"], &["o"], vec![]);
+        // Only the then branch nests (both would double the file at every level).
+        for (name, sub) in [("then_branch", g.clone()), ("else_branch", leaf.clone())] {
+            n.attribute.push(AttributeProto {
+                name: name.into(),
+                r#type: 5,
+                g: Some(Box::new(sub)),
+                ..Default::default()
+            });
+        }
+        g = GraphProto {
+            node: vec![n],
+            name: format!("level{k}"),
+            output: vec![vi("o", FLOAT, &[2])],
+            ..Default::default()
+        };
+    }
+    let mut m = M::new(17);
+    m.inputs.push(vi("x", FLOAT, &[2]));
+    m.inits.push(TensorProto {
+        name: "c".into(),
+        data_type: 9,
+        int32_data: vec![1],
+        ..Default::default()
+    });
+    m.nodes = g.node;
+    m.outputs.push(vi("o", FLOAT, &[2]));
+    let e = m.import().unwrap_err().to_string();
+    assert!(e.contains("nest more than 96"), "{e}");
+
+    // Two levels import, the constant condition choosing the then branch each time.
+    let inner = GraphProto {
+        node: vec![node("Neg", &["x"], &["t"], vec![])],
+        name: "t".into(),
+        output: vec![vi("t", FLOAT, &[2])],
+        ..Default::default()
+    };
+    let branch = |g: &GraphProto, k: &str| AttributeProto {
+        name: k.into(),
+        r#type: 5,
+        g: Some(Box::new(g.clone())),
+        ..Default::default()
+    };
+    let mut mid_if = node("If", &["c"], &["m"], vec![]);
+    mid_if.attribute = vec![branch(&inner, "then_branch"), branch(&inner, "else_branch")];
+    let mid = GraphProto {
+        node: vec![mid_if],
+        name: "mid".into(),
+        output: vec![vi("m", FLOAT, &[2])],
+        ..Default::default()
+    };
+    let mut m = M::new(17);
+    m.inputs.push(vi("x", FLOAT, &[2]));
+    m.inits.push(TensorProto {
+        name: "c".into(),
+        dims: vec![],
+        data_type: 9,
+        int32_data: vec![1],
+        ..Default::default()
+    });
+    let mut top = node("If", &["c"], &["y"], vec![]);
+    top.attribute = vec![branch(&mid, "then_branch"), branch(&mid, "else_branch")];
+    m.nodes = vec![top];
+    m.outputs.push(vi("y", FLOAT, &[2]));
+    let imp = m.import().unwrap();
+    assert!(imp.opaque.is_empty(), "{:?}", imp.opaque);
+    let ops: Vec<&str> = imp.graph.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, ["Input", "Neg", "Reshape", "Reshape"], "{ops:?}");
+}

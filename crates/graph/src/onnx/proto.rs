@@ -68,7 +68,7 @@ pub struct NodeProto {
     pub domain: String,
 }
 
-/// `onnx.AttributeProto` (`type`: 1 FLOAT, 2 INT, 3 STRING, 4 TENSOR, 6 FLOATS, 7 INTS).
+/// `onnx.AttributeProto` (`type`: 1 FLOAT, 2 INT, 3 STRING, 4 TENSOR, 5 GRAPH, 6 FLOATS, 7 INTS).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AttributeProto {
     #[prost(string, tag = "1")]
@@ -83,6 +83,9 @@ pub struct AttributeProto {
     /// memory: an empty attribute is 2 bytes on the wire.
     #[prost(message, optional, boxed, tag = "5")]
     pub t: Option<Box<TensorProto>>,
+    /// A subgraph (`If`'s `then_branch` / `else_branch`); boxed for the same reason.
+    #[prost(message, optional, boxed, tag = "6")]
+    pub g: Option<Box<GraphProto>>,
     #[prost(float, repeated, tag = "7")]
     pub floats: Vec<f32>,
     #[prost(int64, repeated, tag = "8")]

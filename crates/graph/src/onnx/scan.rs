@@ -9,10 +9,15 @@
 //!
 //! The estimate is an upper bound: every decoded message, string and packed array is counted
 //! twice its size, because prost grows each `Vec` by doubling (a vector can hold up to twice
-//! the capacity it needs).
+//! the capacity it needs). Subgraphs (`If` branches) are walked too, their nodes counted with
+//! the main graph's, and messages may nest at most [`MAX_DEPTH`] deep (prost's own limit is
+//! 100), so a file of nested branches cannot exhaust the stack.
 
 use super::proto;
 use std::mem::size_of;
+
+/// The deepest message nesting walked: an `If` branch costs 3 (attribute, graph, node).
+pub const MAX_DEPTH: usize = 96;
 
 /// What the scan found.
 #[derive(Debug, Default, Clone, Copy)]
@@ -89,6 +94,7 @@ fn field(m: Msg, tag: u32) -> Option<Field> {
         (Msg::Attr, 2) => sc(false, 4),
         (Msg::Attr, 3 | 20) => sc(false, 8),
         (Msg::Attr, 5) => Message(Msg::Tensor),
+        (Msg::Attr, 6) => Message(Msg::Graph),
         (Msg::Attr, 7) => sc(true, 4),
         (Msg::Attr, 8) => sc(true, 8),
         (Msg::Tensor, 1 | 7) => sc(true, 8),
@@ -161,7 +167,7 @@ pub fn scan_model(buf: &[u8], max_nodes: u64, max_decoded: u64) -> Result<Tally,
         nodes: 0,
         decoded_bytes: struct_size(Msg::Model),
     };
-    walk(buf, 0, Msg::Model, &mut t, max_nodes, max_decoded)?;
+    walk(buf, 0, Msg::Model, &mut t, max_nodes, max_decoded, 0)?;
     Ok(t)
 }
 
@@ -172,7 +178,13 @@ fn walk(
     t: &mut Tally,
     max_nodes: u64,
     max_decoded: u64,
+    depth: usize,
 ) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "messages nest more than {MAX_DEPTH} deep at byte {base} (nested subgraphs)"
+        ));
+    }
     let mut r = Reader { buf, pos: 0, base };
     while r.pos < buf.len() {
         let at = base + r.pos;
@@ -225,7 +237,15 @@ fn walk(
                             }
                         }
                         t.decoded_bytes = t.decoded_bytes.saturating_add(2 * struct_size(sub));
-                        walk(body, base + start, sub, t, max_nodes, max_decoded)?;
+                        walk(
+                            body,
+                            base + start,
+                            sub,
+                            t,
+                            max_nodes,
+                            max_decoded,
+                            depth + 1,
+                        )?;
                         0
                     }
                     Some(Field::Bytes) => 2 * (24 + len),
