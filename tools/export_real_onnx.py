@@ -18,8 +18,8 @@ error and skipped. Usage:
     python tools/export_real_onnx.py OUT [--set fixtures|heldout] [--only NAME_SUBSTRING]
 
 `--set heldout` exports DistilBERT, RoBERTa, Qwen2, Mistral, Phi, GPT-NeoX, OPT, a T5
-encoder, 2-layer bidirectional LSTM and GRU nets and a reflect-padded CNN instead (not
-checked in). `tools/compare_onnx_runs.py OUT` runs `tensorforge run` on every folder and
+encoder, Gemma, Falcon, BLOOM, GPT-J, CLIP's vision tower, Swin, MobileNetV2, 2-layer
+bidirectional LSTM and GRU nets and a reflect-padded CNN instead (not checked in). `tools/compare_onnx_runs.py OUT` runs `tensorforge run` on every folder and
 compares with the stored outputs.
 
 Versions: tools/real_onnx_requirements.txt.
@@ -160,7 +160,22 @@ def pad(mode):
     def b(attn):
         g=torch.Generator().manual_seed(1); return PadNet(mode), {"pixel_values": torch.randn(2,3,8,8,generator=g)}
     return b
+def vis(cfgcls, modelcls, size=32, **kw):
+    def build(attn):
+        cfg = cfgcls(attn_implementation=attn, **kw) if attn else cfgcls(**kw)
+        g=torch.Generator().manual_seed(7)
+        return modelcls(cfg), {"pixel_values": torch.randn(2,3,size,size,generator=g)}
+    return build
 HELDOUT = {
+ "gemma": (mk(transformers.GemmaConfig, transformers.GemmaForCausalLM, vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=64), ["sdpa","eager"]),
+ "falcon": (mk(transformers.FalconConfig, transformers.FalconForCausalLM, vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4), ["sdpa","eager"]),
+ "bloom": (mk(transformers.BloomConfig, transformers.BloomForCausalLM, vocab_size=512, hidden_size=64, n_layer=2, n_head=4), ["eager"]),
+ "gptj": (mk(transformers.GPTJConfig, transformers.GPTJForCausalLM, vocab_size=512, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64), ["eager"]),
+ "convnext": (vis(transformers.ConvNextConfig, transformers.ConvNextModel, num_channels=3, hidden_sizes=[16,32], depths=[1,1], patch_size=4), [None]),
+ "clipvision": (vis(transformers.CLIPVisionConfig, transformers.CLIPVisionModel, image_size=32, patch_size=8, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4), ["sdpa","eager"]),
+ "swin": (vis(transformers.SwinConfig, transformers.SwinModel, image_size=32, patch_size=4, embed_dim=16, depths=[1,1], num_heads=[2,2], window_size=4), [None]),
+ "mobilenet": (vis(transformers.MobileNetV2Config, transformers.MobileNetV2Model, image_size=32, depth_multiplier=0.35), [None]),
+
  "distilbert": (mk(transformers.DistilBertConfig, transformers.DistilBertModel, vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=64), ["sdpa","eager"]),
  "roberta": (mk(transformers.RobertaConfig, transformers.RobertaModel, True, vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=64), ["sdpa","eager"]),
  "qwen2": (mk(transformers.Qwen2Config, transformers.Qwen2ForCausalLM, vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64), ["sdpa","eager"]),
@@ -187,7 +202,7 @@ def export(name, build, attn, dynamo, out_root):
     model, inputs = build(attn)
     model.eval()
     names = list(inputs)
-    wrapped = Wrap(model, names) if attn is not None else model
+    wrapped = Wrap(model, names) if isinstance(model, transformers.PreTrainedModel) else model
     args = tuple(inputs[n] for n in names)
     d = os.path.join(out_root, name)
     os.makedirs(os.path.join(d, "inputs"), exist_ok=True)

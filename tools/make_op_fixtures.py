@@ -167,6 +167,30 @@ def main():
         save(out, case, nodes, [fin("x", [3, 4])], {"x": ix}, inits=inits)
     save(out, "if_runtime_negative", nodes, [fin("x", [3, 4])], {"x": -np.abs(ix) - 0.1},
          inits=inits)
+    # Clip (opset 11+ inputs, one bound missing, and opset 6 attributes; NaN stays NaN), Mod
+    # (both signs, fmod 0 on int64 cast from floats and fmod 1 on floats), Tile.
+    save(out, "clip", [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+         [fin("x", [2, 12])], {"x": x},
+         inits=[helper.make_tensor("lo", TensorProto.FLOAT, [], [-0.5]),
+                helper.make_tensor("hi", TensorProto.FLOAT, [], [1.5])])
+    save(out, "clip_max_only", [helper.make_node("Clip", ["x", "", "hi"], ["y"])],
+         [fin("x", [2, 12])], {"x": x},
+         inits=[helper.make_tensor("hi", TensorProto.FLOAT, [], [0.25])])
+    save(out, "clip_opset6", [helper.make_node("Clip", ["x"], ["y"], min=0.0, max=6.0)],
+         [fin("x", [2, 12])], {"x": x * 4}, opset=6)
+    ma = np.array([[-7, 7, -7, 7, 6, -6], [5, -5, 0, 9, -9, 1]], dtype=np.float32)
+    mb = np.array([3, 3, -3, -3, 3, 4], dtype=np.float32)
+    save(out, "mod_int64",
+         [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+          helper.make_node("Cast", ["z"], ["zi"], to=TensorProto.INT64),
+          helper.make_node("Mod", ["xi", "zi"], ["r"]),
+          helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)],
+         [fin("x", [2, 6]), fin("z", [6])], {"x": ma, "z": mb})
+    save(out, "fmod_float", [helper.make_node("Mod", ["x", "z"], ["y"], fmod=1)],
+         [fin("x", [2, 6]), fin("z", [6])], {"x": ma * 1.25, "z": mb})
+    save(out, "tile", [helper.make_node("Tile", ["x", "r"], ["y"])],
+         [fin("x", [2, 3, 4])], {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)},
+         inits=[helper.make_tensor("r", TensorProto.INT64, [3], [2, 1, 3])])
     # LSTM and GRU: every output (Y, Y_h, Y_c) flattened and concatenated into y.
     S, B, I, H = 5, 2, 3, 4
     for case, op, attrs, with_bias, with_init in [

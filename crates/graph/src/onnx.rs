@@ -2387,6 +2387,129 @@ impl<'a> Importer<'a> {
                 one(Op::Gather { axis }, inputs!([0, 1]))
             }
             "If" => return self.lower_if(np, name),
+            "Clip" => {
+                // Lower and upper bounds as table functions that keep NaN, as onnxruntime
+                // does; bounds from inputs 1 and 2 (opset 11+) or attributes (before).
+                let x = inputs!([0]);
+                let dtype = self.specs[&x[0]].dtype;
+                let bound =
+                    |this: &Self, i: usize, a: &str| -> std::result::Result<Option<f64>, String> {
+                        if this.opset < 11 {
+                            return Ok(attr_f(np, a));
+                        }
+                        match this.param(np, i) {
+                            None => Ok(None),
+                            Some(Ok((v, _))) if v.len() == 1 => Ok(Some(v.f64_at(0))),
+                            Some(Ok(_)) => Err(format!("`{a}` must be one value")),
+                            Some(Err(why)) => Err(format!("`{a}` must be constant: {why}")),
+                        }
+                    };
+                let (lo, hi) = match (bound(self, 1, "min"), bound(self, 2, "max")) {
+                    (Ok(lo), Ok(hi)) => (lo, hi),
+                    (Err(why), _) | (_, Err(why)) => opaque!("{why}"),
+                };
+                // A missing bound is the type's lowest / highest value (the ONNX default):
+                // for floats that clamps ±inf to ∓f32::MAX, as onnxruntime does.
+                let float = matches!(dtype, DType::Fp32 | DType::Fp16 | DType::Bf16);
+                let (lo, hi) = if float {
+                    (
+                        Some(lo.unwrap_or(f64::from(f32::MIN))),
+                        Some(hi.unwrap_or(f64::from(f32::MAX))),
+                    )
+                } else {
+                    (lo, hi)
+                };
+                let mut nodes = vec![];
+                let mut cur = x[0].clone();
+                for (k, (v, f)) in [
+                    (lo, crate::optable::BinaryFn::ClipLow),
+                    (hi, crate::optable::BinaryFn::ClipHigh),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let Some(v) = v else { continue };
+                    let c = format!("{out}#bound{k}");
+                    nodes.push(Node {
+                        name: c.clone(),
+                        op: Op::Constant {
+                            shape: vec![],
+                            dtype,
+                            value: v,
+                        },
+                        inputs: vec![],
+                        outputs: vec![c.clone()],
+                    });
+                    let o = format!("{out}#clip{k}");
+                    nodes.push(Node {
+                        name: format!("{name}#{k}"),
+                        op: Op::Binary { f },
+                        inputs: vec![cur, c],
+                        outputs: vec![o.clone()],
+                    });
+                    cur = o;
+                }
+                match nodes.last_mut() {
+                    Some(last) => {
+                        last.name = name.to_string();
+                        last.outputs = vec![out.to_string()];
+                        Lowering::Nodes(nodes)
+                    }
+                    None => Lowering::Alias(x[0].clone()),
+                }
+            }
+            "Mod" => {
+                arity!(2);
+                let f = if attr_i(np, "fmod").unwrap_or(0) != 0 {
+                    crate::optable::BinaryFn::FMod
+                } else {
+                    crate::optable::BinaryFn::Mod
+                };
+                one(Op::Binary { f }, inputs!([0, 1]))
+            }
+            "Tile" => {
+                // Constant repeats r: x [d…] viewed as [1, d0, 1, d1, …], broadcast to
+                // [r0, d0, r1, d1, …] and viewed as [r0·d0, r1·d1, …].
+                arity!(2);
+                let reps = match self.param(np, 1).map(|p| p.and_then(|(v, _)| v.ints())) {
+                    Some(Ok(r)) => r,
+                    Some(Err(why)) => opaque!("repeats must be constant: {why}"),
+                    None => opaque!("no repeats"),
+                };
+                let x = inputs!([0]);
+                let xs = self.specs[&x[0]].shape.clone();
+                if reps.len() != xs.len() || reps.iter().any(|&r| r < 0) {
+                    opaque!("repeats {reps:?} do not match rank {}", xs.len());
+                }
+                let inter: Vec<i64> = xs.iter().flat_map(|&d| [1, d as i64]).collect();
+                let wide: Vec<usize> = xs
+                    .iter()
+                    .zip(&reps)
+                    .flat_map(|(&d, &r)| [r as usize, d])
+                    .collect();
+                let fin: Vec<i64> = xs.iter().zip(&reps).map(|(&d, &r)| d as i64 * r).collect();
+                let (a, b) = (format!("{out}#tile_in"), format!("{out}#tile_wide"));
+                Lowering::Nodes(vec![
+                    Node {
+                        name: format!("{name}#in"),
+                        op: Op::Reshape { shape: inter },
+                        inputs: vec![x[0].clone()],
+                        outputs: vec![a.clone()],
+                    },
+                    Node {
+                        name: format!("{name}#wide"),
+                        op: Op::Broadcast { shape: wide },
+                        inputs: vec![a],
+                        outputs: vec![b.clone()],
+                    },
+                    Node {
+                        name: name.to_string(),
+                        op: Op::Reshape { shape: fin },
+                        inputs: vec![b],
+                        outputs: vec![out.to_string()],
+                    },
+                ])
+            }
             "LSTM" => return self.lower_recurrent(np, name, recurrent::Cell::Lstm),
             "GRU" => return self.lower_recurrent(np, name, recurrent::Cell::Gru),
             "Trilu" => {

@@ -23,6 +23,8 @@ pub enum DTypeRule {
     Logic,
     /// Two values of one type in, a bool out (a comparison).
     Compare,
+    /// Two numbers of one type in, the same type out.
+    Arith,
 }
 
 /// One-input elementwise functions of the op table.
@@ -72,6 +74,15 @@ pub enum BinaryFn {
     LessOrEqual,
     /// a >= b.
     GreaterOrEqual,
+    /// `max(a, b)` that keeps a NaN `a` (ONNX `Clip`'s lower bound, as onnxruntime computes
+    /// it; the IR's `Max` ignores NaN instead).
+    ClipLow,
+    /// `min(a, b)` that keeps a NaN `a` (`Clip`'s upper bound).
+    ClipHigh,
+    /// ONNX `Mod` with `fmod = 0`: the remainder takes the divisor's sign (as Python's `%`).
+    Mod,
+    /// ONNX `Mod` with `fmod = 1`: C's `fmod`, the remainder takes the dividend's sign.
+    FMod,
 }
 
 fn b(v: bool) -> f32 {
@@ -231,6 +242,10 @@ impl BinaryFn {
         BinaryFn::Greater,
         BinaryFn::LessOrEqual,
         BinaryFn::GreaterOrEqual,
+        BinaryFn::ClipLow,
+        BinaryFn::ClipHigh,
+        BinaryFn::Mod,
+        BinaryFn::FMod,
     ];
 
     /// The name in the IR's JSON, in messages and in ONNX.
@@ -244,18 +259,29 @@ impl BinaryFn {
             BinaryFn::Greater => "Greater",
             BinaryFn::LessOrEqual => "LessOrEqual",
             BinaryFn::GreaterOrEqual => "GreaterOrEqual",
+            BinaryFn::ClipLow => "ClipLow",
+            BinaryFn::ClipHigh => "ClipHigh",
+            BinaryFn::Mod => "Mod",
+            BinaryFn::FMod => "FMod",
         }
     }
 
-    /// The ONNX op it lowers.
+    /// The ONNX op it lowers one to one (`Clip` and `Mod` are lowered by the importer,
+    /// which reads their inputs and attributes).
     pub fn from_onnx(op_type: &str) -> Option<BinaryFn> {
-        BinaryFn::ALL.iter().copied().find(|f| f.name() == op_type)
+        BinaryFn::ALL[..8]
+            .iter()
+            .copied()
+            .find(|f| f.name() == op_type)
     }
 
     /// Its dtype rule.
     pub fn dtype_rule(self) -> DTypeRule {
         match self {
             BinaryFn::And | BinaryFn::Or | BinaryFn::Xor => DTypeRule::Logic,
+            BinaryFn::ClipLow | BinaryFn::ClipHigh | BinaryFn::Mod | BinaryFn::FMod => {
+                DTypeRule::Arith
+            }
             _ => DTypeRule::Compare,
         }
     }
@@ -271,11 +297,39 @@ impl BinaryFn {
             BinaryFn::Greater => b(a > c),
             BinaryFn::LessOrEqual => b(a <= c),
             BinaryFn::GreaterOrEqual => b(a >= c),
+            BinaryFn::ClipLow => {
+                if a.is_nan() || a >= c {
+                    a
+                } else {
+                    c
+                }
+            }
+            BinaryFn::ClipHigh => {
+                if a.is_nan() || a <= c {
+                    a
+                } else {
+                    c
+                }
+            }
+            BinaryFn::Mod => {
+                let (x, y) = (f64::from(a), f64::from(c));
+                (x - y * (x / y).floor()) as f32
+            }
+            BinaryFn::FMod => a % c,
         }
     }
 
     /// The C expression of `a` op `c`.
     pub fn c_expr(self, a: &str, c: &str) -> String {
+        match self {
+            BinaryFn::ClipLow => return format!("(isnan({a}) || {a} >= {c} ? {a} : {c})"),
+            BinaryFn::ClipHigh => return format!("(isnan({a}) || {a} <= {c} ? {a} : {c})"),
+            BinaryFn::Mod => return format!(
+                "((float)((double)({a}) - (double)({c}) * floor((double)({a}) / (double)({c}))))"
+            ),
+            BinaryFn::FMod => return format!("fmodf({a}, {c})"),
+            _ => {}
+        }
         let cond = match self {
             BinaryFn::And => format!("({a} != 0.0f && {c} != 0.0f)"),
             BinaryFn::Or => format!("({a} != 0.0f || {c} != 0.0f)"),
@@ -285,12 +339,22 @@ impl BinaryFn {
             BinaryFn::Greater => format!("({a} > {c})"),
             BinaryFn::LessOrEqual => format!("({a} <= {c})"),
             BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
+            _ => unreachable!("returned above"),
         };
         format!("({cond} ? 1.0f : 0.0f)")
     }
 
     /// The Triton expression of `a` op `c`.
     pub fn triton_expr(self, a: &str, c: &str) -> String {
+        match self {
+            BinaryFn::ClipLow => return format!("tl.where(({a} != {a}) | ({a} >= {c}), {a}, {c})"),
+            BinaryFn::ClipHigh => {
+                return format!("tl.where(({a} != {a}) | ({a} <= {c}), {a}, {c})")
+            }
+            BinaryFn::Mod => return format!("({a} - {c} * tl.floor({a} / {c}))"),
+            BinaryFn::FMod => return format!("tl.math.fmod({a}, {c})"),
+            _ => {}
+        }
         let cond = match self {
             BinaryFn::And => format!("(({a} != 0.0) & ({c} != 0.0))"),
             BinaryFn::Or => format!("(({a} != 0.0) | ({c} != 0.0))"),
@@ -300,6 +364,7 @@ impl BinaryFn {
             BinaryFn::Greater => format!("({a} > {c})"),
             BinaryFn::LessOrEqual => format!("({a} <= {c})"),
             BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
+            _ => unreachable!("returned above"),
         };
         format!("tl.where({cond}, 1.0, 0.0)")
     }
@@ -318,6 +383,8 @@ pub fn output_dtype(rule: DTypeRule, input: DType) -> Result<DType, &'static str
         DTypeRule::Logic if input == DType::Bool => Ok(DType::Bool),
         DTypeRule::Logic => Err("bool"),
         DTypeRule::Compare => Ok(DType::Bool),
+        DTypeRule::Arith if input != DType::Bool => Ok(input),
+        DTypeRule::Arith => Err("a number (not bool)"),
     }
 }
 
@@ -356,13 +423,22 @@ mod tests {
         assert_eq!(BinaryFn::And.eval(1.0, 0.0), 0.0);
         assert_eq!(BinaryFn::Or.eval(1.0, 0.0), 1.0);
         assert_eq!(UnaryFn::is_inf(false, false), None);
+        // Clip keeps NaN (onnxruntime: Clip(NaN, 0, 6) = NaN); Mod takes the divisor's sign
+        // (-7 mod 3 = 2, 7 mod -3 = -2), FMod the dividend's (-7 fmod 3 = -1).
+        assert!(BinaryFn::ClipLow.eval(nan, 0.0).is_nan());
+        assert_eq!(BinaryFn::ClipLow.eval(-1.0, 0.0), 0.0);
+        assert_eq!(BinaryFn::ClipHigh.eval(7.0, 6.0), 6.0);
+        assert_eq!(BinaryFn::Mod.eval(-7.0, 3.0), 2.0);
+        assert_eq!(BinaryFn::Mod.eval(7.0, -3.0), -2.0);
+        assert_eq!(BinaryFn::FMod.eval(-7.0, 3.0), -1.0);
     }
 
     #[test]
     fn names_round_trip_and_dtype_rules_hold() {
-        for f in BinaryFn::ALL {
+        for f in &BinaryFn::ALL[..8] {
             assert_eq!(BinaryFn::from_onnx(f.name()), Some(*f));
         }
+        assert_eq!(BinaryFn::from_onnx("Mod"), None);
         for f in UnaryFn::ALL {
             if !matches!(f, UnaryFn::IsPosInf | UnaryFn::IsNegInf) {
                 assert_eq!(UnaryFn::from_onnx(f.name()), Some(*f));

@@ -76,6 +76,7 @@ pub(super) const FOLDABLE: &[&str] = &[
     "Cos",
     "Trilu",
     "MatMul",
+    "Mod",
 ];
 
 /// Most multiply-adds a folded MatMul may cost at import (2^24: a rotary table's
@@ -215,6 +216,17 @@ fn binary(op: &str, a: &Known, b: &Known) -> R<Known> {
                         p.wrapping_div(q)
                     }
                     "Min" => p.min(q),
+                    // ONNX Mod: fmod = 0 takes the divisor's sign, fmod = 1 the dividend's.
+                    "Mod" | "FMod" => {
+                        if q == 0 {
+                            return Err("integer modulo by zero".into());
+                        }
+                        if op == "Mod" {
+                            p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
+                        } else {
+                            p.wrapping_rem(q)
+                        }
+                    }
                     _ => p.max(q),
                 });
             }
@@ -233,6 +245,8 @@ fn binary(op: &str, a: &Known, b: &Known) -> R<Known> {
                             "Mul" => p * q,
                             "Div" => p / q,
                             "Min" => p.min(q),
+                            "Mod" => p - q * (p / q).floor(),
+                            "FMod" => p % q,
                             _ => p.max(q),
                         }
                     })
@@ -553,6 +567,19 @@ pub(super) fn fold(np: &NodeProto, args: &[Arg], opset: i64) -> Option<R<Known>>
                     .flatten()
                     .ok_or("second input is missing")?;
                 binary(op, first, b)
+            }
+            "Mod" => {
+                let b = c
+                    .get(1)
+                    .copied()
+                    .flatten()
+                    .ok_or("second input is missing")?;
+                let which = if attr_i(np, "fmod").unwrap_or(0) != 0 {
+                    "FMod"
+                } else {
+                    "Mod"
+                };
+                binary(which, first, b)
             }
             "Min" | "Max" => {
                 let mut acc = first.clone();
