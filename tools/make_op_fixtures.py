@@ -191,6 +191,27 @@ def main():
     save(out, "tile", [helper.make_node("Tile", ["x", "r"], ["y"])],
          [fin("x", [2, 3, 4])], {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)},
          inits=[helper.make_tensor("r", TensorProto.INT64, [3], [2, 1, 3])])
+    # Einsum: batched attention scores, a contraction with a summed-out index, an outer
+    # product, an implicit output, a one-operand transpose-and-sum.
+    ea = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    eb = rng.standard_normal((2, 3, 6, 5)).astype(np.float32)
+    for case, eq, shapes in [
+        ("einsum_bhqd_bhkd", "bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+        ("einsum_sum_index", "ij,jk->k", [(3, 4), (4, 5)]),
+        ("einsum_outer", "i,j->ji", [(4,), (6,)]),
+        ("einsum_implicit", "bij,bjk", [(2, 3, 4), (2, 4, 5)]),
+        ("einsum_one_operand", "abc->cb", [(2, 3, 4)]),
+    ]:
+        names = ["x", "z"][: len(shapes)]
+        feeds = {n: rng.standard_normal(sh).astype(np.float32) for n, sh in zip(names, shapes)}
+        save(out, case, [helper.make_node("Einsum", names, ["y"], equation=eq)],
+             [fin(n, list(sh)) for n, sh in zip(names, shapes)], feeds)
+    # ScatterND: constant index tuples (one negative) writing rows of updates.
+    sd = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    su = rng.standard_normal((2, 5)).astype(np.float32)
+    save(out, "scatternd", [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+         [fin("x", [4, 3, 5]), fin("u", [2, 5])], {"x": sd, "u": su},
+         inits=[helper.make_tensor("i", TensorProto.INT64, [2, 2], [1, 2, -1, 0])])
     # LSTM and GRU: every output (Y, Y_h, Y_c) flattened and concatenated into y.
     S, B, I, H = 5, 2, 3, 4
     for case, op, attrs, with_bias, with_init in [

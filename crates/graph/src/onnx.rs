@@ -24,6 +24,7 @@
 //!   or malformed file is a [`GraphError::Onnx`] naming the file, never a panic.
 
 mod control;
+mod einsum;
 mod external;
 mod fold;
 pub mod proto;
@@ -2387,6 +2388,8 @@ impl<'a> Importer<'a> {
                 one(Op::Gather { axis }, inputs!([0, 1]))
             }
             "If" => return self.lower_if(np, name),
+            "Einsum" => return self.lower_einsum(np, name, out),
+            "ScatterND" => return self.lower_scatter_nd(np, name, out),
             "Clip" => {
                 // Lower and upper bounds as table functions that keep NaN, as onnxruntime
                 // does; bounds from inputs 1 and 2 (opset 11+) or attributes (before).

@@ -324,9 +324,11 @@ impl BinaryFn {
         match self {
             BinaryFn::ClipLow => return format!("(isnan({a}) || {a} >= {c} ? {a} : {c})"),
             BinaryFn::ClipHigh => return format!("(isnan({a}) || {a} <= {c} ? {a} : {c})"),
-            BinaryFn::Mod => return format!(
+            BinaryFn::Mod => {
+                return format!(
                 "((float)((double)({a}) - (double)({c}) * floor((double)({a}) / (double)({c}))))"
-            ),
+            )
+            }
             BinaryFn::FMod => return format!("fmodf({a}, {c})"),
             _ => {}
         }
