@@ -1,0 +1,131 @@
+//! The reduction family of the ONNX front end: ReduceSum / ReduceMax / ReduceMean (one IR
+//! node per axis), Softmax / LogSoftmax (the IR normalizes the last axis) and CumSum. Left
+//! out: the other Reduce* ops, ArgMax / ArgMin and TopK.
+
+use super::*;
+
+/// The ONNX ops this family lowers (a node of any other type is not sent here).
+pub(super) const OPS: &[&str] = &[
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMean",
+    "Softmax",
+    "LogSoftmax",
+    "CumSum",
+];
+
+impl<'a> Importer<'a> {
+    /// Lower node `np` (its op type is one of [`OPS`]).
+    pub(super) fn lower_reduce(
+        &mut self,
+        np: &'a NodeProto,
+        name: &str,
+        out: &str,
+    ) -> Result<Lowering<'a>> {
+        let op_type = np.op_type.as_str();
+        Ok(match op_type {
+            "ReduceSum" | "ReduceMax" | "ReduceMean" => {
+                if np.input.is_empty() || np.input.len() > 2 {
+                    opaque!("expects 1 or 2 inputs, has {}", np.input.len());
+                }
+                let keepdims = attr_i(np, "keepdims").unwrap_or(1) != 0;
+                let mut axes: Vec<i64> = if let Some(a) = attr_ints(np, "axes") {
+                    a.to_vec()
+                } else {
+                    match self.param(np, 1) {
+                        None => vec![],
+                        Some(Ok((v, _))) => match v.ints() {
+                            Ok(a) => a,
+                            Err(e) => opaque!("axes {e}"),
+                        },
+                        Some(Err(why)) => opaque!("the axes must be constant: {why}"),
+                    }
+                };
+                let x = inputs!(self, np, [0]);
+                let rank = self.specs[&x[0]].shape.len() as i64;
+                if axes.is_empty() {
+                    if attr_i(np, "noop_with_empty_axes").unwrap_or(0) != 0 {
+                        return Ok(Lowering::Alias(x[0].clone()));
+                    }
+                    axes = (0..rank.max(1)).collect();
+                }
+                let mk = |axis: i64| match op_type {
+                    "ReduceSum" => Op::ReduceSum { axis, keepdims },
+                    "ReduceMax" => Op::ReduceMax { axis, keepdims },
+                    _ => Op::ReduceMean { axis, keepdims },
+                };
+                if axes.len() == 1 {
+                    return Ok(one(name, out, mk(axes[0]), x));
+                }
+                // Several axes: one node per axis, the highest first (so that dropping an
+                // axis with keepdims = 0 does not renumber the ones still to reduce). A sum
+                // of sums, a max of maxes and a mean of equal-size means are the same as the
+                // reduction over all of them at once.
+                let mut norm: Vec<i64> = Vec::with_capacity(axes.len());
+                for a in &axes {
+                    let k = if *a < 0 { a + rank } else { *a };
+                    if k < 0 || k >= rank || norm.contains(&k) {
+                        opaque!("axes {axes:?} are out of range or repeated for rank {rank}");
+                    }
+                    norm.push(k);
+                }
+                norm.sort_unstable_by(|a, b| b.cmp(a));
+                let mut v = vec![];
+                let mut cur = x[0].clone();
+                let last = norm.len() - 1;
+                for (i, axis) in norm.into_iter().enumerate() {
+                    let o = if i == last {
+                        out.to_string()
+                    } else {
+                        format!("{out}#r{i}")
+                    };
+                    v.push(Node {
+                        name: if i == last {
+                            name.to_string()
+                        } else {
+                            format!("{name}#r{i}")
+                        },
+                        op: mk(axis),
+                        inputs: vec![cur],
+                        outputs: vec![o.clone()],
+                    });
+                    cur = o;
+                }
+                Lowering::Nodes(v)
+            }
+            "Softmax" | "LogSoftmax" => {
+                arity!(np, 1);
+                let axis = attr_i(np, "axis").unwrap_or(if self.opset < 13 { 1 } else { -1 });
+                // Before opset 13 the op flattens to 2-D at `axis`; that equals the IR's
+                // last-axis op exactly when `axis` is the last axis, which the IR checks.
+                let op = if op_type == "Softmax" {
+                    Op::Softmax { axis }
+                } else {
+                    Op::LogSoftmax { axis }
+                };
+                one(name, out, op, inputs!(self, np, [0]))
+            }
+            "CumSum" => {
+                arity!(np, 2);
+                let axis = match self.param(np, 1).map(|r| r.and_then(|(v, _)| v.ints())) {
+                    Some(Ok(a)) if a.len() == 1 => a[0],
+                    Some(Ok(a)) => opaque!("axis must be one value, got {a:?}"),
+                    Some(Err(why)) => opaque!("the axis must be constant: {why}"),
+                    None => opaque!("no axis"),
+                };
+                let flag = |k: &str| attr_i(np, k).unwrap_or(0) != 0;
+                one(
+                    name,
+                    out,
+                    Op::CumSum {
+                        axis,
+                        exclusive: flag("exclusive"),
+                        reverse: flag("reverse"),
+                    },
+                    inputs!(self, np, [0]),
+                )
+            }
+            _ => Lowering::Opaque(format!("op `{op_type}` has no IR equivalent")),
+        })
+    }
+}
