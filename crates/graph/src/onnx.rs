@@ -9,7 +9,9 @@
 //!   f32, in [`OnnxImport::weights`] (fp16/bf16 through the `half` crate), so a model runs
 //!   with its own weights. Constants read as parameters (reduce axes, reshape targets, `Pow` exponents,
 //!   quantization scales) are folded into the op's attributes and create no node.
-//! - Ops the IR models are mapped (see docs/onnx.md for the table). Every other node, and
+//! - Ops the IR models are mapped, each op family in a file of its own (`elementwise`,
+//!   `reduce`, `shape`, `nn` with `einsum`, `quant`, `control`, `recurrent`; see docs/onnx.md
+//!   for the table). Every other node, and
 //!   every mapped node the IR rejects (for example a MatMul with broadcast batch dims),
 //!   becomes [`Op::Opaque`] with the output shapes declared in the model's `value_info`,
 //!   and is listed in [`OnnxImport::opaque`] with the reason. Nothing is dropped silently:

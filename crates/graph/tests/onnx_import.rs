@@ -1047,3 +1047,90 @@ fn nested_if_branches_are_bounded_not_a_stack_overflow() {
     let ops: Vec<&str> = imp.graph.nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(ops, ["Input", "Neg", "Reshape", "Reshape"], "{ops:?}");
 }
+
+#[test]
+fn hostile_parameters_of_the_new_ops_are_errors_or_opaque_never_panics() {
+    // Sizes from the file multiply: Tile by 2^40 x 2^40, Pad by 2^62, CumSum on axis 9,
+    // GatherND tuples longer than the rank, Einsum with a diagonal, ScatterND out of range,
+    // LSTM with no hidden_size, Trilu of a vector, Clip with a tensor bound.
+    let cases: Vec<(&str, Vec<NodeProto>, Vec<TensorProto>)> = vec![
+        (
+            "tile",
+            vec![node("Tile", &["x", "r"], &["y"], vec![])],
+            vec![init_i64("r", &[1 << 40, 1 << 40])],
+        ),
+        (
+            "pad",
+            vec![node("Pad", &["x", "p"], &["y"], vec![])],
+            vec![init_i64("p", &[1 << 62, 0, 1 << 62, 0])],
+        ),
+        (
+            "pad_reflect_too_far",
+            vec![node(
+                "Pad",
+                &["x", "p"],
+                &["y"],
+                vec![a_s("mode", "reflect")],
+            )],
+            vec![init_i64("p", &[0, 9, 0, 0])],
+        ),
+        (
+            "cumsum",
+            vec![node("CumSum", &["x", "a"], &["y"], vec![])],
+            vec![init_i64("a", &[9])],
+        ),
+        (
+            "gathernd",
+            vec![node("GatherND", &["x", "i"], &["y"], vec![])],
+            vec![init_i64("i", &[0, 0, 0])],
+        ),
+        (
+            "scatternd",
+            vec![node("ScatterND", &["x", "i", "x"], &["y"], vec![])],
+            vec![init_i64("i", &[7])],
+        ),
+        (
+            "einsum",
+            vec![node(
+                "Einsum",
+                &["x"],
+                &["y"],
+                vec![a_s("equation", "ii->i")],
+            )],
+            vec![],
+        ),
+        (
+            "lstm",
+            vec![node("LSTM", &["x", "x", "x"], &["y"], vec![])],
+            vec![],
+        ),
+        (
+            "trilu",
+            vec![
+                node("ReduceSum", &["x"], &["v"], vec![a_i("keepdims", 0)]),
+                node("Trilu", &["v"], &["y"], vec![]),
+            ],
+            vec![],
+        ),
+        (
+            "clip",
+            vec![node("Clip", &["x", "x"], &["y"], vec![])],
+            vec![],
+        ),
+    ];
+    for (case, nodes, inits) in cases {
+        let mut m = M::new(18);
+        m.inputs.push(vi("x", FLOAT, &[2, 3]));
+        m.inits = inits;
+        m.nodes = nodes;
+        m.value_info.push(vi("v", FLOAT, &[]));
+        m.outputs.push(vi("y", FLOAT, &[2, 3]));
+        match m.import() {
+            Ok(imp) => {
+                let e = imp.require_runnable("t.onnx").unwrap_err().to_string();
+                assert!(e.contains("cannot run"), "{case}: {e}");
+            }
+            Err(e) => assert!(e.to_string().contains("test.onnx"), "{case}: {e}"),
+        }
+    }
+}
