@@ -858,6 +858,76 @@ mod quant;
 mod reduce;
 mod shape;
 
+/// The nodes of a lowering that needs several (an unrolled recurrence, an Einsum), each named
+/// `<node>#<k>` with its one output named alike.
+struct Emit {
+    prefix: String,
+    k: usize,
+    nodes: Vec<Node>,
+}
+
+impl Emit {
+    fn new(prefix: &str) -> Emit {
+        Emit {
+            prefix: prefix.to_string(),
+            k: 0,
+            nodes: vec![],
+        }
+    }
+
+    /// Add a node applying `op` to `inputs`; its output's name.
+    fn op(&mut self, op: Op, inputs: &[&str]) -> String {
+        let out = format!("{}#{}", self.prefix, self.k);
+        self.k += 1;
+        self.nodes.push(Node {
+            name: out.clone(),
+            op,
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![out.clone()],
+        });
+        out
+    }
+
+    /// `x[.., lo:hi]` along `axis`.
+    fn slice(&mut self, x: &str, axis: i64, lo: usize, hi: usize) -> String {
+        self.op(
+            Op::Slice {
+                starts: vec![lo as i64],
+                ends: vec![hi as i64],
+                axes: vec![axis],
+                steps: vec![1],
+            },
+            &[x],
+        )
+    }
+
+    /// `x` viewed with `shape`.
+    fn reshape(&mut self, x: &str, shape: &[usize]) -> String {
+        self.op(
+            Op::Reshape {
+                shape: shape.iter().map(|&d| d as i64).collect(),
+            },
+            &[x],
+        )
+    }
+
+    /// Rename the last node's output to `name` (a graph-visible output of the ONNX node).
+    fn name_last(&mut self, name: &str) {
+        if let Some(n) = self.nodes.last_mut() {
+            n.outputs = vec![name.to_string()];
+        }
+    }
+
+    /// The nodes, the last one writing `out` under the ONNX node's name.
+    fn finish(mut self, name: &str, out: &str) -> Vec<Node> {
+        if let Some(n) = self.nodes.last_mut() {
+            n.name = name.to_string();
+            n.outputs = vec![out.to_string()];
+        }
+        self.nodes
+    }
+}
+
 /// One IR node named `name` writing `out`.
 fn one<'a>(name: &str, out: &str, op: Op, inputs: Vec<String>) -> Lowering<'a> {
     Lowering::Nodes(vec![Node {

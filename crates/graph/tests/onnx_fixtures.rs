@@ -5,40 +5,13 @@
 //! provider computed. Bound (issue 11): max |ours − onnxruntime| ≤ 1e-5 × max |onnxruntime|.
 //! No Python is needed to run this test.
 
+mod common;
+
+use common::{assert_matches, npy_dir, root};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use tensorforge_graph::exec::execute;
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::onnx::import_onnx_file;
-use tensorforge_kernels::npy::{parse_npy, NpyData};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/onnx")
-}
-
-fn npy_f32(p: &Path) -> (Vec<usize>, Vec<f32>) {
-    let a = parse_npy(&std::fs::read(p).unwrap()).unwrap();
-    let v = match a.data {
-        NpyData::F32(v) => v,
-        NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
-        // Token ids: small whole numbers, exact in f32.
-        NpyData::I64(v) => v.into_iter().map(|x| x as f32).collect(),
-        _ => panic!("{}: not a float or int64 array", p.display()),
-    };
-    (a.shape, v)
-}
-
-fn npy_dir(d: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
-    std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "npy"))
-        .map(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy().to_string();
-            (name, npy_f32(&p))
-        })
-        .collect()
-}
 
 fn check(name: &str) {
     let dir = root().join(name);
@@ -56,23 +29,7 @@ fn check(name: &str) {
     let expected = npy_dir(&dir.join("expected"));
     for (label, prog) in [("unfused", &c.unfused), ("fused", &c.fused)] {
         let r = execute(prog, &ins).unwrap();
-        for (out, (shape, want)) in &expected {
-            let (_, got_shape, got) = r
-                .outputs
-                .iter()
-                .find(|(n, _, _)| n == out)
-                .unwrap_or_else(|| panic!("{name}: no output `{out}`"));
-            assert_eq!(got_shape, shape, "{name} {label} {out}");
-            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let err = got
-                .iter()
-                .zip(want)
-                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(
-                err <= 1e-5 * scale,
-                "{name} {label} {out}: max error {err:e} vs 1e-5 × {scale}"
-            );
-        }
+        assert_matches(&format!("{name} {label}"), &expected, &r.outputs);
     }
 }
 

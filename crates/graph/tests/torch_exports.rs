@@ -8,40 +8,14 @@
 //! the JIT when a C compiler is present, and compared with onnxruntime's stored outputs:
 //! max |ours − onnxruntime| ≤ 1e-5 × max |onnxruntime| (the issue asks 1e-4). No Python.
 
+mod common;
+
+use common::{assert_matches, npy_dir, root};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tensorforge_graph::exec::{execute, execute_with, Pool};
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
-use tensorforge_kernels::npy::{parse_npy, NpyData};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/onnx")
-}
-
-fn npy(p: &Path) -> (Vec<usize>, Vec<f32>) {
-    let a = parse_npy(&std::fs::read(p).unwrap()).unwrap();
-    let v = match a.data {
-        NpyData::F32(v) => v,
-        NpyData::I64(v) => v.into_iter().map(|x| x as f32).collect(),
-        _ => panic!("{}: not float32 or int64", p.display()),
-    };
-    (a.shape, v)
-}
-
-fn npy_dir(d: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
-    std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "npy"))
-        .map(|p| {
-            (
-                p.file_stem().unwrap().to_string_lossy().to_string(),
-                npy(&p),
-            )
-        })
-        .collect()
-}
 
 /// The exported fixtures: folders holding a `meta.json`.
 fn fixtures() -> Vec<String> {
@@ -88,23 +62,7 @@ fn check(name: &str) -> Vec<String> {
     let mut done = vec![];
     for (label, r) in runs {
         let r = r.unwrap_or_else(|e| panic!("{name} {label}: {e}"));
-        for (out, (shape, want)) in &expected {
-            let (_, got_shape, got) = r
-                .outputs
-                .iter()
-                .find(|(n, _, _)| n == out)
-                .unwrap_or_else(|| panic!("{name}: no output `{out}`"));
-            assert_eq!(got_shape, shape, "{name} {label} {out}");
-            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let err = got
-                .iter()
-                .zip(want)
-                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(
-                err <= 1e-5 * scale,
-                "{name} {label} {out}: max error {err:e} vs 1e-5 × {scale}"
-            );
-        }
+        assert_matches(&format!("{name} {label}"), &expected, &r.outputs);
         done.push(label.to_string());
     }
     done

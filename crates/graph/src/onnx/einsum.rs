@@ -13,39 +13,9 @@
 //! duplicates undefined and onnxruntime applies them in order).
 
 use super::proto::NodeProto;
-use super::{attr_s, tensor_values, Importer, Lowering, Vals};
+use super::{attr_s, tensor_values, Emit, Importer, Lowering, Vals};
 use crate::error::Result;
-use crate::ir::{Node, Op};
-
-/// Nodes of one lowering, named `<node>#<k>`.
-struct Emit {
-    prefix: String,
-    k: usize,
-    nodes: Vec<Node>,
-}
-
-impl Emit {
-    fn op(&mut self, op: Op, inputs: &[&str]) -> String {
-        let out = format!("{}#{}", self.prefix, self.k);
-        self.k += 1;
-        self.nodes.push(Node {
-            name: out.clone(),
-            op,
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: vec![out.clone()],
-        });
-        out
-    }
-
-    /// The last node writes `out` under the ONNX node's name.
-    fn finish(mut self, name: &str, out: &str) -> Vec<Node> {
-        if let Some(n) = self.nodes.last_mut() {
-            n.name = name.to_string();
-            n.outputs = vec![out.to_string()];
-        }
-        self.nodes
-    }
-}
+use crate::ir::Op;
 
 fn perm_to(from: &[char], to: &[char]) -> Vec<usize> {
     to.iter()
@@ -133,11 +103,7 @@ impl<'a> Importer<'a> {
         if let Some(c) = output.iter().find(|c| !size.contains_key(c)) {
             opaque!("output index `{c}` is in no operand");
         }
-        let mut e = Emit {
-            prefix: name.to_string(),
-            k: 0,
-            nodes: vec![],
-        };
+        let mut e = Emit::new(name);
         // Sum the indices only this operand has and the output lacks.
         let mut ops: Vec<(String, Vec<char>)> = vec![];
         for (k, (raw, t, _)) in ins.iter().enumerate() {
@@ -314,11 +280,7 @@ impl<'a> Importer<'a> {
             Ok(n) => n,
             Err(why) => opaque!("{why}"),
         };
-        let mut e = Emit {
-            prefix: name.to_string(),
-            k: 0,
-            nodes: vec![],
-        };
+        let mut e = Emit::new(name);
         let d2 = e.op(
             Op::Reshape {
                 shape: vec![rows as i64, inner as i64],

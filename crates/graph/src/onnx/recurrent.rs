@@ -11,9 +11,9 @@
 //! LSTM's `input_forget`.
 
 use super::proto::{dt, NodeProto, TensorProto};
-use super::{attr, attr_f, attr_i, attr_s, weight_values, Importer, Lowering};
+use super::{attr, attr_f, attr_i, attr_s, weight_values, Emit, Importer, Lowering};
 use crate::error::Result;
-use crate::ir::{Node, Op};
+use crate::ir::Op;
 
 /// A constant's dims and values.
 type Dense = (Vec<usize>, Vec<f32>);
@@ -30,56 +30,6 @@ impl Cell {
         match self {
             Cell::Lstm => 4,
             Cell::Gru => 3,
-        }
-    }
-}
-
-/// Nodes of one unrolled op, named `<node>#<k>` (tensor = node name).
-struct Emit {
-    prefix: String,
-    k: usize,
-    nodes: Vec<Node>,
-}
-
-impl Emit {
-    fn op(&mut self, op: Op, inputs: &[&str]) -> String {
-        let out = format!("{}#{}", self.prefix, self.k);
-        self.k += 1;
-        self.nodes.push(Node {
-            name: out.clone(),
-            op,
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: vec![out.clone()],
-        });
-        out
-    }
-
-    /// `x[.., lo:hi]` along `axis`.
-    fn slice(&mut self, x: &str, axis: i64, lo: usize, hi: usize) -> String {
-        self.op(
-            Op::Slice {
-                starts: vec![lo as i64],
-                ends: vec![hi as i64],
-                axes: vec![axis],
-                steps: vec![1],
-            },
-            &[x],
-        )
-    }
-
-    fn reshape(&mut self, x: &str, shape: &[usize]) -> String {
-        self.op(
-            Op::Reshape {
-                shape: shape.iter().map(|&d| d as i64).collect(),
-            },
-            &[x],
-        )
-    }
-
-    /// Rename the last node's output to `name` (a graph-visible output of the ONNX node).
-    fn name_last(&mut self, name: &str) {
-        if let Some(n) = self.nodes.last_mut() {
-            n.outputs = vec![name.to_string()];
         }
     }
 }
@@ -215,11 +165,7 @@ impl<'a> Importer<'a> {
                 _ => opaque!("input `sequence_lens` (`{l}`) is not the whole sequence ({s}) for every batch entry"),
             }
         }
-        let mut e = Emit {
-            prefix: name.to_string(),
-            k: 0,
-            nodes: vec![],
-        };
+        let mut e = Emit::new(name);
         // X as [S, B, I].
         let x_sbi = if layout == 0 {
             x.clone()
