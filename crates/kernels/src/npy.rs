@@ -288,15 +288,16 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, KernelError> {
     let body = &bytes[end..];
     let n = checked_numel(&shape)?;
     let item = match descr.as_str() {
+        "<f2" => 2,
         "<f4" | "<i4" => 4,
         "<f8" | "<i8" => 8,
         "|u1" | "<u1" | "u1" | "|i1" | "<i1" | "i1" | "|b1" => 1,
-        ">f4" | ">f8" | ">i4" | ">i8" => {
+        ">f2" | ">f4" | ">f8" | ">i4" | ">i8" => {
             return err(format!("big-endian dtype `{descr}` is not supported"))
         }
         d => {
             return err(format!(
-            "dtype `{d}` is not supported (float32, float64, uint8, int8, int32, int64, bool are)"
+            "dtype `{d}` is not supported (float16, float32, float64, uint8, int8, int32, int64, bool are)"
         ))
         }
     };
@@ -310,6 +311,12 @@ pub fn parse_npy(bytes: &[u8]) -> Result<NpyArray, KernelError> {
         ));
     }
     let data = match descr.as_str() {
+        // float16 (an fp16 model's inputs) is widened to float32, exactly.
+        "<f2" => NpyData::F32(
+            body.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        ),
         "<f4" => NpyData::F32(
             body.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -439,6 +446,25 @@ mod tests {
         assert_eq!(a.shape, vec![2]);
         assert_eq!(a.data, NpyData::F32(vec![1.0, 2.0]));
         assert_eq!(to_npy(&a).unwrap(), b);
+    }
+
+    #[test]
+    fn float16_is_read_widened_to_float32() {
+        // np.array([1.0, -2.5, 65504.0], dtype='<f2'): 0x3c00, 0xc100, 0x7bff.
+        let dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }";
+        let mut h = dict.to_string();
+        while h.len() < 117 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&118u16.to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        for bits in [0x3c00u16, 0xc100, 0x7bff] {
+            b.extend_from_slice(&bits.to_le_bytes());
+        }
+        let a = parse_npy(&b).unwrap();
+        assert_eq!(a.data, NpyData::F32(vec![1.0, -2.5, 65504.0]));
     }
 
     #[test]
