@@ -319,56 +319,55 @@ impl BinaryFn {
         }
     }
 
+    /// The comparison operator of a comparison (`==`, `<`, ...), written alike in C and
+    /// Triton.
+    fn comparison(self) -> Option<&'static str> {
+        Some(match self {
+            BinaryFn::Equal => "==",
+            BinaryFn::Less => "<",
+            BinaryFn::Greater => ">",
+            BinaryFn::LessOrEqual => "<=",
+            BinaryFn::GreaterOrEqual => ">=",
+            _ => return None,
+        })
+    }
+
     /// The C expression of `a` op `c`.
     pub fn c_expr(self, a: &str, c: &str) -> String {
-        match self {
-            BinaryFn::ClipLow => return format!("(isnan({a}) || {a} >= {c} ? {a} : {c})"),
-            BinaryFn::ClipHigh => return format!("(isnan({a}) || {a} <= {c} ? {a} : {c})"),
-            BinaryFn::Mod => {
-                return format!(
-                "((float)((double)({a}) - (double)({c}) * floor((double)({a}) / (double)({c}))))"
-            )
-            }
-            BinaryFn::FMod => return format!("fmodf({a}, {c})"),
-            _ => {}
+        let truth = |cond: String| format!("({cond} ? 1.0f : 0.0f)");
+        if let Some(op) = self.comparison() {
+            return truth(format!("({a} {op} {c})"));
         }
-        let cond = match self {
-            BinaryFn::And => format!("({a} != 0.0f && {c} != 0.0f)"),
-            BinaryFn::Or => format!("({a} != 0.0f || {c} != 0.0f)"),
-            BinaryFn::Xor => format!("(({a} != 0.0f) != ({c} != 0.0f))"),
-            BinaryFn::Equal => format!("({a} == {c})"),
-            BinaryFn::Less => format!("({a} < {c})"),
-            BinaryFn::Greater => format!("({a} > {c})"),
-            BinaryFn::LessOrEqual => format!("({a} <= {c})"),
-            BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
-            _ => unreachable!("returned above"),
-        };
-        format!("({cond} ? 1.0f : 0.0f)")
+        match self {
+            BinaryFn::And => truth(format!("({a} != 0.0f && {c} != 0.0f)")),
+            BinaryFn::Or => truth(format!("({a} != 0.0f || {c} != 0.0f)")),
+            BinaryFn::Xor => truth(format!("(({a} != 0.0f) != ({c} != 0.0f))")),
+            BinaryFn::ClipLow => format!("(isnan({a}) || {a} >= {c} ? {a} : {c})"),
+            BinaryFn::ClipHigh => format!("(isnan({a}) || {a} <= {c} ? {a} : {c})"),
+            BinaryFn::Mod => format!(
+                "((float)((double)({a}) - (double)({c}) * floor((double)({a}) / (double)({c}))))"
+            ),
+            BinaryFn::FMod => format!("fmodf({a}, {c})"),
+            _ => unreachable!("comparisons are handled above"),
+        }
     }
 
     /// The Triton expression of `a` op `c`.
     pub fn triton_expr(self, a: &str, c: &str) -> String {
-        match self {
-            BinaryFn::ClipLow => return format!("tl.where(({a} != {a}) | ({a} >= {c}), {a}, {c})"),
-            BinaryFn::ClipHigh => {
-                return format!("tl.where(({a} != {a}) | ({a} <= {c}), {a}, {c})")
-            }
-            BinaryFn::Mod => return format!("({a} - {c} * tl.floor({a} / {c}))"),
-            BinaryFn::FMod => return format!("tl.math.fmod({a}, {c})"),
-            _ => {}
+        let truth = |cond: String| format!("tl.where({cond}, 1.0, 0.0)");
+        if let Some(op) = self.comparison() {
+            return truth(format!("({a} {op} {c})"));
         }
-        let cond = match self {
-            BinaryFn::And => format!("(({a} != 0.0) & ({c} != 0.0))"),
-            BinaryFn::Or => format!("(({a} != 0.0) | ({c} != 0.0))"),
-            BinaryFn::Xor => format!("(({a} != 0.0) ^ ({c} != 0.0))"),
-            BinaryFn::Equal => format!("({a} == {c})"),
-            BinaryFn::Less => format!("({a} < {c})"),
-            BinaryFn::Greater => format!("({a} > {c})"),
-            BinaryFn::LessOrEqual => format!("({a} <= {c})"),
-            BinaryFn::GreaterOrEqual => format!("({a} >= {c})"),
-            _ => unreachable!("returned above"),
-        };
-        format!("tl.where({cond}, 1.0, 0.0)")
+        match self {
+            BinaryFn::And => truth(format!("(({a} != 0.0) & ({c} != 0.0))")),
+            BinaryFn::Or => truth(format!("(({a} != 0.0) | ({c} != 0.0))")),
+            BinaryFn::Xor => truth(format!("(({a} != 0.0) ^ ({c} != 0.0))")),
+            BinaryFn::ClipLow => format!("tl.where(({a} != {a}) | ({a} >= {c}), {a}, {c})"),
+            BinaryFn::ClipHigh => format!("tl.where(({a} != {a}) | ({a} <= {c}), {a}, {c})"),
+            BinaryFn::Mod => format!("({a} - {c} * tl.floor({a} / {c}))"),
+            BinaryFn::FMod => format!("tl.math.fmod({a}, {c})"),
+            _ => unreachable!("comparisons are handled above"),
+        }
     }
 }
 
