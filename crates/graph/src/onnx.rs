@@ -852,6 +852,7 @@ macro_rules! arity {
     };
 }
 
+mod attention;
 mod elementwise;
 mod nn;
 mod quant;
@@ -1200,6 +1201,8 @@ impl<'a> Importer<'a> {
         });
         let lowering = if let Some(why) = upstream {
             Lowering::Opaque(why)
+        } else if np.domain == "com.microsoft" && attention::OPS.contains(&np.op_type.as_str()) {
+            self.lower_attention(np, &name, outs[0])?
         } else if !(np.domain.is_empty() || np.domain == "ai.onnx") {
             Lowering::Opaque(format!(
                 "op domain `{}` is not the default ONNX domain",

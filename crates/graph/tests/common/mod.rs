@@ -12,14 +12,16 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/onnx")
 }
 
-/// A `.npy` file as f32 (float32, float64, or int64 token ids: small whole numbers, exact).
+/// A `.npy` file as f32 (float32, float64, or int32 / int64 ids and masks: small whole
+/// numbers, exact).
 pub fn npy_f32(p: &Path) -> (Vec<usize>, Vec<f32>) {
     let a = parse_npy(&std::fs::read(p).unwrap()).unwrap();
     let v = match a.data {
         NpyData::F32(v) => v,
         NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
         NpyData::I64(v) => v.into_iter().map(|x| x as f32).collect(),
-        _ => panic!("{}: not a float or int64 array", p.display()),
+        NpyData::I32(v) => v.into_iter().map(|x| x as f32).collect(),
+        _ => panic!("{}: not a float, int32 or int64 array", p.display()),
     };
     (a.shape, v)
 }
