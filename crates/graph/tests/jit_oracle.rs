@@ -5,6 +5,8 @@
 //! have the same non-finite values. CI has a C compiler (`cc` links every Rust binary), so
 //! the test requires one rather than skipping.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 use tensorforge_graph::exec::{execute_with, fill_inputs, ExecResult, Pool};
@@ -78,18 +80,22 @@ fn onnx_fixtures_agree_with_the_interpreter() {
     for e in std::fs::read_dir(&dir).unwrap() {
         let d = e.unwrap().path();
         if d.join("model.onnx").exists() {
-            // Symbolic dims (the TorchScript exports) bound from the input files' shapes.
-            let mut options = tensorforge_graph::onnx::ImportOptions::default();
-            for f in std::fs::read_dir(d.join("inputs")).into_iter().flatten() {
-                let p = f.unwrap().path();
-                let a = tensorforge_kernels::npy::parse_npy(&std::fs::read(&p).unwrap()).unwrap();
-                let stem = p.file_stem().unwrap().to_string_lossy().to_string();
-                options.input_shapes.insert(stem, a.shape);
-            }
+            // The fixture's own inputs (valid ids and masks), which also bind the symbolic
+            // dims of the TorchScript exports.
+            let inputs = common::npy_dir(&d.join("inputs"));
+            let options = tensorforge_graph::onnx::ImportOptions {
+                input_shapes: inputs
+                    .iter()
+                    .map(|(k, (s, _))| (k.clone(), s.clone()))
+                    .collect(),
+                ..Default::default()
+            };
             let imp =
                 tensorforge_graph::onnx::import_onnx_file_with(d.join("model.onnx"), &options)
                     .unwrap_or_else(|e| panic!("{e}"));
-            check(&d.display().to_string(), &imp.graph, imp.weights);
+            let mut ins = imp.weights;
+            ins.extend(inputs.into_iter().map(|(k, (_, v))| (k, v)));
+            check(&d.display().to_string(), &imp.graph, ins);
         }
     }
 }

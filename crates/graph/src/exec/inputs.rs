@@ -60,18 +60,34 @@ pub fn fill_inputs(
 }
 
 /// For a generated integer tensor `t`: values are drawn from `[0, hi)`, `hi` the shortest
-/// axis a `Gather` indexes with it, 2 for booleans, else 100. `None` for float tensors.
+/// axis a `Gather` indexes with it (directly, or through Casts and views, as an optimizer's
+/// int64 → int32 Cast before an embedding lookup), 2 for booleans, else 100. `None` for
+/// float tensors.
 fn integer_range(tg: &TypedGraph, t: usize) -> Option<usize> {
     let spec = &tg.tensors[t];
     if !spec.dtype.is_integer() {
         return None;
+    }
+    // `t` and what Casts and views of it carry the same values.
+    let mut same = vec![t];
+    let mut k = 0;
+    while k < same.len() {
+        let v = same[k];
+        for (n, node) in tg.nodes.iter().enumerate() {
+            if matches!(node.op, Op::Cast { .. } | Op::Reshape { .. })
+                && tg.node_inputs[n].first() == Some(&v)
+            {
+                same.extend(tg.node_outputs[n].iter().copied());
+            }
+        }
+        k += 1;
     }
     let gathered = tg
         .nodes
         .iter()
         .enumerate()
         .filter_map(|(n, node)| match node.op {
-            Op::Gather { axis } if tg.node_inputs[n].get(1) == Some(&t) => {
+            Op::Gather { axis } if tg.node_inputs[n].get(1).is_some_and(|i| same.contains(i)) => {
                 let d = &tg.tensors[tg.node_inputs[n][0]].shape;
                 norm_axis(axis, d.len()).map(|a| d[a])
             }
