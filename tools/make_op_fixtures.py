@@ -203,6 +203,8 @@ def main():
         ("einsum_outer", "i,j->ji", [(4,), (6,)]),
         ("einsum_implicit", "bij,bjk", [(2, 3, 4), (2, 4, 5)]),
         ("einsum_one_operand", "abc->cb", [(2, 3, 4)]),
+        ("einsum_ellipsis", "...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 6)]),
+        ("einsum_ellipsis_implicit", "...ij,jk", [(2, 4, 5), (5, 3)]),
     ]:
         names = ["x", "z"][: len(shapes)]
         feeds = {n: rng.standard_normal(sh).astype(np.float32) for n, sh in zip(names, shapes)}

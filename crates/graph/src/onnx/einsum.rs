@@ -4,8 +4,8 @@
 //! and the output lacks are summed first (`ReduceSum`); then each operand is transposed to
 //! `[batch, own, contracted]` / `[batch, contracted, own]`, reshaped to three dims, multiplied
 //! (`MatMul`), reshaped back and transposed to the output's order. Left out (opaque with the
-//! reason): an ellipsis (`...`), an index repeated within one operand (a diagonal), three or
-//! more operands.
+//! reason): an index repeated within one operand (a diagonal), three or more operands, and
+//! ellipsis dims that broadcast from 1 (an ellipsis is spelled out with unused letters).
 //!
 //! `ScatterND` with constant indices and `reduction = none`: the data and the updates are
 //! viewed as rows of the innermost `rank - k` dims, concatenated, and gathered in the order
@@ -37,9 +37,58 @@ impl<'a> Importer<'a> {
         let Some(eq) = attr_s(np, "equation") else {
             opaque!("attribute `equation` is missing")
         };
-        let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
         if eq.contains("...") {
-            opaque!("equation `{eq}` uses an ellipsis");
+            // The ellipsis stands for the leading dims each operand has beyond its letters:
+            // spelled out with letters the equation does not use, aligned at the right as
+            // NumPy broadcasts them (the dims must then be equal, not broadcast from 1).
+            let lhs = eq.split("->").next().unwrap_or("").to_string();
+            let mut ranks = vec![];
+            for (i, t) in lhs.split(',').enumerate() {
+                let Some(raw) = np.input.get(i).filter(|s| !s.is_empty()) else {
+                    opaque!("equation `{eq}` names more operands than the node has")
+                };
+                let r = self.resolve(raw);
+                let rank = match self.runtime(&r, &format!("node `{name}` (Einsum)"))? {
+                    Ok(spec) => spec.shape.len(),
+                    Err(why) => opaque!("{why}"),
+                };
+                let letters = t.replace("...", "").chars().count();
+                if t.contains("...") && rank < letters {
+                    opaque!("operand {i} has rank {rank}, fewer than the letters of `{t}`");
+                }
+                ranks.push(if t.contains("...") { rank - letters } else { 0 });
+            }
+            let widest = ranks.iter().copied().max().unwrap_or(0);
+            let free: Vec<char> = ('A'..='Z')
+                .chain('a'..='z')
+                .filter(|c| !eq.contains(*c))
+                .take(widest)
+                .collect();
+            if free.len() < widest {
+                opaque!("equation `{eq}` leaves too few letters for its ellipsis");
+            }
+            let mut terms: Vec<String> = lhs
+                .split(',')
+                .zip(&ranks)
+                .map(|(t, &r)| t.replace("...", &free[widest - r..].iter().collect::<String>()))
+                .collect();
+            let all: String = free.iter().collect();
+            let rhs = match eq.split_once("->") {
+                Some((_, r)) => r.replace("...", &all),
+                None => {
+                    // Implicit output: the ellipsis dims, then the letters used once, sorted.
+                    let joined: String = terms.concat();
+                    let mut once: Vec<char> = joined
+                        .chars()
+                        .filter(|c| !free.contains(c) && joined.matches(*c).count() == 1)
+                        .collect();
+                    once.sort();
+                    format!("{all}{}", once.into_iter().collect::<String>())
+                }
+            };
+            terms.truncate(np.input.len());
+            eq = format!("{}->{rhs}", terms.join(","));
         }
         let (lhs, rhs) = match eq.split_once("->") {
             Some((l, r)) => (l.to_string(), Some(r.to_string())),
