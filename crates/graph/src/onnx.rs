@@ -25,12 +25,9 @@
 //!   [`MAX_DECODED_BYTES`]; checked by a wire-format pre-pass before decoding). A truncated
 //!   or malformed file is a [`GraphError::Onnx`] naming the file, never a panic.
 
-mod control;
-mod einsum;
 mod external;
 mod fold;
 pub mod proto;
-mod recurrent;
 mod scan;
 
 use crate::error::{GraphError, Result};
@@ -825,7 +822,7 @@ enum Lowering<'a> {
     Opaque(String),
 }
 
-/// Early return of an opaque lowering from inside `lower`.
+/// Early return of an opaque lowering from inside `lower` or an op family's lowering.
 macro_rules! opaque {
     ($($t:tt)*) => {
         return Ok(Lowering::Opaque(format!($($t)*)))
@@ -852,10 +849,14 @@ macro_rules! arity {
     };
 }
 
+// The op families (after the macros above, which they use).
 mod attention;
+mod control;
+mod einsum;
 mod elementwise;
 mod nn;
 mod quant;
+mod recurrent;
 mod reduce;
 mod shape;
 

@@ -81,9 +81,6 @@ impl<'a> Importer<'a> {
         name: &str,
         out: &str,
     ) -> Result<Lowering<'a>> {
-        macro_rules! opaque {
-            ($($t:tt)*) => { return Ok(Lowering::Opaque(format!($($t)*))) };
-        }
         macro_rules! input {
             ($i:expr) => {
                 match self.optional_input(np, $i)? {

@@ -37,9 +37,6 @@ impl<'a> Importer<'a> {
 
     /// Lower `If` node `np` (see the module notes).
     pub(super) fn lower_if(&mut self, np: &'a NodeProto, name: &str) -> Result<Lowering<'a>> {
-        macro_rules! opaque {
-            ($($t:tt)*) => { return Ok(Lowering::Opaque(format!($($t)*))) };
-        }
         let branch = |k: &str| attr(np, k).and_then(|a| a.g.as_deref());
         let (Some(then_g), Some(else_g)) = (branch("then_branch"), branch("else_branch")) else {
             opaque!("then_branch or else_branch is missing")

@@ -31,9 +31,6 @@ impl<'a> Importer<'a> {
         name: &str,
         out: &str,
     ) -> Result<Lowering<'a>> {
-        macro_rules! opaque {
-            ($($t:tt)*) => { return Ok(Lowering::Opaque(format!($($t)*))) };
-        }
         let Some(eq) = attr_s(np, "equation") else {
             opaque!("attribute `equation` is missing")
         };
@@ -266,9 +263,6 @@ impl<'a> Importer<'a> {
         name: &str,
         out: &str,
     ) -> Result<Lowering<'a>> {
-        macro_rules! opaque {
-            ($($t:tt)*) => { return Ok(Lowering::Opaque(format!($($t)*))) };
-        }
         if let Some(r) = attr_s(np, "reduction").filter(|r| r != "none") {
             opaque!("attribute `reduction` = `{r}` (only `none` is lowered)");
         }

@@ -85,9 +85,6 @@ impl<'a> Importer<'a> {
         name: &str,
         cell: Cell,
     ) -> Result<Lowering<'a>> {
-        macro_rules! opaque {
-            ($($t:tt)*) => { return Ok(Lowering::Opaque(format!($($t)*))) };
-        }
         let g = cell.gates();
         let Some(h) = attr_i(np, "hidden_size")
             .filter(|h| *h > 0)
