@@ -15,7 +15,9 @@ attention and with eager attention. onnxruntime's CPU outputs are stored beside 
 An export the exporter itself fails on is listed in OUT/export_failures.json with the
 error and skipped. Usage:
 
-    python tools/export_real_onnx.py OUT [--set fixtures|heldout] [--only NAME_SUBSTRING]
+    python tools/export_real_onnx.py OUT [--set fixtures|heldout] [--half] [--only NAME_SUBSTRING]
+
+`--half` exports the models in fp16 (`model.half()`, eager attention).
 
 `--set heldout` exports DistilBERT, RoBERTa, Qwen2, Mistral, Phi, GPT-NeoX, OPT, a T5
 encoder, Gemma, Falcon, BLOOM, GPT-J, CLIP's vision tower, Swin, MobileNetV2, 2-layer
@@ -264,6 +266,16 @@ def main():
     args = sys.argv[2:]
     only = args[args.index("--only") + 1] if "--only" in args else ""
     models = HELDOUT if "--set" in args and args[args.index("--set") + 1] == "heldout" else MODELS
+    if "--half" in args:
+        # fp16 models and float inputs (`model.half()`), eager attention only.
+        def half(build):
+            def b(attn):
+                m, ins = build(attn)
+                return m.half(), {k: v.half() if v.is_floating_point() else v
+                                  for k, v in ins.items()}
+            return b
+        models = {f"{k}16": (half(b), [a for a in attns if a != "sdpa"])
+                  for k, (b, attns) in models.items()}
     failures = {}
     for model, (build, attns) in models.items():
         for attn in attns:
