@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tensorforge_graph::exec::{compare, execute_pooled, fill_inputs, Pool};
 use tensorforge_graph::fusion::compile;
-use tensorforge_graph::ir::{DType, Graph, Node, Op};
+use tensorforge_graph::ir::{BinaryFn, DType, Graph, Node, Op, UnaryFn};
 use tensorforge_graph::traffic::program_bytes;
 
 fn copy_bandwidth(n: usize, reps: usize) -> f64 {
@@ -125,8 +125,8 @@ fn main() {
                 &[],
             ),
             Node::new("h", Op::RmsNorm { eps: 1e-6 }, &["x", "gamma"]),
-            Node::new("s", Op::Silu, &["h"]),
-            Node::new("y", Op::Mul, &["s", "u"]),
+            Node::new("s", Op::Unary { f: UnaryFn::Silu }, &["h"]),
+            Node::new("y", Op::Binary { f: BinaryFn::Mul }, &["s", "u"]),
         ],
     );
     g.outputs = vec!["y".into()];

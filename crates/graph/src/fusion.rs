@@ -11,7 +11,7 @@
 //! recomputation (a fused value read outside its kernel is written once).
 
 use crate::error::Result;
-use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
+use crate::ir::{norm_axis, BinaryFn, Graph, Op, OpClass, TypedGraph};
 use crate::rewrite::{rewrite, Decision, FusionRule, Stage};
 use serde::{Deserialize, Serialize};
 
@@ -178,7 +178,7 @@ impl Program {
             }
             let mut joined = None;
             // SwiGLU gate ⊙ up: merge two matmul kernels that share their input.
-            if matches!(tg.nodes[i].op, Op::Mul) && cands.len() == 2 {
+            if matches!(tg.nodes[i].op, Op::Binary { f: BinaryFn::Mul }) && cands.len() == 2 {
                 let (g1, g2) = (cands[0], cands[1]);
                 if let Some(reason) = swiglu_merge(&tg, &groups, &group_of, i, g1, g2) {
                     match reason {
@@ -831,7 +831,7 @@ fn finalize_with_order(tg: &TypedGraph, groups: Vec<Group>) -> (Vec<Kernel>, Vec
                 Op::LayerNorm { .. } => {
                     let x = tg.base(tg.node_inputs[n][0]);
                     let p = tg.producer[x];
-                    if gof[p] == g && matches!(tg.nodes[p].op, Op::Add) {
+                    if gof[p] == g && matches!(tg.nodes[p].op, Op::Binary { f: BinaryFn::Add }) {
                         pattern = Some("add_layernorm".to_string());
                     }
                 }

@@ -83,45 +83,6 @@ pub enum Op {
     },
     /// `[.., M, K] × [K, N]` or batched `[B.., M, K] × [B.., K, N]` (equal batch dims).
     MatMul,
-    /// a + b (broadcast).
-    Add,
-    /// a − b (broadcast).
-    Sub,
-    /// a · b (broadcast).
-    Mul,
-    /// a / b (broadcast).
-    Div,
-    /// −x.
-    Neg,
-    /// eˣ.
-    Exp,
-    /// ln x.
-    Log,
-    /// ln(1 + x).
-    Log1p,
-    /// √x.
-    Sqrt,
-    /// 1/√x.
-    Rsqrt,
-    /// tanh x.
-    Tanh,
-    /// erf x (the Gauss error function; ONNX `Erf`, used by exact GELU).
-    Erf,
-    /// 1/(1+e⁻ˣ).
-    Sigmoid,
-    /// x·sigmoid(x).
-    #[serde(rename = "SiLU")]
-    Silu,
-    /// GELU, tanh approximation.
-    #[serde(rename = "GELU")]
-    Gelu,
-    /// max(x, 0).
-    #[serde(rename = "ReLU")]
-    Relu,
-    /// max(a, b) (broadcast).
-    Max,
-    /// min(a, b) (broadcast).
-    Min,
     /// x^exponent with a constant exponent.
     Pow {
         /// The exponent.
@@ -172,8 +133,6 @@ pub enum Op {
         #[serde(default = "yes")]
         keepdims: bool,
     },
-    /// Overflow-safe ln(eᵃ + eᵇ) (broadcast).
-    LogAddExp,
     /// x / √(mean(x²) + eps) ⊙ γ over the last axis; inputs `[x, gamma]`.
     #[serde(rename = "RMSNorm")]
     RmsNorm {
@@ -365,31 +324,14 @@ pub enum OpClass {
 
 impl Op {
     /// The op's name as written in JSON (for a function of the op table, the function's
-    /// name: the JSON says `"op": "Unary", "attrs": {"f": NAME}`).
+    /// name: `"op": "Exp"`).
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input { .. } => "Input",
             Op::Weight { .. } => "Weight",
             Op::Constant { .. } => "Constant",
             Op::MatMul => "MatMul",
-            Op::Add => "Add",
-            Op::Sub => "Sub",
-            Op::Mul => "Mul",
-            Op::Div => "Div",
-            Op::Neg => "Neg",
-            Op::Exp => "Exp",
-            Op::Log => "Log",
-            Op::Log1p => "Log1p",
-            Op::Sqrt => "Sqrt",
-            Op::Rsqrt => "Rsqrt",
-            Op::Tanh => "Tanh",
-            Op::Erf => "Erf",
-            Op::Sigmoid => "Sigmoid",
-            Op::Silu => "SiLU",
-            Op::Gelu => "GELU",
-            Op::Relu => "ReLU",
-            Op::Max => "Max",
-            Op::Min => "Min",
+            Op::Unary { f: UnaryFn::Log1p } => "Log1p",
             Op::Pow { .. } => "Pow",
             Op::ReduceSum { .. } => "ReduceSum",
             Op::ReduceMax { .. } => "ReduceMax",
@@ -397,7 +339,6 @@ impl Op {
             Op::Softmax { .. } => "Softmax",
             Op::LogSoftmax { .. } => "LogSoftmax",
             Op::LogSumExp { .. } => "LogSumExp",
-            Op::LogAddExp => "LogAddExp",
             Op::RmsNorm { .. } => "RMSNorm",
             Op::LayerNorm { .. } => "LayerNorm",
             Op::Reshape { .. } => "Reshape",
@@ -424,36 +365,14 @@ impl Op {
 
     /// True for the two-input elementwise ops.
     pub fn is_binary(&self) -> bool {
-        matches!(
-            self,
-            Op::Add
-                | Op::Sub
-                | Op::Mul
-                | Op::Div
-                | Op::Max
-                | Op::Min
-                | Op::LogAddExp
-                | Op::Binary { .. }
-        )
+        matches!(self, Op::Binary { .. })
     }
 
     /// True for the one-input elementwise ops.
     pub fn is_unary(&self) -> bool {
         matches!(
             self,
-            Op::Neg
-                | Op::Exp
-                | Op::Log
-                | Op::Log1p
-                | Op::Sqrt
-                | Op::Rsqrt
-                | Op::Tanh
-                | Op::Erf
-                | Op::Sigmoid
-                | Op::Silu
-                | Op::Gelu
-                | Op::Relu
-                | Op::Pow { .. }
+            Op::Pow { .. }
                 | Op::Cast { .. }
                 | Op::Quantize { .. }
                 | Op::Dequantize { .. }
@@ -497,8 +416,9 @@ impl Op {
 pub struct Node {
     /// Unique node name.
     pub name: String,
-    /// The op and its attributes (flattened: `"op"` and `"attrs"` keys).
-    #[serde(flatten)]
+    /// The op and its attributes (flattened: `"op"` and `"attrs"` keys; a function of the
+    /// op table is written by its name alone, `"op": "Exp"`).
+    #[serde(flatten, with = "op_json")]
     pub op: Op,
     /// Input tensor names, in the op's order.
     #[serde(default)]
@@ -1059,6 +979,76 @@ pub fn infer_node(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<TensorInfo>> {
 
 /// Ops whose attributes all have defaults may omit `attrs`: insert `{}` so that serde's
 /// tagged enum accepts them.
+/// The JSON form of [`Op`] inside a node: the derived `"op"` / `"attrs"` form, except that
+/// a function of the op table is named directly (`"op": "Exp"`, not a `Unary` wrapper).
+mod op_json {
+    use super::{BinaryFn, Op, UnaryFn};
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    struct Raw {
+        op: String,
+        #[serde(default)]
+        attrs: Option<serde_json::Value>,
+    }
+
+    #[derive(Serialize)]
+    struct Named<'a> {
+        op: &'a str,
+    }
+
+    pub(super) fn serialize<S: Serializer>(op: &Op, s: S) -> Result<S::Ok, S::Error> {
+        match op {
+            Op::Unary { f } => Named { op: f.name() }.serialize(s),
+            Op::Binary { f } => Named { op: f.name() }.serialize(s),
+            other => other.serialize(s),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+        let raw = Raw::deserialize(d)?;
+        let table = UnaryFn::from_name(&raw.op)
+            .map(|f| Op::Unary { f })
+            .or_else(|| BinaryFn::from_name(&raw.op).map(|f| Op::Binary { f }));
+        if let Some(op) = table {
+            let empty = raw
+                .attrs
+                .as_ref()
+                .is_none_or(|a| a.is_null() || a.as_object().is_some_and(|o| o.is_empty()));
+            if !empty {
+                return Err(D::Error::custom(format!(
+                    "`{}` takes no attrs, got {}",
+                    raw.op,
+                    raw.attrs.unwrap_or_default()
+                )));
+            }
+            return Ok(op);
+        }
+        let mut m = serde_json::Map::new();
+        m.insert("op".into(), serde_json::Value::String(raw.op));
+        if let Some(a) = raw.attrs {
+            m.insert("attrs".into(), a);
+        }
+        Op::deserialize(serde_json::Value::Object(m)).map_err(|e| {
+            let e = e.to_string();
+            if e.starts_with("unknown variant") {
+                let names: Vec<&str> = UnaryFn::ALL
+                    .iter()
+                    .map(|f| f.name())
+                    .chain(BinaryFn::ALL.iter().map(|f| f.name()))
+                    .collect();
+                D::Error::custom(format!(
+                    "{e}, or a function of the op table: {}",
+                    names.join(", ")
+                ))
+            } else {
+                D::Error::custom(e)
+            }
+        })
+    }
+}
+
 fn default_attrs(v: &mut serde_json::Value) {
     if let Some(nodes) = v.get_mut("nodes").and_then(|n| n.as_array_mut()) {
         for n in nodes.iter_mut().filter_map(|n| n.as_object_mut()) {
@@ -1316,21 +1306,6 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 }
             })?;
             vec![(ins[0].shape.clone(), d)]
-        }
-        o if o.is_binary() => {
-            arity(2)?;
-            let (a, b) = (ins[0], ins[1]);
-            same_dtype(a, b)?;
-            let s = broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| {
-                shape_err(
-                    b,
-                    format!(
-                        "shape {:?} does not broadcast with `{}` {:?} (NumPy rules: trailing dims equal or 1)",
-                        b.shape, a.name, a.shape
-                    ),
-                )
-            })?;
-            vec![(s, a.dtype)]
         }
         Op::Cast { to } => {
             arity(1)?;
@@ -1720,7 +1695,6 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 .map(|s| (s.shape.clone(), s.dtype))
                 .collect()
         }
-        _ => return Err(inv("unhandled op".into())),
     };
     Ok(out)
 }
@@ -1817,6 +1791,36 @@ mod tests {
         assert_eq!(a.outputs, b.outputs);
         assert_eq!(a.out_flag, b.out_flag);
         assert_eq!(a.tensors[a.outputs[0]].name, "y");
+    }
+
+    #[test]
+    fn op_table_functions_are_named_directly_in_json() {
+        let text = r#"{"nodes":[
+            {"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+            {"name":"e","op":"Exp","inputs":["x"]},
+            {"name":"n","op":"IsNaN","inputs":["e"]},
+            {"name":"y","op":"Add","inputs":["e","x"]}]}"#;
+        let g = Graph::from_json_str(text).unwrap();
+        assert_eq!(g.nodes[1].op, Op::Unary { f: UnaryFn::Exp });
+        assert_eq!(g.nodes[2].op, Op::Unary { f: UnaryFn::IsNaN });
+        assert_eq!(g.nodes[3].op, Op::Binary { f: BinaryFn::Add });
+        // Written back the same way: `"op":"Exp"`, no wrapper, no attrs; and read again.
+        let out = g.to_json_string();
+        assert!(out.contains(r#""op": "Exp""#), "{out}");
+        assert!(out.contains(r#""op": "Add""#), "{out}");
+        assert!(!out.contains("Unary") && !out.contains("Binary"), "{out}");
+        assert_eq!(Graph::from_json_str(&out).unwrap().nodes, g.nodes);
+        // Attributes on a function that takes none, and an unknown op, are named errors.
+        let bad = text.replace(r#""op":"Exp","#, r#""op":"Exp","attrs":{"axis":1},"#);
+        let e = Graph::from_json_str(&bad).unwrap_err().to_string();
+        assert!(e.contains("`Exp` takes no attrs"), "{e}");
+        let e = Graph::from_json_str(&text.replace("IsNaN", "IsNan"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("IsNan") && e.contains("op table: Neg, Exp"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use crate::error::{GraphError, Result};
 use crate::fusion::compile;
-use crate::ir::{DType, Graph, Node, Op, SCHEMA_VERSION};
+use crate::ir::{BinaryFn, DType, Graph, Node, Op, UnaryFn, SCHEMA_VERSION};
 use crate::traffic::{program_traffic, summary, ProgramTraffic, TrafficSummary};
 use serde::{Deserialize, Serialize};
 use tensorforge_core::{Bound, HardwareSpec};
@@ -108,8 +108,8 @@ pub fn rmsnorm_swiglu_graph(seq: usize, dim: usize, ffn: usize, dtype: DType) ->
             Node::new("h", Op::RmsNorm { eps: 1e-6 }, &["x", "gamma"]),
             Node::new("gate", Op::MatMul, &["h", "w_gate"]),
             Node::new("up", Op::MatMul, &["h", "w_up"]),
-            Node::new("act", Op::Silu, &["gate"]),
-            Node::new("out", Op::Mul, &["act", "up"]),
+            Node::new("act", Op::Unary { f: UnaryFn::Silu }, &["gate"]),
+            Node::new("out", Op::Binary { f: BinaryFn::Mul }, &["act", "up"]),
         ],
     );
     g.outputs = vec!["out".into()];

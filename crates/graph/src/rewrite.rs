@@ -7,7 +7,7 @@
 //! Not covered: algebraic simplification, constant folding, commuted or scaled variants.
 
 use crate::error::Result;
-use crate::ir::{norm_axis, Graph, Op, OpClass, TypedGraph};
+use crate::ir::{norm_axis, BinaryFn, Graph, Op, OpClass, TypedGraph, UnaryFn};
 use serde::{Deserialize, Serialize};
 
 /// Where a decision was taken.
@@ -193,16 +193,20 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
         let n = &tg.nodes[i];
         let ins = &tg.node_inputs[i];
         match &n.op {
-            Op::Log => {
+            Op::Unary { f: UnaryFn::Log } => {
                 let t = ins[0];
                 match op_of(t) {
-                    Op::Add => {
+                    Op::Binary { f: BinaryFn::Add } => {
                         let p = prod(t);
                         let (u, v) = (tg.node_inputs[p][0], tg.node_inputs[p][1]);
-                        if matches!(op_of(u), Op::Exp) && matches!(op_of(v), Op::Exp) {
+                        if matches!(op_of(u), Op::Unary { f: UnaryFn::Exp })
+                            && matches!(op_of(v), Op::Unary { f: UnaryFn::Exp })
+                        {
                             let a = tg.node_inputs[prod(u)][0];
                             let b = tg.node_inputs[prod(v)][0];
-                            nodes[i].op = Op::LogAddExp;
+                            nodes[i].op = Op::Binary {
+                                f: BinaryFn::LogAddExp,
+                            };
                             nodes[i].inputs = vec![tname(a), tname(b)];
                             dec.push(Decision::new(
                                 Stage::Rewrite,
@@ -223,7 +227,7 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                     Op::ReduceSum { axis, keepdims } => {
                         let p = prod(t);
                         let u = tg.node_inputs[p][0];
-                        if matches!(op_of(u), Op::Exp) {
+                        if matches!(op_of(u), Op::Unary { f: UnaryFn::Exp }) {
                             let x = tg.node_inputs[prod(u)][0];
                             let rank = tg.tensors[x].shape.len();
                             if norm_axis(*axis, rank) == Some(rank.saturating_sub(1)) {
@@ -259,13 +263,16 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                     _ => {}
                 }
             }
-            Op::Div => {
+            Op::Binary { f: BinaryFn::Div } => {
                 let (e, s) = (ins[0], ins[1]);
-                if let (Op::Exp, Op::ReduceSum { axis, keepdims }) = (op_of(e), op_of(s)) {
+                if let (Op::Unary { f: UnaryFn::Exp }, Op::ReduceSum { axis, keepdims }) =
+                    (op_of(e), op_of(s))
+                {
                     let x = tg.node_inputs[prod(e)][0];
                     let e2 = tg.node_inputs[prod(s)][0];
                     let same = e2 == e
-                        || (matches!(op_of(e2), Op::Exp) && tg.node_inputs[prod(e2)][0] == x);
+                        || (matches!(op_of(e2), Op::Unary { f: UnaryFn::Exp })
+                            && tg.node_inputs[prod(e2)][0] == x);
                     let rank = tg.tensors[x].shape.len();
                     let last = norm_axis(*axis, rank) == Some(rank.saturating_sub(1));
                     let shape_ok = tg.tensors[tg.node_outputs[i][0]].shape == tg.tensors[x].shape;
@@ -296,7 +303,7 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                     }
                 }
             }
-            Op::Mul => {
+            Op::Binary { f: BinaryFn::Mul } => {
                 if let Some(d) = swiglu_pattern(tg, i, &mut nodes) {
                     dec.push(d);
                 }
@@ -348,7 +355,7 @@ fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> O
     let name = &tg.nodes[i].name;
     let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
     for (s, u) in [(ins[0], ins[1]), (ins[1], ins[0])] {
-        if !matches!(op_of(s), Op::Silu) {
+        if !matches!(op_of(s), Op::Unary { f: UnaryFn::Silu }) {
             continue;
         }
         let g = tg.node_inputs[tg.producer[s]][0];
@@ -443,7 +450,10 @@ mod tests {
         let (g, d) = rewrite(&tg).unwrap();
         assert_eq!(g.nodes.len(), 3, "Exp, Exp, Add dropped: {:?}", g.nodes);
         assert!(d[0].accepted && d[0].reason.contains("inf"), "{:?}", d);
-        assert!(g.nodes.iter().any(|n| n.op == Op::LogAddExp));
+        assert!(g.nodes.iter().any(|n| n.op
+            == Op::Binary {
+                f: BinaryFn::LogAddExp
+            }));
         assert!(overflow_demo(FusionRule::Softmax).contains("NaN"));
         assert!(overflow_demo(FusionRule::Logsumexp).contains("100.693"));
     }

@@ -4,7 +4,7 @@
 //! tensors of a shape class, so lifetimes are short and varied, like a real network's.
 //! Not a model of any particular network.
 
-use crate::ir::{DType, Graph, Node, Op};
+use crate::ir::{BinaryFn, DType, Graph, Node, Op, UnaryFn};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Cls {
@@ -75,8 +75,24 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
         let name = format!("n{i}");
         let fa = pick(&ts, Cls::Full, a).unwrap_or_else(|| "x0".into());
         let fb = pick(&ts, Cls::Full, b).unwrap_or_else(|| "x1".into());
-        let bin = [Op::Add, Op::Sub, Op::Mul, Op::Max, Op::Min][(a % 5) as usize].clone();
-        let un = [Op::Tanh, Op::Neg, Op::Sigmoid, Op::Relu, Op::Silu][(b % 5) as usize].clone();
+        let bin = [
+            Op::Binary { f: BinaryFn::Add },
+            Op::Binary { f: BinaryFn::Sub },
+            Op::Binary { f: BinaryFn::Mul },
+            Op::Binary { f: BinaryFn::Max },
+            Op::Binary { f: BinaryFn::Min },
+        ][(a % 5) as usize]
+            .clone();
+        let un = [
+            Op::Unary { f: UnaryFn::Tanh },
+            Op::Unary { f: UnaryFn::Neg },
+            Op::Unary {
+                f: UnaryFn::Sigmoid,
+            },
+            Op::Unary { f: UnaryFn::Relu },
+            Op::Unary { f: UnaryFn::Silu },
+        ][(b % 5) as usize]
+            .clone();
         let (node, cls) = match kind % 13 {
             0 => (Node::new(&name, un, &[&fa]), Cls::Full),
             1 => (Node::new(&name, bin, &[&fa, &fb]), Cls::Full),
@@ -113,14 +129,17 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
             ),
             7 => {
                 let rv = pick(&ts, Cls::Row, b).unwrap_or_else(|| "v".into());
-                (Node::new(&name, Op::Tanh, &[&rv]), Cls::Row)
+                (
+                    Node::new(&name, Op::Unary { f: UnaryFn::Tanh }, &[&rv]),
+                    Cls::Row,
+                )
             }
             8 => (Node::new(&name, Op::MatMul, &[&fa, "w"]), Cls::Full),
             9 => {
                 let t1 = format!("{name}_t");
                 nodes.push(Node::new(&t1, Op::Transpose { perm: vec![1, 0] }, &[&fa]));
                 let t2 = format!("{name}_u");
-                nodes.push(Node::new(&t2, Op::Tanh, &[&t1]));
+                nodes.push(Node::new(&t2, Op::Unary { f: UnaryFn::Tanh }, &[&t1]));
                 (
                     Node::new(&name, Op::Transpose { perm: vec![1, 0] }, &[&t2]),
                     Cls::Full,
@@ -135,12 +154,19 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
                     format!("{name}_eb"),
                     format!("{name}_s"),
                 );
-                nodes.push(Node::new(&ta, Op::Tanh, &[&fa]));
-                nodes.push(Node::new(&tb, Op::Tanh, &[&fb]));
-                nodes.push(Node::new(&ea, Op::Exp, &[&ta]));
-                nodes.push(Node::new(&eb, Op::Exp, &[&tb]));
-                nodes.push(Node::new(&sum, Op::Add, &[&ea, &eb]));
-                (Node::new(&name, Op::Log, &[&sum]), Cls::Full)
+                nodes.push(Node::new(&ta, Op::Unary { f: UnaryFn::Tanh }, &[&fa]));
+                nodes.push(Node::new(&tb, Op::Unary { f: UnaryFn::Tanh }, &[&fb]));
+                nodes.push(Node::new(&ea, Op::Unary { f: UnaryFn::Exp }, &[&ta]));
+                nodes.push(Node::new(&eb, Op::Unary { f: UnaryFn::Exp }, &[&tb]));
+                nodes.push(Node::new(
+                    &sum,
+                    Op::Binary { f: BinaryFn::Add },
+                    &[&ea, &eb],
+                ));
+                (
+                    Node::new(&name, Op::Unary { f: UnaryFn::Log }, &[&sum]),
+                    Cls::Full,
+                )
             }
             12 => {
                 // Naive softmax exp(u) / sum(exp(u)) on bounded values: rewritten to Softmax.
@@ -149,8 +175,8 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
                     format!("{name}_e"),
                     format!("{name}_s"),
                 );
-                nodes.push(Node::new(&t, Op::Tanh, &[&fa]));
-                nodes.push(Node::new(&e, Op::Exp, &[&t]));
+                nodes.push(Node::new(&t, Op::Unary { f: UnaryFn::Tanh }, &[&fa]));
+                nodes.push(Node::new(&e, Op::Unary { f: UnaryFn::Exp }, &[&t]));
                 nodes.push(Node::new(
                     &sum,
                     Op::ReduceSum {
@@ -159,7 +185,10 @@ pub fn random_graph(r: usize, c: usize, steps: &[(u8, u16, u16)]) -> Graph {
                     },
                     &[&e],
                 ));
-                (Node::new(&name, Op::Div, &[&e, &sum]), Cls::Full)
+                (
+                    Node::new(&name, Op::Binary { f: BinaryFn::Div }, &[&e, &sum]),
+                    Cls::Full,
+                )
             }
             _ => {
                 if a % 2 == 0 {

@@ -116,9 +116,10 @@ pub const LIMITATIONS: &[&str] = &[
     "elementwise ops count 1 FLOP per element, transcendentals included",
 ];
 
-/// FLOPs of one node: matmul 2·M·N·K; elementwise 1 per output element; reductions 1 per
-/// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7, LogAddExp 3
-/// per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
+/// FLOPs of one node: matmul 2·M·N·K; a function of the op table its
+/// [`UnaryFn::flops_per_element`](crate::optable::UnaryFn::flops_per_element) (or the binary
+/// one's) per output element (1, LogAddExp 3); other elementwise ops 1; reductions 1 per
+/// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7 per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
 /// MaxPool2d / AvgPool2d one compare or add per window element; CumSum one add per element;
 /// sources, views, casts, Slice, Pad, Where and Gather and opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
@@ -155,7 +156,9 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         }
         Op::ReduceSum { .. } | Op::ReduceMax { .. } | Op::ReduceMean { .. } => in0,
         Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::RmsNorm { .. } => in0.saturating_mul(4),
-        Op::LogSumExp { .. } | Op::LogAddExp => in0.max(out).saturating_mul(3),
+        Op::LogSumExp { .. } => in0.saturating_mul(3),
+        Op::Unary { f } => out.saturating_mul(f.flops_per_element()),
+        Op::Binary { f } => out.saturating_mul(f.flops_per_element()),
         Op::LayerNorm { .. } => in0.saturating_mul(7),
         Op::RmsNormSwiGlu { .. } => {
             let x = &tg.tensors[tg.node_inputs[i][0]];

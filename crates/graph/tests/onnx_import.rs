@@ -1,6 +1,7 @@
 //! ONNX import: models built in code with the importer's own prost messages, plus one
 //! fixture written by the `onnx` Python package (tools/make_onnx_fixtures.py).
 
+use tensorforge_graph::ir::{BinaryFn, UnaryFn};
 use tensorforge_graph::onnx::proto::tensor_shape_proto::{dimension, Dimension};
 use tensorforge_graph::onnx::proto::type_proto::{Tensor as TypeTensor, Value as TypeValue};
 use tensorforge_graph::onnx::proto::*;
@@ -329,7 +330,7 @@ fn mapped_ops_and_attributes() {
     assert!(matches!(op("rms"), Op::RmsNorm { .. }));
     assert_eq!(op("p2"), Op::Pow { exponent: 2.0 });
     assert_eq!(op("p3"), Op::Pow { exponent: 3.0 });
-    assert_eq!(op("mx"), Op::Max);
+    assert_eq!(op("mx"), Op::Binary { f: BinaryFn::Max });
     assert_eq!(op("r"), Op::Reshape { shape: vec![2, -1] });
     assert_eq!(op("rt"), Op::Transpose { perm: vec![1, 0] });
     assert_eq!(op("cat"), Op::Concat { axis: 1 });
@@ -368,9 +369,13 @@ fn mapped_ops_and_attributes() {
     assert_eq!(shape_of(&imp, "rs"), vec![4]);
     // Exact GELU is computed exactly (x · ½ · (1 + erf(x/√2)) in IR nodes), the tanh form
     // is the IR's GELU; Identity is an alias (noted for the output).
-    assert_eq!(op("ge"), Op::Mul);
-    assert!(imp.graph.nodes.iter().any(|n| n.op == Op::Erf));
-    assert_eq!(op("gt"), Op::Gelu);
+    assert_eq!(op("ge"), Op::Binary { f: BinaryFn::Mul });
+    assert!(imp
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.op == Op::Unary { f: UnaryFn::Erf }));
+    assert_eq!(op("gt"), Op::Unary { f: UnaryFn::Gelu });
     assert!(
         imp.notes.iter().any(|n| n.contains("p2_alias")),
         "{:?}",
@@ -680,7 +685,11 @@ fn python_onnx_fixture_imports() {
         .collect();
     // Erf has a CPU implementation now: nothing is opaque.
     assert!(ops.is_empty(), "{ops:?}");
-    assert!(imp.graph.nodes.iter().any(|n| n.op == Op::Erf));
+    assert!(imp
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.op == Op::Unary { f: UnaryFn::Erf }));
     let tg = imp.graph.validate().unwrap();
     let y = &tg.tensors[tg.outputs[0]];
     assert_eq!(

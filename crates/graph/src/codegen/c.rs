@@ -147,20 +147,6 @@ fn lit(v: f32) -> String {
 
 fn unary_expr(op: &Op, x: &str) -> Option<String> {
     Some(match op {
-        Op::Neg => format!("(-{x})"),
-        Op::Exp => format!("tf_exp({x})"),
-        Op::Log => format!("tf_log({x})"),
-        Op::Log1p => format!("tf_log1p({x})"),
-        Op::Sqrt => format!("sqrtf({x})"),
-        Op::Rsqrt => format!("(1.0f / sqrtf({x}))"),
-        Op::Tanh => format!("tanhf({x})"),
-        Op::Erf => format!("erff({x})"),
-        Op::Sigmoid => format!("tf_sigmoid({x})"),
-        Op::Silu => format!("({x} * tf_sigmoid({x}))"),
-        Op::Gelu => format!(
-            "(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"
-        ),
-        Op::Relu => format!("tf_fmax({x}, 0.0f)"),
         Op::Pow { exponent } => {
             let e = *exponent as f32;
             if e == 2.0 {
@@ -201,13 +187,6 @@ fn unary_expr(op: &Op, x: &str) -> Option<String> {
 
 fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
     Some(match op {
-        Op::Add => format!("({a} + {b})"),
-        Op::Sub => format!("({a} - {b})"),
-        Op::Mul => format!("({a} * {b})"),
-        Op::Div => format!("({a} / {b})"),
-        Op::Max => format!("tf_fmax({a}, {b})"),
-        Op::Min => format!("tf_fmin({a}, {b})"),
-        Op::LogAddExp => format!("tf_logaddexp({a}, {b})"),
         Op::Binary { f } => f.c_expr(a, b),
         _ => return None,
     })

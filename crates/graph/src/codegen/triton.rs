@@ -32,34 +32,20 @@ fn lit(v: f64) -> String {
     }
 }
 
-fn log1p(x: &str) -> String {
-    format!("tl.where(tl.abs({x}) < 1e-4, {x} * (1.0 - 0.5 * {x}), tl.log(1.0 + {x}))")
-}
-
 fn unary(op: &Op, x: &str) -> Option<String> {
     Some(match op {
-        Op::Neg => format!("(-{x})"),
-        Op::Exp => format!("tl.exp({x})"),
-        Op::Log => format!("tl.log({x})"),
-        Op::Log1p => log1p(x),
-        Op::Sqrt => format!("tl.sqrt({x})"),
-        Op::Rsqrt => format!("(1.0 / tl.sqrt({x}))"),
-        Op::Tanh => format!("(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"),
-        Op::Erf => format!("tl.math.erf({x})"),
-        Op::Sigmoid => format!("tl.sigmoid({x})"),
-        Op::Silu => format!("({x} * tl.sigmoid({x}))"),
-        Op::Gelu => format!(
-            "(0.5 * {x} * (1.0 + (2.0 * tl.sigmoid(2.0 * 0.7978846 * ({x} + 0.044715 * {x} * {x} * {x})) - 1.0)))"
-        ),
-        Op::Relu => format!("tl.maximum({x}, 0.0)"),
         Op::Pow { exponent } if *exponent == 2.0 => format!("({x} * {x})"),
         Op::Pow { exponent } if *exponent == 1.0 => x.to_string(),
         Op::Cast { to } => match to {
             // Round to nearest even on the bits, as the interpreter and the C backend do.
             DType::Bf16 => format!("_bf16({x})"),
             DType::Fp16 => format!("{x}.to(tl.float16).to(tl.float32)"),
-            DType::Int8 => format!("tl.minimum(tl.maximum({x}, -128.0), 127.0).to(tl.int32).to(tl.float32)"),
-            DType::Int4 => format!("tl.minimum(tl.maximum({x}, -8.0), 7.0).to(tl.int32).to(tl.float32)"),
+            DType::Int8 => {
+                format!("tl.minimum(tl.maximum({x}, -128.0), 127.0).to(tl.int32).to(tl.float32)")
+            }
+            DType::Int4 => {
+                format!("tl.minimum(tl.maximum({x}, -8.0), 7.0).to(tl.int32).to(tl.float32)")
+            }
             DType::Int32 | DType::Int64 => format!("{x}.to(tl.int64).to(tl.float32)"),
             DType::Bool => format!("tl.where({x} != 0.0, 1.0, 0.0)"),
             DType::Fp32 | DType::Tf32 => x.to_string(),
@@ -88,13 +74,6 @@ fn unary(op: &Op, x: &str) -> Option<String> {
 
 fn binary(op: &Op, a: &str, b: &str) -> Option<String> {
     Some(match op {
-        Op::Add => format!("({a} + {b})"),
-        Op::Sub => format!("({a} - {b})"),
-        Op::Mul => format!("({a} * {b})"),
-        Op::Div => format!("({a} / {b})"),
-        Op::Max => format!("tl.maximum({a}, {b})"),
-        Op::Min => format!("tl.minimum({a}, {b})"),
-        Op::LogAddExp => format!("_logaddexp({a}, {b})"),
         Op::Binary { f } => f.triton_expr(a, b),
         _ => return None,
     })

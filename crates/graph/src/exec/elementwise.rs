@@ -3,7 +3,9 @@
 //! run time; Max/Min are IEEE maxNum/minNum and bf16/fp16 casts round through `half`.
 //! Left out: fp8's two encodings (a cast to fp8 keeps the f32 value).
 
-use crate::ir::{DType, Op};
+use crate::ir::{BinaryFn, DType, Op, UnaryFn};
+#[cfg(test)]
+use crate::optable::{fmax, fmin};
 
 pub(super) enum Src<'a> {
     S(&'a [f32]),
@@ -41,23 +43,28 @@ fn map1<F: Fn(f32) -> f32>(x: &[f32], out: &mut [f32], f: F) {
     map1_body(x, out, f)
 }
 
+/// A function of the op table over a slice: one monomorphic, vectorizable loop per function
+/// (its scalar reference inlined with the function fixed), SiLU through the kernels' AVX2
+/// exponential.
+fn unary_fn_apply(f: UnaryFn, x: &[f32], out: &mut [f32]) {
+    macro_rules! each {
+        ($($v:ident),*) => {
+            match f {
+                UnaryFn::Silu => tensorforge_kernels::simd::silu_mul(x, None, out),
+                $(UnaryFn::$v => map1(x, out, |v| UnaryFn::$v.eval(v)),)*
+            }
+        };
+    }
+    each!(
+        Neg, Exp, Log, Log1p, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Gelu, Relu, Not, IsNaN, IsInf,
+        IsPosInf, IsNegInf, Sin, Cos, Abs, Floor, Ceil, Sign
+    )
+}
+
 /// Apply a unary op over a slice; one monomorphic, vectorizable loop per op.
 pub(super) fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
     match op {
-        Op::Neg => map1(x, out, |v| -v),
-        Op::Exp => map1(x, out, f32::exp),
-        Op::Log => map1(x, out, f32::ln),
-        Op::Log1p => map1(x, out, f32::ln_1p),
-        Op::Sqrt => map1(x, out, f32::sqrt),
-        Op::Rsqrt => map1(x, out, |v| 1.0 / v.sqrt()),
-        Op::Tanh => map1(x, out, f32::tanh),
-        Op::Erf => map1(x, out, libm::erff),
-        Op::Sigmoid => map1(x, out, |v| 1.0 / (1.0 + (-v).exp())),
-        Op::Silu => tensorforge_kernels::simd::silu_mul(x, None, out),
-        Op::Gelu => map1(x, out, |v| {
-            0.5 * v * (1.0 + (0.797_884_6 * (v + 0.044_715 * v * v * v)).tanh())
-        }),
-        Op::Relu => map1(x, out, |v| fmax(v, 0.0)),
+        Op::Unary { f } => unary_fn_apply(*f, x, out),
         Op::Pow { exponent } => {
             let e = *exponent as f32;
             if e == 2.0 {
@@ -92,10 +99,6 @@ pub(super) fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
         } => {
             let (s, z) = (*scale as f32, *zero_point as f32);
             map1(x, out, |q| (q - z) * s)
-        }
-        Op::Unary { f } => {
-            let f = *f;
-            map1(x, out, |v| f.eval(v))
         }
         _ => map1(x, out, |v| v),
     }
@@ -142,44 +145,40 @@ fn map2<F: Fn(f32, f32) -> f32>(a: Src, b: Src, out: &mut [f32], f: F) {
     map2_body(a, b, out, f)
 }
 
-/// Apply a binary op; one monomorphic loop per (op, operand kinds).
+/// Apply a binary op (a function of the op table); one monomorphic loop per (function,
+/// operand kinds).
 pub(super) fn binary_apply(op: &Op, a: Src, b: Src, out: &mut [f32]) {
-    match op {
-        Op::Add => map2(a, b, out, |x, y| x + y),
-        Op::Sub => map2(a, b, out, |x, y| x - y),
-        Op::Mul => map2(a, b, out, |x, y| x * y),
-        Op::Div => map2(a, b, out, |x, y| x / y),
-        Op::Max => map2(a, b, out, fmax),
-        Op::Min => map2(a, b, out, fmin),
-        Op::Binary { f } => {
-            let f = *f;
-            map2(a, b, out, |x, y| f.eval(x, y))
-        }
-        _ => map2(a, b, out, tensorforge_kernels::logaddexp::<f32>),
+    let Op::Binary { f } = op else {
+        unreachable!("binary_apply is called for Op::Binary only")
+    };
+    macro_rules! each {
+        ($($v:ident),*) => {
+            match f {
+                $(BinaryFn::$v => map2(a, b, out, |x, y| BinaryFn::$v.eval(x, y)),)*
+            }
+        };
     }
-}
-
-/// IEEE 754-2008 `maxNum` as both executor paths compute it: a NaN operand is ignored (the
-/// other one is returned; NaN only when both are NaN); for `+0` vs `−0` the second operand
-/// is returned. Written as the x86 `maxps` select plus a NaN fix-up on `b`, so the scalar
-/// loop, its AVX2 vectorization and the tiled evaluator give bit-identical results.
-#[inline(always)]
-fn fmax(a: f32, b: f32) -> f32 {
-    if b.is_nan() || a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// `minNum`, the counterpart of [`fmax`] (NaN ignored; second operand on `±0` ties).
-#[inline(always)]
-fn fmin(a: f32, b: f32) -> f32 {
-    if b.is_nan() || a < b {
-        a
-    } else {
-        b
-    }
+    each!(
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Max,
+        Min,
+        LogAddExp,
+        And,
+        Or,
+        Xor,
+        Equal,
+        Less,
+        Greater,
+        LessOrEqual,
+        GreaterOrEqual,
+        ClipLow,
+        ClipHigh,
+        Mod,
+        FMod
+    )
 }
 
 #[cfg(test)]

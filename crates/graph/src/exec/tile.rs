@@ -13,7 +13,7 @@ use super::elementwise::{binary_apply, unary_apply, Src};
 use super::program::exec_err;
 use crate::error::Result;
 use crate::fusion::Kernel;
-use crate::ir::{DType, Op, TypedGraph};
+use crate::ir::{BinaryFn, DType, Op, TypedGraph, UnaryFn};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
@@ -187,14 +187,14 @@ pub(super) fn compile<'a>(
             };
             let const_ok = matches!(x, X::Const(c) if !c.is_nan()) && !rev;
             let b = match op {
-                Op::Add => Some(B::Add),
-                Op::Sub => Some(B::Sub),
-                Op::Mul => Some(B::Mul),
-                Op::Div => Some(B::Div),
-                Op::Max if const_ok => Some(B::MaxC),
-                Op::Min if const_ok => Some(B::MinC),
-                Op::Max => Some(B::Max),
-                Op::Min => Some(B::Min),
+                Op::Binary { f: BinaryFn::Add } => Some(B::Add),
+                Op::Binary { f: BinaryFn::Sub } => Some(B::Sub),
+                Op::Binary { f: BinaryFn::Mul } => Some(B::Mul),
+                Op::Binary { f: BinaryFn::Div } => Some(B::Div),
+                Op::Binary { f: BinaryFn::Max } if const_ok => Some(B::MaxC),
+                Op::Binary { f: BinaryFn::Min } if const_ok => Some(B::MinC),
+                Op::Binary { f: BinaryFn::Max } => Some(B::Max),
+                Op::Binary { f: BinaryFn::Min } => Some(B::Min),
                 _ => None,
             };
             prog.ins.push(match (b, x, rev) {
@@ -216,10 +216,10 @@ pub(super) fn compile<'a>(
                 Op::Cast {
                     to: DType::Fp32 | DType::Tf32 | DType::Fp8,
                 } => None,
-                Op::Neg => Some(Some(U::Neg)),
-                Op::Relu => Some(Some(U::Relu)),
-                Op::Sqrt => Some(Some(U::Sqrt)),
-                Op::Rsqrt => Some(Some(U::Rsqrt)),
+                Op::Unary { f: UnaryFn::Neg } => Some(Some(U::Neg)),
+                Op::Unary { f: UnaryFn::Relu } => Some(Some(U::Relu)),
+                Op::Unary { f: UnaryFn::Sqrt } => Some(Some(U::Sqrt)),
+                Op::Unary { f: UnaryFn::Rsqrt } => Some(Some(U::Rsqrt)),
                 Op::Pow { exponent } if *exponent as f32 == 2.0 => Some(Some(U::Square)),
                 Op::Dequantize {
                     scale, zero_point, ..

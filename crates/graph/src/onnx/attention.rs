@@ -20,7 +20,7 @@
 use super::proto::NodeProto;
 use super::{attr_f, attr_i, Emit, Importer, Lowering};
 use crate::error::Result;
-use crate::ir::{DType, Op};
+use crate::ir::{BinaryFn, DType, Op, UnaryFn};
 
 /// The `com.microsoft` ops this family lowers.
 pub(super) const OPS: &[&str] = &[
@@ -49,11 +49,11 @@ impl Emit {
         let sqrt2 = self.scalar(std::f64::consts::SQRT_2, dtype);
         let half = self.scalar(0.5, dtype);
         let one = self.scalar(1.0, dtype);
-        let s = self.op(Op::Div, &[x, &sqrt2]);
-        let e = self.op(Op::Erf, &[&s]);
-        let p = self.op(Op::Add, &[&e, &one]);
-        let h = self.op(Op::Mul, &[x, &half]);
-        self.op(Op::Mul, &[&h, &p])
+        let s = self.op(Op::Binary { f: BinaryFn::Div }, &[x, &sqrt2]);
+        let e = self.op(Op::Unary { f: UnaryFn::Erf }, &[&s]);
+        let p = self.op(Op::Binary { f: BinaryFn::Add }, &[&e, &one]);
+        let h = self.op(Op::Binary { f: BinaryFn::Mul }, &[x, &half]);
+        self.op(Op::Binary { f: BinaryFn::Mul }, &[&h, &p])
     }
 }
 
@@ -103,9 +103,9 @@ impl<'a> Importer<'a> {
                 }
                 let spec = self.specs[&x].clone();
                 let eps = attr_f(np, "epsilon").unwrap_or(1e-12);
-                let mut sum = e.op(Op::Add, &[&x, &skip]);
+                let mut sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&x, &skip]);
                 if let Some(b) = input!(4) {
-                    sum = e.op(Op::Add, &[&sum, &b]);
+                    sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&sum, &b]);
                 }
                 let beta = match input!(3) {
                     Some(b) => b,
@@ -143,13 +143,13 @@ impl<'a> Importer<'a> {
                 };
                 let dtype = self.specs[&x].dtype;
                 let a = match input!(1) {
-                    Some(b) => e.op(Op::Add, &[&x, &b]),
+                    Some(b) => e.op(Op::Binary { f: BinaryFn::Add }, &[&x, &b]),
                     None => x,
                 };
                 if op_type == "BiasGelu" {
                     e.gelu_erf(&a, dtype);
                 } else {
-                    e.op(Op::Gelu, &[&a]);
+                    e.op(Op::Unary { f: UnaryFn::Gelu }, &[&a]);
                 }
                 Ok(Lowering::Nodes(e.finish(name, out)))
             }
@@ -182,10 +182,10 @@ impl<'a> Importer<'a> {
                     },
                     &[&pos],
                 );
-                let mut sum = e.op(Op::Add, &[&w, &p]);
+                let mut sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&w, &p]);
                 if let (Some(sg), Some(table)) = (&segs, &seg_table) {
                     let g = e.op(Op::Gather { axis: 0 }, &[table, sg]);
-                    sum = e.op(Op::Add, &[&sum, &g]);
+                    sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&sum, &g]);
                 }
                 e.op(Op::LayerNorm { eps }, &[&sum, &gamma, &beta]);
                 let mut nodes = e.finish(name, out);
@@ -259,7 +259,7 @@ impl<'a> Importer<'a> {
                 let filter = attr_f(np, "mask_filter_value").unwrap_or(-10000.0);
                 let mut qkv = e.op(Op::MatMul, &[&x, &wqkv]);
                 if let Some(bias) = input!(2) {
-                    qkv = e.op(Op::Add, &[&qkv, &bias]);
+                    qkv = e.op(Op::Binary { f: BinaryFn::Add }, &[&qkv, &bias]);
                 }
                 let mut part = |k: usize, perm: Vec<usize>| {
                     let p = e.op(
@@ -279,7 +279,7 @@ impl<'a> Importer<'a> {
                 let v = part(2, vec![0, 2, 1, 3]);
                 let raw = e.op(Op::MatMul, &[&q, &kt]);
                 let sc = e.scalar(scale, dtype);
-                let mut scores = e.op(Op::Mul, &[&raw, &sc]);
+                let mut scores = e.op(Op::Binary { f: BinaryFn::Mul }, &[&raw, &sc]);
                 // The key mask, as 1 (keep) / 0 per [batch, key], then filter where 0.
                 let keep = match input!(3) {
                     None => None,
@@ -317,10 +317,10 @@ impl<'a> Importer<'a> {
                     // (1 − keep) · filter, as [batch, 1, 1, key].
                     let one = e.scalar(1.0, dtype);
                     let fv = e.scalar(filter, dtype);
-                    let inv = e.op(Op::Sub, &[&one, &k]);
-                    let add = e.op(Op::Mul, &[&inv, &fv]);
+                    let inv = e.op(Op::Binary { f: BinaryFn::Sub }, &[&one, &k]);
+                    let add = e.op(Op::Binary { f: BinaryFn::Mul }, &[&inv, &fv]);
                     let add = e.reshape(&add, &[b, 1, 1, s]);
-                    scores = e.op(Op::Add, &[&scores, &add]);
+                    scores = e.op(Op::Binary { f: BinaryFn::Add }, &[&scores, &add]);
                 }
                 if attr_i(np, "unidirectional").unwrap_or(0) != 0 {
                     let causal: Vec<f32> = (0..s * s)
@@ -336,7 +336,7 @@ impl<'a> Importer<'a> {
                         Ok(n) => n,
                         Err(why) => opaque!("{why}"),
                     };
-                    scores = e.op(Op::Add, &[&scores, &c]);
+                    scores = e.op(Op::Binary { f: BinaryFn::Add }, &[&scores, &c]);
                 }
                 let p = e.op(Op::Softmax { axis: -1 }, &[&scores]);
                 let ctx = e.op(Op::MatMul, &[&p, &v]);

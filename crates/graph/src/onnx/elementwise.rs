@@ -5,6 +5,7 @@
 //! Cast). Left out: Pow with a run-time exponent and the ops the table does not hold yet.
 
 use super::*;
+use crate::ir::{BinaryFn, UnaryFn};
 
 /// The ONNX ops this family lowers (a node of any other type is not sent here).
 pub(super) const OPS: &[&str] = &[
@@ -30,14 +31,16 @@ impl<'a> Importer<'a> {
         let op_type = np.op_type.as_str();
         let n_in = np.input.iter().filter(|s| !s.is_empty()).count();
         let unary = match op_type {
-            "Neg" => Some(Op::Neg),
-            "Exp" => Some(Op::Exp),
-            "Log" => Some(Op::Log),
-            "Sqrt" => Some(Op::Sqrt),
-            "Tanh" => Some(Op::Tanh),
-            "Erf" => Some(Op::Erf),
-            "Sigmoid" => Some(Op::Sigmoid),
-            "Relu" => Some(Op::Relu),
+            "Neg" => Some(Op::Unary { f: UnaryFn::Neg }),
+            "Exp" => Some(Op::Unary { f: UnaryFn::Exp }),
+            "Log" => Some(Op::Unary { f: UnaryFn::Log }),
+            "Sqrt" => Some(Op::Unary { f: UnaryFn::Sqrt }),
+            "Tanh" => Some(Op::Unary { f: UnaryFn::Tanh }),
+            "Erf" => Some(Op::Unary { f: UnaryFn::Erf }),
+            "Sigmoid" => Some(Op::Unary {
+                f: UnaryFn::Sigmoid,
+            }),
+            "Relu" => Some(Op::Unary { f: UnaryFn::Relu }),
             _ => None,
         };
         if let Some(op) = unary {
@@ -45,10 +48,10 @@ impl<'a> Importer<'a> {
             return Ok(one(name, out, op, inputs!(self, np, [0])));
         }
         let binary = match op_type {
-            "Add" => Some(Op::Add),
-            "Sub" => Some(Op::Sub),
-            "Mul" => Some(Op::Mul),
-            "Div" => Some(Op::Div),
+            "Add" => Some(Op::Binary { f: BinaryFn::Add }),
+            "Sub" => Some(Op::Binary { f: BinaryFn::Sub }),
+            "Mul" => Some(Op::Binary { f: BinaryFn::Mul }),
+            "Div" => Some(Op::Binary { f: BinaryFn::Div }),
             _ => None,
         };
         if let Some(op) = binary {
@@ -85,7 +88,13 @@ impl<'a> Importer<'a> {
                 if ins.len() == 1 {
                     return Ok(Lowering::Alias(ins[0].clone()));
                 }
-                let mk = || if op_type == "Max" { Op::Max } else { Op::Min };
+                let mk = || {
+                    if op_type == "Max" {
+                        Op::Binary { f: BinaryFn::Max }
+                    } else {
+                        Op::Binary { f: BinaryFn::Min }
+                    }
+                };
                 let mut v = vec![];
                 let mut acc = ins[0].clone();
                 for (k, b) in ins.iter().enumerate().skip(1) {
@@ -109,7 +118,12 @@ impl<'a> Importer<'a> {
                 arity!(np, 1);
                 let approx = attr_s(np, "approximate").unwrap_or_else(|| "none".into());
                 match approx.as_str() {
-                    "tanh" => one(name, out, Op::Gelu, inputs!(self, np, [0])),
+                    "tanh" => one(
+                        name,
+                        out,
+                        Op::Unary { f: UnaryFn::Gelu },
+                        inputs!(self, np, [0]),
+                    ),
                     "none" => {
                         // Exact GELU, x · ½ · (1 + erf(x / √2)), as five IR nodes.
                         let x = inputs!(self, np, [0]);
@@ -141,16 +155,31 @@ impl<'a> Importer<'a> {
                             c("one", 1.0),
                             b(
                                 "scaled",
-                                Op::Div,
+                                Op::Binary { f: BinaryFn::Div },
                                 vec![x[0].clone(), t("sqrt2")],
                                 t("scaled"),
                             ),
-                            b("erf", Op::Erf, vec![t("scaled")], t("erf")),
-                            b("onep", Op::Add, vec![t("erf"), t("one")], t("onep")),
-                            b("halfx", Op::Mul, vec![x[0].clone(), t("half")], t("halfx")),
+                            b(
+                                "erf",
+                                Op::Unary { f: UnaryFn::Erf },
+                                vec![t("scaled")],
+                                t("erf"),
+                            ),
+                            b(
+                                "onep",
+                                Op::Binary { f: BinaryFn::Add },
+                                vec![t("erf"), t("one")],
+                                t("onep"),
+                            ),
+                            b(
+                                "halfx",
+                                Op::Binary { f: BinaryFn::Mul },
+                                vec![x[0].clone(), t("half")],
+                                t("halfx"),
+                            ),
                             b(
                                 "gelu",
-                                Op::Mul,
+                                Op::Binary { f: BinaryFn::Mul },
                                 vec![t("halfx"), t("onep")],
                                 out.to_string(),
                             ),
@@ -202,7 +231,7 @@ impl<'a> Importer<'a> {
                     },
                     Node {
                         name: name.to_string(),
-                        op: Op::Div,
+                        op: Op::Binary { f: BinaryFn::Div },
                         inputs: vec![one_t, x[0].clone()],
                         outputs: vec![out.to_string()],
                     },

@@ -4,6 +4,7 @@
 //! and 3-D convolutions and pools, `auto_pad`, `ceil_mode`.
 
 use super::*;
+use crate::ir::BinaryFn;
 
 /// The ONNX ops this family lowers (a node of any other type is not sent here).
 pub(super) const OPS: &[&str] = &[
@@ -206,7 +207,7 @@ impl<'a> Importer<'a> {
                     });
                     v.push(Node {
                         name: format!("{name}#{tag}x"),
-                        op: Op::Mul,
+                        op: Op::Binary { f: BinaryFn::Mul },
                         inputs: vec![src, c],
                         outputs: vec![o.clone()],
                     });
@@ -236,7 +237,7 @@ impl<'a> Importer<'a> {
                     let c = scaled(&mut v, ins[2].clone(), beta, "beta");
                     v.push(Node {
                         name: name.to_string(),
-                        op: Op::Add,
+                        op: Op::Binary { f: BinaryFn::Add },
                         inputs: vec![ab, c],
                         outputs: vec![out.to_string()],
                     });
@@ -304,13 +305,13 @@ impl<'a> Importer<'a> {
                     w(&bn),
                     Node {
                         name: format!("{name}#scale"),
-                        op: Op::Mul,
+                        op: Op::Binary { f: BinaryFn::Mul },
                         inputs: vec![ins[0].clone(), an.clone()],
                         outputs: vec![mid.clone()],
                     },
                     Node {
                         name: name.to_string(),
-                        op: Op::Add,
+                        op: Op::Binary { f: BinaryFn::Add },
                         inputs: vec![mid, bn.clone()],
                         outputs: vec![out.to_string()],
                     },

@@ -13,7 +13,7 @@
 use super::proto::{dt, NodeProto, TensorProto};
 use super::{attr, attr_f, attr_i, attr_s, weight_values, Emit, Importer, Lowering};
 use crate::error::Result;
-use crate::ir::Op;
+use crate::ir::{BinaryFn, Op, UnaryFn};
 
 /// A constant's dims and values.
 type Dense = (Vec<usize>, Vec<f32>);
@@ -274,7 +274,7 @@ impl<'a> Importer<'a> {
             };
             // Input projections of every step at once: [S, B, G·H].
             let xw = e.op(Op::MatMul, &[&x_sbi, &wt]);
-            let xw = e.op(Op::Add, &[&xw, &bn]);
+            let xw = e.op(Op::Binary { f: BinaryFn::Add }, &[&xw, &bn]);
             let take_state = |e: &mut Emit, init: &Option<String>| match init {
                 Some(t) => {
                     let s = e.slice(t, 0, d, d + 1);
@@ -297,22 +297,37 @@ impl<'a> Importer<'a> {
                 let gate = |e: &mut Emit, src: &str, k: usize| e.slice(src, 1, k * h, (k + 1) * h);
                 match cell {
                     Cell::Lstm => {
-                        let sum = e.op(Op::Add, &[&xt, &hr]);
+                        let sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&xt, &hr]);
                         let (gi, go, gf, gc) = (
                             gate(&mut e, &sum, 0),
                             gate(&mut e, &sum, 1),
                             gate(&mut e, &sum, 2),
                             gate(&mut e, &sum, 3),
                         );
-                        let it = e.op(Op::Sigmoid, &[&gi]);
-                        let ot = e.op(Op::Sigmoid, &[&go]);
-                        let ft = e.op(Op::Sigmoid, &[&gf]);
-                        let ct_new = e.op(Op::Tanh, &[&gc]);
-                        let keep = e.op(Op::Mul, &[&ft, &cp]);
-                        let add = e.op(Op::Mul, &[&it, &ct_new]);
-                        cp = e.op(Op::Add, &[&keep, &add]);
-                        let tc = e.op(Op::Tanh, &[&cp]);
-                        hp = e.op(Op::Mul, &[&ot, &tc]);
+                        let it = e.op(
+                            Op::Unary {
+                                f: UnaryFn::Sigmoid,
+                            },
+                            &[&gi],
+                        );
+                        let ot = e.op(
+                            Op::Unary {
+                                f: UnaryFn::Sigmoid,
+                            },
+                            &[&go],
+                        );
+                        let ft = e.op(
+                            Op::Unary {
+                                f: UnaryFn::Sigmoid,
+                            },
+                            &[&gf],
+                        );
+                        let ct_new = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&gc]);
+                        let keep = e.op(Op::Binary { f: BinaryFn::Mul }, &[&ft, &cp]);
+                        let add = e.op(Op::Binary { f: BinaryFn::Mul }, &[&it, &ct_new]);
+                        cp = e.op(Op::Binary { f: BinaryFn::Add }, &[&keep, &add]);
+                        let tc = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&cp]);
+                        hp = e.op(Op::Binary { f: BinaryFn::Mul }, &[&ot, &tc]);
                     }
                     Cell::Gru => {
                         let (xz, xr, xh) = (
@@ -321,29 +336,45 @@ impl<'a> Importer<'a> {
                             gate(&mut e, &xt, 2),
                         );
                         let (hz, hrr) = (gate(&mut e, &hr, 0), gate(&mut e, &hr, 1));
-                        let sz = e.op(Op::Add, &[&xz, &hz]);
-                        let zt = e.op(Op::Sigmoid, &[&sz]);
-                        let sr = e.op(Op::Add, &[&xr, &hrr]);
-                        let rt_g = e.op(Op::Sigmoid, &[&sr]);
+                        let sz = e.op(Op::Binary { f: BinaryFn::Add }, &[&xz, &hz]);
+                        let zt = e.op(
+                            Op::Unary {
+                                f: UnaryFn::Sigmoid,
+                            },
+                            &[&sz],
+                        );
+                        let sr = e.op(Op::Binary { f: BinaryFn::Add }, &[&xr, &hrr]);
+                        let rt_g = e.op(
+                            Op::Unary {
+                                f: UnaryFn::Sigmoid,
+                            },
+                            &[&sr],
+                        );
                         let inner = if lbr {
                             // r ⊙ (H·Rhᵀ + Rbh)
                             let hh = gate(&mut e, &hr, 2);
-                            let hb = e.op(Op::Add, &[&hh, rbh.as_deref().unwrap_or("")]);
-                            e.op(Op::Mul, &[&rt_g, &hb])
+                            let hb = e.op(
+                                Op::Binary { f: BinaryFn::Add },
+                                &[&hh, rbh.as_deref().unwrap_or("")],
+                            );
+                            e.op(Op::Binary { f: BinaryFn::Mul }, &[&rt_g, &hb])
                         } else {
                             // (r ⊙ H)·Rhᵀ + Rbh
-                            let rh = e.op(Op::Mul, &[&rt_g, &hp]);
+                            let rh = e.op(Op::Binary { f: BinaryFn::Mul }, &[&rt_g, &hp]);
                             let rh_h = e.slice(&rt, 1, 2 * h, 3 * h);
                             let m = e.op(Op::MatMul, &[&rh, &rh_h]);
-                            e.op(Op::Add, &[&m, rbh.as_deref().unwrap_or("")])
+                            e.op(
+                                Op::Binary { f: BinaryFn::Add },
+                                &[&m, rbh.as_deref().unwrap_or("")],
+                            )
                         };
-                        let pre = e.op(Op::Add, &[&xh, &inner]);
-                        let ht_new = e.op(Op::Tanh, &[&pre]);
+                        let pre = e.op(Op::Binary { f: BinaryFn::Add }, &[&xh, &inner]);
+                        let ht_new = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&pre]);
                         // H = (1 − z) ⊙ h̃ + z ⊙ H_prev
-                        let omz = e.op(Op::Sub, &[&one, &zt]);
-                        let a = e.op(Op::Mul, &[&omz, &ht_new]);
-                        let c = e.op(Op::Mul, &[&zt, &hp]);
-                        hp = e.op(Op::Add, &[&a, &c]);
+                        let omz = e.op(Op::Binary { f: BinaryFn::Sub }, &[&one, &zt]);
+                        let a = e.op(Op::Binary { f: BinaryFn::Mul }, &[&omz, &ht_new]);
+                        let c = e.op(Op::Binary { f: BinaryFn::Mul }, &[&zt, &hp]);
+                        hp = e.op(Op::Binary { f: BinaryFn::Add }, &[&a, &c]);
                     }
                 }
                 hs[t] = hp.clone();
