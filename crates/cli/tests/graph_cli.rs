@@ -344,6 +344,44 @@ fn run_out_writes_each_output_as_npy_and_refuses_a_file_as_dir() {
     );
 }
 
+/// `run` names an ONNX model's symbolic dims in its outputs' shapes: GPT-2's logits are
+/// [batch, sequence, vocabulary 512] (the model's definition), with the bound sizes beside
+/// the names in the table and the names in `--json`.
+#[test]
+fn run_names_the_symbolic_dims_of_its_outputs() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/onnx/gpt2_sdpa_ts/model.onnx")
+        .display()
+        .to_string();
+    let dims = ["--dim", "batch=3", "--dim", "sequence=5"];
+    let out = tf()
+        .args(["run", &model, "--executor", "interpreter"])
+        .args(dims)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("[batch=3, sequence=5, 512]"), "{text}");
+    let v = json(&[
+        "run",
+        &model,
+        "--executor",
+        "interpreter",
+        "--json",
+        dims[0],
+        dims[1],
+        dims[2],
+        dims[3],
+    ]);
+    assert_eq!(
+        v["outputs"][0]["dims"],
+        serde_json::json!(["batch", "sequence", "512"])
+    );
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([3, 5, 512]));
+}
+
 /// Every real ONNX fixture through the binary, as a user runs it: `run --inputs --out`
 /// writes outputs equal to onnxruntime's (1e-5 of the largest magnitude, fused and
 /// `--unfused`), `fuse --explain` gives a reason per decision, and the traffic model counts

@@ -32,6 +32,7 @@ pub mod onnx;
 pub mod optable;
 pub mod planner;
 pub mod rewrite;
+pub mod symdims;
 pub mod synth;
 pub mod traffic;
 

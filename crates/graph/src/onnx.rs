@@ -40,7 +40,7 @@ use proto::{
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 
@@ -100,6 +100,13 @@ pub struct OnnxImport {
     /// by tensor name, as f32 (the executor's type).
     #[serde(skip)]
     pub weights: HashMap<String, Vec<f32>>,
+    /// Each graph input's symbolic dim names (`dim_param`; `None` for a fixed dim), by input
+    /// name: where [`crate::symdims::propagate`] starts.
+    #[serde(default)]
+    pub dim_params: BTreeMap<String, Vec<Option<String>>>,
+    /// The value each symbolic dim name was bound to.
+    #[serde(default)]
+    pub dim_values: BTreeMap<String, usize>,
 }
 
 /// How to fix what the file leaves open: the value of each symbolic dim (`dim_param`), by
@@ -272,10 +279,33 @@ pub fn import_model_with(
         producer,
         notes: imp.notes,
         weights: imp.weights,
+        dim_params: imp.dim_params,
+        dim_values: imp.dim_values,
     })
 }
 
 impl OnnxImport {
+    /// Each graph output's dims as a user reads them: the symbolic names of the inputs
+    /// carried through the graph (`[batch, sequence, 64]`, `batch·sequence` for a merged
+    /// dim), or the size where no name scales a dim ([`crate::symdims`]).
+    pub fn output_dims(&self) -> Result<Vec<(String, Vec<String>)>> {
+        let tg = self.graph.validate()?;
+        let labels = crate::symdims::propagate(&tg, &self.dim_params, &self.dim_values);
+        Ok(tg
+            .outputs
+            .iter()
+            .map(|&t| {
+                let shape = &tg.tensors[t].shape;
+                let dims = labels[t]
+                    .iter()
+                    .zip(shape)
+                    .map(|(l, &n)| l.render(n, &self.dim_values))
+                    .collect();
+                (tg.tensors[t].name.clone(), dims)
+            })
+            .collect())
+    }
+
     /// `Ok` when every node can run; otherwise one error listing every op TensorForge lacks
     /// (or cannot lower in the form used) and the nodes using it: `GatherND` ×1
     /// (`node_GatherND_38`: reason), `IsNaN` ×2 (...), so a user sees the whole gap at once.
@@ -963,6 +993,9 @@ struct Importer<'a> {
     weights: HashMap<String, Vec<f32>>,
     /// Bindings of symbolic dims.
     options: ImportOptions,
+    /// Each graph input's `dim_param`s, and the values they were bound to.
+    dim_params: BTreeMap<String, Vec<Option<String>>>,
+    dim_values: BTreeMap<String, usize>,
     /// Why an opaque node's output shape is unknown, one entry per such output.
     shapeless: Vec<String>,
 }
@@ -971,6 +1004,41 @@ struct Importer<'a> {
 const DEPENDS_ON: &str = "reads the output of opaque node";
 
 impl<'a> Importer<'a> {
+    /// Remember `vi`'s symbolic dim names and the sizes they were bound to (`shape`); a name
+    /// bound to two sizes gets a note and no label.
+    fn record_dim_params(&mut self, vi: &ValueInfoProto, shape: &[usize]) {
+        let Some(TypeValue::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+        else {
+            return;
+        };
+        let Some(sp) = tt.shape.as_ref() else { return };
+        let mut names = Vec::with_capacity(shape.len());
+        for (d, &n) in sp.dim.iter().zip(shape) {
+            let p = match &d.value {
+                Some(DimValue::DimParam(p)) if !p.is_empty() => p.clone(),
+                _ => {
+                    names.push(None);
+                    continue;
+                }
+            };
+            match self.dim_values.get(&p) {
+                Some(&v) if v != n => {
+                    self.notes.push(format!(
+                        "symbolic dim `{p}` is {v} in one input but {n} in `{}`: it is not carried as a name",
+                        vi.name
+                    ));
+                    names.push(None);
+                    continue;
+                }
+                _ => {
+                    self.dim_values.insert(p.clone(), n);
+                }
+            }
+            names.push(Some(p));
+        }
+        self.dim_params.insert(vi.name.clone(), names);
+    }
+
     fn new(src: &str, opset: i64, g: &'a GraphProto) -> Self {
         let mut declared = FxHashMap::default();
         for v in g.value_info.iter().chain(&g.output).chain(&g.input) {
@@ -993,6 +1061,8 @@ impl<'a> Importer<'a> {
             weights: HashMap::new(),
             base: None,
             options: ImportOptions::default(),
+            dim_params: BTreeMap::new(),
+            dim_values: BTreeMap::new(),
             shapeless: vec![],
         }
     }
@@ -1056,6 +1126,7 @@ impl<'a> Importer<'a> {
             }
             let (shape, code) =
                 input_shape(vi, &self.options).map_err(|e| self.err(format!("graph input {e}")))?;
+            self.record_dim_params(vi, &shape);
             let dtype = dtype_of(code).ok_or_else(|| {
                 self.err(format!(
                     "graph input `{}` has data type {}, which the IR cannot represent",

@@ -123,6 +123,40 @@ fn symbolic_dims_need_a_binding_and_say_which() {
     assert!(e.contains("rank 2") && e.contains("[2, 8, 1]"), "{e}");
 }
 
+/// The TorchScript exports declare `input_ids` as [batch, sequence]; each model's output is
+/// [batch, sequence, hidden or vocabulary] (the models' definitions: BERT's last hidden state
+/// of width 64, GPT-2's and Llama's logits over 512 tokens). The names must come through the
+/// embedding Gather, the attention's Reshapes and Transposes, every MatMul and norm, and
+/// onnxruntime's fused ops, to the output. Bound to 3 and 5 so no two sizes coincide.
+#[test]
+fn symbolic_dims_are_carried_to_the_outputs() {
+    let mut o = ImportOptions::default();
+    o.dims.insert("batch".into(), 3);
+    o.dims.insert("sequence".into(), 5);
+    let cases = [
+        ("bert_sdpa_ts", "64"),
+        ("bert_eager_ts", "64"),
+        ("bert_ort_optimized", "64"),
+        ("gpt2_sdpa_ts", "512"),
+        ("gpt2_eager_ts", "512"),
+        ("gpt2_ort_optimized", "512"),
+        ("llama_sdpa_ts", "512"),
+        ("llama_eager_ts", "512"),
+    ];
+    for (name, width) in cases {
+        let imp = import_onnx_file_with(root().join(name).join("model.onnx"), &o).unwrap();
+        assert_eq!(
+            imp.dim_params["input_ids"],
+            [Some("batch".to_string()), Some("sequence".to_string())]
+        );
+        let outs = imp.output_dims().unwrap();
+        assert_eq!(outs[0].1, ["batch", "sequence", width], "{name}");
+    }
+    // The dynamo exports fix every dim: nothing to carry.
+    let imp = import_onnx_file_with(root().join("bert_sdpa_dynamo/model.onnx"), &o).unwrap();
+    assert_eq!(imp.output_dims().unwrap()[0].1, ["2", "8", "64"]);
+}
+
 /// Every single-op fixture of `examples/onnx/ops/` (`tools/make_op_fixtures.py`: the op
 /// table's functions on NaN, ±inf, ±0 and halves, comparisons and logic with broadcasting,
 /// GatherND with constant and run-time indices, CumSum, Pad in every mode, LSTM and GRU

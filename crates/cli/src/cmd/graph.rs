@@ -27,17 +27,39 @@ pub fn load_graph_with(
     options: &ImportOptions,
     runnable: bool,
 ) -> Result<(Graph, HashMap<String, Vec<f32>>)> {
+    let l = load_graph_dims(path, options, runnable)?;
+    Ok((l.0, l.1))
+}
+
+/// A loaded graph, its weights by tensor name, and its outputs' dims by output name.
+pub type Loaded = (
+    Graph,
+    HashMap<String, Vec<f32>>,
+    HashMap<String, Vec<String>>,
+);
+
+/// [`load_graph_with`], plus each graph output's dims with the model's symbolic names
+/// carried through (`batch`, `sequence`; empty for a JSON graph).
+pub fn load_graph_dims(path: &str, options: &ImportOptions, runnable: bool) -> Result<Loaded> {
     if path.to_ascii_lowercase().ends_with(".onnx") {
         let imp = tensorforge_graph::onnx::import_onnx_file_with(path, options)
             .map_err(|e| anyhow!("{e}"))?;
         if runnable {
             imp.require_runnable(path).map_err(|e| anyhow!("{e}"))?;
         }
-        return Ok((imp.graph, imp.weights));
+        let dims = if imp.dim_params.values().flatten().any(|d| d.is_some()) {
+            imp.output_dims()
+                .map_err(|e| anyhow!("{path}: {e}"))?
+                .into_iter()
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        return Ok((imp.graph, imp.weights, dims));
     }
     let text = read_text(path)?;
     let g = Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))?;
-    Ok((g, HashMap::new()))
+    Ok((g, HashMap::new(), HashMap::new()))
 }
 
 /// Arguments of `fuse`.
@@ -355,6 +377,10 @@ struct JitSummary {
 struct OutputSummary {
     name: String,
     shape: Vec<usize>,
+    /// The shape with the model's symbolic dim names carried through (`batch`, `sequence`),
+    /// when its inputs have any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    dims: Vec<String>,
     min: f32,
     max: f32,
     mean: f64,
@@ -406,7 +432,7 @@ struct BenchReport {
     tolerance: String,
 }
 
-fn summarize(r: &ExecResult) -> Vec<OutputSummary> {
+fn summarize(r: &ExecResult, dims: &HashMap<String, Vec<String>>) -> Vec<OutputSummary> {
     r.outputs
         .iter()
         .map(|(n, s, v)| {
@@ -414,6 +440,7 @@ fn summarize(r: &ExecResult) -> Vec<OutputSummary> {
             OutputSummary {
                 name: n.clone(),
                 shape: s.clone(),
+                dims: dims.get(n).cloned().unwrap_or_default(),
                 min: fin.iter().copied().fold(f32::INFINITY, f32::min),
                 max: fin.iter().copied().fold(f32::NEG_INFINITY, f32::max),
                 mean: fin.iter().map(|&x| x as f64).sum::<f64>() / fin.len().max(1) as f64,
@@ -506,7 +533,7 @@ fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<S
 /// Execute a graph on the CPU.
 pub fn run_graph(a: RunArgs) -> Result<()> {
     let options = import_options(&a.dims, a.inputs.as_deref())?;
-    let (g, weights) = load_graph_with(&a.graph, &options, true)?;
+    let (g, weights, dims) = load_graph_dims(&a.graph, &options, true)?;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let mut ins = match &a.inputs {
         Some(d) => read_inputs(d, &c.unfused.graph)?,
@@ -623,7 +650,7 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
             cached: j.cached,
             skipped: j.skipped.clone(),
         }),
-        outputs: summarize(&r),
+        outputs: summarize(&r, &dims),
         bench,
     };
     if a.json {
@@ -662,9 +689,29 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
     );
     let mut t = Table::new(&["output", "shape", "min", "max", "mean", "non-finite"]);
     for o in &rep.outputs {
+        let shape = if o.dims.len() == o.shape.len()
+            && o.dims.iter().any(|d| d.parse::<usize>().is_err())
+        {
+            // `[batch=2, sequence=8, 64]`: the name, then the size it was bound to.
+            let parts: Vec<String> = o
+                .dims
+                .iter()
+                .zip(&o.shape)
+                .map(|(d, n)| {
+                    if d.parse::<usize>().is_ok() {
+                        d.clone()
+                    } else {
+                        format!("{d}={n}")
+                    }
+                })
+                .collect();
+            format!("[{}]", parts.join(", "))
+        } else {
+            format!("{:?}", o.shape)
+        };
         t.row(vec![
             o.name.clone(),
-            format!("{:?}", o.shape),
+            shape,
             format!("{:.6}", o.min),
             format!("{:.6}", o.max),
             format!("{:.6}", o.mean),
