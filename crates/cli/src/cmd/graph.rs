@@ -283,6 +283,10 @@ pub fn run_plan_memory(a: PlanMemoryArgs) -> Result<()> {
 pub struct RunArgs {
     /// Graph file (JSON).
     pub graph: String,
+    /// Print each kernel's best time over --reps runs, slowest first (with --json: a
+    /// `profile` list).
+    #[arg(long)]
+    pub profile: bool,
     /// Run one op at a time with every tensor materialized.
     #[arg(long)]
     pub unfused: bool,
@@ -406,6 +410,8 @@ struct RunReport {
     outputs: Vec<OutputSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     bench: Option<BenchReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Vec<tensorforge_graph::exec::KernelProfile>>,
 }
 
 #[derive(Serialize)]
@@ -652,6 +658,14 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         }),
         outputs: summarize(&r, &dims),
         bench,
+        profile: if a.profile {
+            Some(
+                tensorforge_graph::exec::profile(prog, &ins, jit.as_ref(), a.reps as usize)
+                    .map_err(|e| anyhow!("{}: {e}", a.graph))?,
+            )
+        } else {
+            None
+        },
     };
     if a.json {
         return print_json(&rep);
@@ -719,6 +733,31 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
         ]);
     }
     out.push_str(&t.render());
+    if let Some(rows) = &rep.profile {
+        let mut t = Table::new(&["kernel", "kind", "ops", "code", "best", "share"]);
+        for r in rows.iter().take(20) {
+            let mut ops = r.ops.clone();
+            if ops.len() > 60 {
+                ops.truncate(57);
+                ops.push_str("...");
+            }
+            t.row(vec![
+                r.kernel.clone(),
+                format!("{:?}", r.kind).to_lowercase(),
+                ops,
+                if r.jit { "jit" } else { "interpreter" }.into(),
+                fmt::time(r.best_ns as f64 * 1e-9),
+                format!("{:.1} %", 100.0 * r.share),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "profile: best of {} runs per kernel, slowest first{}",
+            a.reps.max(1),
+            if rows.len() > 20 { " (top 20)" } else { "" }
+        );
+        out.push_str(&t.render());
+    }
     if let Some(b) = &rep.bench {
         let _ = writeln!(
             out,

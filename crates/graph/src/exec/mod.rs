@@ -24,6 +24,7 @@
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod blocks;
+mod conv;
 mod elementwise;
 mod inputs;
 mod pool;
@@ -57,6 +58,9 @@ pub struct ExecResult {
     pub write_bytes: u64,
     /// Wall time of the kernels, ns.
     pub elapsed_ns: u64,
+    /// Wall time of each kernel of the program, in program order, ns (the views and copies a
+    /// kernel's inputs need are counted in its time).
+    pub kernel_ns: Vec<u64>,
 }
 
 impl ExecResult {
@@ -109,6 +113,63 @@ pub fn execute_with(
     }
     *pool = std::mem::take(&mut st.pool);
     r
+}
+
+/// Where one kernel's time goes: [`profile`]'s row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KernelProfile {
+    /// Kernel name.
+    pub kernel: String,
+    /// Loop-nest kind.
+    pub kind: crate::fusion::KernelKind,
+    /// The ops it runs, in order (`MatMul+Add+GELU`).
+    pub ops: String,
+    /// Whether the JIT ran it (else the interpreter).
+    pub jit: bool,
+    /// Its best time over the runs, ns.
+    pub best_ns: u64,
+    /// Its share of the sum of the best times.
+    pub share: f64,
+}
+
+/// Run `p` `reps` times (with `jit` where given) and report each kernel's best time,
+/// slowest first: what a kernel engineer looks at before touching code.
+pub fn profile(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    jit: Option<&crate::jit::Jit>,
+    reps: usize,
+) -> Result<Vec<KernelProfile>> {
+    let mut best = vec![u64::MAX; p.kernels.len()];
+    let mut pool = Pool::default();
+    for _ in 0..reps.max(1) {
+        let r = execute_with(p, inputs, &mut pool, jit)?;
+        for (b, t) in best.iter_mut().zip(&r.kernel_ns) {
+            *b = (*b).min(*t);
+        }
+    }
+    let total: u64 = best.iter().sum();
+    let mut rows: Vec<KernelProfile> = p
+        .kernels
+        .iter()
+        .zip(&best)
+        .enumerate()
+        .map(|(i, (k, &t))| KernelProfile {
+            kernel: k.name.clone(),
+            kind: k.kind,
+            ops: k
+                .nodes
+                .iter()
+                .map(|&n| p.graph.nodes[n].op.name())
+                .collect::<Vec<_>>()
+                .join("+"),
+            jit: jit.is_some_and(|j| j.kernels.get(i).is_some_and(|k| k.is_some())),
+            best_ns: t,
+            share: t as f64 / total.max(1) as f64,
+        })
+        .collect();
+    rows.sort_by(|a, b| b.best_ns.cmp(&a.best_ns));
+    Ok(rows)
 }
 
 /// True when every output agrees norm-wise: `|a − b| ≤ ATOL + RTOL · max|b|` over the

@@ -74,25 +74,53 @@ impl State<'_> {
     }
 }
 
-fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut Vec<f32>) {
+/// `out` = `src` (row-major, `shape`) with its axes permuted by `perm` (output axis `i` is
+/// input axis `perm[i]`). Output axes that stay adjacent in the input are merged first, so a
+/// head split `[B, S, H, D] → [B, H, S, D]` is a loop over `B·H·S` contiguous runs of `D`
+/// values; the other axes advance as an odometer. `out` holds exactly `src.len()` values.
+pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut [f32]) {
     let r = shape.len();
     let mut strides = vec![1usize; r];
     for i in (0..r.saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1];
     }
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
-    let n: usize = shape.iter().product();
-    out.clear();
-    let mut idx = vec![0usize; r];
-    for _ in 0..n {
-        let off: usize = idx.iter().zip(&out_strides).map(|(a, b)| a * b).sum();
-        out.push(src.get(off).copied().unwrap_or(0.0));
-        for d in (0..r).rev() {
+    // Merged output axes: (size, input stride), outermost first; size-1 axes dropped.
+    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(r);
+    for &p in perm {
+        let (n, st) = (shape[p], strides[p]);
+        if n == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            // Contiguous with the previous axis in the input: one longer axis.
+            Some(last) if last.1 == st * n => *last = (last.0 * n, st),
+            _ => dims.push((n, st)),
+        }
+    }
+    let total = src.len().min(out.len());
+    let Some(&(inner, inner_stride)) = dims.last() else {
+        out[..total].copy_from_slice(&src[..total]);
+        return;
+    };
+    let outer = &dims[..dims.len() - 1];
+    let mut idx = vec![0usize; outer.len()];
+    let mut base = 0usize;
+    for chunk in out[..total].chunks_exact_mut(inner) {
+        if inner_stride == 1 {
+            chunk.copy_from_slice(&src[base..base + inner]);
+        } else {
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = src[base + j * inner_stride];
+            }
+        }
+        // Advance the odometer over the outer axes.
+        for d in (0..outer.len()).rev() {
             idx[d] += 1;
-            if idx[d] < out_shape[d] {
+            base += outer[d].1;
+            if idx[d] < outer[d].0 {
                 break;
             }
+            base -= outer[d].1 * outer[d].0;
             idx[d] = 0;
         }
     }
@@ -156,6 +184,8 @@ fn run_program(
     }
     let (mut rb, mut wb) = (0u64, 0u64);
     let t0 = std::time::Instant::now();
+    let mut kernel_ns = Vec::with_capacity(p.kernels.len());
+    let mut tk = t0;
     for (ki, k) in p.kernels.iter().enumerate() {
         // Views the kernel reads from outside. A MatMul reads a transpose of the last two
         // axes in place (strided), so only the transpose's source is made available.
@@ -178,6 +208,9 @@ fn run_program(
         for &t in &k.outputs {
             wb += tg.tensors[t].bytes;
         }
+        let now = std::time::Instant::now();
+        kernel_ns.push((now - tk).as_nanos() as u64);
+        tk = now;
     }
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
     let mut outputs = vec![];
@@ -194,6 +227,7 @@ fn run_program(
         read_bytes: rb,
         write_bytes: wb,
         elapsed_ns,
+        kernel_ns,
     })
 }
 
@@ -322,50 +356,31 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     let ins = &tg.node_inputs[n];
                     let o = tg.node_outputs[n][0];
                     let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
-                    let os = tg.tensors[o].shape.clone();
+                    let os = &tg.tensors[o].shape;
+                    let geo = super::conv::ConvShape {
+                        n: xs[0],
+                        c: xs[1],
+                        h: xs[2],
+                        w: xs[3],
+                        k: ws[0],
+                        r: ws[2],
+                        s: ws[3],
+                        p: os[2],
+                        q: os[3],
+                        stride: [strides[0], strides[1]],
+                        pad: [pads[0], pads[1]],
+                        dil: [dilations[0], dilations[1]],
+                        group: *group,
+                    };
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    let cols = (ws[1] * ws[2] * ws[3]).saturating_mul(os[2] * os[3]);
+                    let mut scratch = st.pool.take(cols)?;
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    out.clear();
-                    let (c, h, wd) = (xs[1], xs[2] as isize, xs[3] as isize);
-                    let (kk, cg, r, sk) = (ws[0], ws[1], ws[2], ws[3]);
-                    let kg = kk / group;
-                    for nn in 0..os[0] {
-                        for k in 0..kk {
-                            let g = k / kg;
-                            for p in 0..os[2] {
-                                for q in 0..os[3] {
-                                    let mut acc = b.map_or(0.0, |b| b[k]);
-                                    for ci in 0..cg {
-                                        let cin = g * cg + ci;
-                                        for rr in 0..r {
-                                            let ih = (p * strides[0] + rr * dilations[0]) as isize
-                                                - pads[0] as isize;
-                                            if ih < 0 || ih >= h {
-                                                continue;
-                                            }
-                                            for ss in 0..sk {
-                                                let iw = (q * strides[1] + ss * dilations[1])
-                                                    as isize
-                                                    - pads[1] as isize;
-                                                if iw < 0 || iw >= wd {
-                                                    continue;
-                                                }
-                                                let xi = ((nn * c + cin) * h as usize
-                                                    + ih as usize)
-                                                    * wd as usize
-                                                    + iw as usize;
-                                                let wi = ((k * cg + ci) * r + rr) * sk + ss;
-                                                acc += x[xi] * w[wi];
-                                            }
-                                        }
-                                    }
-                                    out.push(acc);
-                                }
-                            }
-                        }
-                    }
+                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch)
+                        .map_err(|e| exec_err(tg, n, e))?;
+                    st.pool.put(scratch);
                     st.bufs[o] = Some(out);
                     Ok(())
                 }
@@ -737,6 +752,51 @@ mod slice_where_tests {
             let r = execute(p, &ins).unwrap();
             assert_eq!(r.outputs[0].1, vec![2, 2]);
             assert_eq!(r.outputs[0].2, vec![1.0, -1.0, 4.0, -1.0]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod transpose_tests {
+    use super::transpose_into;
+
+    /// Every permutation of ranks 1–4 (size-1 axes included) against the definition:
+    /// out[i0, i1, ...] = src at the input index with axis perm[k] set to i_k.
+    #[test]
+    fn transpose_matches_the_definition_for_every_permutation() {
+        fn perms(r: usize) -> Vec<Vec<usize>> {
+            if r == 0 {
+                return vec![vec![]];
+            }
+            let mut out = vec![];
+            for p in perms(r - 1) {
+                for k in 0..=p.len() {
+                    let mut q = p.clone();
+                    q.insert(k, r - 1);
+                    out.push(q);
+                }
+            }
+            out
+        }
+        for shape in [vec![5], vec![3, 4], vec![2, 1, 3], vec![2, 3, 4, 5], vec![1, 4, 1, 3]] {
+            let n: usize = shape.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            for perm in perms(shape.len()) {
+                let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+                let mut got = vec![f32::NAN; n];
+                transpose_into(&src, &shape, &perm, &mut got);
+                for (o, &g) in got.iter().enumerate() {
+                    // Unravel o in the output shape, then ravel in the input shape.
+                    let mut rem = o;
+                    let mut idx_in = vec![0usize; shape.len()];
+                    for k in (0..out_shape.len()).rev() {
+                        idx_in[perm[k]] = rem % out_shape[k];
+                        rem /= out_shape[k];
+                    }
+                    let off = idx_in.iter().zip(&shape).fold(0, |acc, (i, d)| acc * d + i);
+                    assert_eq!(g, src[off], "shape {shape:?} perm {perm:?} at {o}");
+                }
+            }
         }
     }
 }

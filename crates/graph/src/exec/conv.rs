@@ -1,0 +1,289 @@
+//! 2-D convolution (NCHW, grouped, strided, dilated, zero-padded) on the CPU as GEMMs: for
+//! each image and group, the input patches are laid out as a `[C/g · R · S, P · Q]` column
+//! matrix (im2col; a 1×1 convolution with unit stride and no padding reads the input in
+//! place) and multiplied by the group's `[K/g, C/g · R · S]` weights with faer, on every
+//! thread when the product is large. Depthwise convolutions (one input and one output
+//! channel per group) skip the GEMM: a direct loop per channel, channels in parallel.
+//! Left out: Winograd and FFT algorithms, weight prepacking across runs, NHWC layouts,
+//! fusing the following activation into the GEMM's epilogue.
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+/// The geometry of one convolution.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvShape {
+    /// Batch, input channels, input height and width.
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    /// Output channels, kernel height and width.
+    pub k: usize,
+    pub r: usize,
+    pub s: usize,
+    /// Output height and width.
+    pub p: usize,
+    pub q: usize,
+    pub stride: [usize; 2],
+    pub pad: [usize; 2],
+    pub dil: [usize; 2],
+    pub group: usize,
+}
+
+/// Multiply-accumulates of one GEMM below which faer runs it on the calling thread.
+const PAR_MIN_MACS: usize = 1 << 20;
+
+/// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
+/// `scratch` is grown as needed for the column matrix and kept for the next call.
+pub(crate) fn conv2d(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Result<(), String> {
+    let cg = g.c / g.group;
+    let kg = g.k / g.group;
+    let pq = g.p * g.q;
+    let crs = cg * g.r * g.s;
+    if out.len() != g.n * g.k * pq || x.len() != g.n * g.c * g.h * g.w || w.len() != g.k * crs {
+        return Err(format!("conv2d buffers do not match the shapes {g:?}"));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    if cg == 1 && kg == 1 {
+        depthwise(g, x, w, bias, out);
+        return Ok(());
+    }
+    let direct =
+        g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
+    if !direct {
+        let need = crs * pq;
+        if scratch.len() < need {
+            scratch
+                .try_reserve_exact(need - scratch.len())
+                .map_err(|_| format!("cannot allocate the {need}-value im2col buffer"))?;
+            scratch.resize(need, 0.0);
+        }
+    }
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 && kg * crs * pq >= PAR_MIN_MACS {
+        Par::rayon(threads)
+    } else {
+        Par::Seq
+    };
+    for img in 0..g.n {
+        for grp in 0..g.group {
+            let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
+            let cols: &[f32] = if direct {
+                xin
+            } else {
+                im2col(g, xin, &mut scratch[..crs * pq]);
+                &scratch[..crs * pq]
+            };
+            let o = &mut out[(img * g.k + grp * kg) * pq..][..kg * pq];
+            let accum = match bias {
+                Some(b) => {
+                    for (row, &bv) in o.chunks_mut(pq).zip(&b[grp * kg..][..kg]) {
+                        row.fill(bv);
+                    }
+                    Accum::Add
+                }
+                None => Accum::Replace,
+            };
+            matmul(
+                MatMut::from_row_major_slice_mut(o, kg, pq),
+                accum,
+                MatRef::from_row_major_slice(&w[grp * kg * crs..][..kg * crs], kg, crs),
+                MatRef::from_row_major_slice(cols, crs, pq),
+                1.0f32,
+                par,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The column matrix of one image and group: row `(ci, rr, ss)` holds, for every output
+/// position `(p, q)`, the input value under kernel tap `(rr, ss)` of channel `ci`, or 0 in
+/// the padding. Rows are filled in parallel when there are many.
+fn im2col(g: &ConvShape, xin: &[f32], cols: &mut [f32]) {
+    let pq = g.p * g.q;
+    let (h, w) = (g.h as isize, g.w as isize);
+    let fill = |(row, dst): (usize, &mut [f32])| {
+        let ci = row / (g.r * g.s);
+        let rr = (row / g.s) % g.r;
+        let ss = row % g.s;
+        let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
+        for op in 0..g.p {
+            let ih = (op * g.stride[0] + rr * g.dil[0]) as isize - g.pad[0] as isize;
+            let d = &mut dst[op * g.q..][..g.q];
+            if ih < 0 || ih >= h {
+                d.fill(0.0);
+                continue;
+            }
+            let src = &plane[ih as usize * g.w..][..g.w];
+            let off = (ss * g.dil[1]) as isize - g.pad[1] as isize;
+            if g.stride[1] == 1 {
+                // Contiguous: zeros, the copied run, zeros.
+                let lo = (-off).clamp(0, g.q as isize) as usize;
+                let hi = (w - off).clamp(lo as isize, g.q as isize) as usize;
+                d[..lo].fill(0.0);
+                let start = (lo as isize + off) as usize;
+                d[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
+                d[hi..].fill(0.0);
+            } else {
+                for (oq, v) in d.iter_mut().enumerate() {
+                    let iw = (oq * g.stride[1]) as isize + off;
+                    *v = if iw < 0 || iw >= w {
+                        0.0
+                    } else {
+                        src[iw as usize]
+                    };
+                }
+            }
+        }
+    };
+    if cols.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+        cols.par_chunks_mut(pq).enumerate().for_each(fill);
+    } else {
+        cols.chunks_mut(pq).enumerate().for_each(fill);
+    }
+}
+
+/// Values of a column matrix below which it is filled on the calling thread (a parallel
+/// fill costs more in hand-offs than it saves).
+const PAR_MIN_COPY: usize = 1 << 18;
+
+/// One input and one output channel per group: a direct loop per output channel (the
+/// multiply-adds are few; a GEMM of one row would cost more than it saves).
+fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    let pq = g.p * g.q;
+    let (h, wd) = (g.h as isize, g.w as isize);
+    out.par_chunks_mut(pq).enumerate().for_each(|(nk, o)| {
+        let (img, k) = (nk / g.k, nk % g.k);
+        let plane = &x[(img * g.c + k) * g.h * g.w..][..g.h * g.w];
+        let wk = &w[k * g.r * g.s..][..g.r * g.s];
+        o.fill(bias.map_or(0.0, |b| b[k]));
+        for rr in 0..g.r {
+            for ss in 0..g.s {
+                let wv = wk[rr * g.s + ss];
+                for op in 0..g.p {
+                    let ih = (op * g.stride[0] + rr * g.dil[0]) as isize - g.pad[0] as isize;
+                    if ih < 0 || ih >= h {
+                        continue;
+                    }
+                    let src = &plane[ih as usize * g.w..][..g.w];
+                    let off = (ss * g.dil[1]) as isize - g.pad[1] as isize;
+                    for (oq, v) in o[op * g.q..][..g.q].iter_mut().enumerate() {
+                        let iw = (oq * g.stride[1]) as isize + off;
+                        if iw >= 0 && iw < wd {
+                            *v += wv * src[iw as usize];
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition, in f64: out[n,k,p,q] = b[k] + Σ x[n, g·cg+ci, p·sh + r·dh − ph,
+    /// q·sw + s·dw − pw] · w[k, ci, r, s] over in-range taps.
+    fn reference(g: &ConvShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+        let (cg, kg) = (g.c / g.group, g.k / g.group);
+        let mut out = vec![0f32; g.n * g.k * g.p * g.q];
+        for n in 0..g.n {
+            for k in 0..g.k {
+                let grp = k / kg;
+                for p in 0..g.p {
+                    for q in 0..g.q {
+                        let mut acc = b.map_or(0.0, |b| b[k] as f64);
+                        for ci in 0..cg {
+                            for r in 0..g.r {
+                                for s in 0..g.s {
+                                    let ih = (p * g.stride[0] + r * g.dil[0]) as isize
+                                        - g.pad[0] as isize;
+                                    let iw = (q * g.stride[1] + s * g.dil[1]) as isize
+                                        - g.pad[1] as isize;
+                                    if ih < 0 || iw < 0 || ih >= g.h as isize || iw >= g.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xv = x[((n * g.c + grp * cg + ci) * g.h + ih as usize)
+                                        * g.w
+                                        + iw as usize];
+                                    let wv = w[((k * cg + ci) * g.r + r) * g.s + s];
+                                    acc += xv as f64 * wv as f64;
+                                }
+                            }
+                        }
+                        out[((n * g.k + k) * g.p + p) * g.q + q] = acc as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_geometry_matches_the_definition() {
+        // (n, c, h, w, k, r, s, stride, pad, dil, group): 1×1 direct, 3×3 padded, strided,
+        // dilated, grouped, depthwise, a 7×7 stride-2 stem, an odd width with stride 2.
+        let cases = [
+            (2, 8, 9, 9, 6, 1, 1, [1, 1], [0, 0], [1, 1], 1),
+            (1, 3, 10, 12, 5, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            (2, 4, 11, 9, 4, 3, 3, [2, 2], [1, 1], [1, 1], 1),
+            (1, 4, 12, 12, 4, 3, 3, [1, 1], [2, 2], [2, 2], 1),
+            (1, 8, 7, 7, 6, 3, 3, [1, 1], [1, 1], [1, 1], 2),
+            (2, 6, 8, 8, 6, 3, 3, [1, 1], [1, 1], [1, 1], 6),
+            (1, 3, 16, 16, 8, 7, 7, [2, 2], [3, 3], [1, 1], 1),
+            (1, 2, 5, 7, 3, 1, 3, [2, 2], [0, 1], [1, 1], 1),
+        ];
+        for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
+            let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
+            let q = (w + 2 * pad[1] - dil[1] * (s - 1) - 1) / stride[1] + 1;
+            let g = ConvShape {
+                n,
+                c,
+                h,
+                w,
+                k,
+                r,
+                s,
+                p,
+                q,
+                stride,
+                pad,
+                dil,
+                group,
+            };
+            let x: Vec<f32> = (0..n * c * h * w)
+                .map(|j| ((j * 37 % 101) as f32 - 50.0) / 25.0)
+                .collect();
+            let wt: Vec<f32> = (0..k * c / group * r * s)
+                .map(|j| ((j * 53 % 97) as f32 - 48.0) / 40.0)
+                .collect();
+            let b: Vec<f32> = (0..k).map(|j| j as f32 * 0.25 - 1.0).collect();
+            for bias in [None, Some(b.as_slice())] {
+                let want = reference(&g, &x, &wt, bias);
+                let mut got = vec![f32::NAN; want.len()];
+                let mut scratch = vec![];
+                conv2d(&g, &x, &wt, bias, &mut got, &mut scratch).unwrap();
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                        "case {i} [{j}]: {a} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+}
