@@ -109,7 +109,11 @@ impl<'a> Operand<'a> {
 /// The operand tensor `t` of a MatMul: its own buffer when it has one (row-major), else,
 /// when it is a transpose of the last two axes of a stored tensor, that tensor read with
 /// swapped strides. `None` when neither buffer is available or the sizes disagree.
-pub fn operand<'a>(tg: &TypedGraph, bufs: &'a [Option<Vec<f32>>], t: usize) -> Option<Operand<'a>> {
+pub fn operand<'a>(
+    tg: &TypedGraph,
+    bufs: &'a [Option<std::borrow::Cow<'_, [f32]>>],
+    t: usize,
+) -> Option<Operand<'a>> {
     let sh = &tg.tensors[t].shape;
     let r = sh.len();
     if r < 2 {

@@ -5,7 +5,7 @@
 //! stored. Pure elementwise kernels on AVX2 go to `tile` instead.
 
 use super::elementwise::{binary_apply, unary_apply, Src};
-use super::program::{exec_err, State};
+use super::program::{exec_err, Buf, State};
 #[cfg(target_arch = "x86_64")]
 use super::tile;
 use crate::error::Result;
@@ -230,7 +230,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
             }
         }
         for (t, v) in k.outputs.iter().zip(outs) {
-            st.bufs[*t] = v;
+            st.bufs[*t] = v.map(Buf::Owned);
         }
     };
     if plans
@@ -251,7 +251,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
             tile::run(&prog, &ptrs)?;
             drop(prog);
             for (t, v) in k.outputs.iter().zip(outs) {
-                st.bufs[*t] = Some(v);
+                st.bufs[*t] = Some(Buf::Owned(v));
             }
             return Ok(());
         }
@@ -285,7 +285,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn eval_block(
     tg: &TypedGraph,
-    bufs: &[Option<Vec<f32>>],
+    bufs: &[Option<Buf>],
     plans: &[NodePlan],
     pre: &[Option<Vec<f32>>],
     s: &mut Scratch,
@@ -474,7 +474,7 @@ fn eval_block(
 fn row_input<'a>(
     b: &Bind,
     done: &'a [Vec<f32>],
-    bufs: &'a [Option<Vec<f32>>],
+    bufs: &'a [Option<Buf<'a>>],
     r0: usize,
     r1: usize,
     cols: usize,

@@ -107,7 +107,7 @@ pub fn execute_with(
     };
     let r = run_program_checked(p, inputs, &mut st, jit);
     for b in st.bufs.iter_mut() {
-        if let Some(v) = b.take() {
+        if let Some(std::borrow::Cow::Owned(v)) = b.take() {
             st.pool.put(v);
         }
     }

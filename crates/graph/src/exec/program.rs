@@ -14,9 +14,13 @@ use crate::ir::{norm_axis, Op, TypedGraph};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
+/// A tensor's values during a run: borrowed from the caller (inputs and weights, never
+/// copied) or owned (computed, from the pool).
+pub(super) type Buf<'a> = std::borrow::Cow<'a, [f32]>;
+
 pub(super) struct State<'a> {
     pub(super) tg: &'a TypedGraph,
-    pub(super) bufs: Vec<Option<Vec<f32>>>,
+    pub(super) bufs: Vec<Option<Buf<'a>>>,
     pub(super) pool: Pool,
 }
 
@@ -47,7 +51,7 @@ impl State<'_> {
                 if let Some(src) = self.bufs[s].as_deref() {
                     b.copy_from_slice(src);
                 }
-                self.bufs[t] = Some(b);
+                self.bufs[t] = Some(b.into());
             }
             Op::Transpose { perm } => {
                 let s = tg.node_inputs[p][0];
@@ -57,7 +61,7 @@ impl State<'_> {
                 let src = self.bufs[s].as_deref().unwrap_or(&[]);
                 let mut v = self.pool.take(src.len())?;
                 transpose_into(src, &tg.tensors[s].shape, perm, &mut v);
-                self.bufs[t] = Some(v);
+                self.bufs[t] = Some(v.into());
             }
             _ => {
                 return Err(exec_err(
@@ -126,10 +130,10 @@ pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: 
     }
 }
 
-pub(super) fn run_program_checked(
+pub(super) fn run_program_checked<'a>(
     p: &Program,
-    inputs: &HashMap<String, Vec<f32>>,
-    st: &mut State,
+    inputs: &'a HashMap<String, Vec<f32>>,
+    st: &mut State<'a>,
     jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
     check_size(&p.graph)?;
@@ -143,10 +147,10 @@ pub(super) fn run_program_checked(
     run_program(p, inputs, st, jit)
 }
 
-fn run_program(
+fn run_program<'a>(
     p: &Program,
-    inputs: &HashMap<String, Vec<f32>>,
-    st: &mut State,
+    inputs: &'a HashMap<String, Vec<f32>>,
+    st: &mut State<'a>,
     jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
     let tg = &p.graph;
@@ -170,14 +174,13 @@ fn run_program(
                         ),
                     });
                 }
-                let mut b = st.pool.take(v.len())?;
-                b.copy_from_slice(v);
-                st.bufs[t] = Some(b);
+                // Borrowed: inputs and weights are read in place, never copied per run.
+                st.bufs[t] = Some(Buf::Borrowed(v.as_slice()));
             }
             Op::Constant { value, .. } => {
                 let mut b = st.pool.take(tg.tensors[t].numel as usize)?;
                 b.fill(*value as f32);
-                st.bufs[t] = Some(b);
+                st.bufs[t] = Some(b.into());
             }
             _ => {}
         }
@@ -219,7 +222,7 @@ fn run_program(
         outputs.push((
             tg.tensors[t].name.clone(),
             tg.tensors[t].shape.clone(),
-            st.bufs[t].clone().unwrap_or_default(),
+            st.bufs[t].as_deref().map(<[f32]>::to_vec).unwrap_or_default(),
         ));
     }
     Ok(ExecResult {
@@ -264,7 +267,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     out[o * inner + i] = acc as f32;
                 }
             }
-            st.bufs[tg.node_outputs[n][0]] = Some(out);
+            st.bufs[tg.node_outputs[n][0]] = Some(out.into());
             Ok(())
         }
         KernelKind::Pattern => {
@@ -296,7 +299,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                 &mut out,
             )
             .map_err(|e| exec_err(tg, n, e.to_string()))?;
-            st.bufs[o] = Some(out);
+            st.bufs[o] = Some(out.into());
             Ok(())
         }
         KernelKind::Opaque => {
@@ -318,7 +321,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             out.extend_from_slice(&src[ob * chunk..(ob + 1) * chunk]);
                         }
                     }
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::Slice {
@@ -344,7 +347,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         }
                         out.push(src[off as usize]);
                     });
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::Conv2d {
@@ -381,7 +384,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch)
                         .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::AvgPool2d {
@@ -437,7 +440,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             y[at(&sy)]
                         });
                     });
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::Gather { axis } => {
@@ -473,7 +476,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             out.extend_from_slice(&src[at..at + inner]);
                         }
                     }
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::CumSum {
@@ -512,7 +515,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                             }
                         }
                     }
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::Pad { pads, mode, value } => {
@@ -557,7 +560,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         }
                         out.push(if inside { src[off] } else { fill });
                     });
-                    st.bufs[o] = Some(out);
+                    st.bufs[o] = Some(out.into());
                     Ok(())
                 }
                 Op::Opaque { name, .. } => Err(exec_err(
@@ -632,7 +635,7 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
     drop(ins);
     drop(optrs);
     for (t, v) in k.outputs.iter().zip(outs) {
-        st.bufs[*t] = Some(v);
+        st.bufs[*t] = Some(v.into());
     }
     Ok(())
 }
@@ -671,7 +674,7 @@ fn pool2d(
             }
         }
     }
-    st.bufs[o] = Some(out);
+    st.bufs[o] = Some(out.into());
     Ok(())
 }
 
