@@ -41,11 +41,9 @@ fn bench(label: &str, g: &Graph, reps: usize, copy_bw: f64) {
     for _ in 0..reps {
         let u = execute_pooled(&c.unfused, &ins, &mut pu).unwrap();
         tu = tu.min(u.elapsed_ns);
-        assert_eq!(u.total_bytes(), bu);
         ru = Some(u);
         let f = execute_pooled(&c.fused, &ins, &mut pf).unwrap();
         tf = tf.min(f.elapsed_ns);
-        assert_eq!(f.total_bytes(), bf);
         rf = Some(f);
     }
     let (ok, worst, _) = compare(rf.as_ref().unwrap(), ru.as_ref().unwrap());

@@ -30,8 +30,6 @@ proptest! {
         fill_inputs(&comp.unfused.graph, &mut ins, 3).unwrap();
         let u = execute(&comp.unfused, &ins).unwrap();
         let f = execute(&comp.fused, &ins).unwrap();
-        prop_assert_eq!(u.total_bytes(), tu);
-        prop_assert_eq!(f.total_bytes(), tf);
         let (ok, worst, at) = compare(&f, &u);
         prop_assert!(ok, "disagree: {} at {}", worst, at);
         for p in [&comp.unfused, &comp.fused] {

@@ -10,9 +10,9 @@
 //! each product whole first (into its output buffer when stored), then evaluates its fused
 //! elementwise epilogue (bias, activation, residual) per block of output rows from that
 //! product; a MatMul operand that is a transpose of the last two axes of a stored tensor is
-//! read in place through swapped strides, never copied. The executor counts the bytes it reads from and writes to
-//! full-size buffers: each kernel's input buffers once and its outputs once, in the
-//! declared dtype's size, which is exactly the analytical traffic. Values are held in f32
+//! read in place through swapped strides, never copied. The executor does not count bytes:
+//! what a kernel moves is the traffic model's figure ([`crate::traffic`]), labelled model
+//! wherever it is printed. Inputs and weights are borrowed for a run, never copied. Values are held in f32
 //! whatever the declared dtype (Cast to bf16 rounds; other casts keep f32). Other views are
 //! materialized on demand as uncounted copies (the model treats them as strided aliases).
 //! Not executable: Opaque ops.
@@ -52,22 +52,12 @@ pub const ATOL: f32 = 1e-5;
 pub struct ExecResult {
     /// Graph outputs: name, shape, values.
     pub outputs: Vec<(String, Vec<usize>, Vec<f32>)>,
-    /// Bytes read from full-size buffers.
-    pub read_bytes: u64,
-    /// Bytes written to full-size buffers.
-    pub write_bytes: u64,
-    /// Wall time of the kernels, ns.
+    /// Wall time of the whole run, ns: binding inputs, every kernel, copying the outputs
+    /// out (what a caller pays per call).
     pub elapsed_ns: u64,
     /// Wall time of each kernel of the program, in program order, ns (the views and copies a
     /// kernel's inputs need are counted in its time).
     pub kernel_ns: Vec<u64>,
-}
-
-impl ExecResult {
-    /// read + write.
-    pub fn total_bytes(&self) -> u64 {
-        self.read_bytes + self.write_bytes
-    }
 }
 
 /// Threads the executor's parallel loops use (the current rayon pool; `RAYON_NUM_THREADS`
@@ -168,7 +158,7 @@ pub fn profile(
             share: t as f64 / total.max(1) as f64,
         })
         .collect();
-    rows.sort_by(|a, b| b.best_ns.cmp(&a.best_ns));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.best_ns));
     Ok(rows)
 }
 
@@ -210,7 +200,6 @@ mod tests {
     use super::*;
     use crate::fusion::compile;
     use crate::ir::Graph;
-    use crate::traffic::program_traffic;
 
     thread_local! {
         /// Transposes materialized by `State::ensure` on this thread (the executor's view
@@ -253,8 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn every_example_agrees_and_counts_match_the_model() {
-        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+    fn every_example_agrees() {
         for name in [
             "rmsnorm_swiglu_mlp",
             "attention_softmax",
@@ -268,17 +256,6 @@ mod tests {
             let f = execute(&c.fused, &ins).unwrap();
             let (ok, worst, at) = compare(&f, &u);
             assert!(ok, "{name}: worst {worst} at {at}");
-            assert_eq!(
-                u.total_bytes(),
-                program_traffic(&c.unfused, &hw).total_bytes,
-                "{name} unfused"
-            );
-            assert_eq!(
-                f.total_bytes(),
-                program_traffic(&c.fused, &hw).total_bytes,
-                "{name} fused"
-            );
-            assert!(f.total_bytes() < u.total_bytes(), "{name}");
         }
     }
 
@@ -323,14 +300,6 @@ mod tests {
             .iter()
             .zip(x)
             .all(|(a, b)| (a - b).abs() < 0.01));
-        assert_eq!(
-            f.total_bytes(),
-            program_traffic(
-                &c.fused,
-                &tensorforge_core::presets::hardware("balanced").unwrap()
-            )
-            .total_bytes
-        );
         let op = Graph::from_json_str(
             r#"{"nodes":[
           {"name":"x","op":"Input","attrs":{"shape":[3],"dtype":"fp32"}},

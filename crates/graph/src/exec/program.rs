@@ -154,6 +154,7 @@ fn run_program<'a>(
     jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
     let tg = &p.graph;
+    let t0 = std::time::Instant::now();
     for (i, n) in tg.nodes.iter().enumerate() {
         let t = tg.node_outputs[i][0];
         match &n.op {
@@ -185,10 +186,8 @@ fn run_program<'a>(
             _ => {}
         }
     }
-    let (mut rb, mut wb) = (0u64, 0u64);
-    let t0 = std::time::Instant::now();
     let mut kernel_ns = Vec::with_capacity(p.kernels.len());
-    let mut tk = t0;
+    let mut tk = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
         // Views the kernel reads from outside. A MatMul reads a transpose of the last two
         // axes in place (strided), so only the transpose's source is made available.
@@ -203,32 +202,29 @@ fn run_program<'a>(
                 }
             }
         }
-        rb += crate::traffic::kernel_read_bytes(tg, k);
         match jit.and_then(|j| j.kernels[ki].as_ref()) {
             Some(jk) => run_jit(st, k, jk)?,
             None => run_kernel(st, k)?,
-        }
-        for &t in &k.outputs {
-            wb += tg.tensors[t].bytes;
         }
         let now = std::time::Instant::now();
         kernel_ns.push((now - tk).as_nanos() as u64);
         tk = now;
     }
-    let elapsed_ns = t0.elapsed().as_nanos() as u64;
     let mut outputs = vec![];
     for &t in &tg.outputs {
         st.ensure(t)?;
         outputs.push((
             tg.tensors[t].name.clone(),
             tg.tensors[t].shape.clone(),
-            st.bufs[t].as_deref().map(<[f32]>::to_vec).unwrap_or_default(),
+            st.bufs[t]
+                .as_deref()
+                .map(<[f32]>::to_vec)
+                .unwrap_or_default(),
         ));
     }
+    let elapsed_ns = t0.elapsed().as_nanos() as u64;
     Ok(ExecResult {
         outputs,
-        read_bytes: rb,
-        write_bytes: wb,
         elapsed_ns,
         kernel_ns,
     })
@@ -781,7 +777,13 @@ mod transpose_tests {
             }
             out
         }
-        for shape in [vec![5], vec![3, 4], vec![2, 1, 3], vec![2, 3, 4, 5], vec![1, 4, 1, 3]] {
+        for shape in [
+            vec![5],
+            vec![3, 4],
+            vec![2, 1, 3],
+            vec![2, 3, 4, 5],
+            vec![1, 4, 1, 3],
+        ] {
             let n: usize = shape.iter().product();
             let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
             for perm in perms(shape.len()) {
