@@ -336,12 +336,12 @@ impl UnaryFn {
             UnaryFn::Log1p => format!("tf_log1p({x})"),
             UnaryFn::Sqrt => format!("sqrtf({x})"),
             UnaryFn::Rsqrt => format!("(1.0f / sqrtf({x}))"),
-            UnaryFn::Tanh => format!("tanhf({x})"),
+            UnaryFn::Tanh => format!("tf_tanh({x})"),
             UnaryFn::Erf => format!("erff({x})"),
             UnaryFn::Sigmoid => format!("tf_sigmoid({x})"),
             UnaryFn::Silu => format!("({x} * tf_sigmoid({x}))"),
             UnaryFn::Gelu => format!(
-                "(0.5f * {x} * (1.0f + tanhf(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"
+                "(0.5f * {x} * (1.0f + tf_tanh(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"
             ),
             UnaryFn::Relu => format!("tf_fmax({x}, 0.0f)"),
             UnaryFn::Not => format!("({x} == 0.0f ? 1.0f : 0.0f)"),

@@ -151,6 +151,9 @@ fn unary_expr(op: &Op, x: &str) -> Option<String> {
             let e = *exponent as f32;
             if e == 2.0 {
                 format!("({x} * {x})")
+            } else if e == 3.0 {
+                // GELU's x³: two multiplies, as the interpreter computes it (powf is a call).
+                format!("({x} * {x} * {x})")
             } else if e == 1.0 {
                 x.to_string()
             } else {

@@ -158,6 +158,24 @@ TF_INLINE float tf_fmin(float a, float b) { return (b != b || a < b) ? a : b; }
 
 TF_INLINE float tf_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
 
+/* tanh x, float, branch-free: Cephes' odd polynomial on |x| < 0.625 (relative accuracy
+ * down to the smallest x), else 1 − 2/(e^(2|x|) + 1) with the sign restored; |x| is capped
+ * at 44 before the exponential (tanh is 1.0f well before). */
+TF_INLINE float tf_tanh(float x) {
+    float a = fabsf(x);
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = fmaf(p, z, 2.06390887954e-2f);
+    p = fmaf(p, z, -5.37397155531e-2f);
+    p = fmaf(p, z, 1.33314422036e-1f);
+    p = fmaf(p, z, -3.33332819422e-1f);
+    float small = fmaf(p * z, x, x);
+    float e = tf_exp(2.0f * (a > 44.0f ? 44.0f : a));
+    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    float r = a < 0.625f ? small : big;
+    return x == x ? r : x;
+}
+
 /* Round to bfloat16 (nearest even; NaN kept) and back. */
 TF_INLINE float tf_bf16(float x) {
     int32_t i = tf_f_bits(x);

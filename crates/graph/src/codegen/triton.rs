@@ -35,6 +35,7 @@ fn lit(v: f64) -> String {
 fn unary(op: &Op, x: &str) -> Option<String> {
     Some(match op {
         Op::Pow { exponent } if *exponent == 2.0 => format!("({x} * {x})"),
+        Op::Pow { exponent } if *exponent == 3.0 => format!("({x} * {x} * {x})"),
         Op::Pow { exponent } if *exponent == 1.0 => x.to_string(),
         Op::Cast { to } => match to {
             // Round to nearest even on the bits, as the interpreter and the C backend do.

@@ -69,6 +69,8 @@ pub(super) fn unary_apply(op: &Op, x: &[f32], out: &mut [f32]) {
             let e = *exponent as f32;
             if e == 2.0 {
                 map1(x, out, |v| v * v)
+            } else if e == 3.0 {
+                map1(x, out, |v| v * v * v)
             } else {
                 map1(x, out, |v| v.powf(e))
             }
