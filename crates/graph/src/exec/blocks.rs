@@ -282,6 +282,55 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
     Ok(())
 }
 
+/// Append `n` values of a broadcast or strided view of `src` to `out`, starting at output
+/// index `idx` (input offset `off`), in runs along the last axis: a run is a slice copy
+/// (stride 1), a fill (stride 0, a broadcast bias) or a strided loop, so a bias row costs
+/// a `memcpy` per output row instead of an index update per element. Reads outside `src`
+/// give 0 (a malformed view never panics).
+fn gather_runs(
+    src: &[f32],
+    shape: &[usize],
+    strides: &[usize],
+    idx: &mut [usize],
+    mut off: usize,
+    n: usize,
+    out: &mut Vec<f32>,
+) {
+    let r = shape.len();
+    if r == 0 {
+        out.extend(std::iter::repeat_n(src.first().copied().unwrap_or(0.0), n));
+        return;
+    }
+    let (last, st) = (shape[r - 1].max(1), strides[r - 1]);
+    let mut left = n;
+    while left > 0 {
+        let run = (last - idx[r - 1]).min(left);
+        match st {
+            0 => out.extend(std::iter::repeat_n(
+                src.get(off).copied().unwrap_or(0.0),
+                run,
+            )),
+            1 => match src.get(off..off + run) {
+                Some(s) => out.extend_from_slice(s),
+                None => out.extend((0..run).map(|i| src.get(off + i).copied().unwrap_or(0.0))),
+            },
+            _ => out.extend((0..run).map(|i| src.get(off + i * st).copied().unwrap_or(0.0))),
+        }
+        left -= run;
+        idx[r - 1] += run;
+        off += run * st;
+        // Carry into the outer axes.
+        let mut d = r - 1;
+        while idx[d] >= shape[d].max(1) && d > 0 {
+            off -= strides[d] * shape[d];
+            idx[d] = 0;
+            d -= 1;
+            idx[d] += 1;
+            off += strides[d];
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn eval_block(
     tg: &TypedGraph,
@@ -339,19 +388,8 @@ fn eval_block(
                         idx[d] = rem % dim;
                         rem /= dim;
                     }
-                    let mut off: usize = idx.iter().zip(strides).map(|(a, b)| a * b).sum();
-                    for _ in f0..f1 {
-                        tmp.push(src.get(off).copied().unwrap_or(0.0));
-                        for d in (0..r).rev() {
-                            idx[d] += 1;
-                            off += strides[d];
-                            if idx[d] < shape[d] {
-                                break;
-                            }
-                            off -= strides[d] * shape[d];
-                            idx[d] = 0;
-                        }
-                    }
+                    let off: usize = idx.iter().zip(strides).map(|(a, b)| a * b).sum();
+                    gather_runs(src, shape, strides, &mut idx, off, f1 - f0, tmp);
                 }
                 _ => {}
             }
@@ -717,5 +755,52 @@ mod matmul_tests {
         fill_inputs(&compile(&gp).unwrap().unfused.graph, &mut ins, 16).unwrap();
         let want = naive(&ins["q"], &ins["kk"], b, m, k, n, false);
         assert!(run_both(&gp, &ins, &want) > 0);
+    }
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use super::gather_runs;
+
+    /// Runs along the last axis equal the element-by-element odometer for broadcast
+    /// (stride 0), contiguous and strided views, from any starting index.
+    #[test]
+    fn gather_runs_equals_the_odometer() {
+        let src: Vec<f32> = (0..200).map(|i| i as f32).collect();
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[4, 8], &[0, 1]),        // a bias row repeated
+            (&[4, 8], &[1, 0]),        // a column broadcast along rows
+            (&[3, 4, 5], &[20, 5, 1]), // contiguous
+            (&[3, 4, 5], &[1, 3, 12]), // a transposed view
+            (&[2, 3, 1, 4], &[0, 4, 0, 1]),
+        ];
+        for (shape, strides) in cases {
+            let total: usize = shape.iter().product();
+            for start in [0, 1, 5, total / 2, total - 1] {
+                for n in [1, 3, total - start] {
+                    let n = n.min(total - start);
+                    // The odometer, one element at a time.
+                    let mut want = vec![];
+                    for f in start..start + n {
+                        let (mut rem, mut off) = (f, 0);
+                        for d in (0..shape.len()).rev() {
+                            off += (rem % shape[d]) * strides[d];
+                            rem /= shape[d];
+                        }
+                        want.push(src[off]);
+                    }
+                    let mut idx = vec![0usize; shape.len()];
+                    let mut rem = start;
+                    for d in (0..shape.len()).rev() {
+                        idx[d] = rem % shape[d];
+                        rem /= shape[d];
+                    }
+                    let off = idx.iter().zip(strides).map(|(a, b)| a * b).sum();
+                    let mut got = vec![];
+                    gather_runs(&src, shape, strides, &mut idx, off, n, &mut got);
+                    assert_eq!(got, want, "{shape:?} {strides:?} from {start}, {n}");
+                }
+            }
+        }
     }
 }
