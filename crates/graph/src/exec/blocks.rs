@@ -287,7 +287,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
 /// (stride 1), a fill (stride 0, a broadcast bias) or a strided loop, so a bias row costs
 /// a `memcpy` per output row instead of an index update per element. Reads outside `src`
 /// give 0 (a malformed view never panics).
-fn gather_runs(
+pub(super) fn gather_runs(
     src: &[f32],
     shape: &[usize],
     strides: &[usize],

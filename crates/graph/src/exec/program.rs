@@ -336,6 +336,23 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     out.clear();
                     let istr = strides(ishape);
                     let oshape: Vec<usize> = plan.iter().map(|p| p.2).collect();
+                    if plan.iter().all(|p| p.1 >= 0) {
+                        // A forward slice is a strided view: gathered in runs.
+                        let vs: Vec<usize> = plan
+                            .iter()
+                            .zip(&istr)
+                            .map(|(p, s)| p.1 as usize * s)
+                            .collect();
+                        let base: usize =
+                            plan.iter().zip(&istr).map(|(p, s)| p.0 as usize * s).sum();
+                        let mut idx = vec![0usize; oshape.len()];
+                        let total = out.capacity().min(tg.tensors[o].numel as usize);
+                        super::blocks::gather_runs(
+                            src, &oshape, &vs, &mut idx, base, total, &mut out,
+                        );
+                        st.bufs[o] = Some(out.into());
+                        return Ok(());
+                    }
                     for_each_index(&oshape, |idx| {
                         let mut off = 0i64;
                         for (d, &k) in idx.iter().enumerate() {
@@ -420,22 +437,40 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         let s = &tg.tensors[t].shape;
                         broadcast_strides(s, &oshape)
                     };
-                    let (sc, sx, sy) = (view(ins[0]), view(ins[1]), view(ins[2]));
-                    let (c, x, y) = (
-                        st.bufs[ins[0]].as_deref().unwrap_or(&[]),
-                        st.bufs[ins[1]].as_deref().unwrap_or(&[]),
-                        st.bufs[ins[2]].as_deref().unwrap_or(&[]),
-                    );
-                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    out.clear();
-                    for_each_index(&oshape, |idx| {
-                        let at = |s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
-                        out.push(if c[at(&sc)] != 0.0 {
-                            x[at(&sx)]
-                        } else {
-                            y[at(&sy)]
-                        });
-                    });
+                    let total = tg.tensors[o].numel as usize;
+                    // Each operand as a full-size run: itself when it has the output's
+                    // shape, else its broadcast gathered in runs along the last axis.
+                    let mut spread = |t: usize| -> Result<Option<Vec<f32>>> {
+                        if tg.tensors[t].shape == oshape {
+                            return Ok(None);
+                        }
+                        let mut v = st.pool.take(total)?;
+                        v.clear();
+                        let src = st.bufs[t].as_deref().unwrap_or(&[]);
+                        let mut idx = vec![0usize; oshape.len()];
+                        super::blocks::gather_runs(
+                            src,
+                            &oshape,
+                            &view(t),
+                            &mut idx,
+                            0,
+                            total,
+                            &mut v,
+                        );
+                        Ok(Some(v))
+                    };
+                    let (gc, gx, gy) = (spread(ins[0])?, spread(ins[1])?, spread(ins[2])?);
+                    let own = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+                    let c = gc.as_deref().unwrap_or_else(|| own(ins[0]));
+                    let x = gx.as_deref().unwrap_or_else(|| own(ins[1]));
+                    let y = gy.as_deref().unwrap_or_else(|| own(ins[2]));
+                    let mut out = st.pool.take(total)?;
+                    for (((v, &c), &a), &b) in out.iter_mut().zip(c).zip(x).zip(y) {
+                        *v = if c != 0.0 { a } else { b };
+                    }
+                    for g in [gc, gx, gy].into_iter().flatten() {
+                        st.pool.put(g);
+                    }
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
