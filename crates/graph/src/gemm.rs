@@ -18,7 +18,7 @@ use rayon::prelude::*;
 pub const PAR_MIN_MACS: usize = 1 << 20;
 /// Multiply-accumulates of a whole MatMul node at or below which a plain loop runs it
 /// (faer's dispatch costs more than such a product).
-pub const SMALL_MACS: usize = 1 << 15;
+pub const SMALL_MACS: usize = 1 << 10;
 
 /// The stored tensor behind `t` when `t` is a Transpose that swaps the last two axes and
 /// keeps the others in place (a 2-D transpose or a batched one), else `None`.
