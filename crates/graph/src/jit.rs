@@ -260,7 +260,152 @@ pub(crate) struct Object {
 
 /// Compile `source` (plus a `tf_key` function returning its cache key) into a shared object,
 /// or load it from the cache.
-pub(crate) fn object_for(mut source: String, cc: &str, id: &str) -> Result<Object, JitError> {
+/// The object for kernel `bodies` (each a complete C function), compiled as up to
+/// [`MAX_UNITS`] translation units in parallel (each with the prelude) and linked into one
+/// shared object; cached like [`object_for`] under the key of the whole source.
+fn object_for_units(bodies: &[String], cc: &str, id: &str) -> Result<Object, JitError> {
+    let mut whole = String::from(crate::codegen::c::PRELUDE);
+    for b in bodies {
+        whole.push('\n');
+        whole.push_str(b);
+    }
+    let units = split_units(bodies);
+    if units.len() <= 1 {
+        return object_for(whole, cc, id);
+    }
+    object_cached(whole, cc, id, |dir, key, source| {
+        build_units(dir, key, source, &units)
+    })
+}
+
+/// Translation units at most (one per core, up to this many).
+const MAX_UNITS: usize = 4;
+
+/// Kernel bodies dealt into units of about equal source length, one per available core (up
+/// to [`MAX_UNITS`]); a program of a few small kernels stays one unit.
+fn split_units(bodies: &[String]) -> Vec<String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let total: usize = bodies.iter().map(|b| b.len()).sum();
+    let n = cores
+        .min(MAX_UNITS)
+        .min(bodies.len())
+        .min(total / 4096 + 1)
+        .max(1);
+    let mut units = vec![String::from(crate::codegen::c::PRELUDE); n];
+    let mut sizes = vec![0usize; n];
+    for b in bodies {
+        let i = (0..n).min_by_key(|&i| sizes[i]).unwrap_or(0);
+        units[i].push('\n');
+        units[i].push_str(b);
+        sizes[i] += b.len();
+    }
+    units
+}
+
+/// Compile each unit to an object file at once (one compiler process per unit), then link
+/// them and the key function into `<key>.so` (written under a temporary name and renamed).
+fn build_units(dir: &Path, key: &str, keyed: &str, units: &[String]) -> Result<PathBuf, JitError> {
+    std::fs::create_dir_all(dir).map_err(io(dir, "cannot create the cache folder"))?;
+    let tag = format!("{key}.{}", std::process::id());
+    // The key function sits in its own unit (it is the last line of `keyed`).
+    let key_line = keyed.lines().last().unwrap_or_default().to_string();
+    let mut sources: Vec<String> = units.to_vec();
+    sources.push(key_line);
+    let paths: Vec<(PathBuf, PathBuf)> = (0..sources.len())
+        .map(|i| {
+            (
+                dir.join(format!("{tag}.{i}.c")),
+                dir.join(format!("{tag}.{i}.o")),
+            )
+        })
+        .collect();
+    for ((c, _), src) in paths.iter().zip(&sources) {
+        std::fs::write(c, src).map_err(io(c, "cannot write the generated source"))?;
+    }
+    let results: Vec<Result<(), JitError>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = paths
+            .iter()
+            .map(|(c, o)| {
+                sc.spawn(move || {
+                    let out = Command::new(compiler())
+                        .args(CFLAGS.iter().filter(|f| **f != "-shared"))
+                        .arg("-c")
+                        .arg("-o")
+                        .arg(o)
+                        .arg(c)
+                        .output()
+                        .map_err(io(c, "cannot run the C compiler"))?;
+                    compile_result(c, &out)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(JitError::Compile {
+                        source_path: dir.display().to_string(),
+                        stderr: "a compiler thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let cleanup = |paths: &[(PathBuf, PathBuf)]| {
+        for (c, o) in paths {
+            let _ = std::fs::remove_file(c);
+            let _ = std::fs::remove_file(o);
+        }
+    };
+    if let Some(e) = results.into_iter().find_map(|r| r.err()) {
+        for (_, o) in &paths {
+            let _ = std::fs::remove_file(o);
+        }
+        return Err(e);
+    }
+    let tmp = dir.join(format!("{tag}.so.tmp"));
+    let so = dir.join(format!("{key}.so"));
+    let out = Command::new(compiler())
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&tmp)
+        .args(paths.iter().map(|(_, o)| o))
+        .arg("-lm")
+        .output()
+        .map_err(io(&tmp, "cannot run the linker"))?;
+    let linked = compile_result(&tmp, &out);
+    cleanup(&paths);
+    linked?;
+    std::fs::rename(&tmp, &so).map_err(io(&so, "cannot move the compiled object into place"))?;
+    Ok(so)
+}
+
+/// `Ok` when the compiler succeeded, else its first lines of stderr.
+fn compile_result(c: &Path, out: &std::process::Output) -> Result<(), JitError> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .take(8)
+        .collect::<Vec<_>>()
+        .join(" | ");
+    Err(JitError::Compile {
+        source_path: c.display().to_string(),
+        stderr,
+    })
+}
+
+pub(crate) fn object_for(source: String, cc: &str, id: &str) -> Result<Object, JitError> {
+    object_cached(source, cc, id, build)
+}
+
+/// The cached object for `source` (keyed with `cc`, `id` and the flags), built by `make`
+/// from (folder, key, keyed source) when absent or corrupt.
+fn object_cached(
+    mut source: String,
+    cc: &str,
+    id: &str,
+    make: impl Fn(&Path, &str, &str) -> Result<PathBuf, JitError>,
+) -> Result<Object, JitError> {
     let t0 = Instant::now();
     // The key covers the source without the key line itself.
     let key = cache_key(&source, cc, id);
@@ -282,7 +427,7 @@ pub(crate) fn object_for(mut source: String, cc: &str, id: &str) -> Result<Objec
             ));
             let _ = std::fs::remove_file(&so);
         }
-        so = match build(&dir, &key, &source) {
+        so = match make(&dir, &key, &source) {
             Ok(so) => so,
             Err(JitError::Io { path, detail, .. }) => {
                 let tmp = std::env::temp_dir().join(format!(
@@ -295,7 +440,7 @@ pub(crate) fn object_for(mut source: String, cc: &str, id: &str) -> Result<Objec
                     tmp.display()
                 ));
                 dir = tmp;
-                build(&dir, &key, &source)?
+                make(&dir, &key, &source)?
             }
             Err(e) => return Err(e),
         };
@@ -335,11 +480,32 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
             notes: vec![],
         });
     }
-    let obj = object_for(cp.source(), &cc, &id)?;
+    // Identical kernels (a model's repeated layers) are compiled once: each body is keyed
+    // with its own symbol blanked out, and a repeat calls the first one's symbol.
+    let mut first: std::collections::HashMap<String, String> = Default::default();
+    let mut bodies: Vec<String> = vec![];
+    let mut symbol_of: Vec<String> = Vec::with_capacity(cp.kernels.len());
+    for ck in &cp.kernels {
+        // The key: the body without its comment lines (they name the kernel's nodes) and
+        // with its own symbol blanked.
+        let blank: String = ck
+            .source
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("/*"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace(&format!("{}(", ck.symbol), "TF_SYM(");
+        let sym = first.entry(blank).or_insert_with(|| {
+            bodies.push(ck.source.clone());
+            ck.symbol.clone()
+        });
+        symbol_of.push(sym.clone());
+    }
+    let obj = object_for_units(&bodies, &cc, &id)?;
     let (lib, so, cached, notes) = (obj.lib, obj.path, obj.cached, obj.notes);
     let mut kernels: Vec<Option<JitKernel>> = p.kernels.iter().map(|_| None).collect();
-    for ck in cp.kernels {
-        let sym = format!("{}\0", ck.symbol);
+    for (ck, symbol) in cp.kernels.into_iter().zip(symbol_of) {
+        let sym = format!("{symbol}\0");
         // SAFETY: every rendered kernel is defined in this object with the `KernelFn`
         // signature (see codegen::c).
         let f: KernelFn = unsafe {
@@ -634,6 +800,37 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
                 }
             }
         }
+    }
+
+    #[test]
+    fn identical_kernels_are_compiled_once() {
+        // Three layers: their kernels differ only in name and in row count (a run-time
+        // range), so all run one compiled function; a fourth with another width does not.
+        let g = crate::ir::Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[4,64],"dtype":"fp32"}},
+          {"name":"y","op":"Input","attrs":{"shape":[4,64],"dtype":"fp32"}},
+          {"name":"z","op":"Input","attrs":{"shape":[8,64],"dtype":"fp32"}},
+          {"name":"e1","op":"Exp","inputs":["x"]},
+          {"name":"s1","op":"Softmax","inputs":["e1"]},
+          {"name":"e2","op":"Exp","inputs":["y"]},
+          {"name":"s2","op":"Softmax","inputs":["e2"]},
+          {"name":"e3","op":"Exp","inputs":["z"]},
+          {"name":"s3","op":"Softmax","inputs":["e3"]},
+          {"name":"w","op":"Input","attrs":{"shape":[4,32],"dtype":"fp32"}},
+          {"name":"e4","op":"Exp","inputs":["w"]},
+          {"name":"s4","op":"Softmax","inputs":["e4"]}]}"#,
+        )
+        .unwrap();
+        let c = crate::fusion::compile(&g).unwrap();
+        let j = compile(&c.fused).unwrap();
+        let fs: Vec<usize> = j.kernels.iter().flatten().map(|k| k.f as usize).collect();
+        assert_eq!(fs.len(), 4, "one kernel per softmax chain");
+        let distinct: std::collections::BTreeSet<usize> = fs.iter().copied().collect();
+        assert_eq!(distinct.len(), 2, "{fs:?}");
+        assert_eq!(fs[0], fs[1]);
+        assert_eq!(fs[0], fs[2]);
+        assert_ne!(fs[0], fs[3]);
     }
 
     #[test]

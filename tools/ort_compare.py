@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""TensorForge's executor against onnxruntime, what a user pays per call, on the same files
+and inputs, in interleaved rounds (issue 27's benchmark).
+
+Per model and thread count, each round measures onnxruntime's best `sess.run` over enough
+calls to fill about 0.2 s (after warm-up), then TensorForge's best whole `execute` call
+(`tensorforge run --bench --reps N --json`, `fused_ns`: binding inputs, every kernel and
+copying the outputs out, the JIT where it compiles), and records
+    ratio = onnxruntime time / TensorForge time   (> 1: TensorForge is faster).
+Rounds alternate the two, so drift on a shared machine hits both; the table gives the
+ratio's min / median / max over the rounds, and each side's median time.
+
+Usage (repository root, with onnxruntime and numpy installed):
+    python tools/ort_compare.py [--threads 1,2] [--rounds 5] [--bin target/release/tensorforge] [DIR ...]
+DIR: folders holding model.onnx and inputs/*.npy (default: every examples/onnx/* fixture;
+tools/export_bench_models.py writes larger ones). The first lines name the CPU, its vector
+ISA and the SIMD level TensorForge picks (TENSORFORGE_SIMD caps it).
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+
+def cpu():
+    model, flags = "?", ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = line
+    except OSError:
+        pass
+    isa = "avx512f" if " avx512f" in flags else "avx2" if " avx2" in flags else "neon/other"
+    return model, isa
+
+
+def ort_best(sess, feeds, budget_s=0.2):
+    for _ in range(3):
+        sess.run(None, feeds)
+    best, t_end = float("inf"), time.perf_counter() + budget_s
+    n = 0
+    while time.perf_counter() < t_end or n < 5:
+        t0 = time.perf_counter_ns()
+        sess.run(None, feeds)
+        best = min(best, time.perf_counter_ns() - t0)
+        n += 1
+    return best
+
+
+def tf_best(binary, d, threads, reps):
+    out = subprocess.run(
+        [binary, "run", f"{d}/model.onnx", "--inputs", f"{d}/inputs", "--bench", "--reps", str(reps), "--json"],
+        env=dict(os.environ, RAYON_NUM_THREADS=str(threads)), capture_output=True, text=True, check=True).stdout
+    b = json.loads(out)["bench"]
+    return b["fused_ns"], b["agree"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dirs", nargs="*")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bin", default=os.path.abspath("target/release/tensorforge"))
+    a = ap.parse_args()
+    dirs = a.dirs or sorted(os.path.dirname(p) for p in glob.glob("examples/onnx/*/model.onnx"))
+    model, isa = cpu()
+    print(f"cpu: {model}; vector ISA: {isa}; TENSORFORGE_SIMD={os.environ.get('TENSORFORGE_SIMD', '(unset)')}")
+    print(f"onnxruntime {ort.__version__}; {a.rounds} interleaved rounds; ratio = ort time / tf time (> 1: tf faster)")
+    print("| model | threads | ort median µs | tf median µs | ratio min | ratio median | ratio max |")
+    print("|---|---|---|---|---|---|---|")
+    for d in dirs:
+        name = os.path.basename(os.path.normpath(d))
+        for th in [int(t) for t in a.threads.split(",")]:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = th
+            so.inter_op_num_threads = 1
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            sess = ort.InferenceSession(f"{d}/model.onnx", so, providers=["CPUExecutionProvider"])
+            feeds = {i.name: np.load(f"{d}/inputs/{i.name}.npy") for i in sess.get_inputs()}
+            o = ort_best(sess, feeds, 0.05)
+            reps = max(3, min(50, int(0.2e9 / max(o, 1))))
+            ts, os_, ratios, agree = [], [], [], True
+            for _ in range(a.rounds):
+                o = ort_best(sess, feeds)
+                t, ok = tf_best(a.bin, d, th, reps)
+                agree &= ok
+                os_.append(o)
+                ts.append(t)
+                ratios.append(o / t)
+            r = sorted(ratios)
+            note = "" if agree else " (fused/unfused DISAGREE)"
+            print(f"| {name} | {th} | {statistics.median(os_)/1e3:.1f} | {statistics.median(ts)/1e3:.1f} | "
+                  f"{r[0]:.2f} | {statistics.median(r):.2f} | {r[-1]:.2f} |{note}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
