@@ -369,6 +369,28 @@ fn run_out_writes_each_output_as_npy_and_refuses_a_file_as_dir() {
     );
 }
 
+/// `--threads N` runs every parallel loop on N workers (reported by `--bench`); 0 is a
+/// one-line error, exit 2.
+#[test]
+fn run_threads_sets_the_worker_count() {
+    let g = example("residual_layernorm");
+    for n in [1u64, 3] {
+        let v = json(&[
+            "run",
+            &g,
+            "--threads",
+            &n.to_string(),
+            "--bench",
+            "--reps",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(v["bench"]["threads"], n);
+        assert_eq!(v["bench"]["agree"], true);
+    }
+    fails(&["run", &g, "--threads", "0"], &["--threads", "at least 1"]);
+}
+
 /// `run` names an ONNX model's symbolic dims in its outputs' shapes: GPT-2's logits are
 /// [batch, sequence, vocabulary 512] (the model's definition), with the bound sizes beside
 /// the names in the table and the names in `--json`.

@@ -287,6 +287,10 @@ pub struct RunArgs {
     /// `profile` list).
     #[arg(long)]
     pub profile: bool,
+    /// Worker threads of every parallel loop and GEMM of the run (default: one per core,
+    /// or `RAYON_NUM_THREADS`).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Run one op at a time with every tensor materialized.
     #[arg(long)]
     pub unfused: bool,
@@ -541,8 +545,18 @@ fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<S
     Ok(m)
 }
 
-/// Execute a graph on the CPU.
+/// Execute a graph on the CPU, on `--threads` worker threads when given.
 pub fn run_graph(a: RunArgs) -> Result<()> {
+    match a.threads {
+        Some(0) => bail!("invalid `--threads` = `0`: at least 1"),
+        Some(n) => tensorforge_graph::exec::with_threads(n, || run_graph_here(a))
+            .map_err(|e| anyhow!("{e}"))?,
+        None => run_graph_here(a),
+    }
+}
+
+/// [`run_graph`] on the current thread pool.
+fn run_graph_here(a: RunArgs) -> Result<()> {
     let options = import_options(&a.dims, a.inputs.as_deref())?;
     let (g, weights, dims) = load_graph_dims(&a.graph, &options, true)?;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;

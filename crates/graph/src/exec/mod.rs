@@ -66,6 +66,23 @@ pub fn worker_threads() -> usize {
     rayon::current_num_threads()
 }
 
+/// Run `f` with every parallel loop and GEMM of the executor on `threads` worker threads
+/// (a pool of its own; [`worker_threads`] reports `threads` inside `f`).
+///
+/// ```
+/// let n = tensorforge_graph::exec::with_threads(3, tensorforge_graph::exec::worker_threads).unwrap();
+/// assert_eq!(n, 3);
+/// ```
+pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> Result<R> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| {
+            crate::GraphError::Argument(format!("cannot start {threads} worker threads: {e}"))
+        })?;
+    Ok(pool.install(f))
+}
+
 /// Execute a program on the given Input / Weight values (by tensor name).
 pub fn execute(p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<ExecResult> {
     execute_pooled(p, inputs, &mut Pool::default())
