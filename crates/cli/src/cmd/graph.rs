@@ -598,6 +598,17 @@ fn run_graph_here(a: RunArgs) -> Result<()> {
             eprintln!("note: {n}");
         }
     }
+    // A benchmark or a profile keeps, per kernel, the faster of compiled and interpreted.
+    let mut jit = jit;
+    if let (Some(j), true) = (jit.as_mut(), a.bench || a.profile) {
+        let mut all = ins.clone();
+        fill_inputs(&prog.graph, &mut all, a.seed)?;
+        for line in tensorforge_graph::exec::keep_faster(prog, &all, j, 3)
+            .map_err(|e| anyhow!("{}: {e}", a.graph))?
+        {
+            eprintln!("note: {line}");
+        }
+    }
     let r = execute_with(prog, &ins, &mut Pool::default(), jit.as_ref())
         .map_err(|e| anyhow!("{}: {e}", a.graph))?;
     if let Some(dir) = &a.out {

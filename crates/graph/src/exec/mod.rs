@@ -179,6 +179,43 @@ pub fn profile(
     Ok(rows)
 }
 
+/// Keep, per kernel, the faster of the JIT's generated code and the interpreter's kernel
+/// (the Kernels crate's hand-written softmax and logaddexp can beat generated C): both run
+/// `reps` times, alternating, and a compiled kernel whose best time is more than 5 % above
+/// the interpreter's best is handed back to the interpreter (listed in `jit.skipped` with
+/// both times). Returns one line per kernel handed back.
+pub fn keep_faster(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    jit: &mut crate::jit::Jit,
+    reps: usize,
+) -> Result<Vec<String>> {
+    let n = p.kernels.len();
+    let (mut with, mut without) = (vec![u64::MAX; n], vec![u64::MAX; n]);
+    let mut pool = Pool::default();
+    for _ in 0..reps.max(1) {
+        let j = execute_with(p, inputs, &mut pool, Some(jit))?;
+        let i = execute_with(p, inputs, &mut pool, None)?;
+        for k in 0..n {
+            with[k] = with[k].min(j.kernel_ns.get(k).copied().unwrap_or(u64::MAX));
+            without[k] = without[k].min(i.kernel_ns.get(k).copied().unwrap_or(u64::MAX));
+        }
+    }
+    let mut lines = vec![];
+    for k in 0..n {
+        if jit.kernels[k].is_some() && (without[k] as f64) * 1.05 < with[k] as f64 {
+            jit.kernels[k] = None;
+            let why = format!(
+                "the interpreter's kernel is faster here ({} ns vs {} ns compiled)",
+                without[k], with[k]
+            );
+            lines.push(format!("{}: {why}", p.kernels[k].name));
+            jit.skipped.push((p.kernels[k].name.clone(), why));
+        }
+    }
+    Ok(lines)
+}
+
 /// True when every output agrees norm-wise: `|a − b| ≤ ATOL + RTOL · max|b|` over the
 /// tensor's finite values (matmul and reduction sums are reassociated between the paths);
 /// NaN matches NaN and equal infinities match. Returns the worst absolute difference and where.
