@@ -1,8 +1,9 @@
 //! TensorForge kernels: overflow-safe elementwise and row reductions (`logaddexp`,
 //! `logaddexp2`, `logsumexp`, `softmax`, `log_softmax`), saturating quantization with
 //! gemmlowp-exact integer requantization, verification sweeps that compare the stable kernels
-//! with naive ones, `.npy` encoding on byte buffers, and a fused RMSNorm+SwiGLU. The crate
-//! performs no file I/O and never panics on user input; errors are [`KernelError`].
+//! with naive ones, `.npy` encoding on byte buffers, a fused RMSNorm+SwiGLU, and explicit-width
+//! SIMD elementwise math over f32 slices ([`vmath`]: exp, log, tanh, erf, sigmoid, SiLU, GELU).
+//! The crate performs no file I/O and never panics on user input; errors are [`KernelError`].
 //!
 //! ```
 //! // log(e^1000 + e^1000) = 1000 + ln 2: the naive form overflows f32 (e^1000 = inf).
@@ -24,6 +25,7 @@ pub mod quant;
 pub mod reference;
 pub mod simd;
 pub mod verify;
+pub mod vmath;
 
 pub use elementary::{
     log_softmax, logaddexp, logaddexp2, logaddexp2_slice, logaddexp_slice, logsumexp, softmax,
