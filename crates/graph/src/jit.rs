@@ -41,6 +41,22 @@ pub const CFLAGS: &[&str] = &[
     "-mprefer-vector-width=512",
 ];
 
+/// [`CFLAGS`] plus what the SIMD level asks for: when `TENSORFORGE_SIMD` caps an AVX-512
+/// CPU at AVX2 ([`tensorforge_kernels::vmath::level`]), the generated code is built without
+/// AVX-512 too (`-mno-avx512f`), so an AVX2-only machine's speed can be measured on this one.
+pub fn cflags() -> Vec<&'static str> {
+    let mut f: Vec<&'static str> = CFLAGS.to_vec();
+    #[cfg(target_arch = "x86_64")]
+    {
+        use tensorforge_kernels::vmath::{level, Level};
+        if std::arch::is_x86_feature_detected!("avx512f") && level() != Level::Avx512 {
+            f.retain(|x| *x != "-mprefer-vector-width=512");
+            f.push("-mno-avx512f");
+        }
+    }
+    f
+}
+
 /// Why the JIT could not produce compiled code.
 #[derive(Debug, Error)]
 pub enum JitError {
@@ -180,7 +196,7 @@ pub fn cache_key(source: &str, compiler: &str, compiler_id: &str) -> String {
     let head = format!("tensorforge-jit-abi-{JIT_ABI_VERSION}\0{compiler}\0{compiler_id}\0");
     tensorforge_core::digest::sha256_hex(&[
         head.as_bytes(),
-        CFLAGS.join(" ").as_bytes(),
+        cflags().join(" ").as_bytes(),
         &[0u8],
         source.as_bytes(),
     ])
@@ -226,7 +242,7 @@ fn build(dir: &Path, key: &str, source: &str) -> Result<PathBuf, JitError> {
     let so = dir.join(format!("{key}.so"));
     std::fs::write(&c, source).map_err(io(&c, "cannot write the generated source"))?;
     let out = Command::new(compiler())
-        .args(CFLAGS)
+        .args(cflags())
         .arg("-o")
         .arg(&tmp)
         .arg(&c)
@@ -328,7 +344,7 @@ fn build_units(dir: &Path, key: &str, keyed: &str, units: &[String]) -> Result<P
             .map(|(c, o)| {
                 sc.spawn(move || {
                     let out = Command::new(compiler())
-                        .args(CFLAGS.iter().filter(|f| **f != "-shared"))
+                        .args(cflags().into_iter().filter(|f| *f != "-shared"))
                         .arg("-c")
                         .arg("-o")
                         .arg(o)
