@@ -16,6 +16,10 @@ use rayon::prelude::*;
 
 /// Multiply-accumulates of one product below which faer runs it on the calling thread.
 pub const PAR_MIN_MACS: usize = 1 << 20;
+/// Multiply-accumulates of a whole batched MatMul below which its small products run on the
+/// calling thread (a hand-off to the pool costs more than a few thousand multiply-adds;
+/// attention's per-head products of a short sequence are this small).
+pub const PAR_MIN_BATCH_MACS: usize = 1 << 18;
 /// Multiply-accumulates of a whole MatMul node at or below which a plain loop runs it
 /// (faer's dispatch costs more than such a product).
 pub const SMALL_MACS: usize = 1 << 10;
@@ -184,7 +188,11 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
         let cm = MatMut::from_row_major_slice_mut(c, m, n);
         matmul(cm, Accum::Replace, a.mat(i), b.mat(bi), 1.0f32, p);
     };
-    if threads > 1 && batch >= threads && macs < PAR_MIN_MACS {
+    if threads > 1
+        && batch >= threads
+        && macs < PAR_MIN_MACS
+        && macs.saturating_mul(batch) >= PAR_MIN_BATCH_MACS
+    {
         // Many small products: parallel across the batch, each one sequential.
         out.par_chunks_mut(mn)
             .enumerate()

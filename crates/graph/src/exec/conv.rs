@@ -164,7 +164,7 @@ const PAR_MIN_COPY: usize = 1 << 18;
 fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
     let pq = g.p * g.q;
     let (h, wd) = (g.h as isize, g.w as isize);
-    out.par_chunks_mut(pq).enumerate().for_each(|(nk, o)| {
+    let channel = |(nk, o): (usize, &mut [f32])| {
         let (img, k) = (nk / g.k, nk % g.k);
         let plane = &x[(img * g.c + k) * g.h * g.w..][..g.h * g.w];
         let wk = &w[k * g.r * g.s..][..g.r * g.s];
@@ -188,7 +188,12 @@ fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mu
                 }
             }
         }
-    });
+    };
+    if out.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(pq).enumerate().for_each(channel);
+    } else {
+        out.chunks_mut(pq).enumerate().for_each(channel);
+    }
 }
 
 #[cfg(test)]
