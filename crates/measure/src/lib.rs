@@ -24,6 +24,7 @@ pub mod context;
 pub mod counting;
 pub mod error;
 pub mod exec;
+pub mod graph_run;
 pub mod harness;
 pub mod inject;
 pub mod plots;

@@ -6,17 +6,14 @@ use crate::fmt;
 use crate::render::Table;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use tensorforge_core::DType;
-use tensorforge_graph::exec::{compare, execute_with, fill_inputs, ExecResult, Pool, ATOL, RTOL};
 use tensorforge_graph::fusion::compile;
 use tensorforge_graph::onnx::ImportOptions;
 use tensorforge_graph::planner::{check_capacity, plan, DEFAULT_ALIGN_BYTES};
-use tensorforge_graph::traffic::{fuse_report, program_bytes};
+use tensorforge_graph::traffic::fuse_report;
 use tensorforge_graph::{mlp, Graph};
-use tensorforge_kernels::npy::{parse_npy, NpyData};
 
 /// Load a graph file (JSON or ONNX) and the weight data it carries (ONNX initializers and
 /// `Constant` tensors; a JSON graph carries none), by tensor name: the single place that
@@ -341,22 +338,7 @@ fn import_options(dims: &[String], inputs: Option<&str>) -> Result<ImportOptions
         o.dims.insert(k.to_string(), v);
     }
     if let Some(dir) = inputs {
-        let rd = std::fs::read_dir(dir).with_context(|| format!("--inputs {dir}: cannot read"))?;
-        for e in rd.flatten() {
-            let p = e.path();
-            let Some(stem) = p
-                .extension()
-                .filter(|x| *x == "npy")
-                .and(p.file_stem())
-                .and_then(|s| s.to_str())
-            else {
-                continue;
-            };
-            let ps = p.display().to_string();
-            let bytes = std::fs::read(&p).with_context(|| format!("{ps}: cannot read file"))?;
-            let a = parse_npy(&bytes).with_context(|| format!("{ps}: malformed .npy input"))?;
-            o.input_shapes.insert(stem.to_string(), a.shape.clone());
-        }
+        o.input_shapes = tensorforge_measure::graph_run::npy_shapes(dir)?;
     }
     Ok(o)
 }
@@ -372,179 +354,6 @@ pub enum Executor {
     Interpreter,
 }
 
-#[derive(Serialize)]
-struct JitSummary {
-    compiled_kernels: usize,
-    kernels: usize,
-    build_ms: f64,
-    cached: bool,
-    skipped: Vec<(String, String)>,
-}
-
-#[derive(Serialize)]
-struct OutputSummary {
-    name: String,
-    shape: Vec<usize>,
-    /// The shape with the model's symbolic dim names carried through (`batch`, `sequence`),
-    /// when its inputs have any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    dims: Vec<String>,
-    min: f32,
-    max: f32,
-    mean: f64,
-    non_finite: usize,
-}
-
-/// `run --json`'s schema: 2 dropped the `measured_*` byte fields and `counts_match_model`
-/// (the executor never counted bytes; they were the model's figures) for `model_*_bytes`.
-const RUN_SCHEMA_VERSION: u32 = 2;
-
-#[derive(Serialize)]
-struct RunReport {
-    schema_version: u32,
-    /// What `elapsed_ns`, `bench` and `profile` are: measured on this machine.
-    evidence: String,
-    graph: String,
-    path: String,
-    /// The traffic model's bytes for the program run (evidence: model, not counted).
-    model_read_bytes: u64,
-    model_write_bytes: u64,
-    model_bytes: u64,
-    /// Wall time of the whole run: binding inputs, every kernel, copying outputs out.
-    elapsed_ns: u64,
-    /// `jit` or `interpreter`.
-    executor: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    jit: Option<JitSummary>,
-    outputs: Vec<OutputSummary>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    bench: Option<BenchReport>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    profile: Option<Vec<tensorforge_graph::exec::KernelProfile>>,
-}
-
-#[derive(Serialize)]
-struct BenchReport {
-    /// Unfused program, interpreter.
-    unfused_ns: u64,
-    /// Fused program with the run's executor.
-    fused_ns: u64,
-    /// Fused program, interpreter.
-    fused_interpreter_ns: u64,
-    /// Threads of the rayon pool the runs used.
-    threads: usize,
-    /// STREAM copy bandwidth at the same thread count in this process, best of 5 copies of
-    /// the fused program's modelled bytes.
-    copy_bytes_per_s: f64,
-    /// (fused modelled bytes / fused time) / copy bandwidth.
-    fused_bandwidth_fraction: f64,
-    measured_speedup: f64,
-    predicted_traffic_ratio: f64,
-    unfused_bytes: u64,
-    fused_bytes: u64,
-    agree: bool,
-    max_abs_diff: f32,
-    tolerance: String,
-}
-
-fn summarize(r: &ExecResult, dims: &HashMap<String, Vec<String>>) -> Vec<OutputSummary> {
-    r.outputs
-        .iter()
-        .map(|(n, s, v)| {
-            let fin: Vec<f32> = v.iter().copied().filter(|x| x.is_finite()).collect();
-            OutputSummary {
-                name: n.clone(),
-                shape: s.clone(),
-                dims: dims.get(n).cloned().unwrap_or_default(),
-                min: fin.iter().copied().fold(f32::INFINITY, f32::min),
-                max: fin.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-                mean: fin.iter().map(|&x| x as f64).sum::<f64>() / fin.len().max(1) as f64,
-                non_finite: v.len() - fin.len(),
-            }
-        })
-        .collect()
-}
-
-/// Write each output as `<dir>/<name>.npy`; every file is encoded before any is written, and
-/// each is written to a temporary name and renamed, so a failure leaves no half-written file.
-/// Integer and boolean outputs are written as int64 (their f32 values are whole numbers).
-fn write_outputs(dir: &str, r: &ExecResult, g: &tensorforge_graph::TypedGraph) -> Result<()> {
-    let d = std::path::Path::new(dir);
-    if d.exists() && !d.is_dir() {
-        anyhow::bail!("invalid `--out` = `{dir}`: not a directory");
-    }
-    let mut files = Vec::new();
-    for (name, shape, values) in &r.outputs {
-        if name.contains(['/', '\\']) || name.is_empty() || name.starts_with('.') {
-            anyhow::bail!("output tensor `{name}`: name cannot be used as a file name");
-        }
-        let integer = g
-            .tensors
-            .iter()
-            .any(|t| &t.name == name && t.dtype.is_integer());
-        let data = if integer {
-            NpyData::I64(values.iter().map(|&v| v as i64).collect())
-        } else {
-            NpyData::F32(values.clone())
-        };
-        let arr = tensorforge_kernels::npy::NpyArray::new(shape.clone(), data)?;
-        files.push((
-            d.join(format!("{name}.npy")),
-            tensorforge_kernels::npy::to_npy(&arr)?,
-        ));
-    }
-    std::fs::create_dir_all(d).with_context(|| format!("{dir}: cannot create directory"))?;
-    // All or nothing: a path that cannot be written (say, a folder of the same name) leaves
-    // none of the other outputs behind.
-    tensorforge_store::write_all_atomic(&files)?;
-    Ok(())
-}
-
-fn read_inputs(dir: &str, g: &tensorforge_graph::TypedGraph) -> Result<HashMap<String, Vec<f32>>> {
-    let mut m = HashMap::new();
-    for t in &g.tensors {
-        let p = std::path::Path::new(dir).join(format!("{}.npy", t.name));
-        if !p.exists() {
-            continue;
-        }
-        let ps = p.display().to_string();
-        let bytes = std::fs::read(&p).with_context(|| format!("{ps}: cannot read file"))?;
-        let a = parse_npy(&bytes).with_context(|| format!("{ps}: malformed .npy input"))?;
-        if a.data.len() as u64 != t.numel {
-            bail!(
-                "{ps}: tensor `{}` has shape {:?} in the file, the graph declares {:?}",
-                t.name,
-                a.shape,
-                t.shape
-            );
-        }
-        // The executor holds every value as f32: integers (token ids, indices) are exact up
-        // to 2^24 in magnitude, and a larger one is refused rather than rounded.
-        let exact = |x: i64| -> Result<f32> {
-            if x.unsigned_abs() > 1 << 24 {
-                bail!(
-                    "{ps}: tensor `{}` holds the integer {x}, beyond 2^24, which the executor's f32 values cannot hold exactly",
-                    t.name
-                );
-            }
-            Ok(x as f32)
-        };
-        let v: Vec<f32> = match a.data {
-            NpyData::F32(v) => v,
-            NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::U8(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::I8(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::I32(v) => v
-                .into_iter()
-                .map(|x| exact(x.into()))
-                .collect::<Result<_>>()?,
-            NpyData::I64(v) => v.into_iter().map(exact).collect::<Result<_>>()?,
-        };
-        m.insert(t.name.clone(), v);
-    }
-    Ok(m)
-}
-
 /// Execute a graph on the CPU, on `--threads` worker threads when given.
 pub fn run_graph(a: RunArgs) -> Result<()> {
     match a.threads {
@@ -557,148 +366,27 @@ pub fn run_graph(a: RunArgs) -> Result<()> {
 
 /// [`run_graph`] on the current thread pool.
 fn run_graph_here(a: RunArgs) -> Result<()> {
+    use tensorforge_measure::graph_run::{run, Executor as Ex, RunOptions};
     let options = import_options(&a.dims, a.inputs.as_deref())?;
     let (g, weights, dims) = load_graph_dims(&a.graph, &options, true)?;
-    let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
-    let mut ins = match &a.inputs {
-        Some(d) => read_inputs(d, &c.unfused.graph)?,
-        None => HashMap::new(),
-    };
-    // The model's own weights, unless a file in --inputs replaces one.
-    for (name, data) in weights {
-        ins.entry(name).or_insert(data);
-    }
-    fill_inputs(&c.unfused.graph, &mut ins, a.seed)?;
-    let model_u = program_bytes(&c.unfused);
-    let model_f = program_bytes(&c.fused);
-    let (prog, model) = if a.unfused {
-        (&c.unfused, model_u)
-    } else {
-        (&c.fused, model_f)
-    };
-    let model_read: u64 = tensorforge_graph::traffic::program_counts(prog)
-        .iter()
-        .map(|k| k.read_bytes)
-        .sum();
-    let jit = match a.executor {
-        Executor::Interpreter => None,
-        Executor::Jit => Some(
-            tensorforge_graph::jit::compile(prog).map_err(|e| anyhow!("--executor jit: {e}"))?,
-        ),
-        Executor::Auto => match tensorforge_graph::jit::compile(prog) {
-            Ok(j) => Some(j),
-            Err(e) => {
-                eprintln!("note: running the interpreter ({e})");
-                None
-            }
+    let opts = RunOptions {
+        unfused: a.unfused,
+        inputs_dir: a.inputs.clone(),
+        seed: a.seed,
+        bench: a.bench,
+        profile: a.profile,
+        reps: a.reps,
+        out_dir: a.out.clone(),
+        executor: match a.executor {
+            Executor::Auto => Ex::Auto,
+            Executor::Jit => Ex::Jit,
+            Executor::Interpreter => Ex::Interpreter,
         },
     };
-    if let Some(j) = &jit {
-        for n in &j.notes {
-            eprintln!("note: {n}");
-        }
+    let rep = run(&a.graph, &g, weights, &dims, &opts)?;
+    for n in &rep.notes {
+        eprintln!("note: {n}");
     }
-    // A benchmark or a profile keeps, per kernel, the faster of compiled and interpreted.
-    let mut jit = jit;
-    if let (Some(j), true) = (jit.as_mut(), a.bench || a.profile) {
-        let mut all = ins.clone();
-        fill_inputs(&prog.graph, &mut all, a.seed)?;
-        for line in tensorforge_graph::exec::keep_faster(prog, &all, j, 3)
-            .map_err(|e| anyhow!("{}: {e}", a.graph))?
-        {
-            eprintln!("note: {line}");
-        }
-    }
-    let r = execute_with(prog, &ins, &mut Pool::default(), jit.as_ref())
-        .map_err(|e| anyhow!("{}: {e}", a.graph))?;
-    if let Some(dir) = &a.out {
-        write_outputs(dir, &r, &prog.graph)?;
-    }
-    let mut bench = None;
-    if a.bench {
-        let reps = a.reps.max(1);
-        let best = |p, j: Option<&tensorforge_graph::jit::Jit>| -> Result<(u64, ExecResult)> {
-            let mut b = u64::MAX;
-            let mut last = None;
-            let mut pool = Pool::default();
-            for _ in 0..reps {
-                let x =
-                    execute_with(p, &ins, &mut pool, j).map_err(|e| anyhow!("{}: {e}", a.graph))?;
-                b = b.min(x.elapsed_ns);
-                last = Some(x);
-            }
-            Ok((b, last.ok_or_else(|| anyhow!("no run"))?))
-        };
-        let fused_jit = if a.unfused { None } else { jit.as_ref() };
-        let (tu, ru) = best(&c.unfused, None)?;
-        let (ti, _) = best(&c.fused, None)?;
-        let (tf, rf) = best(&c.fused, fused_jit)?;
-        let (ok, worst, _) = compare(&rf, &ru);
-        // The denominator: copy bandwidth at the same thread count, same process, over as
-        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes).
-        let threads = tensorforge_graph::exec::worker_threads();
-        let copy = tensorforge_measure::probes::bandwidth(
-            (model_f as usize / 16).max(1 << 16),
-            threads,
-            5,
-        )?
-        .into_iter()
-        .find(|p| p.probe == "stream_copy")
-        .map(|p| p.best)
-        .unwrap_or(0.0);
-        bench = Some(BenchReport {
-            unfused_ns: tu,
-            fused_ns: tf,
-            fused_interpreter_ns: ti,
-            threads,
-            copy_bytes_per_s: copy,
-            fused_bandwidth_fraction: if copy > 0.0 && tf > 0 {
-                model_f as f64 / (tf as f64 * 1e-9) / copy
-            } else {
-                0.0
-            },
-            measured_speedup: tu as f64 / tf.max(1) as f64,
-            predicted_traffic_ratio: model_u as f64 / model_f.max(1) as f64,
-            unfused_bytes: model_u,
-            fused_bytes: model_f,
-            agree: ok,
-            max_abs_diff: worst,
-            tolerance: format!("|fused - unfused| <= {ATOL} + {RTOL} * max|unfused| per output"),
-        });
-    }
-    let rep = RunReport {
-        schema_version: RUN_SCHEMA_VERSION,
-        evidence: "measurement".into(),
-        graph: c.fused.graph.name.clone(),
-        path: if a.unfused { "unfused" } else { "fused" }.into(),
-        model_read_bytes: model_read,
-        model_write_bytes: model - model_read,
-        model_bytes: model,
-        elapsed_ns: r.elapsed_ns,
-        executor: if jit.as_ref().is_some_and(|j| j.compiled_count() > 0) {
-            "jit"
-        } else {
-            "interpreter"
-        }
-        .into(),
-        jit: jit.as_ref().map(|j| JitSummary {
-            compiled_kernels: j.compiled_count(),
-            kernels: prog.kernels.len(),
-            build_ms: j.build_ms,
-            cached: j.cached,
-            skipped: j.skipped.clone(),
-        }),
-        outputs: summarize(&r, &dims),
-        bench,
-        profile: if a.profile {
-            Some(
-                tensorforge_graph::exec::profile(prog, &ins, jit.as_ref(), a.reps as usize)
-                    .map_err(|e| anyhow!("{}: {e}", a.graph))?,
-            )
-        } else {
-            None
-        },
-    };
     if a.json {
         return print_json(&rep);
     }
@@ -709,7 +397,7 @@ fn run_graph_here(a: RunArgs) -> Result<()> {
         rep.graph,
         rep.path,
         fmt::time(rep.elapsed_ns as f64 * 1e-9),
-        prog.kernels.len(),
+        rep.kernels,
         match &rep.jit {
             Some(j) => format!(
                 "; {} compiled by the JIT in {:.0} ms{}",

@@ -34,6 +34,9 @@ pub(crate) struct ConvShape {
 
 /// Multiply-accumulates of one GEMM below which faer runs it on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 20;
+/// Multiply-accumulates of a whole convolution below which its (image, group) GEMMs run one
+/// after another on the calling thread.
+const PAR_MIN_TASKS_MACS: usize = 1 << 18;
 
 /// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
 /// `scratch` is grown as needed for the column matrix and kept for the next call.
@@ -71,38 +74,53 @@ pub(crate) fn conv2d(
         }
     }
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 && kg * crs * pq >= PAR_MIN_MACS {
+    let tasks = g.n * g.group;
+    let macs = kg * crs * pq;
+    // Several images or groups and enough work: one (image, group) GEMM per worker, each
+    // sequential; otherwise one after another, each GEMM parallel inside when large.
+    let across =
+        threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
+    let par = if threads > 1 && !across && macs >= PAR_MIN_MACS {
         Par::rayon(threads)
     } else {
         Par::Seq
     };
-    for img in 0..g.n {
-        for grp in 0..g.group {
-            let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
-            let cols: &[f32] = if direct {
-                xin
-            } else {
-                im2col(g, xin, &mut scratch[..crs * pq]);
-                &scratch[..crs * pq]
-            };
-            let o = &mut out[(img * g.k + grp * kg) * pq..][..kg * pq];
-            let accum = match bias {
-                Some(b) => {
-                    for (row, &bv) in o.chunks_mut(pq).zip(&b[grp * kg..][..kg]) {
-                        row.fill(bv);
-                    }
-                    Accum::Add
+    // One (image, group): its columns (or the input in place), its bias, its GEMM.
+    let one = |idx: usize, o: &mut [f32], scratch: &mut [f32]| {
+        let (img, grp) = (idx / g.group, idx % g.group);
+        let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
+        let cols: &[f32] = if direct {
+            xin
+        } else {
+            im2col(g, xin, &mut scratch[..crs * pq]);
+            &scratch[..crs * pq]
+        };
+        let accum = match bias {
+            Some(b) => {
+                for (row, &bv) in o.chunks_mut(pq).zip(&b[grp * kg..][..kg]) {
+                    row.fill(bv);
                 }
-                None => Accum::Replace,
-            };
-            matmul(
-                MatMut::from_row_major_slice_mut(o, kg, pq),
-                accum,
-                MatRef::from_row_major_slice(&w[grp * kg * crs..][..kg * crs], kg, crs),
-                MatRef::from_row_major_slice(cols, crs, pq),
-                1.0f32,
-                par,
-            );
+                Accum::Add
+            }
+            None => Accum::Replace,
+        };
+        matmul(
+            MatMut::from_row_major_slice_mut(o, kg, pq),
+            accum,
+            MatRef::from_row_major_slice(&w[grp * kg * crs..][..kg * crs], kg, crs),
+            MatRef::from_row_major_slice(cols, crs, pq),
+            1.0f32,
+            par,
+        );
+    };
+    if across {
+        let need = if direct { 0 } else { crs * pq };
+        out.par_chunks_mut(kg * pq)
+            .enumerate()
+            .for_each_init(|| vec![0f32; need], |s, (idx, o)| one(idx, o, s));
+    } else {
+        for (idx, o) in out.chunks_mut(kg * pq).enumerate() {
+            one(idx, o, scratch);
         }
     }
     Ok(())
@@ -251,6 +269,9 @@ mod tests {
             (2, 6, 8, 8, 6, 3, 3, [1, 1], [1, 1], [1, 1], 6),
             (1, 3, 16, 16, 8, 7, 7, [2, 2], [3, 3], [1, 1], 1),
             (1, 2, 5, 7, 3, 1, 3, [2, 2], [0, 1], [1, 1], 1),
+            // Four images of 590 Ki multiply-adds: one (image, group) per worker.
+            (4, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            (2, 16, 8, 8, 16, 1, 1, [1, 1], [0, 0], [1, 1], 2),
         ];
         for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
             let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
@@ -281,7 +302,10 @@ mod tests {
                 let want = reference(&g, &x, &wt, bias);
                 let mut got = vec![f32::NAN; want.len()];
                 let mut scratch = vec![];
-                conv2d(&g, &x, &wt, bias, &mut got, &mut scratch).unwrap();
+                // On two workers, so the (image, group)-parallel path runs where it applies.
+                crate::exec::with_threads(2, || conv2d(&g, &x, &wt, bias, &mut got, &mut scratch))
+                    .unwrap()
+                    .unwrap();
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
