@@ -406,15 +406,12 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     pads,
                     count_include_pad,
                 } => {
-                    let whole = (kernel[0] * kernel[1]) as f32;
-                    pool2d(tg, n, st, kernel, strides, pads, |win| {
-                        let (sum, count) = win.fold((0.0f32, 0usize), |(s, c), v| (s + v, c + 1));
-                        sum / if *count_include_pad {
-                            whole
-                        } else {
-                            count.max(1) as f32
-                        }
-                    })
+                    let kind = if *count_include_pad {
+                        PoolKind::AvgWhole
+                    } else {
+                        PoolKind::Avg
+                    };
+                    pool2d(tg, n, st, kernel, strides, pads, kind)
                 }
                 Op::MaxPool2d {
                     kernel,
@@ -422,12 +419,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                     pads,
                 } => {
                     // NaN propagates, as in ONNX Runtime's max; padding never wins.
-                    pool2d(tg, n, st, kernel, strides, pads, |win| {
-                        win.fold(
-                            f32::NEG_INFINITY,
-                            |m, v| if v > m || v.is_nan() { v } else { m },
-                        )
-                    })
+                    pool2d(tg, n, st, kernel, strides, pads, PoolKind::Max)
                 }
                 Op::Where => {
                     let ins = &tg.node_inputs[n];
@@ -673,6 +665,18 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
 
 /// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
 /// gets the window's input values (padded positions left out) and returns the output.
+/// How a pooling window reduces.
+#[derive(Clone, Copy)]
+enum PoolKind {
+    /// Max, NaN propagating; padding never wins.
+    Max,
+    /// Mean over the window's cells inside the input.
+    Avg,
+    /// Sum over the cells inside the input divided by the whole window's size
+    /// (`count_include_pad`).
+    AvgWhole,
+}
+
 fn pool2d(
     tg: &TypedGraph,
     n: usize,
@@ -680,7 +684,7 @@ fn pool2d(
     kernel: &[usize],
     strides: &[usize],
     pads: &[usize],
-    reduce: impl Fn(&mut dyn Iterator<Item = f32>) -> f32,
+    kind: PoolKind,
 ) -> Result<()> {
     let i = tg.node_inputs[n][0];
     let o = tg.node_outputs[n][0];
@@ -688,22 +692,49 @@ fn pool2d(
     let os = &tg.tensors[o].shape;
     let x = st.bufs[i].as_deref().unwrap_or(&[]);
     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-    out.clear();
-    let (h, w) = (xs[2] as isize, xs[3] as isize);
-    for nc in 0..os[0] * os[1] {
-        for p in 0..os[2] {
-            for q in 0..os[3] {
-                let mut win = (0..kernel[0])
-                    .flat_map(|r| (0..kernel[1]).map(move |c| (r, c)))
-                    .filter_map(|(r, c)| {
-                        let ih = (p * strides[0] + r) as isize - pads[0] as isize;
-                        let iw = (q * strides[1] + c) as isize - pads[1] as isize;
-                        (ih >= 0 && ih < h && iw >= 0 && iw < w)
-                            .then(|| x[(nc * h as usize + ih as usize) * w as usize + iw as usize])
-                    });
-                out.push(reduce(&mut win));
+    let (h, w) = (xs[2], xs[3]);
+    let (p_, q_) = (os[2], os[3]);
+    let whole = (kernel[0] * kernel[1]) as f32;
+    // The window's rows and columns inside the input: [lo, hi) of a padded start.
+    let span = |start: usize, pad: usize, k: usize, lim: usize| {
+        let lo = start.saturating_sub(pad).min(lim);
+        let hi = (start + k).saturating_sub(pad).min(lim);
+        (lo, hi)
+    };
+    let plane = |(nc, o): (usize, &mut [f32])| {
+        let xp = &x[nc * h * w..][..h * w];
+        for p in 0..p_ {
+            let (r0, r1) = span(p * strides[0], pads[0], kernel[0], h);
+            for q in 0..q_ {
+                let (c0, c1) = span(q * strides[1], pads[1], kernel[1], w);
+                let mut m = f32::NEG_INFINITY;
+                let mut sum = 0.0f32;
+                for r in r0..r1 {
+                    for &v in &xp[r * w + c0..r * w + c1] {
+                        match kind {
+                            PoolKind::Max => {
+                                if v > m || v.is_nan() {
+                                    m = v;
+                                }
+                            }
+                            _ => sum += v,
+                        }
+                    }
+                }
+                let count = ((r1 - r0) * (c1 - c0)).max(1) as f32;
+                o[p * q_ + q] = match kind {
+                    PoolKind::Max => m,
+                    PoolKind::Avg => sum / count,
+                    PoolKind::AvgWhole => sum / whole,
+                };
             }
         }
+    };
+    let planes = os[0] * os[1];
+    if out.len() >= 1 << 16 && planes > 1 && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(p_ * q_).enumerate().for_each(plane);
+    } else {
+        out.chunks_mut((p_ * q_).max(1)).enumerate().for_each(plane);
     }
     st.bufs[o] = Some(out.into());
     Ok(())
