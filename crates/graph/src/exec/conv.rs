@@ -35,8 +35,10 @@ pub(crate) struct ConvShape {
 /// Multiply-accumulates of one GEMM below which faer runs it on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 20;
 /// Multiply-accumulates of a whole convolution below which its (image, group) GEMMs run one
-/// after another on the calling thread.
-const PAR_MIN_TASKS_MACS: usize = 1 << 18;
+/// after another on the calling thread: waking a second worker costs tens of µs on a shared
+/// VM, more than a few million multiply-adds save (ResNet fixture convolutions of 1.2 Mi
+/// took 2x longer on two workers).
+const PAR_MIN_TASKS_MACS: usize = 1 << 22;
 
 /// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
 /// `scratch` is grown as needed for the column matrix and kept for the next call.
@@ -64,22 +66,23 @@ pub(crate) fn conv2d(
     }
     let direct =
         g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
-    if !direct {
-        let need = crs * pq;
-        if scratch.len() < need {
-            scratch
-                .try_reserve_exact(need - scratch.len())
-                .map_err(|_| format!("cannot allocate the {need}-value im2col buffer"))?;
-            scratch.resize(need, 0.0);
-        }
-    }
     let threads = rayon::current_num_threads();
     let tasks = g.n * g.group;
     let macs = kg * crs * pq;
-    // Several images or groups and enough work: one (image, group) GEMM per worker, each
-    // sequential; otherwise one after another, each GEMM parallel inside when large.
+    // Several images or groups and enough work: the (image, group) GEMMs dealt to the
+    // workers in contiguous runs, each sequential with its own column buffer; otherwise one
+    // after another, a large GEMM split by output channel inside.
     let across =
         threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
+    let workers = if across { threads.min(tasks) } else { 1 };
+    let need = if direct { 0 } else { crs * pq };
+    let total = need * workers;
+    if scratch.len() < total {
+        scratch
+            .try_reserve_exact(total - scratch.len())
+            .map_err(|_| format!("cannot allocate the {total}-value im2col buffer"))?;
+        scratch.resize(total, 0.0);
+    }
     // One large GEMM: its output channels split across the workers (at least 16 each).
     let split = if threads > 1 && !across && macs >= PAR_MIN_MACS {
         threads.min(kg / 16).max(1)
@@ -137,10 +140,22 @@ pub(crate) fn conv2d(
         }
     };
     if across {
-        let need = if direct { 0 } else { crs * pq };
-        out.par_chunks_mut(kg * pq)
+        let per = tasks.div_ceil(workers);
+        let mut spare = vec![];
+        let bufs: &mut [f32] = if need == 0 {
+            spare.resize(workers, 0.0);
+            &mut spare
+        } else {
+            &mut scratch[..total]
+        };
+        out.par_chunks_mut(per * kg * pq)
+            .zip(bufs.par_chunks_mut(need.max(1)))
             .enumerate()
-            .for_each_init(|| vec![0f32; need], |s, (idx, o)| one(idx, o, s));
+            .for_each(|(wi, (ob, sc))| {
+                for (j, o) in ob.chunks_mut(kg * pq).enumerate() {
+                    one(wi * per + j, o, sc);
+                }
+            });
     } else {
         for (idx, o) in out.chunks_mut(kg * pq).enumerate() {
             one(idx, o, scratch);
@@ -292,8 +307,8 @@ mod tests {
             (2, 6, 8, 8, 6, 3, 3, [1, 1], [1, 1], [1, 1], 6),
             (1, 3, 16, 16, 8, 7, 7, [2, 2], [3, 3], [1, 1], 1),
             (1, 2, 5, 7, 3, 1, 3, [2, 2], [0, 1], [1, 1], 1),
-            // Four images of 590 Ki multiply-adds: one (image, group) per worker.
-            (4, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            // Sixteen images of 590 Ki multiply-adds: (image, group) runs per worker.
+            (16, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
             (2, 16, 8, 8, 16, 1, 1, [1, 1], [0, 0], [1, 1], 2),
         ];
         for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
