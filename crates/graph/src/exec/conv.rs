@@ -40,6 +40,57 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// took 2x longer on two workers).
 const PAR_MIN_TASKS_MACS: usize = 1 << 22;
 
+/// How a convolution runs on the current pool: in place (`direct`) or through columns, its
+/// (image, group) GEMMs spread over `workers` (`across`), each worker's `need` scratch values
+/// (`padded` of them a zero-padded copy of the input planes), `total` for all.
+struct Layout {
+    direct: bool,
+    across: bool,
+    workers: usize,
+    padded: usize,
+    need: usize,
+    total: usize,
+}
+
+fn layout(g: &ConvShape) -> Layout {
+    let (cg, kg) = (g.c / g.group.max(1), g.k / g.group.max(1));
+    let (pq, crs) = (g.p * g.q, cg * g.r * g.s);
+    let direct =
+        g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
+    let threads = rayon::current_num_threads();
+    let tasks = g.n * g.group;
+    let macs = kg * crs * pq;
+    // Several images or groups and enough work: the (image, group) GEMMs dealt to the
+    // workers in contiguous runs, each sequential with its own column buffer; otherwise one
+    // after another, a large GEMM split by output channel inside.
+    let across =
+        threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
+    let workers = if across { threads.min(tasks) } else { 1 };
+    // Unit-stride convolutions gather from a zero-padded copy of the input planes (no
+    // bounds tests or fills in the copy loop).
+    let (hp, wp) = padded_dims(g);
+    let padded = if g.stride == [1, 1] && !direct {
+        cg * hp * wp
+    } else {
+        0
+    };
+    let need = if direct { 0 } else { crs * pq + padded };
+    Layout {
+        direct,
+        across,
+        workers,
+        padded,
+        need,
+        total: need * workers,
+    }
+}
+
+/// The scratch values [`conv2d`] uses for `g` on the current pool (take a buffer of exactly
+/// this length from the executor's pool, so that it is reused run after run).
+pub(crate) fn scratch_len(g: &ConvShape) -> usize {
+    layout(g).total
+}
+
 /// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
 /// `scratch` is grown as needed for the column matrix and kept for the next call.
 pub(crate) fn conv2d(
@@ -64,19 +115,16 @@ pub(crate) fn conv2d(
         depthwise(g, x, w, bias, out);
         return Ok(());
     }
-    let direct =
-        g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
+    let Layout {
+        direct,
+        across,
+        workers,
+        padded,
+        need,
+        total,
+    } = layout(g);
     let threads = rayon::current_num_threads();
-    let tasks = g.n * g.group;
     let macs = kg * crs * pq;
-    // Several images or groups and enough work: the (image, group) GEMMs dealt to the
-    // workers in contiguous runs, each sequential with its own column buffer; otherwise one
-    // after another, a large GEMM split by output channel inside.
-    let across =
-        threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
-    let workers = if across { threads.min(tasks) } else { 1 };
-    let need = if direct { 0 } else { crs * pq };
-    let total = need * workers;
     if scratch.len() < total {
         scratch
             .try_reserve_exact(total - scratch.len())
@@ -96,7 +144,12 @@ pub(crate) fn conv2d(
         let cols: &[f32] = if direct {
             xin
         } else {
-            im2col(g, xin, &mut scratch[..crs * pq]);
+            let (cols, pad) = scratch[..crs * pq + padded].split_at_mut(crs * pq);
+            if padded > 0 {
+                im2col_unit_stride(g, xin, cg, cols, pad);
+            } else {
+                im2col(g, xin, cols);
+            }
             &scratch[..crs * pq]
         };
         let accum = match bias {
@@ -140,7 +193,7 @@ pub(crate) fn conv2d(
         }
     };
     if across {
-        let per = tasks.div_ceil(workers);
+        let per = (g.n * g.group).div_ceil(workers);
         let mut spare = vec![];
         let bufs: &mut [f32] = if need == 0 {
             spare.resize(workers, 0.0);
@@ -162,6 +215,58 @@ pub(crate) fn conv2d(
         }
     }
     Ok(())
+}
+
+/// Rows and columns of the zero-padded planes a unit-stride convolution reads: every output
+/// row `p` and tap `r` read padded row `p + r·dil` (input row `p + r·dil − pad_top`).
+fn padded_dims(g: &ConvShape) -> (usize, usize) {
+    (g.p + (g.r - 1) * g.dil[0], g.q + (g.s - 1) * g.dil[1])
+}
+
+/// [`im2col`] for stride 1: the input planes are first copied into zero-padded planes
+/// (`pad`, [`padded_dims`]), so each column row is `P` plain copies of `Q` values, in
+/// 8-value blocks the compiler keeps in registers (a 16-channel 16×16 convolution has
+/// 2,304 such runs; as `memcpy` calls with bounds tests they cost more than its GEMM).
+fn im2col_unit_stride(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], pad: &mut [f32]) {
+    let (hp, wp) = padded_dims(g);
+    pad.fill(0.0);
+    for ci in 0..cg {
+        let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
+        let dst = &mut pad[ci * hp * wp..][..hp * wp];
+        for ih in 0..g.h {
+            let row = ih + g.pad[0];
+            if row >= hp {
+                break;
+            }
+            let c0 = g.pad[1];
+            let n = g.w.min(wp.saturating_sub(c0));
+            dst[row * wp + c0..][..n].copy_from_slice(&plane[ih * g.w..][..n]);
+        }
+    }
+    let pq = g.p * g.q;
+    let q = g.q;
+    let pad = &*pad;
+    let fill = |(row, d): (usize, &mut [f32])| {
+        let ci = row / (g.r * g.s);
+        let rr = (row / g.s) % g.r;
+        let ss = row % g.s;
+        let src = &pad[ci * hp * wp..][..hp * wp];
+        for op in 0..g.p {
+            let s0 = (op + rr * g.dil[0]) * wp + ss * g.dil[1];
+            let (dst, run) = (&mut d[op * q..][..q], &src[s0..][..q]);
+            let mut k = 0;
+            while k + 8 <= q {
+                dst[k..k + 8].copy_from_slice(&run[k..k + 8]);
+                k += 8;
+            }
+            dst[k..].copy_from_slice(&run[k..]);
+        }
+    };
+    if cols.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+        cols.par_chunks_mut(pq).enumerate().for_each(fill);
+    } else {
+        cols.chunks_mut(pq).enumerate().for_each(fill);
+    }
 }
 
 /// The column matrix of one image and group: row `(ci, rr, ss)` holds, for every output

@@ -389,8 +389,7 @@ fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
                         group: *group,
                     };
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    let cols = (ws[1] * ws[2] * ws[3]).saturating_mul(os[2] * os[3]);
-                    let mut scratch = st.pool.take(cols)?;
+                    let mut scratch = st.pool.take(super::conv::scratch_len(&geo))?;
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
