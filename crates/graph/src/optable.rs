@@ -337,7 +337,7 @@ impl UnaryFn {
             UnaryFn::Sqrt => format!("sqrtf({x})"),
             UnaryFn::Rsqrt => format!("(1.0f / sqrtf({x}))"),
             UnaryFn::Tanh => format!("tf_tanh({x})"),
-            UnaryFn::Erf => format!("erff({x})"),
+            UnaryFn::Erf => format!("tf_erf({x})"),
             UnaryFn::Sigmoid => format!("tf_sigmoid({x})"),
             UnaryFn::Silu => format!("({x} * tf_sigmoid({x}))"),
             UnaryFn::Gelu => format!(

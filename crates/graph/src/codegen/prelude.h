@@ -176,6 +176,41 @@ TF_INLINE float tf_tanh(float x) {
     return x == x ? r : x;
 }
 
+/* erf x, float, branch-free (the Kernels crate's vmath fits): |x| < 0.46875:
+ * x·(2/√π + x²·P(x²)); otherwise 1 − erfc(|x|) with erfc(t) = e^(−t² + R(t√2)), R a
+ * degree-9 fit of ln erfc(s/√2) + s²/2 on [0.65, 2) or [2, 5.66], evaluated in double with
+ * tf_exp_neg_d; |x| ≥ 4 gives ±1. */
+TF_INLINE float tf_erf(float x) {
+    float a = fabsf(x);
+    float z = a * a;
+    float p = 0.0047763474f;
+    p = fmaf(p, z, -0.026781268f);
+    p = fmaf(p, z, 0.11283128f);
+    p = fmaf(p, z, -0.3761262f);
+    p = fmaf(z, p, -5.9443217e-8f);
+    float small = fmaf(a, 1.12837916709551257f, a * p);
+    double ad = (double)(a < 4.0f ? a : 4.0f);
+    double s = ad * 1.4142135623730951;
+    double sc = s < 5.65625 ? s : 5.65625;
+    int lo = sc < 2.0;
+    double d = sc - (lo ? 1.25 : 4.0);
+    double q = lo ? 4.7869344e-7 : -5.8149348e-9;
+    q = q * d + (lo ? -2.4525184e-6 : 8.2396696e-8);
+    q = q * d + (lo ? 5.034876e-6 : -7.764912e-7);
+    q = q * d + (lo ? 2.5565103e-5 : 6.5672207e-6);
+    q = q * d + (lo ? -0.00037711082 : -5.2098323e-5);
+    q = q * d + (lo ? 0.0028070847 : 0.00039611172);
+    q = q * d + (lo ? -0.016438598 : -0.0029760622);
+    q = q * d + (lo ? 0.086106926 : 0.023336418);
+    q = q * d + (lo ? (-0.47881663 + 1.0939311e-9) : (-0.22560714 - 1.4883156e-9));
+    q = q * d + (lo ? (-0.7732285 + 2.946007e-8) : (-1.6669543 - 2.6905902e-8));
+    double e = tf_exp_neg_d(q - ad * ad);
+    float big = (float)(1.0 - e);
+    float r = a < 0.46875f ? small : big;
+    r = copysignf(r, x);
+    return x == x ? r : x;
+}
+
 /* Round to bfloat16 (nearest even; NaN kept) and back. */
 TF_INLINE float tf_bf16(float x) {
     int32_t i = tf_f_bits(x);
