@@ -1672,21 +1672,6 @@ impl<'a> Importer<'a> {
             || crate::optable::UnaryFn::from_onnx(op_type).is_some()
             || crate::optable::BinaryFn::from_onnx(op_type).is_some()
             || op_type == "IsInf"
-            || matches!(
-                op_type,
-                "Neg"
-                    | "Exp"
-                    | "Log"
-                    | "Sqrt"
-                    | "Tanh"
-                    | "Erf"
-                    | "Sigmoid"
-                    | "Relu"
-                    | "Add"
-                    | "Sub"
-                    | "Mul"
-                    | "Div"
-            )
         {
             return self.lower_elementwise(np, name, out);
         }

@@ -1,6 +1,6 @@
-//! The elementwise family of the ONNX front end: the ops with an IR variant of their own
-//! (Add, Exp, Sigmoid, ...), the op table's functions (`crate::optable`: IsNaN, comparisons,
-//! logic, Sin, Clip's bounds, Mod, ...), and the elementwise ops lowered to several IR ops
+//! The elementwise family of the ONNX front end: the op table's functions lowered one to one
+//! (`crate::optable`: Add, Exp, Sigmoid, IsNaN, comparisons, logic, Sin, ...), and the
+//! elementwise ops lowered to several IR ops or read with attributes (Clip's bounds, Mod,
 //! (variadic Max / Min chains, exact GELU, Reciprocal, Pow with a constant exponent, Where,
 //! Cast). Left out: Pow with a run-time exponent and the ops the table does not hold yet.
 
@@ -30,35 +30,7 @@ impl<'a> Importer<'a> {
     ) -> Result<Lowering<'a>> {
         let op_type = np.op_type.as_str();
         let n_in = np.input.iter().filter(|s| !s.is_empty()).count();
-        let unary = match op_type {
-            "Neg" => Some(Op::Unary { f: UnaryFn::Neg }),
-            "Exp" => Some(Op::Unary { f: UnaryFn::Exp }),
-            "Log" => Some(Op::Unary { f: UnaryFn::Log }),
-            "Sqrt" => Some(Op::Unary { f: UnaryFn::Sqrt }),
-            "Tanh" => Some(Op::Unary { f: UnaryFn::Tanh }),
-            "Erf" => Some(Op::Unary { f: UnaryFn::Erf }),
-            "Sigmoid" => Some(Op::Unary {
-                f: UnaryFn::Sigmoid,
-            }),
-            "Relu" => Some(Op::Unary { f: UnaryFn::Relu }),
-            _ => None,
-        };
-        if let Some(op) = unary {
-            arity!(np, 1);
-            return Ok(one(name, out, op, inputs!(self, np, [0])));
-        }
-        let binary = match op_type {
-            "Add" => Some(Op::Binary { f: BinaryFn::Add }),
-            "Sub" => Some(Op::Binary { f: BinaryFn::Sub }),
-            "Mul" => Some(Op::Binary { f: BinaryFn::Mul }),
-            "Div" => Some(Op::Binary { f: BinaryFn::Div }),
-            _ => None,
-        };
-        if let Some(op) = binary {
-            arity!(np, 2);
-            return Ok(one(name, out, op, inputs!(self, np, [0, 1])));
-        }
-        // The op table's functions (crate::optable).
+        // The op table's functions (crate::optable): Add, Exp, Sigmoid, IsNaN, Less, ...
         let table_unary = if op_type == "IsInf" {
             let flag = |k: &str| attr_i(np, k).unwrap_or(1) != 0;
             match crate::optable::UnaryFn::is_inf(flag("detect_positive"), flag("detect_negative"))
@@ -88,12 +60,10 @@ impl<'a> Importer<'a> {
                 if ins.len() == 1 {
                     return Ok(Lowering::Alias(ins[0].clone()));
                 }
-                let mk = || {
-                    if op_type == "Max" {
-                        Op::Binary { f: BinaryFn::Max }
-                    } else {
-                        Op::Binary { f: BinaryFn::Min }
-                    }
+                let f = if op_type == "Max" {
+                    BinaryFn::Max
+                } else {
+                    BinaryFn::Min
                 };
                 let mut v = vec![];
                 let mut acc = ins[0].clone();
@@ -106,7 +76,7 @@ impl<'a> Importer<'a> {
                     };
                     v.push(Node {
                         name: nm,
-                        op: mk(),
+                        op: Op::Binary { f },
                         inputs: vec![acc, b.clone()],
                         outputs: vec![o.clone()],
                     });
