@@ -132,6 +132,46 @@ pub fn operand<'a>(
     Operand::transposed(bufs[s].as_deref()?, batch, rows, cols)
 }
 
+/// Workers a row split of `rows` rows uses: one per thread, at least 16 rows each.
+pub(crate) fn split_workers(threads: usize, rows: usize) -> usize {
+    threads.min(rows / 16).max(1)
+}
+
+/// `c (+)= a · b` with `a` (`rows × k`) and `c` (`rows × n`) row-major and `b` shared: the rows
+/// split into `workers` blocks, each a sequential faer GEMM over the whole of `b` (faer's own
+/// parallel GEMM measured up to 2x slower than one thread on these shapes on a 2-core VM; a
+/// row split ran at 1.8x). One block runs on the calling thread.
+pub(crate) fn rows_split(
+    c: &mut [f32],
+    a: &[f32],
+    b: MatRef<'_, f32>,
+    k: usize,
+    n: usize,
+    accum: Accum,
+    workers: usize,
+) {
+    let rows = c.len() / n.max(1);
+    let block = |cb: &mut [f32], ab: &[f32]| {
+        let r = cb.len() / n.max(1);
+        matmul(
+            MatMut::from_row_major_slice_mut(cb, r, n),
+            accum,
+            MatRef::from_row_major_slice(ab, r, k),
+            b,
+            1.0f32,
+            Par::Seq,
+        );
+    };
+    if workers > 1 && n > 0 {
+        let per = rows.div_ceil(workers);
+        c.par_chunks_mut(per * n)
+            .zip(a[..rows * k].par_chunks(per * k))
+            .for_each(|(cb, ab)| block(cb, ab));
+    } else {
+        block(c, &a[..rows * k]);
+    }
+}
+
 /// `out = a · b`, row-major `[a.batch, a.rows, b.cols]`. `b` has one matrix (shared by the
 /// whole batch) or `a.batch` of them.
 pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String> {
@@ -170,36 +210,14 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
     };
     let macs = mn.saturating_mul(k);
     if b.batch == 1 && a.is_row_major() {
-        // Shared right operand: the batch folds into M, one GEMM. When it is worth several
-        // workers, its rows are split among them, each block a sequential faer GEMM over the
-        // shared right operand (faer's own parallel GEMM measured up to 2x slower than one
-        // thread on these shapes on a 2-core VM; a row split ran at 1.8x).
+        // Shared right operand: the batch folds into M, one GEMM, its rows split among the
+        // workers when it is worth several ([`rows_split`]).
         let rows = batch * m;
         let workers = match par(macs.saturating_mul(batch)) {
             Par::Seq => 1,
-            _ => threads.min(rows / 16).max(1),
+            _ => split_workers(threads, rows),
         };
-        if workers > 1 {
-            let per = rows.div_ceil(workers);
-            let bm = b.mat(0);
-            out.par_chunks_mut(per * n)
-                .zip(a.data[..rows * k].par_chunks(per * k))
-                .for_each(|(c, ab)| {
-                    let r = c.len() / n;
-                    matmul(
-                        MatMut::from_row_major_slice_mut(c, r, n),
-                        Accum::Replace,
-                        MatRef::from_row_major_slice(ab, r, k),
-                        bm,
-                        1.0f32,
-                        Par::Seq,
-                    );
-                });
-        } else {
-            let am = MatRef::from_row_major_slice(a.data, rows, k);
-            let cm = MatMut::from_row_major_slice_mut(out, rows, n);
-            matmul(cm, Accum::Replace, am, b.mat(0), 1.0f32, Par::Seq);
-        }
+        rows_split(out, a.data, b.mat(0), k, n, Accum::Replace, workers);
         return Ok(());
     }
     let one = |i: usize, c: &mut [f32], p: Par| {

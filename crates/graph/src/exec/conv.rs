@@ -7,8 +7,7 @@
 //! Left out: Winograd and FFT algorithms, weight prepacking across runs, NHWC layouts,
 //! fusing the following activation into the GEMM's epilogue.
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, MatMut, MatRef, Par};
+use faer::{Accum, MatRef};
 use rayon::prelude::*;
 
 /// The geometry of one convolution.
@@ -133,7 +132,7 @@ pub(crate) fn conv2d(
     }
     // One large GEMM: its output channels split across the workers (at least 16 each).
     let split = if threads > 1 && !across && macs >= PAR_MIN_MACS {
-        threads.min(kg / 16).max(1)
+        crate::gemm::split_workers(threads, kg)
     } else {
         1
     };
@@ -163,34 +162,7 @@ pub(crate) fn conv2d(
         };
         let wg = &w[grp * kg * crs..][..kg * crs];
         let b = MatRef::from_row_major_slice(cols, crs, pq);
-        if split > 1 {
-            // Output channels split across the workers, each block a sequential GEMM over
-            // the shared columns (faer's own parallel GEMM was 2x slower than one thread
-            // on 128 channels of 14 x 14).
-            let rows = kg.div_ceil(split);
-            o.par_chunks_mut(rows * pq)
-                .zip(wg.par_chunks(rows * crs))
-                .for_each(|(ob, wb)| {
-                    let r = ob.len() / pq;
-                    matmul(
-                        MatMut::from_row_major_slice_mut(ob, r, pq),
-                        accum,
-                        MatRef::from_row_major_slice(wb, r, crs),
-                        b,
-                        1.0f32,
-                        Par::Seq,
-                    );
-                });
-        } else {
-            matmul(
-                MatMut::from_row_major_slice_mut(o, kg, pq),
-                accum,
-                MatRef::from_row_major_slice(wg, kg, crs),
-                b,
-                1.0f32,
-                Par::Seq,
-            );
-        }
+        crate::gemm::rows_split(o, wg, b, crs, pq, accum, split);
     };
     if across {
         let per = (g.n * g.group).div_ceil(workers);
