@@ -80,54 +80,32 @@ impl State<'_> {
 
 /// `out` = `src` (row-major, `shape`) with its axes permuted by `perm` (output axis `i` is
 /// input axis `perm[i]`). Output axes that stay adjacent in the input are merged first, so a
-/// head split `[B, S, H, D] → [B, H, S, D]` is a loop over `B·H·S` contiguous runs of `D`
-/// values; the other axes advance as an odometer. `out` holds exactly `src.len()` values.
-pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut [f32]) {
-    let r = shape.len();
-    let mut strides = vec![1usize; r];
-    for i in (0..r.saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
-    // Merged output axes: (size, input stride), outermost first; size-1 axes dropped.
-    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(r);
+/// head split `[B, S, H, D] → [B, H, S, D]` is `B·H·S` contiguous runs of `D` values,
+/// gathered by [`super::blocks::gather_runs`]. `out` is replaced by `src.len()` values.
+pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: &mut Vec<f32>) {
+    let in_strides = strides(shape);
+    // Merged output axes, outermost first; size-1 axes dropped.
+    let (mut sizes, mut st): (Vec<usize>, Vec<usize>) = (vec![], vec![]);
     for &p in perm {
-        let (n, st) = (shape[p], strides[p]);
+        let (n, s) = (shape[p], in_strides[p]);
         if n == 1 {
             continue;
         }
-        match dims.last_mut() {
+        match (sizes.last_mut(), st.last_mut()) {
             // Contiguous with the previous axis in the input: one longer axis.
-            Some(last) if last.1 == st * n => *last = (last.0 * n, st),
-            _ => dims.push((n, st)),
-        }
-    }
-    let total = src.len().min(out.len());
-    let Some(&(inner, inner_stride)) = dims.last() else {
-        out[..total].copy_from_slice(&src[..total]);
-        return;
-    };
-    let outer = &dims[..dims.len() - 1];
-    let mut idx = vec![0usize; outer.len()];
-    let mut base = 0usize;
-    for chunk in out[..total].chunks_exact_mut(inner) {
-        if inner_stride == 1 {
-            chunk.copy_from_slice(&src[base..base + inner]);
-        } else {
-            for (j, v) in chunk.iter_mut().enumerate() {
-                *v = src[base + j * inner_stride];
+            (Some(ln), Some(ls)) if *ls == s * n => {
+                *ln *= n;
+                *ls = s;
+            }
+            _ => {
+                sizes.push(n);
+                st.push(s);
             }
         }
-        // Advance the odometer over the outer axes.
-        for d in (0..outer.len()).rev() {
-            idx[d] += 1;
-            base += outer[d].1;
-            if idx[d] < outer[d].0 {
-                break;
-            }
-            base -= outer[d].1 * outer[d].0;
-            idx[d] = 0;
-        }
     }
+    out.clear();
+    let mut idx = vec![0usize; sizes.len()];
+    super::blocks::gather_runs(src, &sizes, &st, &mut idx, 0, src.len(), out);
 }
 
 pub(super) fn run_program_checked<'a>(
@@ -855,6 +833,7 @@ mod transpose_tests {
                 let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
                 let mut got = vec![f32::NAN; n];
                 transpose_into(&src, &shape, &perm, &mut got);
+                assert_eq!(got.len(), n, "shape {shape:?} perm {perm:?}");
                 for (o, &g) in got.iter().enumerate() {
                     // Unravel o in the output shape, then ravel in the input shape.
                     let mut rem = o;
