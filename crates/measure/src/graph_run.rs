@@ -378,9 +378,7 @@ pub fn run(
     }
     // A benchmark or a profile keeps, per kernel, the faster of compiled and interpreted.
     if let (Some(j), true) = (jit.as_mut(), opts.bench || opts.profile) {
-        let mut all = ins.clone();
-        fill_inputs(&prog.graph, &mut all, opts.seed).map_err(&ge)?;
-        notes.extend(tensorforge_graph::exec::keep_faster(prog, &all, j, 3).map_err(&ge)?);
+        notes.extend(tensorforge_graph::exec::keep_faster(prog, &ins, j, 3).map_err(&ge)?);
     }
     let r = execute_with(prog, &ins, &mut Pool::default(), jit.as_ref()).map_err(&ge)?;
     if let Some(dir) = &opts.out_dir {
