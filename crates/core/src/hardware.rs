@@ -53,6 +53,33 @@ pub struct PeArray {
 }
 
 impl PeArray {
+    /// A `rows` × `cols` array in place of `hw`'s: its clock (or `clock_hz`) and MACs per PE
+    /// per cycle (1 when `hw` has no array), one array. Without `clock_hz`, a chip with no
+    /// PE array is an error (its clock is unknown).
+    pub fn resized(hw: &HardwareSpec, rows: u64, cols: u64, clock_hz: Option<f64>) -> Result<Self> {
+        let clock = match (clock_hz, &hw.pe_array) {
+            (Some(c), _) => c,
+            (None, Some(p)) => p.clock_hz,
+            (None, None) => {
+                return Err(CoreError::invalid(
+                    "pe",
+                    format!("{rows}x{cols}"),
+                    format!(
+                        "hardware `{}` has no PE array, so its clock is unknown; give clock_hz",
+                        hw.name
+                    ),
+                ))
+            }
+        };
+        Ok(PeArray {
+            rows,
+            cols,
+            macs_per_pe_per_cycle: hw.pe_array.as_ref().map_or(1, |p| p.macs_per_pe_per_cycle),
+            clock_hz: clock,
+            arrays: 1,
+        })
+    }
+
     /// Array-derived peak: `2 · rows · cols · macs_per_pe_per_cycle · arrays · clock_hz` FLOP/s.
     pub fn peak_flops_per_s(&self) -> f64 {
         2.0 * self.rows as f64
@@ -374,6 +401,19 @@ impl HardwareSpec {
         std::iter::once(&self.dram)
             .chain(self.onchip.iter())
             .filter_map(|l| l.bandwidth_bytes_per_s.map(|b| (l.name.as_str(), b)))
+    }
+
+    /// Parse the text of a hardware file named `path`: JSON when the name ends in `.json`
+    /// (any case), else TOML. The caller reads the file; errors name `path`.
+    pub fn from_file_text(text: &str, path: &str) -> Result<Self> {
+        let json = std::path::Path::new(path)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if json {
+            Self::from_json_str(text, path)
+        } else {
+            Self::from_toml_str(text, path)
+        }
     }
 
     /// Parse and validate a TOML hardware document; `source` (a file name) prefixes errors.

@@ -132,6 +132,14 @@ pub enum GraphError {
         /// What is wrong, naming the node, tensor or field.
         detail: String,
     },
+    /// A graph file that cannot be read, or whose content is wrong as a whole.
+    #[error("{file}: {detail}")]
+    File {
+        /// The path as given.
+        file: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// Any other invalid argument.
     #[error("invalid argument: {0}")]
     Argument(String),

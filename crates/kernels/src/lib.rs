@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod call;
 pub mod dd;
 pub mod elementary;
 pub mod fused;

@@ -84,21 +84,7 @@ impl MappingArgs {
 /// A PE array of `spec` (ROWSxCOLS) using the chip's clock and MACs/PE/cycle, or `clock_hz`.
 pub fn pe_override(spec: &str, clock_hz: Option<f64>, hw: &HardwareSpec) -> Result<PeArray> {
     let (rows, cols) = parse_pe(spec)?;
-    let clock = match (clock_hz, &hw.pe_array) {
-        (Some(c), _) => c,
-        (None, Some(p)) => p.clock_hz,
-        (None, None) => bail!(
-            "`--pe {spec}`: hardware `{}` has no PE array, so its clock is unknown; pass --clock-hz",
-            hw.name
-        ),
-    };
-    Ok(PeArray {
-        rows,
-        cols,
-        macs_per_pe_per_cycle: hw.pe_array.as_ref().map_or(1, |p| p.macs_per_pe_per_cycle),
-        clock_hz: clock,
-        arrays: 1,
-    })
+    Ok(PeArray::resized(hw, rows, cols, clock_hz)?)
 }
 
 /// GEMM shape from a preset or from flags.
@@ -401,27 +387,15 @@ pub struct BlockArgs {
 }
 
 fn parse_mlp(s: &str) -> Result<MlpKind> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "gelu" => Ok(MlpKind::Gelu),
-        "swiglu" | "silu" | "gated" => Ok(MlpKind::Swiglu),
-        _ => bail!("invalid value for `--mlp`: `{s}` (valid: gelu, swiglu)"),
-    }
+    Ok(MlpKind::parse(s)?)
 }
 
 fn parse_norm(s: &str) -> Result<NormKind> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "layernorm" | "layer_norm" | "ln" => Ok(NormKind::LayerNorm),
-        "rmsnorm" | "rms_norm" | "rms" => Ok(NormKind::RmsNorm),
-        _ => bail!("invalid value for `--norm`: `{s}` (valid: layernorm, rmsnorm)"),
-    }
+    Ok(NormKind::parse(s)?)
 }
 
 fn parse_phase(s: &str) -> Result<Phase> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "prefill" => Ok(Phase::Prefill),
-        "decode" => Ok(Phase::Decode),
-        _ => bail!("invalid value for `--phase`: `{s}` (valid: prefill, decode)"),
-    }
+    Ok(Phase::parse(s)?)
 }
 
 impl BlockArgs {

@@ -1,7 +1,7 @@
 //! Graph compiler commands: `fuse`, `plan-memory`, `run` and `memory-traffic`. Parsing,
 //! file reading and printing only; the work is in `tensorforge-graph`.
 
-use super::{print_json, read_text, HwArgs};
+use super::{print_json, HwArgs};
 use crate::fmt;
 use crate::render::Table;
 use anyhow::{anyhow, bail, Context, Result};
@@ -28,35 +28,15 @@ pub fn load_graph_with(
     Ok((l.0, l.1))
 }
 
-/// A loaded graph, its weights by tensor name, and its outputs' dims by output name.
-pub type Loaded = (
-    Graph,
-    HashMap<String, Vec<f32>>,
-    HashMap<String, Vec<String>>,
-);
+pub use tensorforge_graph::load::Loaded;
 
 /// [`load_graph_with`], plus each graph output's dims with the model's symbolic names
-/// carried through (`batch`, `sequence`; empty for a JSON graph).
+/// carried through (`batch`, `sequence`; empty for a JSON graph): the library's
+/// [`tensorforge_graph::load::load_graph`].
 pub fn load_graph_dims(path: &str, options: &ImportOptions, runnable: bool) -> Result<Loaded> {
-    if path.to_ascii_lowercase().ends_with(".onnx") {
-        let imp = tensorforge_graph::onnx::import_onnx_file_with(path, options)
-            .map_err(|e| anyhow!("{e}"))?;
-        if runnable {
-            imp.require_runnable(path).map_err(|e| anyhow!("{e}"))?;
-        }
-        let dims = if imp.dim_params.values().flatten().any(|d| d.is_some()) {
-            imp.output_dims()
-                .map_err(|e| anyhow!("{path}: {e}"))?
-                .into_iter()
-                .collect()
-        } else {
-            HashMap::new()
-        };
-        return Ok((imp.graph, imp.weights, dims));
-    }
-    let text = read_text(path)?;
-    let g = Graph::from_json_str(&text).map_err(|e| anyhow!("{path}: {e}"))?;
-    Ok((g, HashMap::new(), HashMap::new()))
+    Ok(tensorforge_graph::load::load_graph(
+        path, options, runnable,
+    )?)
 }
 
 /// Arguments of `fuse`.

@@ -9,12 +9,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::Path;
-use tensorforge_kernels::npy::{parse_npy, to_npy, NpyArray, NpyData};
-use tensorforge_kernels::quant::{self, QuantInt, QuantParams};
+use tensorforge_kernels::call;
+use tensorforge_kernels::npy::{parse_npy, to_npy, NpyArray};
 use tensorforge_kernels::verify::{
     verify_overflow, verify_quant, KernelSet, OverflowReport, QuantReport,
 };
-use tensorforge_kernels::{elementary, naive, Shape2};
 
 /// Arguments of `verify-overflow` and `verify-quant`.
 #[derive(Args, Debug)]
@@ -185,6 +184,21 @@ pub enum KernelOp {
     Requantize,
 }
 
+impl KernelOp {
+    fn library(self) -> call::KernelOp {
+        match self {
+            KernelOp::Logaddexp => call::KernelOp::Logaddexp,
+            KernelOp::Logaddexp2 => call::KernelOp::Logaddexp2,
+            KernelOp::Logsumexp => call::KernelOp::Logsumexp,
+            KernelOp::Softmax => call::KernelOp::Softmax,
+            KernelOp::LogSoftmax => call::KernelOp::LogSoftmax,
+            KernelOp::Quantize => call::KernelOp::Quantize,
+            KernelOp::Dequantize => call::KernelOp::Dequantize,
+            KernelOp::Requantize => call::KernelOp::Requantize,
+        }
+    }
+}
+
 /// Arguments of `kernel`.
 #[derive(Args, Debug)]
 pub struct KernelArgs {
@@ -267,277 +281,54 @@ fn parse_i32_list(s: &str, flag: &str) -> Result<Vec<i32>> {
     })
 }
 
-/// Leading dims and last-axis length of a shape (a 0-d array is one row of one element).
-fn rows_cols(shape: &[usize]) -> Result<(Vec<usize>, Shape2)> {
-    match shape.split_last() {
-        None => Ok((vec![], Shape2::new(1, 1))),
-        Some((&cols, lead)) => {
-            let rows = tensorforge_kernels::checked_numel(lead)?;
-            Ok((lead.to_vec(), Shape2::new(rows, cols)))
-        }
-    }
-}
-
-macro_rules! float_dispatch {
-    ($data:expr, $v:ident => $body:expr) => {
-        match $data {
-            NpyData::F32($v) => NpyData::F32($body),
-            NpyData::F64($v) => NpyData::F64($body),
-            other => bail!(
-                "this kernel needs float32 or float64 input, got {}",
-                other.dtype_name()
-            ),
-        }
-    };
-}
-
-fn unary_rows<T: naive::NativeFloat>(
-    op: KernelOp,
-    naive_k: bool,
-    x: &[T],
-    s: Shape2,
-) -> Result<Vec<T>> {
-    let zero = T::from_f64(0.0);
-    if op == KernelOp::Logsumexp {
-        let mut o = vec![zero; s.rows];
-        if naive_k {
-            naive::logsumexp(x, s, &mut o)?
-        } else {
-            elementary::logsumexp(x, s, &mut o)?
-        }
-        return Ok(o);
-    }
-    let mut o = vec![zero; x.len()];
-    match (op, naive_k) {
-        (KernelOp::Softmax, false) => elementary::softmax(x, s, &mut o)?,
-        (KernelOp::Softmax, true) => naive::softmax(x, s, &mut o)?,
-        (_, false) => elementary::log_softmax(x, s, &mut o)?,
-        (_, true) => naive::log_softmax(x, s, &mut o)?,
-    }
-    Ok(o)
-}
-
-fn binary<T: naive::NativeFloat>(op: KernelOp, naive_k: bool, a: &[T], b: &[T]) -> Result<Vec<T>> {
-    let mut o = vec![T::from_f64(0.0); a.len()];
-    match (op, naive_k) {
-        (KernelOp::Logaddexp, false) => elementary::logaddexp_slice(a, b, &mut o)?,
-        (KernelOp::Logaddexp, true) => naive::logaddexp_slice(a, b, &mut o)?,
-        (_, false) => elementary::logaddexp2_slice(a, b, &mut o)?,
-        (_, true) => naive::logaddexp2_slice(a, b, &mut o)?,
-    }
-    Ok(o)
-}
-
-/// Per-tensor or per-axis parameters from the flags.
-fn quant_params(a: &KernelArgs, shape: &[usize]) -> Result<(Vec<f32>, Vec<i32>)> {
-    let scale = a
-        .scale
-        .as_deref()
-        .ok_or_else(|| anyhow!("`--scale` is required for {:?}", a.op))?;
-    let scales = parse_f32_list(scale, "--scale")?;
-    let channels = match a.axis {
-        Some(ax) => *shape.get(ax).ok_or_else(|| {
-            anyhow!(
-                "invalid value for `--axis`: {ax} (the input has rank {})",
-                shape.len()
-            )
-        })?,
-        None => 1,
-    };
-    let zps = match a.zero_point.as_deref() {
-        Some(z) => parse_i32_list(z, "--zero-point")?,
-        None => vec![0; scales.len()],
-    };
-    if a.axis.is_none() && (scales.len() != 1 || zps.len() != 1) {
-        bail!("per-tensor quantization takes one `--scale` and one `--zero-point`; use `--axis` for lists");
-    }
-    if scales.len() != channels || zps.len() != channels {
-        bail!(
-            "`--axis` {} has {channels} channels but {} scales and {} zero points were given",
-            a.axis.unwrap_or(0),
-            scales.len(),
-            zps.len()
-        );
-    }
-    Ok((scales, zps))
-}
-
-fn quantize_as<Q: QuantInt>(
-    x: &[f32],
-    shape: &[usize],
-    a: &KernelArgs,
-    scales: &[f32],
-    zps: &[i32],
-) -> Result<Vec<Q>> {
-    let mut o = vec![Q::from_clamped(Q::MIN.max(0)); x.len()];
-    match a.axis {
-        Some(ax) => quant::quantize_per_axis(x, shape, ax, scales, zps, &mut o)?,
-        None => quant::quantize(x, scales[0], zps[0], &mut o)?,
-    }
-    Ok(o)
-}
-
-fn dequantize_as<Q: QuantInt>(
-    q: &[Q],
-    shape: &[usize],
-    a: &KernelArgs,
-    scales: &[f32],
-    zps: &[i32],
-) -> Result<Vec<f32>> {
-    let mut o = vec![0.0f32; q.len()];
-    match a.axis {
-        Some(ax) => quant::dequantize_per_axis(q, shape, ax, scales, zps, &mut o)?,
-        None => quant::dequantize(q, scales[0], zps[0], &mut o)?,
-    }
-    Ok(o)
-}
-
-fn requantize_as<Qi: QuantInt, Qo: QuantInt>(
-    q: &[Qi],
-    input: QuantParams,
-    output: QuantParams,
-    fixed: bool,
-) -> Result<Vec<Qo>> {
-    let mut o = vec![Qo::from_clamped(Qo::MIN.max(0)); q.len()];
-    if fixed {
-        quant::requantize_fixed(q, input, output, &mut o)?;
-    } else {
-        quant::requantize_float(q, input, output, &mut o)?;
-    }
-    Ok(o)
-}
-
-fn quant_dtype(s: Option<&str>, default: &'static str) -> Result<&'static str> {
-    match s.unwrap_or(default) {
-        "u8" | "uint8" => Ok("u8"),
-        "i8" | "int8" => Ok("i8"),
-        other => bail!("invalid value for `--dtype`: `{other}` (expected u8 or i8)"),
-    }
-}
-
-/// Run `kernel OP`.
+/// Run `kernel OP`: read the inputs, run the library's dispatch
+/// ([`tensorforge_kernels::call::run`]), write the output atomically.
 pub fn run_kernel(a: KernelArgs) -> Result<()> {
-    let two = matches!(a.op, KernelOp::Logaddexp | KernelOp::Logaddexp2);
-    let want = if two { 2 } else { 1 };
-    if a.inputs.len() != want {
+    let op = a.op.library();
+    if a.inputs.len() != op.arity() {
         bail!(
-            "{:?} takes {want} `--in` file(s), {} given",
-            a.op,
+            "{} takes {} `--in` file(s), {} given",
+            op.name(),
+            op.arity(),
             a.inputs.len()
         );
     }
-    if a.naive
-        && !matches!(
-            a.op,
-            KernelOp::Logaddexp
-                | KernelOp::Logaddexp2
-                | KernelOp::Logsumexp
-                | KernelOp::Softmax
-                | KernelOp::LogSoftmax
-        )
-    {
-        bail!(
-            "`--naive` applies to logaddexp, logaddexp2, logsumexp, softmax and log_softmax only"
-        );
-    }
-    let x = read_npy(&a.inputs[0])?;
-    let out = match a.op {
-        KernelOp::Logaddexp | KernelOp::Logaddexp2 => {
-            let y = read_npy(&a.inputs[1])?;
-            if x.shape != y.shape {
-                bail!(
-                    "inputs differ in shape: {} is {:?}, {} is {:?}",
-                    a.inputs[0],
-                    x.shape,
-                    a.inputs[1],
-                    y.shape
-                );
-            }
-            let data = match (&x.data, &y.data) {
-                (NpyData::F32(p), NpyData::F32(q)) => NpyData::F32(binary(a.op, a.naive, p, q)?),
-                (NpyData::F64(p), NpyData::F64(q)) => NpyData::F64(binary(a.op, a.naive, p, q)?),
-                (p, q) => bail!(
-                    "inputs must both be float32 or both float64, got {} and {}",
-                    p.dtype_name(),
-                    q.dtype_name()
-                ),
-            };
-            NpyArray::new(x.shape.clone(), data)?
-        }
-        KernelOp::Logsumexp | KernelOp::Softmax | KernelOp::LogSoftmax => {
-            let (lead, s) = rows_cols(&x.shape)?;
-            let data = float_dispatch!(&x.data, v => unary_rows(a.op, a.naive, v, s)?);
-            let shape = if a.op == KernelOp::Logsumexp {
-                lead
-            } else {
-                x.shape.clone()
-            };
-            NpyArray::new(shape, data)?
-        }
-        KernelOp::Quantize => {
-            let NpyData::F32(v) = &x.data else {
-                bail!("quantize needs float32 input, got {}", x.data.dtype_name());
-            };
-            let (scales, zps) = quant_params(&a, &x.shape)?;
-            let data = match quant_dtype(a.dtype.as_deref(), "u8")? {
-                "u8" => NpyData::U8(quantize_as::<u8>(v, &x.shape, &a, &scales, &zps)?),
-                _ => NpyData::I8(quantize_as::<i8>(v, &x.shape, &a, &scales, &zps)?),
-            };
-            NpyArray::new(x.shape.clone(), data)?
-        }
-        KernelOp::Dequantize => {
-            let (scales, zps) = quant_params(&a, &x.shape)?;
-            let data = match &x.data {
-                NpyData::U8(q) => dequantize_as(q, &x.shape, &a, &scales, &zps)?,
-                NpyData::I8(q) => dequantize_as(q, &x.shape, &a, &scales, &zps)?,
-                other => bail!(
-                    "dequantize needs uint8 or int8 input, got {}",
-                    other.dtype_name()
-                ),
-            };
-            NpyArray::new(x.shape.clone(), NpyData::F32(data))?
-        }
-        KernelOp::Requantize => {
-            if a.axis.is_some() {
-                bail!("requantize is per tensor only; `--axis` is not supported");
-            }
-            let (scales, zps) = quant_params(&a, &x.shape)?;
-            let input = QuantParams {
-                scale: scales[0],
-                zero_point: zps[0],
-            };
-            let output = QuantParams {
-                scale: a
-                    .out_scale
-                    .ok_or_else(|| anyhow!("`--out-scale` is required for requantize"))?,
-                zero_point: a.out_zero_point.unwrap_or(0),
-            };
-            let fixed = match a.method.as_str() {
-                "fixed" => true,
-                "float" => false,
-                m => bail!("invalid value for `--method`: `{m}` (expected fixed or float)"),
-            };
-            let in_default = match &x.data {
-                NpyData::U8(_) => "u8",
-                NpyData::I8(_) => "i8",
-                other => bail!(
-                    "requantize needs uint8 or int8 input, got {}",
-                    other.dtype_name()
-                ),
-            };
-            let data = match (&x.data, quant_dtype(a.dtype.as_deref(), in_default)?) {
-                (NpyData::U8(q), "u8") => NpyData::U8(requantize_as(q, input, output, fixed)?),
-                (NpyData::U8(q), _) => NpyData::I8(requantize_as(q, input, output, fixed)?),
-                (NpyData::I8(q), "u8") => NpyData::U8(requantize_as(q, input, output, fixed)?),
-                (NpyData::I8(q), _) => NpyData::I8(requantize_as(q, input, output, fixed)?),
-                (other, _) => bail!(
-                    "requantize needs uint8 or int8 input, got {}",
-                    other.dtype_name()
-                ),
-            };
-            NpyArray::new(x.shape.clone(), data)?
-        }
+    let params = call::KernelParams {
+        scale: a
+            .scale
+            .as_deref()
+            .map(|s| parse_f32_list(s, "--scale"))
+            .transpose()?
+            .unwrap_or_default(),
+        zero_point: a
+            .zero_point
+            .as_deref()
+            .map(|s| parse_i32_list(s, "--zero-point"))
+            .transpose()?
+            .unwrap_or_default(),
+        axis: a.axis,
+        dtype: a
+            .dtype
+            .as_deref()
+            .map(call::QuantDtype::parse)
+            .transpose()?,
+        out_scale: a.out_scale,
+        out_zero_point: a.out_zero_point,
+        method: call::RequantMethod::parse(&a.method)?,
+        naive: a.naive,
     };
+    let arrays = a
+        .inputs
+        .iter()
+        .map(|p| read_npy(p))
+        .collect::<Result<Vec<_>>>()?;
+    let views: Vec<call::TensorRef> = a
+        .inputs
+        .iter()
+        .zip(&arrays)
+        .map(|(name, arr)| call::TensorRef::of(name, arr))
+        .collect();
+    let out = call::run(op, &views, &params)?;
     let bytes = to_npy(&out)?;
     write_atomic(&a.out, &bytes)?;
     println!("wrote {}: {} {:?}", a.out, out.data.dtype_name(), out.shape);
@@ -547,6 +338,7 @@ pub fn run_kernel(a: KernelArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tensorforge_kernels::npy::NpyData;
 
     fn tmp(name: &str) -> String {
         let d = std::env::temp_dir().join(format!("tf-kernels-cli-{}", std::process::id()));

@@ -17,7 +17,6 @@ pub mod workloads;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use std::path::Path;
 use tensorforge_core::{presets, HardwareSpec};
 
 /// Default chip when neither `--hw` nor `--hw-file` is given.
@@ -47,16 +46,7 @@ impl HwArgs {
 
 /// Read and validate a hardware file; TOML unless the extension is `.json`.
 pub fn load_hw_file(path: &str) -> Result<HardwareSpec> {
-    let text = read_text(path)?;
-    let spec = if Path::new(path)
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-    {
-        HardwareSpec::from_json_str(&text, path)?
-    } else {
-        HardwareSpec::from_toml_str(&text, path)?
-    };
-    Ok(spec)
+    Ok(HardwareSpec::from_file_text(&read_text(path)?, path)?)
 }
 
 /// Read a UTF-8 text file, naming it in the error.

@@ -20,6 +20,15 @@ pub enum MlpKind {
 }
 
 impl MlpKind {
+    /// Parse `gelu` or `swiglu` (also `silu`, `gated`), any case; an error names `mlp`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gelu" => Ok(MlpKind::Gelu),
+            "swiglu" | "silu" | "gated" => Ok(MlpKind::Swiglu),
+            _ => Err(CoreError::invalid("mlp", s, "valid: gelu, swiglu")),
+        }
+    }
+
     /// Weight matrices in the MLP: 2 for GELU, 3 for SwiGLU.
     pub fn matrices(self) -> u64 {
         match self {
@@ -49,6 +58,16 @@ pub enum NormKind {
 }
 
 impl NormKind {
+    /// Parse `layernorm` (`layer_norm`, `ln`) or `rmsnorm` (`rms_norm`, `rms`); an error
+    /// names `norm`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "layernorm" | "layer_norm" | "ln" => Ok(NormKind::LayerNorm),
+            "rmsnorm" | "rms_norm" | "rms" => Ok(NormKind::RmsNorm),
+            _ => Err(CoreError::invalid("norm", s, "valid: layernorm, rmsnorm")),
+        }
+    }
+
     /// FLOPs per normalized element: 7 (LayerNorm) or 4 (RMSNorm).
     pub fn flops_per_element(self) -> u64 {
         match self {
@@ -83,6 +102,17 @@ pub enum Phase {
     Prefill,
     /// Process one new token per sequence against the KV cache.
     Decode,
+}
+
+impl Phase {
+    /// Parse `prefill` or `decode`, any case; an error names `phase`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "prefill" => Ok(Phase::Prefill),
+            "decode" => Ok(Phase::Decode),
+            _ => Err(CoreError::invalid("phase", s, "valid: prefill, decode")),
+        }
+    }
 }
 
 fn one() -> u64 {

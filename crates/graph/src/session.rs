@@ -1,0 +1,494 @@
+//! An inference session over an ONNX model, the way onnxruntime's `InferenceSession` is used:
+//! open a file once, then run it many times on the caller's arrays, by input name. The
+//! model's declared inputs and outputs (names, element types, dims with their symbolic names)
+//! are read without binding any dim. Each distinct set of input shapes binds the model's
+//! symbolic dims, imports, fuses and compiles it once (the JIT where a C compiler exists,
+//! else the interpreter) and is kept; a run converts the inputs to the executor's f32,
+//! executes on the session's own worker pool and returns each output in its declared kind
+//! (integer and boolean outputs as int64).
+//!
+//! Left out: concurrent runs of one shape (they take turns on its kept buffers), inputs of
+//! other than f32/f64/u8/i8/i32/i64, an output dtype other than f32 or int64, and eviction of
+//! kept shapes (each costs its weights once more).
+
+use crate::error::{GraphError, Result};
+use crate::exec::{execute_with, Pool};
+use crate::fusion::{compile, Program};
+use crate::jit::Jit;
+use crate::onnx::proto::tensor_shape_proto::dimension::Value as DimValue;
+use crate::onnx::proto::type_proto::Value as TypeValue;
+use crate::onnx::proto::{ModelProto, ValueInfoProto};
+use crate::onnx::{import_model_with, ImportOptions, MAX_FILE_BYTES};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tensorforge_kernels::call::{DataRef, TensorRef};
+use tensorforge_kernels::npy::NpyData;
+
+/// One dim of a declared input or output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(usize),
+    /// A symbolic name (`batch`), bound at run time.
+    Symbol(String),
+    /// Neither (bound by the input given).
+    Unknown(Option<()>),
+}
+
+/// A declared graph input or output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoSpec {
+    /// Tensor name.
+    pub name: String,
+    /// NumPy's name of the declared element type (`float32`, `int64`, `bool`).
+    pub dtype: String,
+    /// Declared dims.
+    pub dims: Vec<Dim>,
+}
+
+/// NumPy's name of an ONNX `TensorProto.DataType` code.
+pub fn numpy_dtype_name(code: i32) -> &'static str {
+    match code {
+        1 => "float32",
+        2 => "uint8",
+        3 => "int8",
+        4 => "uint16",
+        5 => "int16",
+        6 => "int32",
+        7 => "int64",
+        8 => "str",
+        9 => "bool",
+        10 => "float16",
+        11 => "float64",
+        12 => "uint32",
+        13 => "uint64",
+        16 => "bfloat16",
+        _ => "unknown",
+    }
+}
+
+fn io_spec(vi: &ValueInfoProto) -> IoSpec {
+    let (dtype, dims) = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(TypeValue::TensorType(tt)) => (
+            numpy_dtype_name(tt.elem_type),
+            tt.shape
+                .as_ref()
+                .map(|s| {
+                    s.dim
+                        .iter()
+                        .map(|d| match &d.value {
+                            Some(DimValue::DimValue(v)) => {
+                                usize::try_from(*v).map_or(Dim::Unknown(None), Dim::Fixed)
+                            }
+                            Some(DimValue::DimParam(p)) if !p.is_empty() => Dim::Symbol(p.clone()),
+                            _ => Dim::Unknown(None),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        None => ("unknown", vec![]),
+    };
+    IoSpec {
+        name: vi.name.clone(),
+        dtype: dtype.to_string(),
+        dims,
+    }
+}
+
+/// One output of a run: name, shape and values in the output's kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// Tensor name.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Values: f32, or int64 for an integer or boolean output.
+    pub data: NpyData,
+}
+
+/// A model bound to one set of input shapes, compiled, with its weights and buffers.
+struct Bound {
+    program: Program,
+    jit: Option<Jit>,
+    /// The weights, and the current run's inputs under their names.
+    values: HashMap<String, Vec<f32>>,
+    pool: Pool,
+    /// Whether each graph tensor name is an integer or boolean output.
+    integer: HashSet<String>,
+}
+
+/// A bound model shared between the cache and a run in progress.
+type Shared = Arc<Mutex<Bound>>;
+
+/// An ONNX model opened for repeated runs (see the module docs).
+///
+/// ```no_run
+/// use tensorforge_graph::session::Session;
+/// use tensorforge_kernels::call::{DataRef, TensorRef};
+/// let s = Session::open("model.onnx", Some(1)).unwrap();
+/// let x = vec![0.5f32; 4];
+/// let out = s.run(&[TensorRef { name: "x", shape: &[1, 4], data: DataRef::F32(&x) }], None).unwrap();
+/// println!("{} {:?}", out[0].name, out[0].shape);
+/// ```
+pub struct Session {
+    source: String,
+    base: PathBuf,
+    model: ModelProto,
+    inputs: Vec<IoSpec>,
+    outputs: Vec<IoSpec>,
+    pool: rayon::ThreadPool,
+    bound: Mutex<HashMap<Vec<Vec<usize>>, Shared>>,
+    notes: Mutex<Vec<String>>,
+}
+
+fn err(source: &str, detail: String) -> GraphError {
+    GraphError::Onnx {
+        file: source.to_string(),
+        detail,
+    }
+}
+
+impl Session {
+    /// Open `path` (an `.onnx` file); `threads` sets the session's worker pool (default: one
+    /// per core, or `RAYON_NUM_THREADS`).
+    pub fn open(path: impl AsRef<Path>, threads: Option<usize>) -> Result<Session> {
+        let path = path.as_ref();
+        let source = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| err(&source, format!("cannot read: {e}")))?;
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        Self::from_bytes(&bytes, &source, base, threads)
+    }
+
+    /// Open a model from its bytes; `source` names it in errors, `base` is the folder of its
+    /// external data.
+    pub fn from_bytes(
+        bytes: &[u8],
+        source: &str,
+        base: PathBuf,
+        threads: Option<usize>,
+    ) -> Result<Session> {
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(err(
+                source,
+                format!("file is larger than {MAX_FILE_BYTES} bytes (the import limit)"),
+            ));
+        }
+        // The full import (on the first run) bounds every size; here only the declarations
+        // are read.
+        let model = ModelProto::decode(bytes)
+            .map_err(|e| err(source, format!("malformed or truncated protobuf: {e}")))?;
+        let graph = model
+            .graph
+            .as_ref()
+            .ok_or_else(|| err(source, "the model has no graph".into()))?;
+        let init: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        let inputs = graph
+            .input
+            .iter()
+            .filter(|v| !init.contains(v.name.as_str()))
+            .map(io_spec)
+            .collect();
+        let outputs = graph.output.iter().map(io_spec).collect();
+        if threads == Some(0) {
+            return Err(GraphError::Argument(
+                "invalid value for `threads`: 0 (must be at least 1)".into(),
+            ));
+        }
+        let mut b = rayon::ThreadPoolBuilder::new();
+        if let Some(t) = threads {
+            b = b.num_threads(t);
+        }
+        let pool = b
+            .build()
+            .map_err(|e| GraphError::Argument(format!("cannot start the worker threads: {e}")))?;
+        Ok(Session {
+            source: source.to_string(),
+            base,
+            model,
+            inputs,
+            outputs,
+            pool,
+            bound: Mutex::new(HashMap::new()),
+            notes: Mutex::new(vec![]),
+        })
+    }
+
+    /// The model's inputs (initializers excluded), as declared.
+    pub fn inputs(&self) -> &[IoSpec] {
+        &self.inputs
+    }
+
+    /// The model's outputs, as declared.
+    pub fn outputs(&self) -> &[IoSpec] {
+        &self.outputs
+    }
+
+    /// Worker threads of the session's pool.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// What the import and the JIT said (approximations, kernels left to the interpreter).
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// How many distinct input-shape sets have been compiled.
+    pub fn bound_shapes(&self) -> usize {
+        self.bound.lock().map(|b| b.len()).unwrap_or(0)
+    }
+
+    fn bind(&self, shapes: &HashMap<String, Vec<usize>>) -> Result<Bound> {
+        let options = ImportOptions {
+            input_shapes: shapes.clone(),
+            ..Default::default()
+        };
+        let imp = import_model_with(&self.model, &self.source, Some(&self.base), &options)?;
+        imp.require_runnable(&self.source)?;
+        let c = compile(&imp.graph)?;
+        let program = c.fused;
+        let mut notes = imp.notes.clone();
+        let jit = match crate::jit::compile(&program) {
+            Ok(j) => {
+                notes.extend(j.notes.iter().cloned());
+                Some(j)
+            }
+            Err(e) => {
+                notes.push(format!("running the interpreter ({e})"));
+                None
+            }
+        };
+        let integer = program
+            .graph
+            .outputs
+            .iter()
+            .map(|&t| &program.graph.tensors[t])
+            .filter(|t| t.dtype.is_integer())
+            .map(|t| t.name.clone())
+            .collect();
+        if let Ok(mut n) = self.notes.lock() {
+            for x in notes {
+                if !n.contains(&x) {
+                    n.push(x);
+                }
+            }
+        }
+        Ok(Bound {
+            program,
+            jit,
+            values: imp.weights,
+            pool: Pool::default(),
+            integer,
+        })
+    }
+
+    /// Run the model on `feeds` (one per declared input, by name) and return the outputs
+    /// named in `output_names` (all, in declared order, when `None`).
+    pub fn run(&self, feeds: &[TensorRef], output_names: Option<&[String]>) -> Result<Vec<Output>> {
+        let arg = |m: String| GraphError::Argument(m);
+        let declared: Vec<&str> = self.inputs.iter().map(|i| i.name.as_str()).collect();
+        for f in feeds {
+            if !declared.contains(&f.name) {
+                return Err(arg(format!(
+                    "`{}` is not an input of {}; its inputs are {declared:?}",
+                    f.name, self.source
+                )));
+            }
+        }
+        let mut key = Vec::with_capacity(self.inputs.len());
+        let mut shapes = HashMap::new();
+        let mut ordered = Vec::with_capacity(self.inputs.len());
+        for i in &self.inputs {
+            let f = feeds.iter().find(|f| f.name == i.name).ok_or_else(|| {
+                arg(format!(
+                    "input `{}` of {} was not given (the model's inputs are {declared:?})",
+                    i.name, self.source
+                ))
+            })?;
+            key.push(f.shape.to_vec());
+            shapes.insert(i.name.clone(), f.shape.to_vec());
+            ordered.push(*f);
+        }
+        let wanted: Vec<String> = match output_names {
+            None => self.outputs.iter().map(|o| o.name.clone()).collect(),
+            Some(names) => {
+                for n in names {
+                    if !self.outputs.iter().any(|o| &o.name == n) {
+                        return Err(arg(format!(
+                            "`{n}` is not an output of {}; its outputs are {:?}",
+                            self.source,
+                            self.outputs.iter().map(|o| &o.name).collect::<Vec<_>>()
+                        )));
+                    }
+                }
+                names.to_vec()
+            }
+        };
+        let bound = {
+            let mut cache = self
+                .bound
+                .lock()
+                .map_err(|_| arg("the session was poisoned by an earlier failure".into()))?;
+            match cache.get(&key) {
+                Some(b) => Arc::clone(b),
+                None => {
+                    let b = Arc::new(Mutex::new(self.bind(&shapes)?));
+                    cache.insert(key, Arc::clone(&b));
+                    b
+                }
+            }
+        };
+        let mut b = bound
+            .lock()
+            .map_err(|_| arg("the session was poisoned by an earlier failure".into()))?;
+        for f in &ordered {
+            let v = b.values.entry(f.name.to_string()).or_default();
+            to_f32(f, v)?;
+        }
+        let b = &mut *b;
+        let r = self
+            .pool
+            .install(|| execute_with(&b.program, &b.values, &mut b.pool, b.jit.as_ref()))?;
+        let mut outs = Vec::with_capacity(wanted.len());
+        for name in &wanted {
+            let (_, shape, values) =
+                r.outputs
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                    .ok_or_else(|| {
+                        arg(format!(
+                            "internal: output `{name}` of {} was not produced",
+                            self.source
+                        ))
+                    })?;
+            let data = if b.integer.contains(name) {
+                NpyData::I64(values.iter().map(|&v| v as i64).collect())
+            } else {
+                NpyData::F32(values.clone())
+            };
+            outs.push(Output {
+                name: name.clone(),
+                shape: shape.clone(),
+                data,
+            });
+        }
+        Ok(outs)
+    }
+}
+
+/// Convert one input into the executor's f32 values, reusing `v`'s allocation. An integer
+/// beyond 2^24, which f32 cannot hold exactly, is an error naming the input.
+fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
+    let n = t.data.len();
+    let expect: usize = t.shape.iter().product();
+    if n != expect {
+        return Err(GraphError::Input {
+            tensor: t.name.to_string(),
+            detail: format!("shape {:?} but {n} elements", t.shape),
+        });
+    }
+    v.clear();
+    v.try_reserve(n).map_err(|_| GraphError::Input {
+        tensor: t.name.to_string(),
+        detail: format!("cannot allocate {n} values"),
+    })?;
+    let exact = |x: i64| -> Result<f32> {
+        if x.unsigned_abs() > 1 << 24 {
+            return Err(GraphError::Input {
+                tensor: t.name.to_string(),
+                detail: format!(
+                    "value {x} is beyond 2^24, which the executor's f32 values cannot hold exactly"
+                ),
+            });
+        }
+        Ok(x as f32)
+    };
+    match t.data {
+        DataRef::F32(s) => v.extend_from_slice(s),
+        DataRef::F64(s) => v.extend(s.iter().map(|&x| x as f32)),
+        DataRef::U8(s) => v.extend(s.iter().map(|&x| x as f32)),
+        DataRef::I8(s) => v.extend(s.iter().map(|&x| x as f32)),
+        DataRef::I32(s) => {
+            for &x in s {
+                v.push(exact(x.into())?);
+            }
+        }
+        DataRef::I64(s) => {
+            for &x in s {
+                v.push(exact(x)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/onnx")
+            .join(name)
+    }
+
+    #[test]
+    fn declared_inputs_keep_their_symbolic_dims() {
+        let s = Session::open(fixture("bert_eager_ts/model.onnx"), Some(1)).unwrap();
+        let names: Vec<&str> = s.inputs().iter().map(|i| i.name.as_str()).collect();
+        assert!(names.contains(&"input_ids"), "{names:?}");
+        let ids = s.inputs().iter().find(|i| i.name == "input_ids").unwrap();
+        assert_eq!(ids.dtype, "int64");
+        assert!(
+            ids.dims.iter().any(|d| matches!(d, Dim::Symbol(_))),
+            "{ids:?}"
+        );
+    }
+
+    #[test]
+    fn runs_bind_each_shape_once_and_name_bad_feeds() {
+        let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
+        let i = &s.inputs()[0];
+        let dims: Vec<usize> = i
+            .dims
+            .iter()
+            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
+            .collect();
+        let x = vec![0.25f32; dims.iter().product()];
+        let feed = [TensorRef {
+            name: &i.name,
+            shape: &dims,
+            data: DataRef::F32(&x),
+        }];
+        let a = s.run(&feed, None).unwrap();
+        let b = s.run(&feed, None).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(s.bound_shapes(), 1);
+        let bad = [TensorRef {
+            name: "nope",
+            shape: &dims,
+            data: DataRef::F32(&x),
+        }];
+        let e = s.run(&bad, None).unwrap_err().to_string();
+        assert!(e.contains("`nope` is not an input"), "{e}");
+        let e = s.run(&[], None).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("input `{}`", i.name)) && e.contains("was not given"),
+            "{e}"
+        );
+        let e = s
+            .run(&feed, Some(&["zz".to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`zz` is not an output"), "{e}");
+    }
+}
