@@ -167,15 +167,7 @@ impl PySession {
         input_feed: &Bound<'py, PyDict>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         guard(|| {
-            let mut names = Vec::with_capacity(input_feed.len());
-            let mut held = Vec::with_capacity(input_feed.len());
-            for (k, v) in input_feed.iter() {
-                let name: String = k
-                    .extract()
-                    .map_err(|_| value_err("input_feed keys must be input names (str)"))?;
-                held.push(Held::new(&v, &name)?);
-                names.push(name);
-            }
+            let (names, held) = Self::hold(input_feed)?;
             let views = held
                 .iter()
                 .zip(&names)
@@ -188,6 +180,41 @@ impl PySession {
                 .map(|o| to_numpy(py, &o.shape, o.data))
                 .collect()
         })
+    }
+
+    /// What one run costs inside the library, ns per run over `reps` runs on `input_feed`
+    /// (inputs converted, executed, outputs copied out; no Python objects made): the
+    /// denominator of the Python call overhead in docs/python.md.
+    fn _run_rust_ns(&self, input_feed: &Bound<'_, PyDict>, reps: u32) -> PyResult<f64> {
+        guard(|| {
+            let (names, held) = Self::hold(input_feed)?;
+            let views = held
+                .iter()
+                .zip(&names)
+                .map(|(h, n)| h.view(n))
+                .collect::<PyResult<Vec<_>>>()?;
+            self.inner.run(&views, None).map_err(value_err)?;
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps.max(1) {
+                std::hint::black_box(self.inner.run(&views, None).map_err(value_err)?);
+            }
+            Ok(t0.elapsed().as_nanos() as f64 / reps.max(1) as f64)
+        })
+    }
+}
+
+impl PySession {
+    fn hold<'py>(input_feed: &Bound<'py, PyDict>) -> PyResult<(Vec<String>, Vec<Held<'py>>)> {
+        let mut names = Vec::with_capacity(input_feed.len());
+        let mut held = Vec::with_capacity(input_feed.len());
+        for (k, v) in input_feed.iter() {
+            let name: String = k
+                .extract()
+                .map_err(|_| value_err("input_feed keys must be input names (str)"))?;
+            held.push(Held::new(&v, &name)?);
+            names.push(name);
+        }
+        Ok((names, held))
     }
 }
 

@@ -120,7 +120,14 @@ struct Bound {
     pool: Pool,
     /// Whether each graph tensor name is an integer or boolean output.
     integer: HashSet<String>,
+    /// Below every parallel threshold of the executor (no tensor of 2^16 elements, under
+    /// [`SMALL_FLOPS`] operations): runs on the caller's thread, never handed to the pool.
+    small: bool,
 }
+
+/// Operations under which a bound program counts as small (the executor's smallest
+/// parallel threshold is 2^16 elements per op, its GEMM threshold 2^18 multiply-adds).
+pub const SMALL_FLOPS: u64 = 1 << 19;
 
 /// A bound model shared between the cache and a run in progress.
 type Shared = Arc<Mutex<Bound>>;
@@ -141,7 +148,8 @@ pub struct Session {
     model: ModelProto,
     inputs: Vec<IoSpec>,
     outputs: Vec<IoSpec>,
-    pool: rayon::ThreadPool,
+    /// The session's own workers (`threads` given); `None`: rayon's global pool, as the CLI.
+    pool: Option<rayon::ThreadPool>,
     bound: Mutex<HashMap<Vec<Vec<usize>>, Shared>>,
     notes: Mutex<Vec<String>>,
 }
@@ -203,13 +211,16 @@ impl Session {
                 "invalid value for `threads`: 0 (must be at least 1)".into(),
             ));
         }
-        let mut b = rayon::ThreadPoolBuilder::new();
-        if let Some(t) = threads {
-            b = b.num_threads(t);
-        }
-        let pool = b
-            .build()
-            .map_err(|e| GraphError::Argument(format!("cannot start the worker threads: {e}")))?;
+        let pool = threads
+            .map(|t| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .map_err(|e| {
+                        GraphError::Argument(format!("cannot start {t} worker threads: {e}"))
+                    })
+            })
+            .transpose()?;
         Ok(Session {
             source: source.to_string(),
             base,
@@ -234,7 +245,9 @@ impl Session {
 
     /// Worker threads of the session's pool.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
     }
 
     /// What the import and the JIT said (approximations, kernels left to the interpreter).
@@ -275,6 +288,12 @@ impl Session {
             .filter(|t| t.dtype.is_integer())
             .map(|t| t.name.clone())
             .collect();
+        let small = program.graph.tensors.iter().all(|t| t.numel < 1 << 16)
+            && crate::traffic::program_counts(&program)
+                .iter()
+                .map(|k| k.flops)
+                .sum::<u64>()
+                < SMALL_FLOPS;
         if let Ok(mut n) = self.notes.lock() {
             for x in notes {
                 if !n.contains(&x) {
@@ -288,6 +307,7 @@ impl Session {
             values: imp.weights,
             pool: Pool::default(),
             integer,
+            small,
         })
     }
 
@@ -355,9 +375,14 @@ impl Session {
             to_f32(f, v)?;
         }
         let b = &mut *b;
-        let r = self
-            .pool
-            .install(|| execute_with(&b.program, &b.values, &mut b.pool, b.jit.as_ref()))?;
+        // Handing a run to a pool costs a thread wake-up (tens of µs on a busy machine), more
+        // than a small program's whole run: those run on the caller's thread, where none of
+        // their ops reaches a parallel loop.
+        let mut exec = || execute_with(&b.program, &b.values, &mut b.pool, b.jit.as_ref());
+        let r = match &self.pool {
+            Some(p) if !b.small => p.install(exec)?,
+            _ => exec()?,
+        };
         let mut outs = Vec::with_capacity(wanted.len());
         for name in &wanted {
             let (_, shape, values) =

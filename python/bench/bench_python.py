@@ -1,0 +1,151 @@
+"""The Python package's costs, as one-run ratios and differences from interleaved rounds
+(docs/python.md records its output). Three figures:
+
+1. Kernel call overhead: ``tf.logaddexp`` on two 16-element float32 arrays from Python, minus
+   the same dispatch on the same borrowed arrays timed inside Rust (``_logaddexp_rust_ns``).
+2. ``Session.run`` overhead on the tiny_mlp fixture: the Python call minus the library's own
+   run (``Session._run_rust_ns``: inputs converted, executed, outputs copied, no Python
+   objects); beside it onnxruntime's Python overhead, its ``sess.run`` minus the ``model_run``
+   duration its own profiler records for the same runs.
+3. Import time: a fresh interpreter running ``import tensorforge`` minus one running ``pass``.
+
+Each round alternates the two sides; every figure is the per-call median of its round, and
+the report gives min / median / max over rounds. Usage:
+``python python/bench/bench_python.py [--rounds 7]`` from the repository root.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import tensorforge as tf
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def per_call_ns(f, n):
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        f()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def spread(xs):
+    return f"min {min(xs):.2f} / median {statistics.median(xs):.2f} / max {max(xs):.2f}"
+
+
+def cpu():
+    model = "unknown"
+    flags = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = line
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
+    return f"{model} ({isa}, {os.cpu_count()} logical cores)"
+
+
+def kernel_overhead(rounds):
+    a = np.linspace(-5, 5, 16, dtype=np.float32)
+    b = a[::-1].copy()
+    n = 20000
+    diffs, py_ns, rs_ns = [], [], []
+    for _ in range(rounds):
+        p = per_call_ns(lambda: tf.logaddexp(a, b), n)
+        r = tf._native._logaddexp_rust_ns(a, b, n)
+        py_ns.append(p / 1000)
+        rs_ns.append(r / 1000)
+        diffs.append((p - r) / 1000)
+    return py_ns, rs_ns, diffs
+
+
+def ort_model_run_us(sess_path, feed, n):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ortprof")
+    s = ort.InferenceSession(sess_path, so, providers=["CPUExecutionProvider"])
+    s.run(None, feed)
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        s.run(None, feed)
+    wall = (time.perf_counter_ns() - t0) / n / 1000
+    prof = s.end_profiling()
+    events = json.load(open(prof))
+    runs = [e["dur"] for e in events if e.get("name") == "model_run"][1:]
+    return wall, statistics.mean(runs[-n:])
+
+
+def session_overhead(rounds):
+    import onnxruntime as ort
+
+    path = str(ROOT / "examples/onnx/tiny_mlp/model.onnx")
+    s = tf.Session(path, threads=1)
+    x = np.load(ROOT / "examples/onnx/tiny_mlp/inputs/x.npy")
+    feed = {"x": x}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    o = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    n = 5000
+    tf_total, tf_over, ort_total, ort_over = [], [], [], []
+    for _ in range(rounds):
+        t = per_call_ns(lambda: s.run(None, feed), n) / 1000
+        r = s._run_rust_ns(feed, n) / 1000
+        tf_total.append(t)
+        tf_over.append(t - r)
+        ot = per_call_ns(lambda: o.run(None, feed), n) / 1000
+        ort_total.append(ot)
+        wall, model_run = ort_model_run_us(path, feed, 2000)
+        ort_over.append(wall - model_run)
+    return tf_total, tf_over, ort_total, ort_over
+
+
+def import_ms(rounds):
+    def once(code):
+        t0 = time.perf_counter_ns()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    out = []
+    for _ in range(rounds):
+        base = once("pass")
+        imp = once("import tensorforge")
+        out.append(imp - base)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    print(f"CPU: {cpu()}; Python {platform.python_version()}; tensorforge {tf.__version__}")
+    py, rs, d = kernel_overhead(a.rounds)
+    print(f"logaddexp, 16 f32, from Python: {spread(py)} µs per call")
+    print(f"  the same dispatch inside Rust:  {spread(rs)} µs per call")
+    print(f"  Python call overhead:           {spread(d)} µs (target < 5)")
+    tt, to, ot, oo = session_overhead(a.rounds)
+    print(f"tiny_mlp Session.run, tensorforge: {spread(tt)} µs per call; overhead over the library's run {spread(to)} µs")
+    print(f"tiny_mlp InferenceSession.run, onnxruntime: {spread(ot)} µs per call; overhead over its profiled model_run {spread(oo)} µs")
+    ratio = [b / max(x, 1e-9) for x, b in zip(to, oo)]
+    print(f"  onnxruntime overhead / tensorforge overhead: {spread(ratio)} (target > 1)")
+    im = import_ms(a.rounds)
+    print(f"import tensorforge (fresh interpreter, minus `pass`): {spread(im)} ms (target < 100)")
+
+
+if __name__ == "__main__":
+    main()
