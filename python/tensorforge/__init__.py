@@ -362,7 +362,7 @@ class Store:
         return f"Store({self.describe()})"
 
     def runs(self) -> List[Result]:
-        """Every run, oldest first."""
+        """Every run, newest first."""
         return _result(self._s._runs()) or []
 
     def records(self, run_id: str) -> List[Record]:

@@ -41,3 +41,24 @@ def test_store_errors_are_one_line_and_hide_passwords():
     assert "\n" not in str(e.value).strip()
     with pytest.raises(ValueError):
         tf.gate([{"not": "a record"}], [])
+
+
+def test_postgres_store_when_one_is_given():
+    # CI starts a throw-away PostgreSQL server and requires this half (as the Rust store
+    # tests do); elsewhere it prints SKIPPED without TENSORFORGE_TEST_POSTGRES.
+    import os
+
+    url = os.environ.get("TENSORFORGE_TEST_POSTGRES")
+    if not url:
+        if os.environ.get("TENSORFORGE_TEST_POSTGRES_REQUIRED") == "1":
+            pytest.fail("TENSORFORGE_TEST_POSTGRES_REQUIRED=1 but TENSORFORGE_TEST_POSTGRES is not set")
+        pytest.skip("SKIPPED: no PostgreSQL server (set TENSORFORGE_TEST_POSTGRES)")
+    recs = tf.bench("gemm:m=32:n=32:k=32", iterations=3, time_budget_ms=5)
+    s = tf.Store(url)
+    from urllib.parse import urlparse
+
+    password = urlparse(url).password
+    assert not password or password not in s.describe(), s.describe()
+    s.insert_run(recs)
+    assert s.records(recs[0]["run_id"]) == recs
+    assert any(r.run_id == recs[0]["run_id"] for r in s.runs())
