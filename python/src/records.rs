@@ -263,6 +263,74 @@ fn _ingest_pytest_benchmark(
     })
 }
 
+/// `tensorforge compare --json`: two shell commands measured in alternating rounds and
+/// decided by the policy's paired test (`mode` `wall`: each command's wall time; `records`:
+/// the records each prints). The decision and every run, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (baseline, candidate, *, mode = "wall", name = "command", rounds = None,
+    max_rounds = None, order = None, timeout_s = 600.0, policy = None))]
+#[allow(clippy::too_many_arguments)]
+fn _compare(
+    py: Python<'_>,
+    baseline: &str,
+    candidate: &str,
+    mode: &str,
+    name: &str,
+    rounds: Option<usize>,
+    max_rounds: Option<usize>,
+    order: Option<&str>,
+    timeout_s: f64,
+    policy: Option<&str>,
+) -> PyResult<String> {
+    use tensorforge_job::compare::{override_rounds, run_compare, CompareOptions, Mode, SideSpec};
+    guard(|| {
+        let mut pol = policy_of(policy)?;
+        let order = match order {
+            None => None,
+            Some("abba") => Some(tensorforge_ops::RoundOrder::Abba),
+            Some("random") => Some(tensorforge_ops::RoundOrder::Random),
+            Some(o) => {
+                return Err(value_err(format!(
+                    "invalid value for `order`: `{o}` (valid: abba, random)"
+                )))
+            }
+        };
+        override_rounds(&mut pol, rounds, max_rounds, order).map_err(value_err)?;
+        let mode = match mode {
+            "wall" => Mode::Wall,
+            "records" => Mode::Records,
+            m => {
+                return Err(value_err(format!(
+                    "invalid value for `mode`: `{m}` (valid: wall, records)"
+                )))
+            }
+        };
+        if !(timeout_s.is_finite() && timeout_s > 0.0) {
+            return Err(value_err(format!(
+                "invalid value for `timeout_s`: {timeout_s} (must be a positive number of seconds)"
+            )));
+        }
+        let o = CompareOptions {
+            baseline: SideSpec {
+                label: "baseline".into(),
+                command: baseline.to_string(),
+            },
+            candidate: SideSpec {
+                label: "candidate".into(),
+                command: candidate.to_string(),
+            },
+            mode,
+            name: name.to_string(),
+            timeout: std::time::Duration::from_secs_f64(timeout_s),
+            policy: pol,
+        };
+        let out = py
+            .detach(|| run_compare(&o, &mut |_| {}))
+            .map_err(value_err)?;
+        to_json(&out)
+    })
+}
+
 /// A new run id (the store's format).
 #[pyfunction]
 fn _new_run_id() -> String {
@@ -276,5 +344,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_bench, m)?)?;
     m.add_function(wrap_pyfunction!(_ingest_pytest_benchmark, m)?)?;
     m.add_function(wrap_pyfunction!(_new_run_id, m)?)?;
+    m.add_function(wrap_pyfunction!(_compare, m)?)?;
     Ok(())
 }

@@ -284,10 +284,32 @@ fn _plan_memory(
     })
 }
 
+/// `tensorforge memory-traffic --json`: the DRAM traffic of RMSNorm → SwiGLU, unfused and
+/// fused, with and without the weights.
+#[pyfunction]
+#[pyo3(signature = (*, seq = 4096, dim = 8192, ffn = None, dtype = "fp16", hw = None, hw_file = None))]
+fn _memory_traffic(
+    seq: u64,
+    dim: u64,
+    ffn: Option<u64>,
+    dtype: &str,
+    hw: Option<&str>,
+    hw_file: Option<&str>,
+) -> PyResult<String> {
+    guard(|| {
+        let dt = tensorforge_core::DType::parse(dtype).map_err(value_err)?;
+        let spec = crate::model::hardware(hw, hw_file)?;
+        let r =
+            tensorforge_graph::mlp::memory_traffic(seq, dim, ffn, dt, &spec).map_err(value_err)?;
+        to_json(&r)
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySession>()?;
     m.add_class::<NodeArg>()?;
     m.add_function(wrap_pyfunction!(_fuse_report, m)?)?;
     m.add_function(wrap_pyfunction!(_plan_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(_memory_traffic, m)?)?;
     Ok(())
 }

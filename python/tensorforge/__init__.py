@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json as _json
 import os as _os
+from collections.abc import Mapping as _Mapping
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
@@ -50,6 +51,8 @@ __all__ = [
     "hardware",
     "fuse_report",
     "plan_memory",
+    "memory_traffic",
+    "compare",
     "bench",
     "gate",
     "gate_history",
@@ -70,11 +73,13 @@ __all__ = [
 PathLike = Union[str, "_os.PathLike[str]"]
 
 
-class Result:
+class Result(_Mapping):
     """A library result: attributes over its JSON object, ``to_dict()`` for the object itself.
 
     Nested objects are ``Result`` objects too, lists of objects are lists of ``Result``; every
     other value (numbers, strings, lists of numbers, None) is returned as the JSON gives it.
+    A ``Result`` is a read-only mapping, so ``pandas.DataFrame(list_of_results)`` is a table
+    with one column per field.
     """
 
     __slots__ = ("_d",)
@@ -104,21 +109,28 @@ class Result:
     def __getitem__(self, key: str) -> Any:
         return Result._wrap(self._d[key])
 
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
     def __contains__(self, key: object) -> bool:
         return key in self._d
 
     def __dir__(self) -> List[str]:
-        return sorted(set(self._d) | {"to_dict", "keys"})
-
-    def keys(self) -> List[str]:
-        return list(self._d)
+        return sorted(set(self._d) | {"to_dict", "keys", "items", "values", "get"})
 
     def to_dict(self) -> Dict[str, Any]:
         """The JSON object the CLI's ``--json`` prints for the same arguments (a deep copy)."""
         return _json.loads(_json.dumps(self._d))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Result) and other._d == self._d
+        if isinstance(other, Result):
+            return other._d == self._d
+        return isinstance(other, dict) and other == self._d
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         keys = ", ".join(list(self._d)[:8])
@@ -340,6 +352,17 @@ def plan_memory(path: PathLike, *, align: int = 64, unfused: bool = False, capac
     )
 
 
+def memory_traffic(*, seq: int = 4096, dim: int = 8192, ffn: Optional[int] = None, dtype: str = "fp16", hw: Optional[str] = None, hw_file: Optional[PathLike] = None) -> Result:
+    """DRAM traffic of RMSNorm → SwiGLU unfused and fused, activations only and with the
+    weights (``memory-traffic --json``)."""
+    return _result(
+        _native._memory_traffic(
+            seq=seq, dim=dim, ffn=ffn, dtype=dtype, hw=hw,
+            hw_file=_os.fspath(hw_file) if hw_file is not None else None,
+        )
+    )
+
+
 Record = Dict[str, Any]
 
 
@@ -450,4 +473,28 @@ def report(
     return _native._report(
         _records_json(baseline), _records_json(candidate), format=format,
         policy=_os.fspath(policy) if policy is not None else None, today=today,
+    )
+
+
+def compare(
+    baseline: str,
+    candidate: str,
+    *,
+    mode: str = "wall",
+    name: str = "command",
+    rounds: Optional[int] = None,
+    max_rounds: Optional[int] = None,
+    order: Optional[str] = None,
+    timeout_s: float = 600.0,
+    policy: Optional[PathLike] = None,
+) -> Result:
+    """Two shell commands measured in alternating rounds in this process and decided by the
+    policy's paired test (``compare --json``): ``result.exit_code`` 0 pass, 1 regression,
+    3 inconclusive; a command that fails or times out raises ``ValueError``."""
+    return _result(
+        _native._compare(
+            baseline, candidate, mode=mode, name=name, rounds=rounds, max_rounds=max_rounds,
+            order=order, timeout_s=timeout_s,
+            policy=_os.fspath(policy) if policy is not None else None,
+        )
     )

@@ -87,3 +87,19 @@ def test_results_read_as_attributes_and_errors_are_value_errors():
         tf.analyze_gemm(64, 64, 64, dtype="fp7")
     with pytest.raises(TypeError):
         tf.analyze_transformer("transformer_small", no_such_field=1)
+
+
+def test_rows_make_a_dataframe():
+    import pandas as pd  # CI installs it for this test; the package does not depend on it
+    r = tf.analyze_transformer("transformer_small")
+    rows = r.gemms
+    df = pd.DataFrame(rows)
+    assert len(df) == len(r.to_dict()["gemms"])
+    assert set(r.to_dict()["gemms"][0]) <= set(df.columns)
+    assert dict(r.gemms[0]).keys() == r.to_dict()["gemms"][0].keys()
+
+
+def test_memory_traffic_equals_cli(cli):
+    assert tf.memory_traffic(seq=512, dim=1024).to_dict() == cli_json(
+        cli, "memory-traffic", "--seq", 512, "--dim", 1024
+    )

@@ -62,3 +62,13 @@ def test_postgres_store_when_one_is_given():
     s.insert_run(recs)
     assert s.records(recs[0]["run_id"]) == recs
     assert any(r.run_id == recs[0]["run_id"] for r in s.runs())
+
+
+def test_compare_two_commands():
+    r = tf.compare("true", "true", rounds=3, max_rounds=3, timeout_s=30)
+    assert r.result.exit_code in (0, 3)  # the same command on both sides is never a regression
+    assert r.rounds == 3
+    with pytest.raises(ValueError, match="--rounds"):
+        tf.compare("true", "true", rounds=2)
+    with pytest.raises(ValueError, match="candidate"):
+        tf.compare("true", "false", rounds=3)

@@ -70,6 +70,45 @@ pub struct CompareOptions {
     pub policy: Policy,
 }
 
+/// The policy's compare settings overridden by a caller's round counts and order, checked:
+/// `rounds` in 3..=1000, `max_rounds` from the rounds to 10000 (the command line's
+/// `--rounds`, `--max-rounds`, `--order`; errors name `--rounds`/`--max-rounds`).
+pub fn override_rounds(
+    policy: &mut tensorforge_ops::Policy,
+    rounds: Option<usize>,
+    max_rounds: Option<usize>,
+    order: Option<tensorforge_ops::RoundOrder>,
+) -> Result<()> {
+    if let Some(r) = rounds {
+        if !(3..=1000).contains(&r) {
+            return Err(JobError::invalid(
+                "--rounds",
+                r,
+                "must be between 3 and 1000",
+            ));
+        }
+        policy.compare.rounds = r;
+        policy.compare.max_rounds = policy.compare.max_rounds.max(r);
+    }
+    if let Some(m) = max_rounds {
+        if m < policy.compare.rounds || m > 10_000 {
+            return Err(JobError::invalid(
+                "--max-rounds",
+                m,
+                format!(
+                    "must be between the rounds ({}) and 10000",
+                    policy.compare.rounds
+                ),
+            ));
+        }
+        policy.compare.max_rounds = m;
+    }
+    if let Some(o) = order {
+        policy.compare.order = o;
+    }
+    Ok(())
+}
+
 /// One timed run, as it happened.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunLog {

@@ -387,15 +387,15 @@ pub struct BlockArgs {
 }
 
 fn parse_mlp(s: &str) -> Result<MlpKind> {
-    Ok(MlpKind::parse(s)?)
+    MlpKind::parse(s).map_err(|e| anyhow::anyhow!("invalid value for `--mlp`: {e}"))
 }
 
 fn parse_norm(s: &str) -> Result<NormKind> {
-    Ok(NormKind::parse(s)?)
+    NormKind::parse(s).map_err(|e| anyhow::anyhow!("invalid value for `--norm`: {e}"))
 }
 
 fn parse_phase(s: &str) -> Result<Phase> {
-    Ok(Phase::parse(s)?)
+    Phase::parse(s).map_err(|e| anyhow::anyhow!("invalid value for `--phase`: {e}"))
 }
 
 impl BlockArgs {

@@ -7,7 +7,7 @@ use super::{print_json, read_text};
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use std::time::Duration;
-use tensorforge_job::compare::{run_compare, CompareOptions, Mode, SideSpec};
+use tensorforge_job::compare::{override_rounds, run_compare, CompareOptions, Mode, SideSpec};
 use tensorforge_ops::{Policy, RoundOrder};
 
 /// How each side's run is read.
@@ -70,28 +70,11 @@ pub fn run(a: CompareArgs) -> Result<u8> {
         Some(p) => Policy::from_toml_str(&read_text(p)?, p)?,
         None => Policy::default_embedded(),
     };
-    if let Some(r) = a.rounds {
-        if !(3..=1000).contains(&r) {
-            bail!("invalid `--rounds` = `{r}`: must be between 3 and 1000");
-        }
-        policy.compare.rounds = r;
-        policy.compare.max_rounds = policy.compare.max_rounds.max(r);
-    }
-    if let Some(m) = a.max_rounds {
-        if m < policy.compare.rounds || m > 10_000 {
-            bail!(
-                "invalid `--max-rounds` = `{m}`: must be between the rounds ({}) and 10000",
-                policy.compare.rounds
-            );
-        }
-        policy.compare.max_rounds = m;
-    }
-    if let Some(o) = a.order {
-        policy.compare.order = match o {
-            OrderArg::Abba => RoundOrder::Abba,
-            OrderArg::Random => RoundOrder::Random,
-        };
-    }
+    let order = a.order.map(|o| match o {
+        OrderArg::Abba => RoundOrder::Abba,
+        OrderArg::Random => RoundOrder::Random,
+    });
+    override_rounds(&mut policy, a.rounds, a.max_rounds, order)?;
     if !(a.timeout_s.is_finite() && a.timeout_s > 0.0) {
         bail!(
             "invalid `--timeout-s` = `{}`: must be a positive number of seconds",
