@@ -44,18 +44,8 @@ def spread(xs):
 
 
 def cpu():
-    model = "unknown"
-    flags = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = line
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
-    return f"{model} ({isa}, {os.cpu_count()} logical cores)"
+    m = json.loads(tf._native._machine())
+    return f"{m['cpu_model']} ({m['simd']}, {m['logical_cores']} logical cores)"
 
 
 def kernel_overhead(rounds):

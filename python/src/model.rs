@@ -179,23 +179,7 @@ fn _analyze_conv2d(
                         "give either `preset` or all of `cin`, `cout`, `height`, `width` and `kernel`",
                     ));
                 };
-                Conv2d {
-                    batch: 1,
-                    in_channels: ci,
-                    height: h,
-                    width: w,
-                    out_channels: co,
-                    kernel_h: kh,
-                    kernel_w: kw,
-                    stride_h: 1,
-                    stride_w: 1,
-                    pad_h: 0,
-                    pad_w: 0,
-                    dilation_h: 1,
-                    dilation_w: 1,
-                    groups: 1,
-                    dtype: DType::Fp16,
-                }
+                Conv2d::new(ci, co, h, w, kh, kw)
             }
         };
         if preset.is_some() {
@@ -641,7 +625,22 @@ fn _hw_show(name: Option<&str>, hw_file: Option<&str>) -> PyResult<String> {
     guard(|| to_json(&hardware(name, hw_file)?))
 }
 
+/// This machine as the package's benchmarks name it: CPU model, logical cores, and the
+/// vector level the kernels run at (`TENSORFORGE_SIMD` caps it), as JSON text.
+#[pyfunction]
+fn _machine() -> PyResult<String> {
+    guard(|| {
+        let d = tensorforge_measure::context::device_context(1);
+        to_json(&serde_json::json!({
+            "cpu_model": d.cpu_model,
+            "logical_cores": d.logical_cores,
+            "simd": tensorforge_kernels::vmath::level().name(),
+        }))
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_machine, m)?)?;
     m.add_function(wrap_pyfunction!(_analyze_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(_analyze_conv2d, m)?)?;
     m.add_function(wrap_pyfunction!(_analyze_transformer, m)?)?;

@@ -393,26 +393,42 @@ pub fn analyze_conv2d(c: &Conv2d, hw: &HardwareSpec, opts: &GemmOptions) -> Resu
 /// Names of the built-in convolution presets (all fp16, batch 1, 64→128 channels at 56×56).
 pub const CONV2D_PRESET_NAMES: &[&str] = &["conv_pointwise", "conv_spatial", "conv_downsample"];
 
+impl Conv2d {
+    /// Batch 1, `in_channels` → `out_channels` over `height` × `width` with a
+    /// `kernel_h` × `kernel_w` kernel: stride 1, no padding, dilation 1, one group, fp16 (what
+    /// the command line and the Python package start from before their other fields).
+    pub fn new(
+        in_channels: u64,
+        out_channels: u64,
+        height: u64,
+        width: u64,
+        kernel_h: u64,
+        kernel_w: u64,
+    ) -> Self {
+        Conv2d {
+            batch: 1,
+            in_channels,
+            height,
+            width,
+            out_channels,
+            kernel_h,
+            kernel_w,
+            stride_h: 1,
+            stride_w: 1,
+            pad_h: 0,
+            pad_w: 0,
+            dilation_h: 1,
+            dilation_w: 1,
+            groups: 1,
+            dtype: DType::Fp16,
+        }
+    }
+}
+
 /// A convolution preset: `conv_pointwise` (1×1), `conv_spatial` (3×3, pad 1), `conv_downsample`
 /// (1×1 stride 2, the ResNet projection shortcut); all fp16, batch 1, 64→128 channels, 56×56.
 pub fn conv2d_preset(name: &str) -> Result<Conv2d> {
-    let base = Conv2d {
-        batch: 1,
-        in_channels: 64,
-        height: 56,
-        width: 56,
-        out_channels: 128,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride_h: 1,
-        stride_w: 1,
-        pad_h: 0,
-        pad_w: 0,
-        dilation_h: 1,
-        dilation_w: 1,
-        groups: 1,
-        dtype: DType::Fp16,
-    };
+    let base = Conv2d::new(64, 128, 56, 56, 1, 1);
     let c = match name {
         "conv_pointwise" => base,
         "conv_spatial" => Conv2d {

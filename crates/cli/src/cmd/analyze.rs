@@ -256,23 +256,7 @@ impl ConvShapeArgs {
                     );
                 };
                 let (kh, kw) = pair(k, "--kernel")?;
-                Conv2d {
-                    batch: 1,
-                    in_channels: cin,
-                    height: h,
-                    width: w,
-                    out_channels: cout,
-                    kernel_h: kh,
-                    kernel_w: kw,
-                    stride_h: 1,
-                    stride_w: 1,
-                    pad_h: 0,
-                    pad_w: 0,
-                    dilation_h: 1,
-                    dilation_w: 1,
-                    groups: 1,
-                    dtype: DType::Fp16,
-                }
+                Conv2d::new(cin, cout, h, w, kh, kw)
             }
         };
         if self.preset.is_some() {
