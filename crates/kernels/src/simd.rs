@@ -24,6 +24,10 @@
 //! 1 ulp; special values, equal arguments and the cancellation band (result ≪ log term) are
 //! recomputed by the scalar kernels. f64 inputs always use the scalar (libm) kernels.
 
+// The polynomial and row helpers below serve the x86-64 vector paths; elsewhere the scalar
+// kernels run and they are unused by design.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 #[cfg(target_arch = "x86_64")]
 use std::sync::OnceLock;
 
@@ -789,9 +793,13 @@ pub(crate) fn logsumexp_f32(x: &[f32], cols: usize, out: &mut [f32]) -> bool {
     false
 }
 
+/// SiLU in f64: in f32, e^−g overflows below g ≈ −88.7 and the result flushed to −0 where
+/// the exact value g·e^g is still a normal f32 (down to g ≈ −91.8, where g + ln|g| = −87.3);
+/// f64's exponential holds it (the aarch64 run under qemu, tools/aarch64_qemu.sh, found it).
 #[inline(always)]
 fn silu_scalar(g: f32) -> f32 {
-    g / (1.0 + (-g).exp())
+    let x = g as f64;
+    (x / (1.0 + (-x).exp())) as f32
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -9,7 +9,9 @@ use super::program::{exec_err, Buf, State};
 #[cfg(target_arch = "x86_64")]
 use super::tile;
 use crate::error::Result;
-use crate::fusion::{Kernel, KernelKind};
+use crate::fusion::Kernel;
+#[cfg(any(target_arch = "x86_64", test))]
+use crate::fusion::KernelKind;
 use crate::ir::{Op, TypedGraph};
 use rayon::prelude::*;
 use std::collections::HashMap;
