@@ -65,14 +65,10 @@ fn layout(g: &ConvShape) -> Layout {
     let across =
         threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
     let workers = if across { threads.min(tasks) } else { 1 };
-    // Unit-stride convolutions gather from a zero-padded copy of the input planes (no
-    // bounds tests or fills in the copy loop).
+    // The column matrix is gathered from a zero-padded copy of the input planes (no bounds
+    // tests or fills in the gather loop).
     let (hp, wp) = padded_dims(g);
-    let padded = if g.stride == [1, 1] && !direct {
-        cg * hp * wp
-    } else {
-        0
-    };
+    let padded = if !direct { cg * hp * wp } else { 0 };
     let need = if direct { 0 } else { crs * pq + padded };
     Layout {
         direct,
@@ -144,11 +140,7 @@ pub(crate) fn conv2d(
             xin
         } else {
             let (cols, pad) = scratch[..crs * pq + padded].split_at_mut(crs * pq);
-            if padded > 0 {
-                im2col_unit_stride(g, xin, cg, cols, pad);
-            } else {
-                im2col(g, xin, cols);
-            }
+            im2col_padded(g, xin, cg, cols, pad);
             &scratch[..crs * pq]
         };
         let accum = match bias {
@@ -189,17 +181,28 @@ pub(crate) fn conv2d(
     Ok(())
 }
 
-/// Rows and columns of the zero-padded planes a unit-stride convolution reads: every output
-/// row `p` and tap `r` read padded row `p + r·dil` (input row `p + r·dil − pad_top`).
+/// Rows and columns of the zero-padded planes a convolution reads: output row `p` and tap `r`
+/// read padded row `p·stride + r·dil` (input row `p·stride + r·dil − pad_top`), so the last
+/// one read is `(P − 1)·stride + (R − 1)·dil`.
 fn padded_dims(g: &ConvShape) -> (usize, usize) {
-    (g.p + (g.r - 1) * g.dil[0], g.q + (g.s - 1) * g.dil[1])
+    if g.p == 0 || g.q == 0 || g.r == 0 || g.s == 0 {
+        return (0, 0); // an empty output reads nothing
+    }
+    (
+        (g.p - 1) * g.stride[0] + (g.r - 1) * g.dil[0] + 1,
+        (g.q - 1) * g.stride[1] + (g.s - 1) * g.dil[1] + 1,
+    )
 }
 
-/// [`im2col`] for stride 1: the input planes are first copied into zero-padded planes
-/// (`pad`, [`padded_dims`]), so each column row is `P` plain copies of `Q` values, in
-/// 8-value blocks the compiler keeps in registers (a 16-channel 16×16 convolution has
-/// 2,304 such runs; as `memcpy` calls with bounds tests they cost more than its GEMM).
-fn im2col_unit_stride(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], pad: &mut [f32]) {
+/// The column matrix of one image and group: row `(ci, rr, ss)` holds, for every output
+/// position `(p, q)`, the input value under kernel tap `(rr, ss)` of channel `ci`, or 0 in
+/// the padding. The input planes are first copied into zero-padded planes (`pad`,
+/// [`padded_dims`]), so each column row is `P` runs of `Q` values with no bounds tests:
+/// plain copies in 8-value blocks the compiler keeps in registers at unit stride (a
+/// 16-channel 16×16 convolution has 2,304 such runs; as `memcpy` calls with bounds tests they
+/// cost more than its GEMM), a strided gather otherwise. Rows are filled in parallel when
+/// there are many.
+fn im2col_padded(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], pad: &mut [f32]) {
     let (hp, wp) = padded_dims(g);
     pad.fill(0.0);
     for ci in 0..cg {
@@ -223,60 +226,22 @@ fn im2col_unit_stride(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], p
         let rr = (row / g.s) % g.r;
         let ss = row % g.s;
         let src = &pad[ci * hp * wp..][..hp * wp];
+        let sw = g.stride[1];
         for op in 0..g.p {
-            let s0 = (op + rr * g.dil[0]) * wp + ss * g.dil[1];
-            let (dst, run) = (&mut d[op * q..][..q], &src[s0..][..q]);
-            let mut k = 0;
-            while k + 8 <= q {
-                dst[k..k + 8].copy_from_slice(&run[k..k + 8]);
-                k += 8;
-            }
-            dst[k..].copy_from_slice(&run[k..]);
-        }
-    };
-    if cols.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
-        cols.par_chunks_mut(pq).enumerate().for_each(fill);
-    } else {
-        cols.chunks_mut(pq).enumerate().for_each(fill);
-    }
-}
-
-/// The column matrix of one image and group: row `(ci, rr, ss)` holds, for every output
-/// position `(p, q)`, the input value under kernel tap `(rr, ss)` of channel `ci`, or 0 in
-/// the padding. Rows are filled in parallel when there are many.
-fn im2col(g: &ConvShape, xin: &[f32], cols: &mut [f32]) {
-    let pq = g.p * g.q;
-    let (h, w) = (g.h as isize, g.w as isize);
-    let fill = |(row, dst): (usize, &mut [f32])| {
-        let ci = row / (g.r * g.s);
-        let rr = (row / g.s) % g.r;
-        let ss = row % g.s;
-        let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
-        for op in 0..g.p {
-            let ih = (op * g.stride[0] + rr * g.dil[0]) as isize - g.pad[0] as isize;
-            let d = &mut dst[op * g.q..][..g.q];
-            if ih < 0 || ih >= h {
-                d.fill(0.0);
-                continue;
-            }
-            let src = &plane[ih as usize * g.w..][..g.w];
-            let off = (ss * g.dil[1]) as isize - g.pad[1] as isize;
-            if g.stride[1] == 1 {
-                // Contiguous: zeros, the copied run, zeros.
-                let lo = (-off).clamp(0, g.q as isize) as usize;
-                let hi = (w - off).clamp(lo as isize, g.q as isize) as usize;
-                d[..lo].fill(0.0);
-                let start = (lo as isize + off) as usize;
-                d[lo..hi].copy_from_slice(&src[start..start + (hi - lo)]);
-                d[hi..].fill(0.0);
+            let s0 = (op * g.stride[0] + rr * g.dil[0]) * wp + ss * g.dil[1];
+            let dst = &mut d[op * q..][..q];
+            if sw == 1 {
+                let run = &src[s0..][..q];
+                let mut k = 0;
+                while k + 8 <= q {
+                    dst[k..k + 8].copy_from_slice(&run[k..k + 8]);
+                    k += 8;
+                }
+                dst[k..].copy_from_slice(&run[k..]);
             } else {
-                for (oq, v) in d.iter_mut().enumerate() {
-                    let iw = (oq * g.stride[1]) as isize + off;
-                    *v = if iw < 0 || iw >= w {
-                        0.0
-                    } else {
-                        src[iw as usize]
-                    };
+                let run = &src[s0..][..(q - 1) * sw + 1];
+                for (k, v) in dst.iter_mut().enumerate() {
+                    *v = run[k * sw];
                 }
             }
         }
