@@ -77,6 +77,9 @@ pub struct Program {
     pub kernels: Vec<Kernel>,
     /// Fusion decisions (empty for the unfused program).
     pub decisions: Vec<Decision>,
+    /// What the executor derives from the kernels once and reuses run after run (each
+    /// blocked kernel's node plan); filled on the first run.
+    pub(crate) exec_memo: crate::exec::ExecMemo,
 }
 
 /// The original graph unfused, and the rewritten graph fused, with every decision.
@@ -136,6 +139,7 @@ impl Program {
             graph: tg,
             kernels,
             decisions: vec![],
+            exec_memo: Default::default(),
         }
     }
 
@@ -306,6 +310,7 @@ impl Program {
             graph: tg,
             kernels,
             decisions: dec,
+            exec_memo: Default::default(),
         }
     }
 

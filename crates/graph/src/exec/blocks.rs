@@ -59,6 +59,7 @@ pub(crate) enum Bind {
     Direct(usize),
 }
 
+#[derive(Clone)]
 pub(crate) struct NodePlan {
     pub(crate) node: usize,
     pub(crate) per_row: bool,
@@ -177,9 +178,22 @@ struct Scratch {
     tmp: Vec<Vec<f32>>,
 }
 
-pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
+/// A kernel's node plans as the program's memo holds them: for the node list they were made
+/// for (a kernel whose nodes changed since is planned again).
+pub(crate) type MemoPlans = (Vec<usize>, Vec<NodePlan>);
+
+/// [`run_blocks`] with the kernel's plans from the program's memo when they were made for
+/// these nodes (planning every run cost 3 % of a small block's run in allocations).
+pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -> Result<()> {
     let tg = st.tg;
-    let plans = plan_nodes(tg, k)?;
+    let planned;
+    let plans: &[NodePlan] = match memo {
+        Some((nodes, plans)) if *nodes == k.nodes => plans,
+        _ => {
+            planned = plan_nodes(tg, k)?;
+            &planned
+        }
+    };
     let rows = k.rows as usize;
     let cols = (k.cols as usize).max(1);
     let rows_per_block = (block_elems() / cols).max(1);
@@ -249,7 +263,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
     let bufs = &st.bufs;
     #[cfg(target_arch = "x86_64")]
     if matches!(k.kind, KernelKind::Elementwise) && tile::available() {
-        if let Some(prog) = tile::compile(tg, bufs, &plans, k)? {
+        if let Some(prog) = tile::compile(tg, bufs, plans, k)? {
             tile::run(&prog, &ptrs)?;
             drop(prog);
             for (t, v) in k.outputs.iter().zip(outs) {
@@ -263,7 +277,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel) -> Result<()> {
     let work = |s: &mut Scratch, b: usize| -> Result<()> {
         let r0 = b * rows_per_block;
         let r1 = (r0 + rows_per_block).min(rows);
-        eval_block(tg, bufs, &plans, &pre, s, r0, r1, cols, &ptrs)
+        eval_block(tg, bufs, plans, &pre, s, r0, r1, cols, &ptrs)
     };
     let init = || Scratch {
         vals: vec![Vec::with_capacity(cap); plans.iter().map(|p| p.slot + 1).max().unwrap_or(1)],

@@ -38,6 +38,38 @@ pub use inputs::{fill_inputs, random_values};
 pub use pool::{available_memory_bytes, Pool, MAX_EXEC_ELEMENTS};
 
 use crate::error::Result;
+
+/// What the executor derives from a program's kernels once and keeps in the program
+/// ([`Program`]'s memo): each blocked kernel's node plan, by kernel index, made on the first
+/// run. Cloning a program clones what it holds (still valid: it depends only on the program).
+#[derive(Default, Clone)]
+pub struct ExecMemo(std::sync::OnceLock<Vec<Option<blocks::MemoPlans>>>);
+
+impl std::fmt::Debug for ExecMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExecMemo")
+    }
+}
+
+impl ExecMemo {
+    /// The plans of `p`'s blocked kernels (None where planning fails: that kernel plans again
+    /// when it runs, and reports the error there).
+    pub(crate) fn plans(&self, p: &Program) -> &[Option<blocks::MemoPlans>] {
+        self.0.get_or_init(|| {
+            p.kernels
+                .iter()
+                .map(|k| match k.kind {
+                    crate::fusion::KernelKind::Elementwise
+                    | crate::fusion::KernelKind::Row
+                    | crate::fusion::KernelKind::Matmul => {
+                        plan_nodes(&p.graph, k).ok().map(|pl| (k.nodes.clone(), pl))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+}
 use crate::fusion::Program;
 use program::{run_program_checked, State};
 use std::collections::HashMap;

@@ -164,6 +164,7 @@ fn run_program<'a>(
             _ => {}
         }
     }
+    let memo = p.exec_memo.plans(p);
     let mut kernel_ns = Vec::with_capacity(p.kernels.len());
     let mut tk = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
@@ -182,7 +183,7 @@ fn run_program<'a>(
         }
         match jit.and_then(|j| j.kernels[ki].as_ref()) {
             Some(jk) => run_jit(st, k, jk)?,
-            None => run_kernel(st, k)?,
+            None => run_kernel(st, k, memo.get(ki).and_then(Option::as_ref))?,
         }
         let now = std::time::Instant::now();
         kernel_ns.push((now - tk).as_nanos() as u64);
@@ -208,10 +209,10 @@ fn run_program<'a>(
     })
 }
 
-fn run_kernel(st: &mut State, k: &Kernel) -> Result<()> {
+fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
     let tg = st.tg;
     match k.kind {
-        KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k),
+        KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k, memo),
         KernelKind::Reduction => {
             let n = k.nodes[0];
             let x = tg.node_inputs[n][0];
