@@ -279,20 +279,30 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -
         let r1 = (r0 + rows_per_block).min(rows);
         eval_block(tg, bufs, plans, &pre, s, r0, r1, cols, &ptrs)
     };
-    let init = || Scratch {
-        vals: vec![Vec::with_capacity(cap); plans.iter().map(|p| p.slot + 1).max().unwrap_or(1)],
-        tmp: vec![Vec::with_capacity(cap); max_in.max(1)],
-    };
+    let nslots = plans.iter().map(|p| p.slot + 1).max().unwrap_or(1);
+    let ntmp = max_in.max(1);
     if rows.saturating_mul(cols) >= 1 << 16 && nblocks > 1 {
+        let init = || Scratch {
+            vals: (0..nslots).map(|_| Vec::with_capacity(cap)).collect(),
+            tmp: (0..ntmp).map(|_| Vec::with_capacity(cap)).collect(),
+        };
         (0..nblocks)
             .into_par_iter()
             .with_min_len(16)
             .try_for_each_init(init, work)?;
     } else {
-        let mut s = init();
-        for b in 0..nblocks {
-            work(&mut s, b)?;
+        // On this thread: the scratch vectors come from the pool and go back to it, so a
+        // run of small kernels allocates none after the first run.
+        let pool = &mut st.pool;
+        let mut s = Scratch {
+            vals: (0..nslots).map(|_| pool.scratch(cap)).collect(),
+            tmp: (0..ntmp).map(|_| pool.scratch(cap)).collect(),
+        };
+        let r = (0..nblocks).try_for_each(|b| work(&mut s, b));
+        for v in s.vals.into_iter().chain(s.tmp) {
+            pool.keep_scratch(v);
         }
+        r?;
     }
     finish(st, outs, pre);
     Ok(())

@@ -88,9 +88,31 @@ pub fn available_memory_bytes() -> Option<u64> {
 #[derive(Debug, Default)]
 pub struct Pool {
     free: HashMap<usize, Vec<Vec<f32>>>,
+    /// Scratch vectors of the block evaluator (empty, with capacity), kept between kernels
+    /// and runs instead of allocated for each kernel.
+    spare: Vec<Vec<f32>>,
 }
 
+/// Scratch vectors a pool keeps at most.
+const MAX_SPARE: usize = 64;
+
 impl Pool {
+    /// An empty scratch vector with room for `cap` values (one kept from earlier when there
+    /// is one).
+    pub(super) fn scratch(&mut self, cap: usize) -> Vec<f32> {
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.clear();
+        v.reserve(cap);
+        v
+    }
+
+    /// Keep a scratch vector for a later [`Pool::scratch`].
+    pub(super) fn keep_scratch(&mut self, v: Vec<f32>) {
+        if self.spare.len() < MAX_SPARE && v.capacity() > 0 {
+            self.spare.push(v);
+        }
+    }
+
     /// A buffer of exactly `n` elements (contents unspecified); an allocation the machine
     /// cannot satisfy is an error, not an abort.
     pub(super) fn take(&mut self, n: usize) -> Result<Vec<f32>> {
