@@ -123,6 +123,41 @@ fn numel(s: &[usize]) -> u64 {
     s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
 
+/// The elementwise epilogue of a matmul kernel as a kernel of its own: every node after the
+/// kernel's one MatMul, over the product's shape, reading the product from memory (bias,
+/// activation, residual, scale). Its outputs are the kernel's outputs other than the product.
+/// `None` unless the kernel is one MatMul followed by at least one unary or binary node of
+/// the product's shape.
+pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
+    if k.kind != KernelKind::Matmul {
+        return None;
+    }
+    let (&first, rest) = k.nodes.split_first()?;
+    if !matches!(tg.nodes[first].op, Op::MatMul) || rest.is_empty() {
+        return None;
+    }
+    let prod = tg.node_outputs[first][0];
+    let shape = &tg.tensors[prod].shape;
+    for &n in rest {
+        let op = &tg.nodes[n].op;
+        if !(op.is_unary() || op.is_binary()) || tg.tensors[tg.node_outputs[n][0]].shape != *shape {
+            return None;
+        }
+    }
+    let mut inputs: Vec<usize> = k.inputs.clone();
+    inputs.push(prod);
+    Some(Kernel {
+        name: k.name.clone(),
+        kind: KernelKind::Elementwise,
+        nodes: rest.to_vec(),
+        rows: tg.tensors[prod].numel,
+        cols: 1,
+        inputs,
+        outputs: k.outputs.iter().copied().filter(|&t| t != prod).collect(),
+        pattern: k.pattern.clone(),
+    })
+}
+
 impl Program {
     /// Every non-source, non-view node as its own kernel.
     pub fn unfused(tg: TypedGraph) -> Program {

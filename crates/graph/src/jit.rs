@@ -1,4 +1,6 @@
-//! The JIT: renders a program's elementwise and row kernels to C ([`crate::codegen::c`]),
+//! The JIT: renders a program's elementwise and row kernels, and the elementwise epilogue of
+//! each matmul kernel ([`crate::fusion::matmul_epilogue`]: bias, activation, residual over
+//! the product faer computes), to C ([`crate::codegen::c`]),
 //! compiles them with the system C compiler into one shared object, loads it with
 //! `libloading`, and caches the object by a SHA-256 of the source, the compiler's identity
 //! and the flags. The executor ([`crate::exec::execute_with`]) runs compiled kernels in
@@ -13,9 +15,10 @@
 //! under a temporary name and renamed, and a loaded entry must return its own key from
 //! `tf_key()`, so a corrupt or foreign file is rebuilt, never run. A folder that cannot be
 //! written falls back to a fresh temporary folder (said in [`Jit::notes`]).
-//! Left out: matmul and opaque kernels (interpreted), cross-compilation, Windows.
+//! Left out: the matrix products themselves (faer) and opaque kernels (interpreted), Windows;
+//! a cross compiler needs `TENSORFORGE_JIT_MARCH` ([`cflags`]).
 
-use crate::codegen::c::{render_program, CKernel, CProgram};
+use crate::codegen::c::{render_program_with, CKernel, CProgram};
 use crate::fusion::Program;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -490,7 +493,7 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
     let t0 = Instant::now();
     let cc = compiler();
     let id = compiler_id()?;
-    let cp: CProgram = render_program(p);
+    let cp: CProgram = render_program_with(p, true);
     let skipped = cp
         .skipped
         .iter()
@@ -831,6 +834,62 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
                 for ((&p, &q), &g) in a.iter().zip(b.iter()).zip(&y) {
                     check(f.name(), g, f.eval(p, q), format!("{p:e}, {q:e}"));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_matmul_epilogue_is_compiled_and_agrees_with_the_interpreter() {
+        // y = ReLU(x·w + b) + r: one matmul kernel; its bias, activation and residual run as
+        // compiled code over the product faer computes, the product itself never stored.
+        let g = crate::ir::Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[5,8],"dtype":"fp32"}},
+          {"name":"w","op":"Input","attrs":{"shape":[8,12],"dtype":"fp32"}},
+          {"name":"b","op":"Input","attrs":{"shape":[12],"dtype":"fp32"}},
+          {"name":"r","op":"Input","attrs":{"shape":[5,12],"dtype":"fp32"}},
+          {"name":"p","op":"MatMul","inputs":["x","w"]},
+          {"name":"z","op":"Add","inputs":["p","b"]},
+          {"name":"a","op":"ReLU","inputs":["z"]},
+          {"name":"y","op":"Add","inputs":["a","r"]}]}"#,
+        )
+        .unwrap();
+        let c = crate::fusion::compile(&g).unwrap();
+        let mk = c
+            .fused
+            .kernels
+            .iter()
+            .position(|k| k.kind == crate::fusion::KernelKind::Matmul)
+            .expect("a matmul kernel");
+        assert_eq!(
+            c.fused.kernels[mk].nodes.len(),
+            4,
+            "matmul with three epilogue nodes"
+        );
+        let j = compile(&c.fused).unwrap();
+        assert!(
+            j.kernels[mk].is_some(),
+            "the epilogue was compiled: {:?}",
+            j.skipped
+        );
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&c.fused.graph, &mut ins, 7).unwrap();
+        let mut pool = crate::exec::Pool::default();
+        let with = crate::exec::execute_with(&c.fused, &ins, &mut pool, Some(&j)).unwrap();
+        let without = crate::exec::execute_with(&c.fused, &ins, &mut pool, None).unwrap();
+        let (a, b) = (&with.outputs[0].2, &without.outputs[0].2);
+        assert_eq!(a.len(), 60);
+        // Same product, same f32 operations in the same order: equal to the last bit.
+        assert_eq!(a, b);
+        // And against the definition, in f64.
+        let v = |n: &str| &ins[n];
+        for i in 0..5 {
+            for jj in 0..12 {
+                let dot: f64 = (0..8)
+                    .map(|k| v("x")[i * 8 + k] as f64 * v("w")[k * 12 + jj] as f64)
+                    .sum();
+                let want = (dot + v("b")[jj] as f64).max(0.0) + v("r")[i * 12 + jj] as f64;
+                assert!((a[i * 12 + jj] as f64 - want).abs() < 1e-5, "{i},{jj}");
             }
         }
     }

@@ -123,6 +123,8 @@ struct Bound {
     /// Below every parallel threshold of the executor (no tensor of 2^16 elements, under
     /// [`SMALL_FLOPS`] operations): runs on the caller's thread, never handed to the pool.
     small: bool,
+    /// Whether the first run has chosen, per kernel, the faster of compiled and interpreted.
+    tuned: bool,
 }
 
 /// Operations under which a bound program counts as small (the executor's smallest
@@ -308,6 +310,7 @@ impl Session {
             pool: Pool::default(),
             integer,
             small,
+            tuned: false,
         })
     }
 
@@ -375,6 +378,24 @@ impl Session {
             to_f32(f, v)?;
         }
         let b = &mut *b;
+        // The first run of a shape keeps, per kernel, the faster of the compiled and the
+        // interpreted code on these very inputs (`exec::keep_faster`: three timed runs of
+        // each), as `tensorforge run --bench` does: a compiled kernel can lose to the
+        // interpreter's hand-vectorized one (a GELU-erf epilogue, 10 µs against 7).
+        if !b.tuned {
+            b.tuned = true;
+            if let Some(j) = b.jit.as_mut() {
+                let (program, values) = (&b.program, &b.values);
+                let mut tune = || crate::exec::keep_faster(program, values, j, 3);
+                let notes = match &self.pool {
+                    Some(p) => p.install(tune)?,
+                    None => tune()?,
+                };
+                if let Ok(mut n) = self.notes.lock() {
+                    n.extend(notes);
+                }
+            }
+        }
         // Handing a run to a pool costs a thread wake-up (tens of µs on a busy machine), more
         // than a small program's whole run: those run on the caller's thread, where none of
         // their ops reaches a parallel loop.

@@ -38,6 +38,9 @@ pub struct CKernel {
     pub elems: usize,
     /// Tensor ids in the order of the `in` argument.
     pub inputs: Vec<usize>,
+    /// Tensor ids in the order of the `out` argument (the kernel's outputs; for a matmul
+    /// kernel's compiled epilogue, those besides the product).
+    pub outputs: Vec<usize>,
     /// Floats of scratch one thread needs.
     pub scratch_floats: usize,
     /// The function's source (without the prelude).
@@ -119,9 +122,22 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
 
 /// Render every kernel of `p` that has a C form.
 pub fn render_program(p: &Program) -> CProgram {
+    render_program_with(p, false)
+}
+
+/// [`render_program`]; with `epilogues`, a matmul kernel's elementwise epilogue is rendered
+/// too, as a kernel that reads the product from memory
+/// ([`crate::fusion::matmul_epilogue`]): the JIT runs the product with faer and the
+/// epilogue compiled.
+pub fn render_program_with(p: &Program, epilogues: bool) -> CProgram {
     let mut out = CProgram::default();
     for (i, k) in p.kernels.iter().enumerate() {
-        match render_kernel(&p.graph, k, i) {
+        let epi = if epilogues {
+            crate::fusion::matmul_epilogue(&p.graph, k)
+        } else {
+            None
+        };
+        match render_kernel(&p.graph, epi.as_ref().unwrap_or(k), i) {
             Ok(c) => out.kernels.push(c),
             Err(why) => out.skipped.push((i, why)),
         }
@@ -489,6 +505,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         cols,
         elems,
         inputs,
+        outputs: k.outputs.clone(),
         scratch_floats,
         source,
     })

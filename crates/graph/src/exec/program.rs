@@ -182,6 +182,7 @@ fn run_program<'a>(
             }
         }
         match jit.and_then(|j| j.kernels[ki].as_ref()) {
+            Some(jk) if k.kind == KernelKind::Matmul => run_matmul_jit(st, k, jk)?,
             Some(jk) => run_jit(st, k, jk)?,
             None => run_kernel(st, k, memo.get(ki).and_then(Option::as_ref))?,
         }
@@ -601,7 +602,7 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
         }
         ins.push(b.as_ptr());
     }
-    let mut outs: Vec<Vec<f32>> = k
+    let mut outs: Vec<Vec<f32>> = m
         .outputs
         .iter()
         .map(|&t| st.pool.take(tg.tensors[t].numel as usize))
@@ -635,10 +636,43 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
     }
     drop(ins);
     drop(optrs);
-    for (t, v) in k.outputs.iter().zip(outs) {
+    for (t, v) in m.outputs.iter().zip(outs) {
         st.bufs[*t] = Some(v.into());
     }
     Ok(())
+}
+
+/// A matmul kernel whose elementwise epilogue the JIT compiled
+/// ([`crate::fusion::matmul_epilogue`]): the product with faer into a pooled buffer (kept as
+/// the product's value when the kernel stores it, else returned to the pool), then the
+/// compiled epilogue over it.
+fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
+    let tg = st.tg;
+    let n = k.nodes[0];
+    let prod = tg.node_outputs[n][0];
+    let mut c = st.pool.take(tg.tensors[prod].numel as usize)?;
+    {
+        let operand = |j: usize| {
+            let t = tg.node_inputs[n][j];
+            crate::gemm::operand(tg, &st.bufs, t).ok_or_else(|| {
+                exec_err(
+                    tg,
+                    n,
+                    format!("operand `{}` is not available", tg.tensors[t].name),
+                )
+            })
+        };
+        crate::gemm::matmul_into(operand(0)?, operand(1)?, &mut c)
+            .map_err(|e| exec_err(tg, n, e))?;
+    }
+    st.bufs[prod] = Some(Buf::Owned(c));
+    let r = run_jit(st, k, jk);
+    if !k.outputs.contains(&prod) {
+        if let Some(Buf::Owned(v)) = st.bufs[prod].take() {
+            st.pool.put(v);
+        }
+    }
+    r
 }
 
 /// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
