@@ -178,6 +178,27 @@ struct Scratch {
     tmp: Vec<Vec<f32>>,
 }
 
+/// MatMul node `n`'s product, computed with faer from its operands' buffers into `c` (an
+/// operand that is a transpose of a stored tensor's last two axes is read in place).
+pub(super) fn product_into(
+    tg: &TypedGraph,
+    bufs: &[Option<Buf<'_>>],
+    n: usize,
+    c: &mut [f32],
+) -> Result<()> {
+    let operand = |j: usize| {
+        let t = tg.node_inputs[n][j];
+        crate::gemm::operand(tg, bufs, t).ok_or_else(|| {
+            exec_err(
+                tg,
+                n,
+                format!("operand `{}` is not available", tg.tensors[t].name),
+            )
+        })
+    };
+    crate::gemm::matmul_into(operand(0)?, operand(1)?, c).map_err(|e| exec_err(tg, n, e))
+}
+
 /// A kernel's node plans as the program's memo holds them: for the node list they were made
 /// for (a kernel whose nodes changed since is planned again).
 pub(crate) type MemoPlans = (Vec<usize>, Vec<NodePlan>);
@@ -218,18 +239,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -
                 .pool
                 .take(tg.tensors[tg.node_outputs[n][0]].numel as usize)?,
         };
-        let operand = |j: usize| {
-            let t = tg.node_inputs[n][j];
-            crate::gemm::operand(tg, &st.bufs, t).ok_or_else(|| {
-                exec_err(
-                    tg,
-                    n,
-                    format!("operand `{}` is not available", tg.tensors[t].name),
-                )
-            })
-        };
-        crate::gemm::matmul_into(operand(0)?, operand(1)?, &mut c)
-            .map_err(|e| exec_err(tg, n, e))?;
+        product_into(tg, &st.bufs, n, &mut c)?;
         pre[pi] = Some(c);
     }
     let finish = |st: &mut State, outs: Vec<Vec<f32>>, pre: Vec<Option<Vec<f32>>>| {

@@ -651,20 +651,7 @@ fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Res
     let n = k.nodes[0];
     let prod = tg.node_outputs[n][0];
     let mut c = st.pool.take(tg.tensors[prod].numel as usize)?;
-    {
-        let operand = |j: usize| {
-            let t = tg.node_inputs[n][j];
-            crate::gemm::operand(tg, &st.bufs, t).ok_or_else(|| {
-                exec_err(
-                    tg,
-                    n,
-                    format!("operand `{}` is not available", tg.tensors[t].name),
-                )
-            })
-        };
-        crate::gemm::matmul_into(operand(0)?, operand(1)?, &mut c)
-            .map_err(|e| exec_err(tg, n, e))?;
-    }
+    super::blocks::product_into(tg, &st.bufs, n, &mut c)?;
     st.bufs[prod] = Some(Buf::Owned(c));
     let r = run_jit(st, k, jk);
     if !k.outputs.contains(&prod) {
