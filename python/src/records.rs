@@ -24,6 +24,21 @@ fn records_of(json: &str, what: &str) -> PyResult<Vec<Record>> {
         .map_err(|e| value_err(format!("{what}: not a list of TensorForge records: {e}")))
 }
 
+/// The baseline and candidate records, the policy and the day a gate judges them by.
+fn gate_inputs(
+    baseline_json: &str,
+    candidate_json: &str,
+    policy: Option<&str>,
+    today: Option<&str>,
+) -> PyResult<(Vec<Record>, Vec<Record>, Policy, Date)> {
+    Ok((
+        records_of(baseline_json, "baseline")?,
+        records_of(candidate_json, "candidate")?,
+        policy_of(policy)?,
+        today_of(today)?,
+    ))
+}
+
 fn store_path(location: Option<&str>) -> PathBuf {
     location
         .map(PathBuf::from)
@@ -131,9 +146,8 @@ fn _gate(
     today: Option<&str>,
 ) -> PyResult<String> {
     guard(|| {
-        let b = records_of(baseline_json, "baseline")?;
-        let c = records_of(candidate_json, "candidate")?;
-        to_json(&gate(&policy_of(policy)?, &b, &c, today_of(today)?))
+        let (b, c, p, d) = gate_inputs(baseline_json, candidate_json, policy, today)?;
+        to_json(&gate(&p, &b, &c, d))
     })
 }
 
@@ -148,9 +162,8 @@ fn _report(
     today: Option<&str>,
 ) -> PyResult<String> {
     guard(|| {
-        let b = records_of(baseline_json, "baseline")?;
-        let c = records_of(candidate_json, "candidate")?;
-        let g = gate(&policy_of(policy)?, &b, &c, today_of(today)?);
+        let (b, c, p, d) = gate_inputs(baseline_json, candidate_json, policy, today)?;
+        let g = gate(&p, &b, &c, d);
         let r = Report::new(g, &b, &c, None);
         match format {
             "markdown" | "md" => Ok(render_markdown(&r)),
