@@ -8,6 +8,7 @@
    objects); beside it onnxruntime's Python overhead, its ``sess.run`` minus the ``model_run``
    duration its own profiler records for the same runs.
 3. Import time: a fresh interpreter running ``import tensorforge`` minus one running ``pass``.
+4. The ResNet fixture through ``Session`` with the global pool and with ``threads=1``.
 
 Each round alternates the two sides; every figure is the per-call median of its round, and
 the report gives min / median / max over rounds. Usage:
@@ -105,6 +106,22 @@ def session_overhead(rounds):
     return tf_total, tf_over, ort_total, ort_over
 
 
+def session_threads(rounds):
+    """The ResNet fixture from Python with the global pool (`threads=None`) and with a pool of
+    one thread: what handing each run to the session's own pool costs."""
+    import glob
+
+    d = ROOT / "examples/onnx/resnet_ts"
+    feed = {pathlib.Path(p).stem: np.load(p) for p in glob.glob(str(d / "inputs/*.npy"))}
+    sessions = {t: tf.Session(str(d / "model.onnx"), threads=t) for t in (None, 1)}
+    out = {None: [], 1: []}
+    for _ in range(rounds):
+        for t, s in sessions.items():
+            s.run(None, feed)
+            out[t].append(per_call_ns(lambda: s.run(None, feed), 300) / 1000)
+    return out[None], out[1]
+
+
 def import_ms(rounds):
     def once(code):
         t0 = time.perf_counter_ns()
@@ -133,6 +150,8 @@ def main():
     print(f"tiny_mlp InferenceSession.run, onnxruntime: {spread(ot)} µs per call; overhead over its profiled model_run {spread(oo)} µs")
     ratio = [b / max(x, 1e-9) for x, b in zip(to, oo)]
     print(f"  onnxruntime overhead / tensorforge overhead: {spread(ratio)} (target > 1)")
+    none, one = session_threads(a.rounds)
+    print(f"resnet_ts Session.run, threads=None: {spread(none)} µs; threads=1: {spread(one)} µs")
     im = import_ms(a.rounds)
     print(f"import tensorforge (fresh interpreter, minus `pass`): {spread(im)} ms (target < 100)")
 

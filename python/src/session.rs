@@ -52,7 +52,7 @@ impl NodeArg {
                     Ok(o) => o.into_any(),
                     Err(e) => match e {},
                 },
-                Dim::Unknown(_) => py.None().into_bound(py),
+                Dim::Unknown => py.None().into_bound(py),
             })
             .collect();
         PyList::new(py, items)
@@ -76,7 +76,7 @@ impl NodeArg {
             .map(|d| match d {
                 Dim::Fixed(n) => n.to_string(),
                 Dim::Symbol(s) => format!("{s:?}"),
-                Dim::Unknown(_) => "None".into(),
+                Dim::Unknown => "None".into(),
             })
             .collect();
         format!(

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tensorforge_kernels::call::{DataRef, TensorRef};
+use tensorforge_kernels::call::TensorRef;
 use tensorforge_kernels::npy::NpyData;
 
 /// One dim of a declared input or output.
@@ -35,8 +35,8 @@ pub enum Dim {
     Fixed(usize),
     /// A symbolic name (`batch`), bound at run time.
     Symbol(String),
-    /// Neither (bound by the input given).
-    Unknown(Option<()>),
+    /// Neither (bound by the input given); `null` in JSON.
+    Unknown,
 }
 
 /// A declared graph input or output.
@@ -82,10 +82,10 @@ fn io_spec(vi: &ValueInfoProto) -> IoSpec {
                         .iter()
                         .map(|d| match &d.value {
                             Some(DimValue::DimValue(v)) => {
-                                usize::try_from(*v).map_or(Dim::Unknown(None), Dim::Fixed)
+                                usize::try_from(*v).map_or(Dim::Unknown, Dim::Fixed)
                             }
                             Some(DimValue::DimParam(p)) if !p.is_empty() => Dim::Symbol(p.clone()),
-                            _ => Dim::Unknown(None),
+                            _ => Dim::Unknown,
                         })
                         .collect()
                 })
@@ -262,9 +262,15 @@ impl Session {
         self.bound.lock().map(|b| b.len()).unwrap_or(0)
     }
 
-    fn bind(&self, shapes: &HashMap<String, Vec<usize>>) -> Result<Bound> {
+    /// Import, fuse and compile the model for `shapes`, one per declared input, in order.
+    fn bind(&self, shapes: &[Vec<usize>]) -> Result<Bound> {
         let options = ImportOptions {
-            input_shapes: shapes.clone(),
+            input_shapes: self
+                .inputs
+                .iter()
+                .map(|i| i.name.clone())
+                .zip(shapes.iter().cloned())
+                .collect(),
             ..Default::default()
         };
         let imp = import_model_with(&self.model, &self.source, Some(&self.base), &options)?;
@@ -328,7 +334,6 @@ impl Session {
             }
         }
         let mut key = Vec::with_capacity(self.inputs.len());
-        let mut shapes = HashMap::new();
         let mut ordered = Vec::with_capacity(self.inputs.len());
         for i in &self.inputs {
             let f = feeds.iter().find(|f| f.name == i.name).ok_or_else(|| {
@@ -338,7 +343,6 @@ impl Session {
                 ))
             })?;
             key.push(f.shape.to_vec());
-            shapes.insert(i.name.clone(), f.shape.to_vec());
             ordered.push(*f);
         }
         let wanted: Vec<String> = match output_names {
@@ -364,7 +368,7 @@ impl Session {
             match cache.get(&key) {
                 Some(b) => Arc::clone(b),
                 None => {
-                    let b = Arc::new(Mutex::new(self.bind(&shapes)?));
+                    let b = Arc::new(Mutex::new(self.bind(&key)?));
                     cache.insert(key, Arc::clone(&b));
                     b
                 }
@@ -374,8 +378,14 @@ impl Session {
             .lock()
             .map_err(|_| arg("the session was poisoned by an earlier failure".into()))?;
         for f in &ordered {
-            let v = b.values.entry(f.name.to_string()).or_default();
-            to_f32(f, v)?;
+            match b.values.get_mut(f.name) {
+                Some(v) => to_f32(f, v)?,
+                None => {
+                    let mut v = Vec::new();
+                    to_f32(f, &mut v)?;
+                    b.values.insert(f.name.to_string(), v);
+                }
+            }
         }
         let b = &mut *b;
         // The first run of a shape keeps, per kernel, the faster of the compiled and the
@@ -404,11 +414,13 @@ impl Session {
             Some(p) if !b.small => p.install(exec)?,
             _ => exec()?,
         };
+        // The run's output vectors are handed over, not copied (one named twice is copied).
+        let mut produced = r.outputs;
         let mut outs = Vec::with_capacity(wanted.len());
-        for name in &wanted {
+        for (wi, name) in wanted.iter().enumerate() {
             let (_, shape, values) =
-                r.outputs
-                    .iter()
+                produced
+                    .iter_mut()
                     .find(|(n, _, _)| n == name)
                     .ok_or_else(|| {
                         arg(format!(
@@ -418,8 +430,10 @@ impl Session {
                     })?;
             let data = if b.integer.contains(name) {
                 NpyData::I64(values.iter().map(|&v| v as i64).collect())
-            } else {
+            } else if wanted[wi + 1..].contains(name) {
                 NpyData::F32(values.clone())
+            } else {
+                NpyData::F32(std::mem::take(values))
             };
             outs.push(Output {
                 name: name.clone(),
@@ -431,8 +445,8 @@ impl Session {
     }
 }
 
-/// Convert one input into the executor's f32 values, reusing `v`'s allocation. An integer
-/// beyond 2^24, which f32 cannot hold exactly, is an error naming the input.
+/// Convert one input into the executor's f32 values, reusing `v`'s allocation
+/// ([`crate::exec::to_executor_values`]); an integer beyond 2^24 is an error naming the input.
 fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
     let n = t.data.len();
     let expect: usize = t.shape.iter().product();
@@ -442,44 +456,18 @@ fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
             detail: format!("shape {:?} but {n} elements", t.shape),
         });
     }
-    v.clear();
-    v.try_reserve(n).map_err(|_| GraphError::Input {
+    crate::exec::to_executor_values(t.data, v).map_err(|x| GraphError::Input {
         tensor: t.name.to_string(),
-        detail: format!("cannot allocate {n} values"),
-    })?;
-    let exact = |x: i64| -> Result<f32> {
-        if x.unsigned_abs() > 1 << 24 {
-            return Err(GraphError::Input {
-                tensor: t.name.to_string(),
-                detail: format!(
-                    "value {x} is beyond 2^24, which the executor's f32 values cannot hold exactly"
-                ),
-            });
-        }
-        Ok(x as f32)
-    };
-    match t.data {
-        DataRef::F32(s) => v.extend_from_slice(s),
-        DataRef::F64(s) => v.extend(s.iter().map(|&x| x as f32)),
-        DataRef::U8(s) => v.extend(s.iter().map(|&x| x as f32)),
-        DataRef::I8(s) => v.extend(s.iter().map(|&x| x as f32)),
-        DataRef::I32(s) => {
-            for &x in s {
-                v.push(exact(x.into())?);
-            }
-        }
-        DataRef::I64(s) => {
-            for &x in s {
-                v.push(exact(x)?);
-            }
-        }
-    }
-    Ok(())
+        detail: format!(
+            "value {x} is beyond 2^24, which the executor's f32 values cannot hold exactly"
+        ),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tensorforge_kernels::call::DataRef;
 
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -518,6 +506,12 @@ mod tests {
         let a = s.run(&feed, None).unwrap();
         let b = s.run(&feed, None).unwrap();
         assert_eq!(a, b);
+        // An output named twice comes back twice, whole both times.
+        let y = s.outputs()[0].name.clone();
+        let twice = s.run(&feed, Some(&[y.clone(), y])).unwrap();
+        assert_eq!(twice.len(), 2);
+        assert_eq!(twice[0], a[0]);
+        assert_eq!(twice[1], a[0]);
         assert_eq!(s.bound_shapes(), 1);
         let bad = [TensorRef {
             name: "nope",

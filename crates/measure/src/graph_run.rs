@@ -230,31 +230,18 @@ pub fn read_inputs(dir: &str, g: &TypedGraph) -> Result<HashMap<String, Vec<f32>
                 format!("tensor `{}` is declared {:?} in the graph", t.name, t.shape),
             ));
         }
-        let exact = |x: i64| -> Result<f32> {
-            if x.unsigned_abs() > 1 << 24 {
-                return Err(MeasureError::invalid(
-                    &ps,
-                    "value",
-                    x,
-                    format!(
-                        "tensor `{}`: beyond 2^24, which the executor's f32 values cannot hold exactly",
-                        t.name
-                    ),
-                ));
-            }
-            Ok(x as f32)
-        };
-        let v: Vec<f32> = match a.data {
-            NpyData::F32(v) => v,
-            NpyData::F64(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::U8(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::I8(v) => v.into_iter().map(|x| x as f32).collect(),
-            NpyData::I32(v) => v
-                .into_iter()
-                .map(|x| exact(x.into()))
-                .collect::<Result<_>>()?,
-            NpyData::I64(v) => v.into_iter().map(exact).collect::<Result<_>>()?,
-        };
+        let mut v = Vec::new();
+        tensorforge_graph::exec::to_executor_values(a.data.view(), &mut v).map_err(|x| {
+            MeasureError::invalid(
+                &ps,
+                "value",
+                x,
+                format!(
+                    "tensor `{}`: beyond 2^24, which the executor's f32 values cannot hold exactly",
+                    t.name
+                ),
+            )
+        })?;
         m.insert(t.name.clone(), v);
     }
     Ok(m)

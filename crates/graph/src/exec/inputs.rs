@@ -8,6 +8,53 @@ use crate::error::{GraphError, Result};
 use crate::ir::{norm_axis, DType, Op, TypedGraph};
 use std::collections::HashMap;
 
+/// The largest integer magnitude an input may hold: every integer up to 2^24 is an exact f32.
+pub const MAX_EXACT_INT: u64 = 1 << 24;
+
+/// Convert one input's values to the executor's f32 into `out` (cleared first, its allocation
+/// reused): floats and 8-bit integers as they are, 32- and 64-bit integers only while exact.
+/// The error is the first integer beyond [`MAX_EXACT_INT`] in magnitude.
+///
+/// ```
+/// use tensorforge_kernels::call::DataRef;
+/// let mut v = vec![];
+/// tensorforge_graph::exec::to_executor_values(DataRef::I64(&[3, -7]), &mut v).unwrap();
+/// assert_eq!(v, [3.0, -7.0]);
+/// assert_eq!(tensorforge_graph::exec::to_executor_values(DataRef::I64(&[1 << 25]), &mut v), Err(1 << 25));
+/// ```
+pub fn to_executor_values(
+    data: tensorforge_kernels::call::DataRef<'_>,
+    out: &mut Vec<f32>,
+) -> std::result::Result<(), i64> {
+    use tensorforge_kernels::call::DataRef;
+    let exact = |x: i64| -> std::result::Result<f32, i64> {
+        if x.unsigned_abs() > MAX_EXACT_INT {
+            Err(x)
+        } else {
+            Ok(x as f32)
+        }
+    };
+    out.clear();
+    out.reserve(data.len());
+    match data {
+        DataRef::F32(s) => out.extend_from_slice(s),
+        DataRef::F64(s) => out.extend(s.iter().map(|&x| x as f32)),
+        DataRef::U8(s) => out.extend(s.iter().map(|&x| x as f32)),
+        DataRef::I8(s) => out.extend(s.iter().map(|&x| x as f32)),
+        DataRef::I32(s) => {
+            for &x in s {
+                out.push(exact(x.into())?);
+            }
+        }
+        DataRef::I64(s) => {
+            for &x in s {
+                out.push(exact(x)?);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Deterministic uniform values in [−1, 1) for inputs not supplied
 /// ([`tensorforge_core::rng::SplitMix64::f32_pm1_vec`]).
 pub fn random_values(n: usize, seed: u64) -> Vec<f32> {

@@ -34,7 +34,7 @@ mod tile;
 
 pub use blocks::BLOCK_ELEMS;
 pub(crate) use blocks::{plan_nodes, Bind, NodePlan};
-pub use inputs::{fill_inputs, random_values};
+pub use inputs::{fill_inputs, random_values, to_executor_values, MAX_EXACT_INT};
 pub use pool::{available_memory_bytes, Pool, MAX_EXEC_ELEMENTS};
 
 use crate::error::Result;
