@@ -2,7 +2,8 @@
 //! `logaddexp2`, `logsumexp`, `softmax`, `log_softmax`), saturating quantization with
 //! gemmlowp-exact integer requantization, verification sweeps that compare the stable kernels
 //! with naive ones, `.npy` encoding on byte buffers, a fused RMSNorm+SwiGLU, and explicit-width
-//! SIMD elementwise math over f32 slices ([`vmath`]: exp, log, tanh, erf, sigmoid, SiLU, GELU).
+//! SIMD elementwise math over f32 slices ([`vmath`]: exp, log, tanh, erf, sigmoid, SiLU, GELU),
+//! and a packed f32 GEMM with AVX2 and AVX-512 microkernels ([`sgemm`]).
 //! The crate performs no file I/O and never panics on user input; errors are [`KernelError`].
 //!
 //! ```
@@ -24,6 +25,7 @@ pub mod naive;
 pub mod npy;
 pub mod quant;
 pub mod reference;
+pub mod sgemm;
 pub mod simd;
 pub mod verify;
 pub mod vmath;

@@ -1,14 +1,22 @@
-//! 2-D convolution (NCHW, grouped, strided, dilated, zero-padded) on the CPU as GEMMs: for
-//! each image and group, the input patches are laid out as a `[C/g · R · S, P · Q]` column
-//! matrix (im2col; a 1×1 convolution with unit stride and no padding reads the input in
-//! place) and multiplied by the group's `[K/g, C/g · R · S]` weights with faer, on every
-//! thread when the product is large. Depthwise convolutions (one input and one output
-//! channel per group) skip the GEMM: a direct loop per channel, channels in parallel.
-//! Left out: Winograd and FFT algorithms, weight prepacking across runs, NHWC layouts,
-//! fusing the following activation into the GEMM's epilogue.
+//! 2-D convolution (NCHW, grouped, strided, dilated, zero-padded) on the CPU as GEMMs, one
+//! per image and group, `[K/g, C/g · R · S] · [C/g · R · S, P · Q]`. Where the Kernels
+//! crate has a packed GEMM for this CPU (`sgemm`: AVX2 or AVX-512), the filters are packed for
+//! it on each call and the right operand is read in place: the input planes (1×1, unit
+//! stride, no padding), the zero-padded planes at each tap's offset (implicit GEMM, any unit
+//! stride convolution whose padded width is at most 5/4 of its output width: no column
+//! matrix; the few extra columns of the padded width are dropped when the result is copied
+//! out), or else an explicit column matrix (im2col) gathered from the padded planes. Without
+//! that kernel (other CPUs) the column matrix goes to faer. Large products split their
+//! output channels over the workers; many small ones run (image, group) per worker.
+//! Depthwise convolutions (one input and one output channel per group) skip the GEMM: a
+//! direct loop per channel, channels in parallel.
+//! Left out: Winograd and FFT algorithms, packed filters kept across runs (they are packed
+//! per call: `K · C · R · S` values against the product's `P · Q` times as many
+//! multiply-adds), NHWC layouts, fusing the following activation into the GEMM's epilogue.
 
 use faer::{Accum, MatRef};
 use rayon::prelude::*;
+use tensorforge_kernels::sgemm::{Kernel, Right};
 
 /// The geometry of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -39,23 +47,56 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// took 2x longer on two workers).
 const PAR_MIN_TASKS_MACS: usize = 1 << 22;
 
-/// How a convolution runs on the current pool: in place (`direct`) or through columns, its
-/// (image, group) GEMMs spread over `workers` (`across`), each worker's `need` scratch values
-/// (`padded` of them a zero-padded copy of the input planes), `total` for all.
+/// Where one (image, group) product finds its right operand `[C/g · R · S, P · Q]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cols {
+    /// A 1×1 convolution with unit stride and no padding: the input planes themselves.
+    Direct,
+    /// Implicit GEMM (unit stride, with [`Kernel`]): row (ci, r, s) of the operand is the
+    /// zero-padded planes read from the tap's offset, `n_eff = (P − 1)·Wp + Q` values, so the
+    /// product is computed over the padded width `Wp` and the `Wp − Q` extra columns of each
+    /// output row are dropped when the result is copied out. No column matrix.
+    Implicit { n_eff: usize },
+    /// An explicit column matrix gathered from the zero-padded planes.
+    Im2col,
+}
+
+/// How a convolution runs on the current pool: its operand ([`Cols`]), its (image, group)
+/// GEMMs spread over `workers` (`across`), `packed` scratch values of filters packed for
+/// [`Kernel`] (all groups, shared), each worker's `need` values (`padded` of them a
+/// zero-padded copy of the input planes), `total` for all.
 struct Layout {
-    direct: bool,
+    cols: Cols,
     across: bool,
     workers: usize,
+    packed: usize,
     padded: usize,
     need: usize,
     total: usize,
 }
 
-fn layout(g: &ConvShape) -> Layout {
+/// Extra columns the implicit GEMM may compute, as a fraction of the useful ones, before an
+/// explicit column matrix is cheaper: `Wp / Q ≤ 5/4` (a 3×3 convolution with 8 or more
+/// output columns).
+fn implicit_pays(q: usize, wp: usize) -> bool {
+    wp.saturating_mul(4) <= q.saturating_mul(5)
+}
+
+fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let (cg, kg) = (g.c / g.group.max(1), g.k / g.group.max(1));
     let (pq, crs) = (g.p * g.q, cg * g.r * g.s);
     let direct =
         g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
+    let (hp, wp) = padded_dims(g);
+    let cols = if direct {
+        Cols::Direct
+    } else if kern.is_some() && g.stride == [1, 1] && g.p > 0 && implicit_pays(g.q, wp) {
+        Cols::Implicit {
+            n_eff: (g.p - 1) * wp + g.q,
+        }
+    } else {
+        Cols::Im2col
+    };
     let threads = rayon::current_num_threads();
     let tasks = g.n * g.group;
     let macs = kg * crs * pq;
@@ -65,30 +106,48 @@ fn layout(g: &ConvShape) -> Layout {
     let across =
         threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
     let workers = if across { threads.min(tasks) } else { 1 };
-    // The column matrix is gathered from a zero-padded copy of the input planes (no bounds
-    // tests or fills in the gather loop).
-    let (hp, wp) = padded_dims(g);
-    let padded = if !direct { cg * hp * wp } else { 0 };
-    let need = if direct { 0 } else { crs * pq + padded };
+    // The operand is read from a zero-padded copy of the input planes (no bounds tests or
+    // fills in the gather loop or the kernel).
+    let padded = if direct { 0 } else { cg * hp * wp };
+    let need = match cols {
+        Cols::Direct => 0,
+        Cols::Implicit { n_eff } => padded + kg * n_eff,
+        Cols::Im2col => crs * pq + padded,
+    };
+    let packed = kern.map_or(0, |k| k.packed_a_len(kg, crs).unwrap_or(0) * g.group);
     Layout {
-        direct,
+        cols,
         across,
         workers,
+        packed,
         padded,
         need,
-        total: need * workers,
+        total: packed + need * workers,
     }
 }
 
 /// The scratch values [`conv2d`] uses for `g` on the current pool (take a buffer of exactly
 /// this length from the executor's pool, so that it is reused run after run).
 pub(crate) fn scratch_len(g: &ConvShape) -> usize {
-    layout(g).total
+    layout(g, Kernel::detect()).total
 }
 
 /// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
 /// `scratch` is grown as needed for the column matrix and kept for the next call.
 pub(crate) fn conv2d(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Result<(), String> {
+    conv2d_with(Kernel::detect(), g, x, w, bias, out, scratch)
+}
+
+/// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`.
+fn conv2d_with(
+    kern: Option<Kernel>,
     g: &ConvShape,
     x: &[f32],
     w: &[f32],
@@ -111,13 +170,14 @@ pub(crate) fn conv2d(
         return Ok(());
     }
     let Layout {
-        direct,
+        cols,
         across,
         workers,
+        packed,
         padded,
         need,
         total,
-    } = layout(g);
+    } = layout(g, kern);
     let threads = rayon::current_num_threads();
     let macs = kg * crs * pq;
     if scratch.len() < total {
@@ -132,29 +192,64 @@ pub(crate) fn conv2d(
     } else {
         1
     };
-    // One (image, group): its columns (or the input in place), its bias, its GEMM.
-    let one = |idx: usize, o: &mut [f32], scratch: &mut [f32]| {
+    let (packed_w, work) = scratch[..total].split_at_mut(packed);
+    // Every group's filters packed once per call for the kernel (kg·crs values each: the
+    // product reads them P·Q times).
+    let pa = packed / g.group.max(1);
+    if let Some(kern) = kern {
+        for (grp, dst) in packed_w.chunks_mut(pa.max(1)).enumerate() {
+            kern.pack_a(&w[grp * kg * crs..][..kg * crs], kg, crs, crs, 1, dst)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let packed_w = &*packed_w;
+    let offsets = match cols {
+        Cols::Implicit { .. } => tap_offsets(g, cg),
+        _ => Vec::new(),
+    };
+    // One (image, group): its operand, its bias, its GEMM.
+    let one = |idx: usize, o: &mut [f32], scratch: &mut [f32]| -> Result<(), String> {
         let (img, grp) = (idx / g.group, idx % g.group);
         let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
-        let cols: &[f32] = if direct {
-            xin
-        } else {
-            let (cols, pad) = scratch[..crs * pq + padded].split_at_mut(crs * pq);
-            im2col_padded(g, xin, cg, cols, pad);
-            &scratch[..crs * pq]
+        let bias_g = bias.map(|b| &b[grp * kg..][..kg]);
+        let Some(kern) = kern else {
+            faer_product(
+                g,
+                xin,
+                &w[grp * kg * crs..][..kg * crs],
+                bias_g,
+                o,
+                scratch,
+                split,
+            );
+            return Ok(());
         };
-        let accum = match bias {
-            Some(b) => {
-                for (row, &bv) in o.chunks_mut(pq).zip(&b[grp * kg..][..kg]) {
-                    row.fill(bv);
-                }
-                Accum::Add
+        let ap = &packed_w[grp * pa..][..pa];
+        match cols {
+            Cols::Implicit { n_eff } => {
+                let (pad, tmp) = scratch[..need].split_at_mut(padded);
+                pad_planes(g, xin, cg, pad);
+                let right = Right::Offsets {
+                    data: pad,
+                    offsets: &offsets,
+                };
+                kernel_into(kern, kg, n_eff, crs, ap, right, tmp, false, split)?;
+                copy_out(g, n_eff, tmp, bias_g, o);
+                Ok(())
             }
-            None => Accum::Replace,
-        };
-        let wg = &w[grp * kg * crs..][..kg * crs];
-        let b = MatRef::from_row_major_slice(cols, crs, pq);
-        crate::gemm::rows_split(o, wg, b, crs, pq, accum, split);
+            Cols::Direct | Cols::Im2col => {
+                let data: &[f32] = if cols == Cols::Direct {
+                    xin
+                } else {
+                    let (cm, pad) = scratch[..need].split_at_mut(crs * pq);
+                    im2col_padded(g, xin, cg, cm, pad);
+                    &scratch[..crs * pq]
+                };
+                let accumulate = fill_bias(o, pq, bias_g);
+                let right = Right::RowMajor { data, ld: pq };
+                kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
+            }
+        }
     };
     if across {
         let per = (g.n * g.group).div_ceil(workers);
@@ -163,22 +258,132 @@ pub(crate) fn conv2d(
             spare.resize(workers, 0.0);
             &mut spare
         } else {
-            &mut scratch[..total]
+            &mut work[..need * workers]
         };
         out.par_chunks_mut(per * kg * pq)
             .zip(bufs.par_chunks_mut(need.max(1)))
             .enumerate()
-            .for_each(|(wi, (ob, sc))| {
+            .try_for_each(|(wi, (ob, sc))| {
                 for (j, o) in ob.chunks_mut(kg * pq).enumerate() {
-                    one(wi * per + j, o, sc);
+                    one(wi * per + j, o, sc)?;
                 }
-            });
+                Ok(())
+            })
     } else {
         for (idx, o) in out.chunks_mut(kg * pq).enumerate() {
-            one(idx, o, scratch);
+            one(idx, o, work)?;
+        }
+        Ok(())
+    }
+}
+
+/// Fills each of `o`'s rows of `pq` values with its channel's bias; true when it did (the
+/// product is then added).
+fn fill_bias(o: &mut [f32], pq: usize, bias: Option<&[f32]>) -> bool {
+    match bias {
+        Some(b) => {
+            for (row, &bv) in o.chunks_mut(pq).zip(b) {
+                row.fill(bv);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// `c` (`m × n`, row-major) = A·B, or `+=` with `accumulate`, through `kern`, the rows split
+/// over `split` workers in whole panels of packed A.
+#[allow(clippy::too_many_arguments)]
+fn kernel_into(
+    kern: Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    ap: &[f32],
+    right: Right,
+    c: &mut [f32],
+    accumulate: bool,
+    split: usize,
+) -> Result<(), String> {
+    let c = &mut c[..m * n];
+    let per = if split > 1 {
+        m.div_ceil(split).next_multiple_of(kern.panel_rows())
+    } else {
+        m
+    };
+    let run = |(i, cb): (usize, &mut [f32])| {
+        let rows = cb.len() / n.max(1);
+        let a = &ap[kern.a_panel_offset(i * per, k)..];
+        kern.gemm(rows, n, k, a, right, cb, n, accumulate)
+            .map_err(|e| e.to_string())
+    };
+    if split > 1 && per < m {
+        c.par_chunks_mut(per * n).enumerate().try_for_each(run)
+    } else {
+        run((0, c))
+    }
+}
+
+/// The implicit GEMM's result (`K/g` rows of `n_eff` values over the padded width) copied to
+/// the output's `P × Q` planes, each plus its channel's bias.
+fn copy_out(g: &ConvShape, n_eff: usize, tmp: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    let (_, wp) = padded_dims(g);
+    let pq = g.p * g.q;
+    for (ch, (dst, src)) in o.chunks_mut(pq).zip(tmp.chunks(n_eff)).enumerate() {
+        let b = bias.map_or(0.0, |b| b[ch]);
+        for op in 0..g.p {
+            let (d, s) = (&mut dst[op * g.q..][..g.q], &src[op * wp..][..g.q]);
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = s + b;
+            }
         }
     }
-    Ok(())
+}
+
+/// Offset of row (ci, r, s) of the implicit operand in the zero-padded planes: plane `ci`,
+/// padded row `r·dil_h`, column `s·dil_w` (output position (p, q) then adds `p·Wp + q`).
+fn tap_offsets(g: &ConvShape, cg: usize) -> Vec<usize> {
+    let (hp, wp) = padded_dims(g);
+    let mut v = Vec::with_capacity(cg * g.r * g.s);
+    for ci in 0..cg {
+        for rr in 0..g.r {
+            for ss in 0..g.s {
+                v.push(ci * hp * wp + rr * g.dil[0] * wp + ss * g.dil[1]);
+            }
+        }
+    }
+    v
+}
+
+/// One (image, group) product through faer: the column matrix (or the input in place) times
+/// the group's filters, the output channels split over `split` workers.
+fn faer_product(
+    g: &ConvShape,
+    xin: &[f32],
+    wg: &[f32],
+    bias: Option<&[f32]>,
+    o: &mut [f32],
+    scratch: &mut [f32],
+    split: usize,
+) {
+    let (cg, pq) = (g.c / g.group, g.p * g.q);
+    let crs = cg * g.r * g.s;
+    let direct = layout(g, None).cols == Cols::Direct;
+    let cols: &[f32] = if direct {
+        xin
+    } else {
+        let (hp, wp) = padded_dims(g);
+        let (cm, pad) = scratch[..crs * pq + cg * hp * wp].split_at_mut(crs * pq);
+        im2col_padded(g, xin, cg, cm, pad);
+        &scratch[..crs * pq]
+    };
+    let accum = if fill_bias(o, pq, bias) {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
+    let b = MatRef::from_row_major_slice(cols, crs, pq);
+    crate::gemm::rows_split(o, wg, b, crs, pq, accum, split);
 }
 
 /// Rows and columns of the zero-padded planes a convolution reads: output row `p` and tap `r`
@@ -204,6 +409,63 @@ fn padded_dims(g: &ConvShape) -> (usize, usize) {
 /// there are many.
 fn im2col_padded(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], pad: &mut [f32]) {
     let (hp, wp) = padded_dims(g);
+    pad_planes(g, xin, cg, pad);
+    let pq = g.p * g.q;
+    let q = g.q;
+    let pad = &*pad;
+    let sw = g.stride[1];
+    // Row (ci, rr, ss) of the column matrix: for each output row, Q values of padded row
+    // `op·stride_h + rr·dil_h` of plane ci from column `ss·dil_w`, every `stride_w`-th.
+    let fill = |ci: usize, rr: usize, ss: usize, d: &mut [f32]| {
+        let src = &pad[ci * hp * wp..][..hp * wp];
+        for (op, dst) in d.chunks_exact_mut(q).enumerate() {
+            let s0 = (op * g.stride[0] + rr * g.dil[0]) * wp + ss * g.dil[1];
+            if sw == 1 {
+                let run = &src[s0..][..q];
+                let mut k = 0;
+                while k + 8 <= q {
+                    dst[k..k + 8].copy_from_slice(&run[k..k + 8]);
+                    k += 8;
+                }
+                dst[k..].copy_from_slice(&run[k..]);
+            } else {
+                let run = &src[s0..][..(q - 1) * sw + 1];
+                for (k, v) in dst.iter_mut().enumerate() {
+                    // SAFETY: k < q, so k·sw ≤ (q − 1)·sw < run.len().
+                    *v = unsafe { *run.get_unchecked(k * sw) };
+                }
+            }
+        }
+    };
+    if cols.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+        let (r, s) = (g.r, g.s);
+        cols.par_chunks_mut(pq)
+            .enumerate()
+            .for_each(|(row, d)| fill(row / (r * s), (row / s) % r, row % s, d));
+    } else {
+        // Nested counters: no division per row (three per row cost a 16-channel 8×8-patch
+        // convolution a third of its time).
+        let mut rows = cols.chunks_exact_mut(pq);
+        for ci in 0..cg {
+            for rr in 0..g.r {
+                for ss in 0..g.s {
+                    if let Some(d) = rows.next() {
+                        fill(ci, rr, ss, d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Values of a column matrix below which it is filled on the calling thread (a parallel
+/// fill costs more in hand-offs than it saves).
+const PAR_MIN_COPY: usize = 1 << 18;
+
+/// The `cg` input planes of `xin` copied into zero-padded planes of [`padded_dims`] (`pad`
+/// holds `cg · Hp · Wp` values): padding rows and columns 0, the input at `(pad_h, pad_w)`.
+fn pad_planes(g: &ConvShape, xin: &[f32], cg: usize, pad: &mut [f32]) {
+    let (hp, wp) = padded_dims(g);
     pad.fill(0.0);
     for ci in 0..cg {
         let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
@@ -218,44 +480,7 @@ fn im2col_padded(g: &ConvShape, xin: &[f32], cg: usize, cols: &mut [f32], pad: &
             dst[row * wp + c0..][..n].copy_from_slice(&plane[ih * g.w..][..n]);
         }
     }
-    let pq = g.p * g.q;
-    let q = g.q;
-    let pad = &*pad;
-    let fill = |(row, d): (usize, &mut [f32])| {
-        let ci = row / (g.r * g.s);
-        let rr = (row / g.s) % g.r;
-        let ss = row % g.s;
-        let src = &pad[ci * hp * wp..][..hp * wp];
-        let sw = g.stride[1];
-        for op in 0..g.p {
-            let s0 = (op * g.stride[0] + rr * g.dil[0]) * wp + ss * g.dil[1];
-            let dst = &mut d[op * q..][..q];
-            if sw == 1 {
-                let run = &src[s0..][..q];
-                let mut k = 0;
-                while k + 8 <= q {
-                    dst[k..k + 8].copy_from_slice(&run[k..k + 8]);
-                    k += 8;
-                }
-                dst[k..].copy_from_slice(&run[k..]);
-            } else {
-                let run = &src[s0..][..(q - 1) * sw + 1];
-                for (k, v) in dst.iter_mut().enumerate() {
-                    *v = run[k * sw];
-                }
-            }
-        }
-    };
-    if cols.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
-        cols.par_chunks_mut(pq).enumerate().for_each(fill);
-    } else {
-        cols.chunks_mut(pq).enumerate().for_each(fill);
-    }
 }
-
-/// Values of a column matrix below which it is filled on the calling thread (a parallel
-/// fill costs more in hand-offs than it saves).
-const PAR_MIN_COPY: usize = 1 << 18;
 
 /// One input and one output channel per group: a direct loop per output channel (the
 /// multiply-adds are few; a GEMM of one row would cost more than it saves).
@@ -297,6 +522,7 @@ fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tensorforge_kernels::vmath::Level;
 
     /// The definition, in f64: out[n,k,p,q] = b[k] + Σ x[n, g·cg+ci, p·sh + r·dh − ph,
     /// q·sw + s·dw − pw] · w[k, ci, r, s] over in-range taps.
@@ -352,6 +578,14 @@ mod tests {
             // Sixteen images of 590 Ki multiply-adds: (image, group) runs per worker.
             (16, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
             (2, 16, 8, 8, 16, 1, 1, [1, 1], [0, 0], [1, 1], 2),
+            // Implicit GEMM: Wp/Q = 18/16 (3×3) and 10/8; a 5×5 dilated one past a K block
+            // (C·R·S = 12·25 = 300 > 256); a large one whose output channels split over the
+            // workers (64·576·784 ≈ 29 Mi multiply-adds); a 1×3 with one-sided padding.
+            (2, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            (1, 32, 8, 8, 20, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            (1, 12, 24, 24, 9, 5, 5, [1, 1], [4, 4], [2, 2], 1),
+            (1, 64, 28, 28, 64, 3, 3, [1, 1], [1, 1], [1, 1], 1),
+            (1, 4, 6, 20, 5, 1, 3, [1, 1], [0, 1], [1, 1], 1),
         ];
         for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
             let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
@@ -378,19 +612,35 @@ mod tests {
                 .map(|j| ((j * 53 % 97) as f32 - 48.0) / 40.0)
                 .collect();
             let b: Vec<f32> = (0..k).map(|j| j as f32 * 0.25 - 1.0).collect();
-            for bias in [None, Some(b.as_slice())] {
-                let want = reference(&g, &x, &wt, bias);
-                let mut got = vec![f32::NAN; want.len()];
-                let mut scratch = vec![];
-                // On two workers, so the (image, group)-parallel path runs where it applies.
-                crate::exec::with_threads(2, || conv2d(&g, &x, &wt, bias, &mut got, &mut scratch))
-                    .unwrap()
-                    .unwrap();
-                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                        "case {i} [{j}]: {a} vs {e}"
-                    );
+            // faer, and each packed kernel this CPU has (AVX2, AVX-512).
+            let kernels = [None].into_iter().chain(
+                [Level::Avx2, Level::Avx512]
+                    .map(Kernel::for_level)
+                    .into_iter()
+                    .flatten()
+                    .map(Some),
+            );
+            for kern in kernels {
+                for bias in [None, Some(b.as_slice())] {
+                    let want = reference(&g, &x, &wt, bias);
+                    for threads in [1, 2] {
+                        let mut got = vec![f32::NAN; want.len()];
+                        // Scratch full of NaN: every value the product reads is written first.
+                        let mut scratch = vec![f32::NAN; 1 << 20];
+                        // On two workers, the (image, group)-parallel path and the row split
+                        // run where they apply.
+                        crate::exec::with_threads(threads, || {
+                            conv2d_with(kern, &g, &x, &wt, bias, &mut got, &mut scratch)
+                        })
+                        .unwrap()
+                        .unwrap();
+                        for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                                "case {i} {kern:?} {threads}T [{j}]: {a} vs {e}"
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -1,0 +1,95 @@
+//! `sgemm` (this crate's packed GEMM) against faer's `matmul` on one thread, on the shapes the
+//! executor runs: a convolution's product (filter `M × K` packed once, as at load; im2col
+//! columns `K × N` read in place) and a linear layer's (activation `M × K` packed on every
+//! call; weight `K × N` packed once). faer gets the same row-major operands and `Par::Seq`.
+//! Each round times `reps` calls of each side, alternating which goes first (see `support`);
+//! the line gives faer time ÷ sgemm time per round (> 1: sgemm faster), min / median / max.
+//! Run: `cargo run --release -p tensorforge-kernels --example sgemm_vs_faer -- [rounds]`.
+
+#[allow(dead_code)] // the bandwidth helpers of `support` are not used here
+mod support;
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use support::{interleave, min_median_max};
+use tensorforge_kernels::sgemm::{Kernel, Right};
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(9);
+    let Some(kern) = Kernel::detect() else {
+        println!("no sgemm kernel on this CPU (needs AVX2 + FMA or AVX-512F)");
+        return;
+    };
+    println!("kernel {:?}, {rounds} rounds", kern.level());
+    // (what, M, K, N, A packed per call)
+    let shapes = [
+        ("conv 16->16 3x3 16x16", 16, 144, 256, false),
+        ("conv 32->32 3x3 8x8", 32, 288, 64, false),
+        ("conv 64->64 3x3 28x28", 64, 576, 784, false),
+        ("conv 64->64 1x1 56x56", 64, 64, 3136, false),
+        ("linear 16x64x256", 16, 64, 256, true),
+        ("linear 128x256x768", 128, 256, 768, true),
+        ("linear 128x1024x256", 128, 1024, 256, true),
+        ("linear 197x192x576", 197, 192, 576, true),
+    ];
+    for (what, m, k, n, pack_a_per_call) in shapes {
+        let a = tensorforge_core::rng::SplitMix64::f32_pm1_vec(1, m * k);
+        let b = tensorforge_core::rng::SplitMix64::f32_pm1_vec(2, k * n);
+        let mut c_faer = vec![0.0f32; m * n];
+        let mut c_ours = vec![0.0f32; m * n];
+        let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+        let mut bp = vec![0.0; kern.packed_b_len(k, n).unwrap()];
+        kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+        kern.pack_b(&b, k, n, n, 1, &mut bp).unwrap();
+        let reps = (20_000_000 / (m * n * k)).clamp(1, 2000);
+        let r = interleave(
+            rounds,
+            || {
+                for _ in 0..reps {
+                    let am = MatRef::from_row_major_slice(&a, m, k);
+                    let bm = MatRef::from_row_major_slice(&b, k, n);
+                    let cm = MatMut::from_row_major_slice_mut(&mut c_faer, m, n);
+                    matmul(cm, Accum::Replace, am, bm, 1.0f32, Par::Seq);
+                }
+            },
+            || {
+                for _ in 0..reps {
+                    let right = if pack_a_per_call {
+                        kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+                        Right::Packed(&bp)
+                    } else {
+                        Right::RowMajor { data: &b, ld: n }
+                    };
+                    kern.gemm(m, n, k, &ap, right, &mut c_ours, n, false)
+                        .unwrap();
+                }
+            },
+        );
+        let err = c_faer
+            .iter()
+            .zip(&c_ours)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        let ratios: Vec<f64> = r
+            .copy_s
+            .iter()
+            .zip(&r.kernel_s)
+            .map(|(f, o)| f / o)
+            .collect();
+        let (lo, med, hi) = min_median_max(&ratios);
+        let (_, of, _) = min_median_max(&r.copy_s);
+        let (_, oo, _) = min_median_max(&r.kernel_s);
+        let flops = 2.0 * (m * n * k) as f64 * reps as f64;
+        println!(
+            "{what:24} faer {:8.2} us ({:5.1} GFLOP/s)  sgemm {:8.2} us ({:5.1} GFLOP/s)  \
+             faer/sgemm {lo:.2} / {med:.2} / {hi:.2}  max|diff| {err:.1e}",
+            of / reps as f64 * 1e6,
+            flops / of * 1e-9,
+            oo / reps as f64 * 1e6,
+            flops / oo * 1e-9,
+        );
+    }
+}

@@ -1,0 +1,842 @@
+//! Single-precision GEMM, `C = A·B` or `C += A·B`, with register-tiled microkernels written
+//! at the machine's vector width: AVX-512F (a tile of 8 rows × 32 columns, 16 accumulators of
+//! 16 lanes) and AVX2 + FMA (6 rows × 16 columns, 12 accumulators of 8 lanes), chosen by
+//! [`crate::vmath::level`] (so `TENSORFORGE_SIMD` caps it too).
+//!
+//! The left operand is always **packed**: panels of `mr` rows, each stored k-major
+//! (`mr` values of column k, then of column k + 1, …), zero-padded to a whole panel, so the
+//! microkernel broadcasts `mr` consecutive values per step. A constant left operand (a
+//! convolution's filter) is packed once, at load; a per-run one is packed into a caller's
+//! buffer. The right operand is read either packed (panels of `nr` columns, k-major, for a
+//! weight packed at load) or in place from a row-major matrix with any row stride (an
+//! im2col buffer, an activation): the microkernel loads `nr` consecutive values per step, the
+//! last vector of a panel under a lane mask, so a partial panel never reads past its row.
+//!
+//! Loop order (BLIS's, with the whole of M as one block): K in blocks of [`KC`] (the `KC × nr`
+//! slice of B then stays in L1 while every row panel of A passes over it), then column panels
+//! of B, then row panels of A. Every product is a fused multiply-add, so a result equals the
+//! sum in the order k = 0, 1, … within a K block, each block's sum then added to C; it can
+//! differ from another GEMM's result in the last bits (faer's, a naive loop's).
+//!
+//! Left out: other element types, a transposed C, threading (a caller splits the rows in
+//! whole panels, [`Kernel::panel_rows`]), an M blocking for very tall A (a row panel set of
+//! `M × KC` floats is meant to sit in L2: fine to M ≈ 512), and a kernel for CPUs without
+//! AVX2 (aarch64 NEON included): there [`Kernel::detect`] returns `None` and callers keep
+//! their fallback GEMM.
+//!
+//! ```
+//! use tensorforge_kernels::sgemm::{Kernel, Right};
+//! if let Some(kern) = Kernel::detect() {
+//!     // [2×3]·[3×2]: row 0 = [1, 2, 3]·[[1, 0], [0, 1], [1, 1]] = [4, 5].
+//!     let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+//!     let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+//!     let mut packed = vec![0.0; kern.packed_a_len(2, 3).unwrap()];
+//!     kern.pack_a(&a, 2, 3, 3, 1, &mut packed).unwrap();
+//!     let mut c = [0.0f32; 4];
+//!     kern.gemm(2, 2, 3, &packed, Right::RowMajor { data: &b, ld: 2 }, &mut c, 2, false)
+//!         .unwrap();
+//!     assert_eq!(c, [4.0, 5.0, 10.0, 11.0]); // row 1: [4, 5, 6] → [4 + 6, 5 + 6]
+//! }
+//! ```
+
+use crate::vmath::Level;
+use crate::KernelError;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Depth of one K block: the `KC × nr` slice of B (32 KiB at `nr` = 32) stays in a 48 KiB L1
+/// while every row panel of A passes over it.
+pub const KC: usize = 256;
+
+/// A microkernel family for one instruction set: its tile of `mr` rows × `nr` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    level: Level,
+    mr: usize,
+    nr: usize,
+}
+
+/// How the microkernel reads B (`k` rows × `n` columns).
+#[derive(Clone, Copy, Debug)]
+pub enum Right<'a> {
+    /// Packed by [`Kernel::pack_b`]: panels of `nr` columns, k-major.
+    Packed(&'a [f32]),
+    /// Row-major in place: element (k, j) at `data[k * ld + j]`, `ld ≥ n`.
+    RowMajor {
+        /// The values.
+        data: &'a [f32],
+        /// Row stride in elements.
+        ld: usize,
+    },
+    /// Row k at its own offset: element (k, j) at `data[offsets[k] + j]`. A convolution's
+    /// implicit GEMM reads its input planes this way, row (channel, tap) at the tap's
+    /// offset in the zero-padded planes, with no column matrix.
+    Offsets {
+        /// The values.
+        data: &'a [f32],
+        /// One offset per row of B (`k` of them).
+        offsets: &'a [usize],
+    },
+}
+
+fn invalid(msg: String) -> KernelError {
+    KernelError::InvalidArgument(msg)
+}
+
+fn ceil_to(x: usize, m: usize) -> Option<usize> {
+    x.div_ceil(m).checked_mul(m)
+}
+
+/// Largest offset + 1 of a strided `rows × cols` matrix (0 when empty).
+fn span(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1)
+        .checked_mul(rs)?
+        .checked_add((cols - 1).checked_mul(cs)?)?
+        .checked_add(1)
+}
+
+impl Kernel {
+    /// The kernel for the current [`crate::vmath::level`], or `None` where there is none
+    /// (no AVX2, or not x86-64).
+    pub fn detect() -> Option<Kernel> {
+        Kernel::for_level(crate::vmath::level())
+    }
+
+    /// The kernel for `level`, if this build has one and the CPU supports it.
+    pub fn for_level(level: Level) -> Option<Kernel> {
+        if !level.is_supported() {
+            return None;
+        }
+        match level {
+            Level::Avx512 if cfg!(target_arch = "x86_64") => Some(Kernel {
+                level,
+                mr: 8,
+                nr: 32,
+            }),
+            Level::Avx2 if cfg!(target_arch = "x86_64") => Some(Kernel {
+                level,
+                mr: 6,
+                nr: 16,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The instruction set.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Rows of one panel of packed A: a caller that splits the rows of C between threads
+    /// splits at multiples of this.
+    pub fn panel_rows(&self) -> usize {
+        self.mr
+    }
+
+    /// Columns of one panel of packed B.
+    pub fn panel_cols(&self) -> usize {
+        self.nr
+    }
+
+    /// Floats of A (`m × k`) packed: `⌈m / mr⌉ · mr · k`; `None` on overflow.
+    pub fn packed_a_len(&self, m: usize, k: usize) -> Option<usize> {
+        ceil_to(m, self.mr)?.checked_mul(k)
+    }
+
+    /// Floats of B (`k × n`) packed: `⌈n / nr⌉ · nr · k`; `None` on overflow.
+    pub fn packed_b_len(&self, k: usize, n: usize) -> Option<usize> {
+        ceil_to(n, self.nr)?.checked_mul(k)
+    }
+
+    /// Offset in packed A (`k` columns) of the panel that starts at row `row` (a multiple of
+    /// [`Kernel::panel_rows`]).
+    pub fn a_panel_offset(&self, row: usize, k: usize) -> usize {
+        (row / self.mr) * self.mr * k
+    }
+
+    /// Packs A (`m × k`, element (i, p) at `a[i * rs + p * cs]`) into `out`
+    /// ([`Kernel::packed_a_len`] floats), zero-padding the last panel.
+    pub fn pack_a(
+        &self,
+        a: &[f32],
+        m: usize,
+        k: usize,
+        rs: usize,
+        cs: usize,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let need = self
+            .packed_a_len(m, k)
+            .ok_or_else(|| invalid(format!("sgemm: packed A of {m}×{k} overflows")))?;
+        let have =
+            span(m, k, rs, cs).ok_or_else(|| invalid(format!("sgemm: A of {m}×{k} overflows")))?;
+        if out.len() != need || a.len() < have {
+            return Err(invalid(format!(
+                "sgemm: pack_a needs {have} values in and {need} out, got {} and {}",
+                a.len(),
+                out.len()
+            )));
+        }
+        let mr = self.mr;
+        for (p, panel) in out.chunks_exact_mut((mr * k).max(1)).enumerate() {
+            let i0 = p * mr;
+            let rows = mr.min(m - i0);
+            // Row-major A: each panel is an `rows × k` block transposed, 8 columns at a time
+            // by an AVX2 8×8 transpose (the CPU has AVX2 wherever a kernel exists).
+            #[cfg(target_arch = "x86_64")]
+            if cs == 1 && k >= 8 {
+                let block = &a[i0 * rs..];
+                // SAFETY: rows i0..i0 + rows of A have k values at stride rs (`have` above);
+                // the panel holds mr·k values; the CPU has AVX2 (a Kernel exists).
+                unsafe { x86::pack_panel(block, rs, rows, k, mr, panel) };
+                continue;
+            }
+            for (kk, dst) in panel.chunks_exact_mut(mr).enumerate() {
+                for (r, d) in dst.iter_mut().enumerate() {
+                    *d = if r < rows {
+                        a[(i0 + r) * rs + kk * cs]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Packs B (`k × n`, element (p, j) at `b[p * rs + j * cs]`) into `out`
+    /// ([`Kernel::packed_b_len`] floats), zero-padding the last panel.
+    pub fn pack_b(
+        &self,
+        b: &[f32],
+        k: usize,
+        n: usize,
+        rs: usize,
+        cs: usize,
+        out: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let need = self
+            .packed_b_len(k, n)
+            .ok_or_else(|| invalid(format!("sgemm: packed B of {k}×{n} overflows")))?;
+        let have =
+            span(k, n, rs, cs).ok_or_else(|| invalid(format!("sgemm: B of {k}×{n} overflows")))?;
+        if out.len() != need || b.len() < have {
+            return Err(invalid(format!(
+                "sgemm: pack_b needs {have} values in and {need} out, got {} and {}",
+                b.len(),
+                out.len()
+            )));
+        }
+        let nr = self.nr;
+        for (q, panel) in out.chunks_exact_mut((nr * k).max(1)).enumerate() {
+            let j0 = q * nr;
+            for (kk, dst) in panel.chunks_exact_mut(nr).enumerate() {
+                for (c, d) in dst.iter_mut().enumerate() {
+                    *d = if j0 + c < n {
+                        b[kk * rs + (j0 + c) * cs]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `C = A·B` (or `C += A·B` with `accumulate`) for A `m × k` packed by
+    /// [`Kernel::pack_a`] (a slice starting at a panel boundary is a block of rows), B
+    /// `k × n` as [`Right`] says, and C `m × n` row-major with row stride `ldc ≥ n`.
+    /// Every slice is checked against the shapes first; a wrong length is an error, never an
+    /// out-of-bounds access.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a_packed: &[f32],
+        b: Right,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) -> Result<(), KernelError> {
+        let bad = |what: &str| invalid(format!("sgemm: {what} for a {m}×{k}·{k}×{n} product"));
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let a_need = self
+            .packed_a_len(m, k)
+            .ok_or_else(|| bad("packed A overflows"))?;
+        if a_packed.len() < a_need {
+            return Err(bad("packed A is too short"));
+        }
+        let c_need = span(m, n, ldc, 1).ok_or_else(|| bad("C overflows"))?;
+        if ldc < n || c.len() < c_need {
+            return Err(bad("C is too short or its stride below n"));
+        }
+        let mut offs: *const usize = std::ptr::null();
+        let (b_ptr, b_panel_stride, ldb) = match b {
+            Right::Packed(d) => {
+                let need = self
+                    .packed_b_len(k, n)
+                    .ok_or_else(|| bad("packed B overflows"))?;
+                if d.len() < need {
+                    return Err(bad("packed B is too short"));
+                }
+                (d.as_ptr(), self.nr * k, self.nr)
+            }
+            Right::RowMajor { data, ld } => {
+                let need = span(k, n, ld, 1).ok_or_else(|| bad("B overflows"))?;
+                if ld < n || data.len() < need {
+                    return Err(bad("B is too short or its stride below n"));
+                }
+                (data.as_ptr(), self.nr, ld)
+            }
+            Right::Offsets { data, offsets } => {
+                let rows_fit = offsets.len() >= k
+                    && offsets[..k]
+                        .iter()
+                        .all(|&o| o.checked_add(n).is_some_and(|e| e <= data.len()));
+                if !rows_fit {
+                    return Err(bad("B's row offsets reach past its values"));
+                }
+                offs = offsets.as_ptr();
+                (data.as_ptr(), self.nr, 0)
+            }
+        };
+        if k == 0 {
+            if !accumulate {
+                for row in c.chunks_mut(ldc).take(m) {
+                    row[..n].fill(0.0);
+                }
+            }
+            return Ok(());
+        }
+        let packed_b = matches!(b, Right::Packed(_));
+        let c_ptr = c.as_mut_ptr();
+        let (mr, nr) = (self.mr, self.nr);
+        let mut pc = 0;
+        while pc < k {
+            let kc = KC.min(k - pc);
+            let acc = accumulate || pc > 0;
+            let mut j0 = 0;
+            while j0 < n {
+                let cols = nr.min(n - j0);
+                // SAFETY (all pointer arithmetic below): the checks above bound every panel:
+                // packed B panel j0/nr spans nr·k floats from (j0/nr)·nr·k, the block starts
+                // pc·nr into it; row-major B row pc + t, columns j0..j0 + cols lie inside
+                // `span(k, n, ld, 1)`; packed A panel i0/mr spans mr·k floats; C rows
+                // i0..i0 + rows, columns j0..j0 + cols lie inside `span(m, n, ldc, 1)`.
+                // Offsets rows: row pc + t at b_ptr + offsets[pc + t] + j0, each checked to
+                // hold n values.
+                let (bp, op) = unsafe {
+                    if packed_b {
+                        (b_ptr.add((j0 / nr) * b_panel_stride + pc * nr), offs)
+                    } else if offs.is_null() {
+                        (b_ptr.add(pc * ldb + j0), offs)
+                    } else {
+                        (b_ptr.add(j0), offs.add(pc))
+                    }
+                };
+                let mut i0 = 0;
+                while i0 < m {
+                    let rows = mr.min(m - i0);
+                    unsafe {
+                        let ap = a_packed.as_ptr().add(i0 * k + pc * mr);
+                        let cp = c_ptr.add(i0 * ldc + j0);
+                        let brows = Rows {
+                            ptr: bp,
+                            ld: ldb,
+                            offs: op,
+                        };
+                        self.tile(kc, ap, brows, cols, cp, ldc, rows, acc);
+                    }
+                    i0 += mr;
+                }
+                j0 += nr;
+            }
+            pc += kc;
+        }
+        Ok(())
+    }
+
+    /// One tile: `rows ≤ mr` rows and `cols ≤ nr` columns of C from `kc` steps.
+    ///
+    /// # Safety
+    /// `a` has `kc · mr` readable floats; B rows `0..kc` (see [`Rows`]) have `cols` readable
+    /// floats each; C rows `0..rows` (stride `ldc`) have `cols` writable floats each; the
+    /// CPU supports `self.level`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn tile(
+        &self,
+        kc: usize,
+        a: *const f32,
+        b: Rows,
+        cols: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        acc: bool,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            Level::Avx512 => match (cols.div_ceil(16), b.offs.is_null()) {
+                (1, true) => x86::tile512::<1, false>(kc, a, b, cols, c, ldc, rows, acc),
+                (_, true) => x86::tile512::<2, false>(kc, a, b, cols, c, ldc, rows, acc),
+                (1, false) => x86::tile512::<1, true>(kc, a, b, cols, c, ldc, rows, acc),
+                (_, false) => x86::tile512::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
+            },
+            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null()) {
+                (1, true) => x86::tile256::<1, false>(kc, a, b, cols, c, ldc, rows, acc),
+                (_, true) => x86::tile256::<2, false>(kc, a, b, cols, c, ldc, rows, acc),
+                (1, false) => x86::tile256::<1, true>(kc, a, b, cols, c, ldc, rows, acc),
+                (_, false) => x86::tile256::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
+            },
+            _ => unreachable!("Kernel is only built for AVX2 and AVX-512"),
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (kc, a, b, cols, c, ldc, rows, acc);
+            unreachable!("Kernel is only built on x86-64")
+        }
+    }
+}
+
+/// Where the microkernel finds row t of its B block: `ptr + t·ld`, or `ptr + offs[t]` when
+/// `offs` is not null.
+#[derive(Clone, Copy)]
+struct Rows {
+    ptr: *const f32,
+    ld: usize,
+    offs: *const usize,
+}
+
+impl Rows {
+    /// Row `t`.
+    ///
+    /// # Safety
+    /// As for the tile: row `t` exists.
+    #[inline(always)]
+    unsafe fn row<const OFFS: bool>(&self, t: usize) -> *const f32 {
+        if OFFS {
+            self.ptr.add(*self.offs.add(t))
+        } else {
+            self.ptr.add(t * self.ld)
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+
+    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; the last vector under a mask of
+    /// `cols − 16·(NV − 1)` lanes.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool>(
+        kc: usize,
+        a: *const f32,
+        b: Rows,
+        cols: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        accumulate: bool,
+    ) {
+        const MR: usize = 8;
+        let last = cols - 16 * (NV - 1);
+        let tail: __mmask16 = if last >= 16 {
+            0xffff
+        } else {
+            (1u16 << last) - 1
+        };
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let mut ap = a;
+        for t in 0..kc {
+            let bp = b.row::<OFFS>(t);
+            let mut bv = [_mm512_setzero_ps(); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                *x = if v + 1 == NV {
+                    _mm512_maskz_loadu_ps(tail, bp.add(16 * v))
+                } else {
+                    _mm512_loadu_ps(bp.add(16 * v))
+                };
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(r));
+                for (x, y) in row.iter_mut().zip(bv.iter()) {
+                    *x = _mm512_fmadd_ps(av, *y, *x);
+                }
+            }
+            ap = ap.add(MR);
+        }
+        for (r, row) in acc.iter().enumerate() {
+            if r >= rows {
+                break;
+            }
+            for (v, x) in row.iter().enumerate() {
+                let m = if v + 1 == NV { tail } else { 0xffff };
+                let p = c.add(r * ldc + 16 * v);
+                let mut y = *x;
+                if accumulate {
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p));
+                }
+                _mm512_mask_storeu_ps(p, m, y);
+            }
+        }
+    }
+
+    /// 8×8 transpose: on return `r[j]` holds column j of the rows given (`r[i][j]` in, lane i
+    /// of `r[j]` out).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn transpose8(r: &mut [__m256; 8]) {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
+        r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
+        r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
+        r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
+        r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
+        r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
+        r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
+        r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
+    }
+
+    /// One panel of packed A from a row-major block: `rows ≤ mr ≤ 8` rows of `k ≥ 8` values
+    /// at stride `rs` (missing rows packed as zeros) into `panel` (`mr · k` values, k-major).
+    ///
+    /// # Safety
+    /// `block` holds rows `0..rows` of `k` values at stride `rs` (checked by slicing);
+    /// `panel.len() == mr · k`; the CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_panel(
+        block: &[f32],
+        rs: usize,
+        rows: usize,
+        k: usize,
+        mr: usize,
+        panel: &mut [f32],
+    ) {
+        assert!(panel.len() == mr * k && rows <= mr && mr <= 8 && k >= 8);
+        let mut src: [&[f32]; 8] = [&[]; 8];
+        for (r, s) in src.iter_mut().enumerate().take(rows) {
+            *s = &block[r * rs..][..k];
+        }
+        let src = &src[..rows];
+        let out = panel.as_mut_ptr();
+        let mut kk = 0;
+        while kk + 8 <= k {
+            let mut v = [_mm256_setzero_ps(); 8];
+            for (x, row) in v.iter_mut().zip(src) {
+                *x = _mm256_loadu_ps(row.as_ptr().add(kk));
+            }
+            transpose8(&mut v);
+            for (j, x) in v.iter().enumerate() {
+                let dst = out.add((kk + j) * mr);
+                if mr == 8 {
+                    _mm256_storeu_ps(dst, *x);
+                } else {
+                    let mut lanes = [0.0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), *x);
+                    std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, mr);
+                }
+            }
+            kk += 8;
+        }
+        for t in kk..k {
+            let dst = std::slice::from_raw_parts_mut(out.add(t * mr), mr);
+            for (r, d) in dst.iter_mut().enumerate() {
+                *d = src.get(r).map_or(0.0, |row| row[t]);
+            }
+        }
+    }
+
+    /// Lane mask of the first `n` of 8 lanes, for `maskload`/`maskstore`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn mask8(n: usize) -> __m256i {
+        let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), idx)
+    }
+
+    /// AVX2 + FMA tile: 6 rows × `NV` vectors of 8 columns; the last vector under a mask of
+    /// `cols − 8·(NV − 1)` lanes.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile256<const NV: usize, const OFFS: bool>(
+        kc: usize,
+        a: *const f32,
+        b: Rows,
+        cols: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        accumulate: bool,
+    ) {
+        const MR: usize = 6;
+        let tail = mask8(cols - 8 * (NV - 1));
+        let full = _mm256_set1_epi32(-1);
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        let mut ap = a;
+        for t in 0..kc {
+            let bp = b.row::<OFFS>(t);
+            let mut bv = [_mm256_setzero_ps(); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                *x = if v + 1 == NV {
+                    _mm256_maskload_ps(bp.add(8 * v), tail)
+                } else {
+                    _mm256_loadu_ps(bp.add(8 * v))
+                };
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(r));
+                for (x, y) in row.iter_mut().zip(bv.iter()) {
+                    *x = _mm256_fmadd_ps(av, *y, *x);
+                }
+            }
+            ap = ap.add(MR);
+        }
+        for (r, row) in acc.iter().enumerate() {
+            if r >= rows {
+                break;
+            }
+            for (v, x) in row.iter().enumerate() {
+                let m = if v + 1 == NV { tail } else { full };
+                let p = c.add(r * ldc + 8 * v);
+                let mut y = *x;
+                if accumulate {
+                    y = _mm256_add_ps(y, _mm256_maskload_ps(p, m));
+                }
+                _mm256_maskstore_ps(p, m, y);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vals(n: usize, seed: u64) -> Vec<f32> {
+        tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, n)
+    }
+
+    /// f64 reference of C (+)= A·B over strided A and row-major B.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        rs: usize,
+        cs: usize,
+        b: &[f32],
+        ldb: usize,
+        c0: &[f32],
+        ldc: usize,
+        acc: bool,
+    ) -> Vec<f64> {
+        let mut out: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|p| a[i * rs + p * cs] as f64 * b[p * ldb + j] as f64)
+                    .sum();
+                out[i * ldc + j] = if acc { out[i * ldc + j] + s } else { s };
+            }
+        }
+        out
+    }
+
+    fn kernels() -> Vec<Kernel> {
+        [Level::Avx2, Level::Avx512]
+            .into_iter()
+            .filter_map(Kernel::for_level)
+            .collect()
+    }
+
+    #[test]
+    fn every_edge_and_layout_matches_the_reference() {
+        // Shapes straddling every tile edge: rows around mr (6, 8), columns around one and
+        // two vectors (8, 16, 32), K around one block (256).
+        let shapes = [
+            (1, 1, 1),
+            (5, 7, 3),
+            (6, 16, 9),
+            (8, 32, 17),
+            (9, 33, 31),
+            (13, 47, 255),
+            (16, 64, 256),
+            (17, 50, 257),
+            (3, 100, 600),
+            (40, 5, 70),
+        ];
+        let ks = kernels();
+        if ks.is_empty() {
+            eprintln!("no sgemm kernel on this CPU; the test has nothing to check");
+        }
+        for kern in ks {
+            for (si, &(m, n, k)) in shapes.iter().enumerate() {
+                for (transposed_a, packed_b, acc) in [
+                    (false, false, false),
+                    (true, false, true),
+                    (false, true, true),
+                    (true, true, false),
+                ] {
+                    let a = vals(m * k, 10 + si as u64);
+                    let (rs, cs) = if transposed_a { (1, m) } else { (k, 1) };
+                    let ldb = n + 3;
+                    let b = vals(k * ldb, 20 + si as u64);
+                    let ldc = n + 2;
+                    let c0 = vals(m * ldc, 30 + si as u64);
+                    let mut ap = vec![f32::NAN; kern.packed_a_len(m, k).unwrap()];
+                    kern.pack_a(&a, m, k, rs, cs, &mut ap).unwrap();
+                    let mut bp = vec![f32::NAN; kern.packed_b_len(k, n).unwrap()];
+                    kern.pack_b(&b, k, n, ldb, 1, &mut bp).unwrap();
+                    let right = if packed_b {
+                        Right::Packed(&bp)
+                    } else {
+                        Right::RowMajor { data: &b, ld: ldb }
+                    };
+                    let mut c = c0.clone();
+                    kern.gemm(m, n, k, &ap, right, &mut c, ldc, acc).unwrap();
+                    let want = reference(m, n, k, &a, rs, cs, &b, ldb, &c0, ldc, acc);
+                    for i in 0..m {
+                        for j in 0..ldc {
+                            let (got, w) = (c[i * ldc + j] as f64, want[i * ldc + j]);
+                            if j >= n {
+                                // Columns past n are not C's: untouched.
+                                assert_eq!(got, c0[i * ldc + j] as f64, "{kern:?} pad column");
+                                continue;
+                            }
+                            // Each term |a·b| ≤ 1, so the f32 sum's error is below
+                            // k · 2^-24 · (k + 1) ≈ k²·6e-8; 1e-6·k·(k+1) bounds it loosely.
+                            let tol = 1e-6 * (k as f64) * (k as f64 + 1.0) + 1e-6;
+                            assert!(
+                                (got - w).abs() <= tol,
+                                "{kern:?} {m}×{n}×{k} ta={transposed_a} pb={packed_b} \
+                                 acc={acc} ({i},{j}): {got} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_at_offsets_equal_the_gathered_matrix() {
+        // B's rows taken from a pool at scattered, overlapping offsets: the product equals
+        // the one over B gathered row by row into a row-major matrix, bit for bit (the same
+        // values in the same order), including past a K block (k = 300 > 256).
+        for kern in kernels() {
+            for &(m, n, k) in &[(8, 33, 300), (5, 17, 9), (16, 286, 144)] {
+                let pool = vals(4 * n + 3 * k, 7);
+                let offsets: Vec<usize> = (0..k).map(|t| (t * 7919) % (pool.len() - n)).collect();
+                let gathered: Vec<f32> = offsets
+                    .iter()
+                    .flat_map(|&o| pool[o..o + n].iter().copied())
+                    .collect();
+                let a = vals(m * k, 8);
+                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+                let mut want = vec![0.0; m * n];
+                let rm = Right::RowMajor {
+                    data: &gathered,
+                    ld: n,
+                };
+                kern.gemm(m, n, k, &ap, rm, &mut want, n, false).unwrap();
+                let mut got = vec![0.0; m * n];
+                let ro = Right::Offsets {
+                    data: &pool,
+                    offsets: &offsets,
+                };
+                kern.gemm(m, n, k, &ap, ro, &mut got, n, false).unwrap();
+                assert_eq!(got, want, "{kern:?} {m}×{n}×{k}");
+                // An offset whose row would end past the pool is refused.
+                let mut bad = offsets.clone();
+                bad[k - 1] = pool.len() - n + 1;
+                let rb = Right::Offsets {
+                    data: &pool,
+                    offsets: &bad,
+                };
+                assert!(kern.gemm(m, n, k, &ap, rb, &mut got, n, false).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn row_blocks_of_whole_panels_compose() {
+        // Two calls over rows [0, mr) and [mr, m) give what one call over all rows gives,
+        // bit for bit (the same tiles in the same order).
+        for kern in kernels() {
+            let (m, n, k) = (kern.panel_rows() * 3 - 1, 40, 300);
+            let a = vals(m * k, 1);
+            let b = vals(k * n, 2);
+            let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+            kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+            let right = Right::RowMajor { data: &b, ld: n };
+            let mut whole = vec![0.0; m * n];
+            kern.gemm(m, n, k, &ap, right, &mut whole, n, false)
+                .unwrap();
+            let mut split = vec![0.0; m * n];
+            let r = kern.panel_rows();
+            let (top, bottom) = split.split_at_mut(r * n);
+            kern.gemm(r, n, k, &ap, right, top, n, false).unwrap();
+            let off = kern.a_panel_offset(r, k);
+            kern.gemm(m - r, n, k, &ap[off..], right, bottom, n, false)
+                .unwrap();
+            assert_eq!(whole, split, "{kern:?}");
+        }
+    }
+
+    #[test]
+    fn short_slices_are_errors_not_reads() {
+        for kern in kernels() {
+            let ap = vec![0.0; kern.packed_a_len(4, 4).unwrap()];
+            let b = vec![0.0; 15]; // 4×4 needs 16
+            let mut c = vec![0.0; 16];
+            let r = Right::RowMajor { data: &b, ld: 4 };
+            assert!(kern.gemm(4, 4, 4, &ap, r, &mut c, 4, false).is_err());
+            let b = vec![0.0; 16];
+            let r = Right::RowMajor { data: &b, ld: 4 };
+            assert!(kern.gemm(4, 4, 4, &ap[1..], r, &mut c, 4, false).is_err());
+            assert!(kern.gemm(4, 4, 4, &ap, r, &mut c[1..], 4, false).is_err());
+            assert!(kern.gemm(4, 4, 4, &ap, r, &mut c, 3, false).is_err());
+            let mut out = vec![0.0; 3];
+            assert!(kern.pack_a(&b, 4, 4, 4, 1, &mut out).is_err());
+        }
+    }
+
+    #[test]
+    fn k_zero_writes_zeros_or_keeps_c() {
+        for kern in kernels() {
+            let mut c = vec![5.0f32; 6];
+            let r = Right::RowMajor { data: &[], ld: 3 };
+            kern.gemm(2, 3, 0, &[], r, &mut c, 3, true).unwrap();
+            assert_eq!(c, vec![5.0; 6]);
+            kern.gemm(2, 3, 0, &[], r, &mut c, 3, false).unwrap();
+            assert_eq!(c, vec![0.0; 6]);
+        }
+    }
+}
