@@ -2,14 +2,15 @@
 //! per image and group, `[K/g, C/g · R · S] · [C/g · R · S, P · Q]`. Where the Kernels
 //! crate has a packed GEMM for this CPU (`sgemm`: AVX2 or AVX-512), the filters are packed for
 //! it on each call and the right operand is read in place: the input planes (1×1, unit
-//! stride, no padding), the zero-padded planes at each tap's offset (implicit GEMM, any unit
-//! stride convolution whose padded width is at most 5/4 of its output width: no column
-//! matrix; the few extra columns of the padded width are dropped when the result is copied
-//! out), or else an explicit column matrix (im2col) gathered from the padded planes. Without
-//! that kernel (other CPUs) the column matrix goes to faer. Large products split their
-//! output channels over the workers; many small ones run (image, group) per worker.
-//! Depthwise convolutions (one input and one output channel per group) skip the GEMM: a
-//! direct loop per channel, channels in parallel.
+//! stride, no padding), or the input's zero-padded planes split by stride into phase planes,
+//! each tap a unit-stride window of one of them (implicit GEMM, for horizontal strides 1 and
+//! 2 where the phase width is at most 5/4 of the output width: no column matrix; the few
+//! extra columns of the phase width are dropped when the result is copied out), or else an
+//! explicit column matrix (im2col) gathered from the padded planes. Without that kernel
+//! (other CPUs) the column matrix goes to faer. Large products split their output channels
+//! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
+//! (one input and one output channel per group) skip the GEMM: a direct loop per channel,
+//! channels in parallel.
 //! Left out: Winograd and FFT algorithms, packed filters kept across runs (they are packed
 //! per call: `K · C · R · S` values against the product's `P · Q` times as many
 //! multiply-adds), NHWC layouts, fusing the following activation into the GEMM's epilogue.
@@ -52,10 +53,10 @@ const PAR_MIN_TASKS_MACS: usize = 1 << 22;
 enum Cols {
     /// A 1×1 convolution with unit stride and no padding: the input planes themselves.
     Direct,
-    /// Implicit GEMM (unit stride, with [`Kernel`]): row (ci, r, s) of the operand is the
-    /// zero-padded planes read from the tap's offset, `n_eff = (P − 1)·Wp + Q` values, so the
-    /// product is computed over the padded width `Wp` and the `Wp − Q` extra columns of each
-    /// output row are dropped when the result is copied out. No column matrix.
+    /// Implicit GEMM (with [`Kernel`]): row (ci, r, s) of the operand is read in place from
+    /// the input's phase planes ([`phase_planes`]) at the tap's offset, `n_eff = (P − 1)·Wq +
+    /// Q` values, so the product is computed over the phase width `Wq` and the `Wq − Q` extra
+    /// columns of each output row are dropped when the result is copied out. No column matrix.
     Implicit { n_eff: usize },
     /// An explicit column matrix gathered from the zero-padded planes.
     Im2col,
@@ -63,8 +64,8 @@ enum Cols {
 
 /// How a convolution runs on the current pool: its operand ([`Cols`]), its (image, group)
 /// GEMMs spread over `workers` (`across`), `packed` scratch values of filters packed for
-/// [`Kernel`] (all groups, shared), each worker's `need` values (`padded` of them a
-/// zero-padded copy of the input planes), `total` for all.
+/// [`Kernel`] (all groups, shared), each worker's `need` values (`padded` of them the
+/// zero-padded input planes, or their phase planes), `total` for all.
 struct Layout {
     cols: Cols,
     across: bool,
@@ -76,10 +77,20 @@ struct Layout {
 }
 
 /// Extra columns the implicit GEMM may compute, as a fraction of the useful ones, before an
-/// explicit column matrix is cheaper: `Wp / Q ≤ 5/4` (a 3×3 convolution with 8 or more
-/// output columns).
-fn implicit_pays(q: usize, wp: usize) -> bool {
-    wp.saturating_mul(4) <= q.saturating_mul(5)
+/// explicit column matrix is cheaper: `Wq / Q ≤ 5/4` (a 3×3 convolution with 8 or more
+/// output columns). Only horizontal strides 1 and 2 take the implicit path: their phase
+/// planes are a copy or a split of pairs; a wider stride (a patch embedding, 8×8 stride 8)
+/// gathers every value alone, which measured slower than the column matrix (12.3 µs
+/// against 9.3 for ViT's).
+fn implicit_pays(q: usize, wq: usize) -> bool {
+    wq.saturating_mul(4) <= q.saturating_mul(5)
+}
+
+/// Rows and columns of one phase plane: the zero-padded planes ([`padded_dims`]) split by
+/// stride, `⌈Hp / stride_h⌉ × ⌈Wp / stride_w⌉` (the padded planes themselves at unit stride).
+fn phase_dims(g: &ConvShape) -> (usize, usize) {
+    let (hp, wp) = padded_dims(g);
+    (hp.div_ceil(g.stride[0]), wp.div_ceil(g.stride[1]))
 }
 
 fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
@@ -88,11 +99,12 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let direct =
         g.r == 1 && g.s == 1 && g.stride == [1, 1] && g.pad == [0, 0] && g.p == g.h && g.q == g.w;
     let (hp, wp) = padded_dims(g);
+    let (hq, wq) = phase_dims(g);
     let cols = if direct {
         Cols::Direct
-    } else if kern.is_some() && g.stride == [1, 1] && g.p > 0 && implicit_pays(g.q, wp) {
+    } else if kern.is_some() && g.stride[1] <= 2 && g.p > 0 && implicit_pays(g.q, wq) {
         Cols::Implicit {
-            n_eff: (g.p - 1) * wp + g.q,
+            n_eff: (g.p - 1) * wq + g.q,
         }
     } else {
         Cols::Im2col
@@ -108,7 +120,11 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let workers = if across { threads.min(tasks) } else { 1 };
     // The operand is read from a zero-padded copy of the input planes (no bounds tests or
     // fills in the gather loop or the kernel).
-    let padded = if direct { 0 } else { cg * hp * wp };
+    let padded = match cols {
+        Cols::Direct => 0,
+        Cols::Implicit { .. } => cg * g.stride[0] * g.stride[1] * hq * wq,
+        Cols::Im2col => cg * hp * wp,
+    };
     let need = match cols {
         Cols::Direct => 0,
         Cols::Implicit { n_eff } => padded + kg * n_eff,
@@ -228,7 +244,7 @@ fn conv2d_with(
         match cols {
             Cols::Implicit { n_eff } => {
                 let (pad, tmp) = scratch[..need].split_at_mut(padded);
-                pad_planes(g, xin, cg, pad);
+                phase_planes(g, xin, cg, pad);
                 let right = Right::Offsets {
                     data: pad,
                     offsets: &offsets,
@@ -327,12 +343,12 @@ fn kernel_into(
 /// The implicit GEMM's result (`K/g` rows of `n_eff` values over the padded width) copied to
 /// the output's `P × Q` planes, each plus its channel's bias.
 fn copy_out(g: &ConvShape, n_eff: usize, tmp: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
-    let (_, wp) = padded_dims(g);
+    let (_, wq) = phase_dims(g);
     let pq = g.p * g.q;
     for (ch, (dst, src)) in o.chunks_mut(pq).zip(tmp.chunks(n_eff)).enumerate() {
         let b = bias.map_or(0.0, |b| b[ch]);
         for op in 0..g.p {
-            let (d, s) = (&mut dst[op * g.q..][..g.q], &src[op * wp..][..g.q]);
+            let (d, s) = (&mut dst[op * g.q..][..g.q], &src[op * wq..][..g.q]);
             for (d, s) in d.iter_mut().zip(s) {
                 *d = s + b;
             }
@@ -340,19 +356,117 @@ fn copy_out(g: &ConvShape, n_eff: usize, tmp: &[f32], bias: Option<&[f32]>, o: &
     }
 }
 
-/// Offset of row (ci, r, s) of the implicit operand in the zero-padded planes: plane `ci`,
-/// padded row `r·dil_h`, column `s·dil_w` (output position (p, q) then adds `p·Wp + q`).
+/// Offset of row (ci, r, s) of the implicit operand in the phase planes: the tap reads
+/// padded row `p·sh + r·dh` and column `q·sw + s·dw`, that is phase plane
+/// `(ci, r·dh mod sh, s·dw mod sw)` at row `p + ⌊r·dh / sh⌋` and column `q + ⌊s·dw / sw⌋`;
+/// output position (p, q) then adds `p·Wq + q`.
 fn tap_offsets(g: &ConvShape, cg: usize) -> Vec<usize> {
-    let (hp, wp) = padded_dims(g);
+    let (hq, wq) = phase_dims(g);
+    let [sh, sw] = g.stride;
     let mut v = Vec::with_capacity(cg * g.r * g.s);
     for ci in 0..cg {
         for rr in 0..g.r {
             for ss in 0..g.s {
-                v.push(ci * hp * wp + rr * g.dil[0] * wp + ss * g.dil[1]);
+                let (ry, rx) = (rr * g.dil[0], ss * g.dil[1]);
+                let plane = (ci * sh + ry % sh) * sw + rx % sw;
+                v.push(plane * hq * wq + (ry / sh) * wq + rx / sw);
             }
         }
     }
     v
+}
+
+/// The `cg` input planes of `xin`, zero-padded ([`padded_dims`]) and split by stride into
+/// `stride_h · stride_w` phase planes each of [`phase_dims`]: phase `(a, b)` of channel ci
+/// holds padded element `(i·sh + a, j·sw + b)` at `(i, j)`, stored as plane
+/// `(ci·sh + a)·sw + b`. At unit stride this is the padded planes themselves. Every tap of
+/// a strided convolution then reads one phase plane with unit stride.
+fn phase_planes(g: &ConvShape, xin: &[f32], cg: usize, out: &mut [f32]) {
+    let (hq, wq) = phase_dims(g);
+    let [sh, sw] = g.stride;
+    let [pt, pl] = g.pad;
+    out.fill(0.0);
+    // Columns j of a phase row that hold input: pl ≤ j·sw + b < pl + W.
+    let cols_of = |b: usize| {
+        let j0 = (pl.saturating_sub(b)).div_ceil(sw);
+        let j1 = (pl + g.w).saturating_sub(b).div_ceil(sw).min(wq);
+        (j0, j1.max(j0))
+    };
+    for ci in 0..cg {
+        let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
+        for a in 0..sh {
+            if sw == 2 {
+                // Both column phases of each row at once: input pairs split into the even
+                // and the odd phase (a loop the compiler vectorizes with shuffles).
+                let base = (ci * sh + a) * 2 * hq * wq;
+                let (even, odd) = out[base..base + 2 * hq * wq].split_at_mut(hq * wq);
+                for (i, (re, ro)) in even
+                    .chunks_exact_mut(wq)
+                    .zip(odd.chunks_exact_mut(wq))
+                    .enumerate()
+                {
+                    let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
+                        continue;
+                    };
+                    deinterleave_row(&plane[ih * g.w..][..g.w], pl, re, ro);
+                }
+                continue;
+            }
+            for b in 0..sw {
+                let dst = &mut out[((ci * sh + a) * sw + b) * hq * wq..][..hq * wq];
+                let (j0, j1) = cols_of(b);
+                for (i, drow) in dst.chunks_exact_mut(wq).enumerate() {
+                    let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
+                        continue;
+                    };
+                    let src = &plane[ih * g.w..][..g.w];
+                    let c0 = j0 * sw + b - pl; // input column of phase column j0
+                    if sw == 1 {
+                        drow[j0..j1].copy_from_slice(&src[c0..c0 + (j1 - j0)]);
+                    } else {
+                        for (d, x) in drow[j0..j1].iter_mut().zip(src[c0..].iter().step_by(sw)) {
+                            *d = *x;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One input row placed at padded column `pl` and split by column parity: padded column
+/// `2j` to `even[j]`, `2j + 1` to `odd[j]` (columns past either row are not stored).
+fn deinterleave_row(src: &[f32], pl: usize, even: &mut [f32], odd: &mut [f32]) {
+    let mut src = src;
+    let mut pc = pl; // padded column of src[0]
+    if pc % 2 == 1 {
+        if let (Some(&v), Some(d)) = (src.first(), odd.get_mut(pc / 2)) {
+            *d = v;
+        }
+        src = src.get(1..).unwrap_or(&[]);
+        pc += 1;
+    }
+    let j0 = pc / 2;
+    let pairs = (src.len() / 2)
+        .min(even.len().saturating_sub(j0))
+        .min(odd.len().saturating_sub(j0));
+    let (ne, no) = (even.len(), odd.len());
+    let (e, o) = (&mut even[j0.min(ne)..], &mut odd[j0.min(no)..]);
+    for ((pair, de), d_o) in src
+        .chunks_exact(2)
+        .take(pairs)
+        .zip(e.iter_mut())
+        .zip(o.iter_mut())
+    {
+        *de = pair[0];
+        *d_o = pair[1];
+    }
+    // An odd last value goes to the even phase.
+    if src.len() % 2 == 1 {
+        if let Some(d) = even.get_mut(j0 + src.len() / 2) {
+            *d = src[src.len() - 1];
+        }
+    }
 }
 
 /// One (image, group) product through faer: the column matrix (or the input in place) times
@@ -586,6 +700,13 @@ mod tests {
             (1, 12, 24, 24, 9, 5, 5, [1, 1], [4, 4], [2, 2], 1),
             (1, 64, 28, 28, 64, 3, 3, [1, 1], [1, 1], [1, 1], 1),
             (1, 4, 6, 20, 5, 1, 3, [1, 1], [0, 1], [1, 1], 1),
+            // Implicit GEMM over phase planes: a stride-2 3×3 (Wq/Q = 9/8), a patch
+            // embedding (8×8 stride 8: Wq = Q), stride 2 with dilation 2, unequal strides
+            // with asymmetric sizes.
+            (2, 16, 16, 16, 32, 3, 3, [2, 2], [1, 1], [1, 1], 1),
+            (2, 3, 32, 32, 64, 8, 8, [8, 8], [0, 0], [1, 1], 1),
+            (1, 5, 21, 21, 7, 3, 3, [2, 2], [2, 2], [2, 2], 1),
+            (1, 6, 19, 40, 8, 3, 5, [3, 2], [1, 2], [1, 1], 1),
         ];
         for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
             let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
@@ -644,5 +765,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn which_operand_each_geometry_reads() {
+        // With a packed kernel: a stride-2 3×3 on 16×16 reads phase planes 9 wide for 8
+        // output columns (9·4 = 36 ≤ 8·5); a patch embedding (stride 8) and a 3×3 on 4×4
+        // outputs (6 columns computed for 4: 24 > 20) take the column matrix.
+        let Some(kern) = Kernel::for_level(Level::Avx2) else {
+            eprintln!("no AVX2: the packed kernel's paths are not chosen on this CPU");
+            return;
+        };
+        let shape = |h: usize, r: usize, st: usize, pad: usize| {
+            let p = (h + 2 * pad - r) / st + 1;
+            ConvShape {
+                n: 1,
+                c: 4,
+                h,
+                w: h,
+                k: 8,
+                r,
+                s: r,
+                p,
+                q: p,
+                stride: [st, st],
+                pad: [pad, pad],
+                dil: [1, 1],
+                group: 1,
+            }
+        };
+        let g = shape(16, 3, 2, 1);
+        assert_eq!(phase_dims(&g), (9, 9));
+        assert_eq!(
+            layout(&g, Some(kern)).cols,
+            Cols::Implicit { n_eff: 7 * 9 + 8 }
+        );
+        let g = shape(32, 8, 8, 0);
+        assert_eq!(layout(&g, Some(kern)).cols, Cols::Im2col);
+        assert_eq!(layout(&shape(4, 3, 1, 1), Some(kern)).cols, Cols::Im2col);
+        assert_eq!(layout(&g, None).cols, Cols::Im2col);
     }
 }
