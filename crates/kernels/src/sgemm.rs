@@ -169,47 +169,12 @@ impl Kernel {
         cs: usize,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        let need = self
-            .packed_a_len(m, k)
-            .ok_or_else(|| invalid(format!("sgemm: packed A of {m}×{k} overflows")))?;
-        let have =
-            span(m, k, rs, cs).ok_or_else(|| invalid(format!("sgemm: A of {m}×{k} overflows")))?;
-        if out.len() != need || a.len() < have {
-            return Err(invalid(format!(
-                "sgemm: pack_a needs {have} values in and {need} out, got {} and {}",
-                a.len(),
-                out.len()
-            )));
-        }
-        let mr = self.mr;
-        for (p, panel) in out.chunks_exact_mut((mr * k).max(1)).enumerate() {
-            let i0 = p * mr;
-            let rows = mr.min(m - i0);
-            // Row-major A: each panel is an `rows × k` block transposed, 8 columns at a time
-            // by an AVX2 8×8 transpose (the CPU has AVX2 wherever a kernel exists).
-            #[cfg(target_arch = "x86_64")]
-            if cs == 1 && k >= 8 {
-                let block = &a[i0 * rs..];
-                // SAFETY: rows i0..i0 + rows of A have k values at stride rs (`have` above);
-                // the panel holds mr·k values; the CPU has AVX2 (a Kernel exists).
-                unsafe { x86::pack_panel(block, rs, rows, k, mr, panel) };
-                continue;
-            }
-            for (kk, dst) in panel.chunks_exact_mut(mr).enumerate() {
-                for (r, d) in dst.iter_mut().enumerate() {
-                    *d = if r < rows {
-                        a[(i0 + r) * rs + kk * cs]
-                    } else {
-                        0.0
-                    };
-                }
-            }
-        }
-        Ok(())
+        pack_panels("A", a, m, k, rs, cs, self.mr, out)
     }
 
     /// Packs B (`k × n`, element (p, j) at `b[p * rs + j * cs]`) into `out`
-    /// ([`Kernel::packed_b_len`] floats), zero-padding the last panel.
+    /// ([`Kernel::packed_b_len`] floats), zero-padding the last panel: B's columns are
+    /// packed as A's rows are, so this packs Bᵀ (`n × k`, strides swapped).
     pub fn pack_b(
         &self,
         b: &[f32],
@@ -219,32 +184,7 @@ impl Kernel {
         cs: usize,
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        let need = self
-            .packed_b_len(k, n)
-            .ok_or_else(|| invalid(format!("sgemm: packed B of {k}×{n} overflows")))?;
-        let have =
-            span(k, n, rs, cs).ok_or_else(|| invalid(format!("sgemm: B of {k}×{n} overflows")))?;
-        if out.len() != need || b.len() < have {
-            return Err(invalid(format!(
-                "sgemm: pack_b needs {have} values in and {need} out, got {} and {}",
-                b.len(),
-                out.len()
-            )));
-        }
-        let nr = self.nr;
-        for (q, panel) in out.chunks_exact_mut((nr * k).max(1)).enumerate() {
-            let j0 = q * nr;
-            for (kk, dst) in panel.chunks_exact_mut(nr).enumerate() {
-                for (c, d) in dst.iter_mut().enumerate() {
-                    *d = if j0 + c < n {
-                        b[kk * rs + (j0 + c) * cs]
-                    } else {
-                        0.0
-                    };
-                }
-            }
-        }
-        Ok(())
+        pack_panels("B", b, n, k, cs, rs, self.nr, out)
     }
 
     /// `C = A·B` (or `C += A·B` with `accumulate`) for A `m × k` packed by
@@ -405,6 +345,58 @@ impl Kernel {
             unreachable!("Kernel is only built on x86-64")
         }
     }
+}
+
+/// Packs `rows × depth` values (element (i, p) at `src[i * rs + p * cs]`) in panels of
+/// `width` rows, each depth-major (`width` values of column p, then of p + 1, …), the last
+/// panel zero-padded: `out` holds `⌈rows / width⌉ · width · depth` values.
+#[allow(clippy::too_many_arguments)]
+fn pack_panels(
+    what: &str,
+    src: &[f32],
+    rows: usize,
+    depth: usize,
+    rs: usize,
+    cs: usize,
+    width: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let need = ceil_to(rows, width)
+        .and_then(|r| r.checked_mul(depth))
+        .ok_or_else(|| invalid(format!("sgemm: packed {what} of {rows}×{depth} overflows")))?;
+    let have = span(rows, depth, rs, cs)
+        .ok_or_else(|| invalid(format!("sgemm: {what} of {rows}×{depth} overflows")))?;
+    if out.len() != need || src.len() < have {
+        return Err(invalid(format!(
+            "sgemm: packing {what} needs {have} values in and {need} out, got {} and {}",
+            src.len(),
+            out.len()
+        )));
+    }
+    for (p, panel) in out.chunks_exact_mut((width * depth).max(1)).enumerate() {
+        let i0 = p * width;
+        let n = width.min(rows - i0);
+        // Unit stride along the depth and at most 8 rows: the panel is an `n × depth` block
+        // transposed 8 columns at a time by an AVX2 8×8 transpose (the CPU has AVX2
+        // wherever a kernel exists).
+        #[cfg(target_arch = "x86_64")]
+        if cs == 1 && depth >= 8 && width <= 8 {
+            // SAFETY: rows i0..i0 + n have depth values at stride rs (`have` above); the
+            // panel holds width·depth values; the CPU has AVX2 (a Kernel exists).
+            unsafe { x86::pack_panel(&src[i0 * rs..], rs, n, depth, width, panel) };
+            continue;
+        }
+        for (kk, dst) in panel.chunks_exact_mut(width).enumerate() {
+            for (r, d) in dst.iter_mut().enumerate() {
+                *d = if r < n {
+                    src[(i0 + r) * rs + kk * cs]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the microkernel finds row t of its B block: `ptr + t·ld`, or `ptr + offs[t]` when
