@@ -402,12 +402,14 @@ fn pack_panels(
 /// Where the microkernel finds row t of its B block: `ptr + t·ld`, or `ptr + offs[t]` when
 /// `offs` is not null.
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 tiles only
 struct Rows {
     ptr: *const f32,
     ld: usize,
     offs: *const usize,
 }
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 impl Rows {
     /// Row `t`.
     ///
