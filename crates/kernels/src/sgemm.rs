@@ -78,6 +78,21 @@ pub enum Right<'a> {
         /// One offset per row of B (`k` of them).
         offsets: &'a [usize],
     },
+    /// Rows at their own offsets, and each row's columns in runs of `run` consecutive values
+    /// at their own offsets: element (k, j) at `data[offsets[k] + run_offsets[j / run] +
+    /// j % run]`. `run` must be a multiple of [`Kernel::lanes`], so that every vector the
+    /// kernel loads lies inside one run. A convolution whose output width is such a multiple
+    /// reads each output row's window of the input planes this way, with no wasted columns.
+    Runs {
+        /// The values.
+        data: &'a [f32],
+        /// One offset per row of B (`k` of them).
+        offsets: &'a [usize],
+        /// Columns per run.
+        run: usize,
+        /// One offset per run (`⌈n / run⌉` of them).
+        run_offsets: &'a [usize],
+    },
 }
 
 fn invalid(msg: String) -> KernelError {
@@ -140,6 +155,15 @@ impl Kernel {
     /// Columns of one panel of packed B.
     pub fn panel_cols(&self) -> usize {
         self.nr
+    }
+
+    /// f32 lanes of one vector (16 for AVX-512, 8 for AVX2): a [`Right::Runs`] run is a
+    /// multiple of this.
+    pub fn lanes(&self) -> usize {
+        match self.level {
+            Level::Avx512 => 16,
+            _ => 8,
+        }
     }
 
     /// Floats of A (`m × k`) packed: `⌈m / mr⌉ · mr · k`; `None` on overflow.
@@ -219,6 +243,7 @@ impl Kernel {
             return Err(bad("C is too short or its stride below n"));
         }
         let mut offs: *const usize = std::ptr::null();
+        let mut runs: Option<(usize, &[usize])> = None;
         let (b_ptr, b_panel_stride, ldb) = match b {
             Right::Packed(d) => {
                 let need = self
@@ -247,6 +272,37 @@ impl Kernel {
                 offs = offsets.as_ptr();
                 (data.as_ptr(), self.nr, 0)
             }
+            Right::Runs {
+                data,
+                offsets,
+                run,
+                run_offsets,
+            } => {
+                if run == 0 || run % self.lanes() != 0 {
+                    return Err(bad(&format!(
+                        "a run of {run} columns is not a multiple of {} lanes",
+                        self.lanes()
+                    )));
+                }
+                let nruns = n.div_ceil(run);
+                if offsets.len() < k || run_offsets.len() < nruns {
+                    return Err(bad("B has too few row or run offsets"));
+                }
+                // Every element lies below max(row offset) + run offset + run length.
+                let top = offsets[..k].iter().copied().max().unwrap_or(0);
+                let fits = run_offsets[..nruns].iter().enumerate().all(|(ri, &ro)| {
+                    let len = run.min(n - ri * run);
+                    top.checked_add(ro)
+                        .and_then(|e| e.checked_add(len))
+                        .is_some_and(|e| e <= data.len())
+                });
+                if !fits {
+                    return Err(bad("B's row and run offsets reach past its values"));
+                }
+                offs = offsets.as_ptr();
+                runs = Some((run, &run_offsets[..nruns]));
+                (data.as_ptr(), self.nr, 0)
+            }
         };
         if k == 0 {
             if !accumulate {
@@ -273,8 +329,20 @@ impl Kernel {
                 // i0..i0 + rows, columns j0..j0 + cols lie inside `span(m, n, ldc, 1)`.
                 // Offsets rows: row pc + t at b_ptr + offsets[pc + t] + j0, each checked to
                 // hold n values.
+                // Runs: vector v of the tile starts at column j0 + lanes·v, inside run
+                // (j0 + lanes·v) / run (runs are whole vectors), at that run's offset.
+                let w = self.lanes();
+                let mut vec_off = [0, w];
+                if let Some((run, ro)) = runs {
+                    for (v, o) in vec_off.iter_mut().enumerate() {
+                        let j = (j0 + w * v).min(n - 1);
+                        *o = ro[j / run] + j % run;
+                    }
+                }
                 let (bp, op) = unsafe {
-                    if packed_b {
+                    if runs.is_some() {
+                        (b_ptr, offs.add(pc))
+                    } else if packed_b {
                         (b_ptr.add((j0 / nr) * b_panel_stride + pc * nr), offs)
                     } else if offs.is_null() {
                         (b_ptr.add(pc * ldb + j0), offs)
@@ -292,6 +360,7 @@ impl Kernel {
                             ptr: bp,
                             ld: ldb,
                             offs: op,
+                            vec_off,
                         };
                         self.tile(kc, ap, brows, cols, cp, ldc, rows, acc);
                     }
@@ -400,13 +469,15 @@ fn pack_panels(
 }
 
 /// Where the microkernel finds row t of its B block: `ptr + t·ld`, or `ptr + offs[t]` when
-/// `offs` is not null.
+/// `offs` is not null; vector v of a row starts `vec_off[v]` after the row's start (`v ·
+/// lanes`, except for [`Right::Runs`]).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 tiles only
 struct Rows {
     ptr: *const f32,
     ld: usize,
     offs: *const usize,
+    vec_off: [usize; 2],
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -457,9 +528,9 @@ mod x86 {
             let mut bv = [_mm512_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
                 *x = if v + 1 == NV {
-                    _mm512_maskz_loadu_ps(tail, bp.add(16 * v))
+                    _mm512_maskz_loadu_ps(tail, bp.add(b.vec_off[v]))
                 } else {
-                    _mm512_loadu_ps(bp.add(16 * v))
+                    _mm512_loadu_ps(bp.add(b.vec_off[v]))
                 };
             }
             for (r, row) in acc.iter_mut().enumerate() {
@@ -597,9 +668,9 @@ mod x86 {
             let mut bv = [_mm256_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
                 *x = if v + 1 == NV {
-                    _mm256_maskload_ps(bp.add(8 * v), tail)
+                    _mm256_maskload_ps(bp.add(b.vec_off[v]), tail)
                 } else {
-                    _mm256_loadu_ps(bp.add(8 * v))
+                    _mm256_loadu_ps(bp.add(b.vec_off[v]))
                 };
             }
             for (r, row) in acc.iter_mut().enumerate() {
@@ -775,6 +846,67 @@ mod tests {
                     offsets: &bad,
                 };
                 assert!(kern.gemm(m, n, k, &ap, rb, &mut got, n, false).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn runs_equal_the_gathered_matrix() {
+        // Columns in runs of `run` (one and two vectors) at scattered offsets, rows at their
+        // own offsets, n not a multiple of the run: bit for bit the product over B gathered
+        // into a row-major matrix.
+        for kern in kernels() {
+            let w = kern.lanes();
+            for &(m, run, nruns, last, k) in &[(8, w, 16, w, 144), (13, 2 * w, 3, 5, 300)] {
+                let n = run * (nruns - 1) + last;
+                let pool = vals(64 * n + 5 * k, 11);
+                let offsets: Vec<usize> = (0..k).map(|t| (t * 389) % (3 * k)).collect();
+                let run_offsets: Vec<usize> = (0..nruns)
+                    .map(|r| 3 * k + (nruns - r) * (run + 3))
+                    .collect();
+                let gathered: Vec<f32> = offsets
+                    .iter()
+                    .flat_map(|&o| {
+                        let ro = &run_offsets;
+                        let pool = &pool;
+                        (0..n).map(move |j| pool[o + ro[j / run] + j % run])
+                    })
+                    .collect();
+                let a = vals(m * k, 12);
+                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+                let mut want = vec![0.0; m * n];
+                let rm = Right::RowMajor {
+                    data: &gathered,
+                    ld: n,
+                };
+                kern.gemm(m, n, k, &ap, rm, &mut want, n, false).unwrap();
+                let mut got = vec![0.0; m * n];
+                let rr = Right::Runs {
+                    data: &pool,
+                    offsets: &offsets,
+                    run,
+                    run_offsets: &run_offsets,
+                };
+                kern.gemm(m, n, k, &ap, rr, &mut got, n, false).unwrap();
+                assert_eq!(got, want, "{kern:?} run {run}");
+                // A run that is not whole vectors, and offsets past the values, are refused.
+                let odd = Right::Runs {
+                    data: &pool,
+                    offsets: &offsets,
+                    run: run - 1,
+                    run_offsets: &run_offsets,
+                };
+                assert!(kern.gemm(m, n, k, &ap, odd, &mut got, n, false).is_err());
+                let mut far = run_offsets.clone();
+                far[0] = pool.len();
+                let past = Right::Runs {
+                    data: &pool,
+                    offsets: &offsets,
+                    run,
+                    run_offsets: &far,
+                };
+                assert!(kern.gemm(m, n, k, &ap, past, &mut got, n, false).is_err());
             }
         }
     }

@@ -58,6 +58,10 @@ enum Cols {
     /// Q` values, so the product is computed over the phase width `Wq` and the `Wq − Q` extra
     /// columns of each output row are dropped when the result is copied out. No column matrix.
     Implicit { n_eff: usize },
+    /// Implicit GEMM whose output width `Q` is whole vectors of the kernel: each output row's
+    /// `Q` columns are one run at that row's offset in the phase planes ([`Right::Runs`]), so
+    /// the product has exactly `P · Q` columns and is written to the output in place.
+    ImplicitRuns,
     /// An explicit column matrix gathered from the zero-padded planes.
     Im2col,
 }
@@ -102,6 +106,8 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let (hq, wq) = phase_dims(g);
     let cols = if direct {
         Cols::Direct
+    } else if kern.is_some_and(|k| g.q % k.lanes() == 0) && g.stride[1] <= 2 && g.p > 0 {
+        Cols::ImplicitRuns
     } else if kern.is_some() && g.stride[1] <= 2 && g.p > 0 && implicit_pays(g.q, wq) {
         Cols::Implicit {
             n_eff: (g.p - 1) * wq + g.q,
@@ -122,12 +128,13 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     // fills in the gather loop or the kernel).
     let padded = match cols {
         Cols::Direct => 0,
-        Cols::Implicit { .. } => cg * g.stride[0] * g.stride[1] * hq * wq,
+        Cols::Implicit { .. } | Cols::ImplicitRuns => cg * g.stride[0] * g.stride[1] * hq * wq,
         Cols::Im2col => cg * hp * wp,
     };
     let need = match cols {
         Cols::Direct => 0,
         Cols::Implicit { n_eff } => padded + kg * n_eff,
+        Cols::ImplicitRuns => padded,
         Cols::Im2col => crs * pq + padded,
     };
     let packed = kern.map_or(0, |k| k.packed_a_len(kg, crs).unwrap_or(0) * g.group);
@@ -220,7 +227,13 @@ fn conv2d_with(
     }
     let packed_w = &*packed_w;
     let offsets = match cols {
-        Cols::Implicit { .. } => tap_offsets(g, cg),
+        Cols::Implicit { .. } | Cols::ImplicitRuns => tap_offsets(g, cg),
+        _ => Vec::new(),
+    };
+    // Output row p of a run layout starts at row p of the phase planes.
+    let (_, wq) = phase_dims(g);
+    let run_offsets: Vec<usize> = match cols {
+        Cols::ImplicitRuns => (0..g.p).map(|p| p * wq).collect(),
         _ => Vec::new(),
     };
     // One (image, group): its operand, its bias, its GEMM.
@@ -252,6 +265,18 @@ fn conv2d_with(
                 kernel_into(kern, kg, n_eff, crs, ap, right, tmp, false, split)?;
                 copy_out(g, n_eff, tmp, bias_g, o);
                 Ok(())
+            }
+            Cols::ImplicitRuns => {
+                let pad = &mut scratch[..padded];
+                phase_planes(g, xin, cg, pad);
+                let accumulate = fill_bias(o, pq, bias_g);
+                let right = Right::Runs {
+                    data: pad,
+                    offsets: &offsets,
+                    run: g.q,
+                    run_offsets: &run_offsets,
+                };
+                kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
             }
             Cols::Direct | Cols::Im2col => {
                 let data: &[f32] = if cols == Cols::Direct {
@@ -707,6 +732,9 @@ mod tests {
             (2, 3, 32, 32, 64, 8, 8, [8, 8], [0, 0], [1, 1], 1),
             (1, 5, 21, 21, 7, 3, 3, [2, 2], [2, 2], [2, 2], 1),
             (1, 6, 19, 40, 8, 3, 5, [3, 2], [1, 2], [1, 1], 1),
+            // Runs (output width a multiple of 16): past a K block (C·R·S = 288) and split
+            // by output channel over two workers (32·288·1024 ≈ 9.4 Mi multiply-adds).
+            (1, 32, 32, 32, 32, 3, 3, [1, 1], [1, 1], [1, 1], 1),
         ];
         for (i, &(n, c, h, w, k, r, s, stride, pad, dil, group)) in cases.iter().enumerate() {
             let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
@@ -769,8 +797,8 @@ mod tests {
 
     #[test]
     fn which_operand_each_geometry_reads() {
-        // With a packed kernel: a stride-2 3×3 on 16×16 reads phase planes 9 wide for 8
-        // output columns (9·4 = 36 ≤ 8·5); a patch embedding (stride 8) and a 3×3 on 4×4
+        // With a packed kernel: a stride-2 3×3 on 18×18 reads phase planes 10 wide for 9
+        // output columns (10·4 = 40 ≤ 9·5); a patch embedding (stride 8) and a 3×3 on 4×4
         // outputs (6 columns computed for 4: 24 > 20) take the column matrix.
         let Some(kern) = Kernel::for_level(Level::Avx2) else {
             eprintln!("no AVX2: the packed kernel's paths are not chosen on this CPU");
@@ -794,11 +822,18 @@ mod tests {
                 group: 1,
             }
         };
-        let g = shape(16, 3, 2, 1);
-        assert_eq!(phase_dims(&g), (9, 9));
+        let g = shape(18, 3, 2, 1);
+        assert_eq!(phase_dims(&g), (10, 10)); // Hp = Wp = (9 − 1)·2 + 3 = 19, halved up
         assert_eq!(
             layout(&g, Some(kern)).cols,
-            Cols::Implicit { n_eff: 7 * 9 + 8 }
+            Cols::Implicit { n_eff: 8 * 10 + 9 }
+        );
+        // Output width 8, one AVX2 vector: runs, no wasted columns, whatever the phase width.
+        let g = shape(16, 3, 2, 1);
+        assert_eq!(layout(&g, Some(kern)).cols, Cols::ImplicitRuns);
+        assert_eq!(
+            layout(&shape(16, 3, 1, 1), Some(kern)).cols,
+            Cols::ImplicitRuns
         );
         let g = shape(32, 8, 8, 0);
         assert_eq!(layout(&g, Some(kern)).cols, Cols::Im2col);
