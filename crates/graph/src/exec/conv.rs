@@ -106,7 +106,7 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let (hq, wq) = phase_dims(g);
     let cols = if direct {
         Cols::Direct
-    } else if kern.is_some_and(|k| g.q % k.lanes() == 0) && g.stride[1] <= 2 && g.p > 0 {
+    } else if kern.is_some_and(|k| g.q.is_multiple_of(k.lanes())) && g.stride[1] <= 2 && g.p > 0 {
         Cols::ImplicitRuns
     } else if kern.is_some() && g.stride[1] <= 2 && g.p > 0 && implicit_pays(g.q, wq) {
         Cols::Implicit {
