@@ -4,8 +4,9 @@
 //! it on each call and the right operand is read in place: the input planes (1×1, unit
 //! stride, no padding), or the input's zero-padded planes split by stride into phase planes,
 //! each tap a unit-stride window of one of them (implicit GEMM, for horizontal strides 1 and
-//! 2 where the phase width is at most 5/4 of the output width: no column matrix; the few
-//! extra columns of the phase width are dropped when the result is copied out), or else an
+//! 2: no column matrix; an output width of whole vectors is read as one run per output row
+//! and written in place, otherwise the product spans the phase width, at most 5/4 of the
+//! output width, and its extra columns are dropped when it is copied out), or else an
 //! explicit column matrix (im2col) gathered from the padded planes. Without that kernel
 //! (other CPUs) the column matrix goes to faer. Large products split their output channels
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
