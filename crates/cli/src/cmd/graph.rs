@@ -334,14 +334,16 @@ pub enum Executor {
     Interpreter,
 }
 
-/// Execute a graph on the CPU, on `--threads` worker threads when given.
+/// Execute a graph on the CPU, on `--threads` worker threads (default: rayon's count, one
+/// per core or `RAYON_NUM_THREADS`), always inside a pool of its own so that the run's other
+/// workers can stay awake between its parallel sections.
 pub fn run_graph(a: RunArgs) -> Result<()> {
-    match a.threads {
+    let n = match a.threads {
         Some(0) => bail!("invalid `--threads` = `0`: at least 1"),
-        Some(n) => tensorforge_graph::exec::with_threads(n, || run_graph_here(a))
-            .map_err(|e| anyhow!("{e}"))?,
-        None => run_graph_here(a),
-    }
+        Some(n) => n,
+        None => tensorforge_graph::exec::worker_threads(),
+    };
+    tensorforge_graph::exec::with_threads(n, || run_graph_here(a)).map_err(|e| anyhow!("{e}"))?
 }
 
 /// [`run_graph`] on the current thread pool.

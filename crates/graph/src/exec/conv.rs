@@ -48,6 +48,10 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// VM, more than a few million multiply-adds save (ResNet fixture convolutions of 1.2 Mi
 /// took 2x longer on two workers).
 const PAR_MIN_TASKS_MACS: usize = 1 << 22;
+/// The same while the run keeps its other workers awake (module `spin`): a hand-off then
+/// costs about a microsecond, and the ResNet fixture's 1.2 Mi convolutions (two images) run
+/// on two workers in well under the time of one.
+const PAR_MIN_TASKS_MACS_SPINNING: usize = 1 << 19;
 
 /// Where one (image, group) product finds its right operand `[C/g · R · S, P · Q]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,8 +126,12 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     // Several images or groups and enough work: the (image, group) GEMMs dealt to the
     // workers in contiguous runs, each sequential with its own column buffer; otherwise one
     // after another, a large GEMM split by output channel inside.
-    let across =
-        threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= PAR_MIN_TASKS_MACS;
+    let min_tasks = if super::spin::active() {
+        PAR_MIN_TASKS_MACS_SPINNING
+    } else {
+        PAR_MIN_TASKS_MACS
+    };
+    let across = threads > 1 && tasks >= 2 && macs < PAR_MIN_MACS && macs * tasks >= min_tasks;
     let workers = if across { threads.min(tasks) } else { 1 };
     // The operand is read from a zero-padded copy of the input planes (no bounds tests or
     // fills in the gather loop or the kernel).

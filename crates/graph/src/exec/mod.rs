@@ -29,6 +29,7 @@ mod elementwise;
 mod inputs;
 mod pool;
 mod program;
+mod spin;
 #[cfg(target_arch = "x86_64")]
 mod tile;
 
@@ -108,6 +109,7 @@ pub fn worker_threads() -> usize {
 pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> Result<R> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
+        .start_handler(|_| spin::mark_spinning_pool())
         .build()
         .map_err(|e| {
             crate::GraphError::Argument(format!("cannot start {threads} worker threads: {e}"))
@@ -141,6 +143,8 @@ pub fn execute_with(
     // The whole call is timed, binding the buffers and handing them back included: what a
     // caller pays per run (the program's own clock starts after the binding).
     let t0 = std::time::Instant::now();
+    // On a pool of several workers, the others stay awake for the run (module `spin`).
+    let _spin = spin::Spin::start();
     let tg = &p.graph;
     let mut st = State {
         tg,

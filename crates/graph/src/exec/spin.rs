@@ -1,0 +1,235 @@
+//! Keeps a pool's other workers awake across a burst of executor runs, so that a kernel's
+//! parallel section is handed to a worker that is already running instead of one that must
+//! first be woken. onnxruntime's thread pool spins the same way by default.
+//!
+//! How: a run on a pool of `n > 1` workers makes sure `n − 1` spinner tasks are live. A
+//! spinner takes pool jobs as they appear (`rayon::yield_now`) and, between polls, pauses
+//! for [`BACKOFF`] spin-loop hints (so that it does not keep the run's own deque busy); it
+//! leaves [`LINGER`] after the last run on its owner thread ended. A spinner must never sit
+//! on top of a run's job on its worker's stack (it would hold that job until it left): new
+//! spinners check in during a window the run opens before any work and closes before its
+//! first kernel; one that arrives later leaves at once, as does one that lands on a thread
+//! inside a run.
+//!
+//! Only pools built by `exec::with_threads` spin (the CLI's `run`, benchmarks): there one
+//! caller runs one program at a time. A pool that may run two programs at once (a Python
+//! session called from several threads) does not: a spinner that checked in for one run
+//! could sit on top of a job of the other for as long as the first kept running.
+//!
+//! Costs and limits: the other workers' cores stay busy for the burst plus [`LINGER`]; the
+//! first run after an idle spell waits up to [`CHECK_IN`] for its workers. The environment
+//! variable `TENSORFORGE_SPIN=0` turns it off (read once per process), for comparisons.
+//! Left out: pinning workers to cores, and callers outside a pool (a run from a thread that
+//! is not a pool worker hands each parallel section to sleeping workers).
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long spinners stay after their owner's last run ended.
+pub(crate) const LINGER: Duration = Duration::from_millis(2);
+/// Longest a run waits for new spinners to check in.
+pub(crate) const CHECK_IN: Duration = Duration::from_micros(200);
+/// Spin-loop hints between two polls for work.
+pub(crate) const BACKOFF: usize = 16;
+
+/// Set on the closed check-in window's counter.
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+/// What an owner thread shares with its spinners.
+struct Shared {
+    running: AtomicBool,
+    last_end_ns: AtomicU64,
+    live: AtomicUsize,
+    epoch: Instant,
+}
+
+impl Shared {
+    fn idle_for(&self) -> Duration {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        Duration::from_nanos(now.saturating_sub(self.last_end_ns.load(Ordering::Acquire)))
+    }
+}
+
+thread_local! {
+    /// This thread belongs to a pool built by `with_threads` ([`mark_spinning_pool`]).
+    static SPIN_POOL: Cell<bool> = const { Cell::new(false) };
+    static SHARED: RefCell<Option<Arc<Shared>>> = const { RefCell::new(None) };
+    static IN_RUN: Cell<bool> = const { Cell::new(false) };
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a worker of a pool whose runs may spin (a pool's start
+/// handler calls it on each of its threads).
+pub(crate) fn mark_spinning_pool() {
+    SPIN_POOL.with(|p| p.set(true));
+}
+
+/// False when `TENSORFORGE_SPIN=0` (read once).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TENSORFORGE_SPIN").map_or(true, |v| v.trim() != "0"))
+}
+
+/// True on a thread whose run has awake workers: a parallel section then costs a hand-off
+/// of about a microsecond rather than a wake-up, and pays from smaller sizes.
+pub(crate) fn active() -> bool {
+    ACTIVE.with(Cell::get)
+}
+
+/// One run's hold on its spinners; dropping it ends the run (they linger, then leave).
+pub(crate) struct Spin {
+    shared: Arc<Shared>,
+}
+
+impl Spin {
+    /// Begins a run on the current pool; `None` outside a pool, on one worker, or inside
+    /// another run on this thread.
+    pub(crate) fn start() -> Option<Spin> {
+        let n = rayon::current_num_threads();
+        if n < 2
+            || !enabled()
+            || !SPIN_POOL.with(Cell::get)
+            || rayon::current_thread_index().is_none()
+            || IN_RUN.with(Cell::get)
+        {
+            return None;
+        }
+        let shared = SHARED.with_borrow_mut(|s| {
+            Arc::clone(s.get_or_insert_with(|| {
+                Arc::new(Shared {
+                    running: AtomicBool::new(false),
+                    last_end_ns: AtomicU64::new(0),
+                    live: AtomicUsize::new(0),
+                    epoch: Instant::now(),
+                })
+            }))
+        });
+        IN_RUN.with(|r| r.set(true));
+        shared.running.store(true, Ordering::Release);
+        let want = n - 1;
+        let have = shared.live.load(Ordering::Acquire);
+        if have < want {
+            let window = Arc::new(AtomicUsize::new(0));
+            for _ in have..want {
+                let (s, w) = (Arc::clone(&shared), Arc::clone(&window));
+                rayon::spawn(move || spinner(&s, &w));
+            }
+            let t0 = Instant::now();
+            while window.load(Ordering::Acquire) < want - have && t0.elapsed() < CHECK_IN {
+                std::hint::spin_loop();
+            }
+            window.fetch_or(CLOSED, Ordering::AcqRel);
+        }
+        ACTIVE.with(|a| a.set(shared.live.load(Ordering::Acquire) > 0));
+        Some(Spin { shared })
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        let now = self.shared.epoch.elapsed().as_nanos() as u64;
+        self.shared.last_end_ns.store(now, Ordering::Release);
+        self.shared.running.store(false, Ordering::Release);
+        IN_RUN.with(|r| r.set(false));
+        ACTIVE.with(|a| a.set(false));
+    }
+}
+
+fn spinner(shared: &Shared, window: &AtomicUsize) {
+    if IN_RUN.with(Cell::get) {
+        return;
+    }
+    if window.fetch_add(1, Ordering::AcqRel) & CLOSED != 0 {
+        return;
+    }
+    shared.live.fetch_add(1, Ordering::AcqRel);
+    while shared.running.load(Ordering::Acquire) || shared.idle_for() < LINGER {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            for _ in 0..BACKOFF {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    shared.live.fetch_sub(1, Ordering::AcqRel);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayon::prelude::*;
+
+    #[test]
+    fn spinners_take_work_and_leave_after_the_linger() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .start_handler(|_| mark_spinning_pool())
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for _ in 0..50 {
+                let spin = Spin::start().expect("a pool of 3");
+                // A run inside a run starts no spinners of its own.
+                assert!(Spin::start().is_none());
+                let s: u64 = (0..10_000u64).into_par_iter().sum();
+                assert_eq!(s, 10_000 * 9_999 / 2);
+                drop(spin);
+                assert!(!active());
+            }
+            // After the linger every spinner has gone.
+            let shared = SHARED.with_borrow(|s| Arc::clone(s.as_ref().unwrap()));
+            let t0 = Instant::now();
+            while shared.live.load(Ordering::Acquire) > 0 && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(shared.live.load(Ordering::Acquire), 0);
+        });
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .start_handler(|_| mark_spinning_pool())
+            .build()
+            .unwrap();
+        assert!(one.install(Spin::start).is_none());
+        // A pool not built for spinning (a session's) never spins.
+        let plain = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        assert!(plain.install(Spin::start).is_none());
+        // Outside any pool: no spinners.
+        assert!(Spin::start().is_none());
+    }
+
+    #[test]
+    fn a_parallel_section_under_spinning_workers_uses_them() {
+        // Both halves of a join run, one of them on another worker, in every one of 200
+        // joins (a sleeping pool would also take some; this checks no join is lost or hangs).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .start_handler(|_| mark_spinning_pool())
+            .build()
+            .unwrap();
+        let other = pool.install(|| {
+            let _spin = Spin::start();
+            (0..200)
+                .filter(|_| {
+                    let me = rayon::current_thread_index();
+                    let (_, b) = rayon::join(
+                        || {
+                            // About 20 µs of work the compiler cannot fold away.
+                            let mut x = 1.0f64;
+                            for _ in 0..20_000 {
+                                x = std::hint::black_box(x * 1.000_001 + 1e-9);
+                            }
+                            x
+                        },
+                        rayon::current_thread_index,
+                    );
+                    b != me
+                })
+                .count()
+        });
+        assert!(other > 0, "the second worker took no half of 200 joins");
+    }
+}
