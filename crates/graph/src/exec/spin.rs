@@ -2,22 +2,22 @@
 //! parallel section is handed to a worker that is already running instead of one that must
 //! first be woken. onnxruntime's thread pool spins the same way by default.
 //!
-//! How: a run on a pool of `n > 1` workers makes sure `n − 1` spinner tasks are live. A
-//! spinner takes pool jobs as they appear (`rayon::yield_now`) and, between polls, pauses
-//! for [`BACKOFF`] spin-loop hints (so that it does not keep the run's own deque busy); it
-//! leaves [`LINGER`] after the last run on its owner thread ended. A spinner must never sit
-//! on top of a run's job on its worker's stack (it would hold that job until it left): new
-//! spinners check in during a window the run opens before any work and closes before its
-//! first kernel; one that arrives later leaves at once, as does one that lands on a thread
-//! inside a run.
+//! How: a run on a pool of `n > 1` workers makes sure `n − 1` spinner tasks are spawned and
+//! not yet gone. A spinner takes pool jobs as they appear (`rayon::yield_now`) and, between
+//! polls, pauses for [`BACKOFF`] spin-loop hints (so that it does not keep the run's own
+//! deque busy); it leaves [`LINGER`] after the last run on its owner thread ended. A spinner
+//! never sits on top of a run's job on its worker's stack: spinners are pushed on the owner's
+//! deque before any job of the run, and thieves take the oldest job first, so a worker meets
+//! a spinner before any of the run's jobs; the owner, which takes its newest job first, only
+//! reaches one while it waits inside its run, and then the spinner leaves at once.
 //!
 //! Only pools built by `exec::with_threads` spin (the CLI's `run`, benchmarks): there one
 //! caller runs one program at a time. A pool that may run two programs at once (a Python
 //! session called from several threads) does not: a spinner that checked in for one run
 //! could sit on top of a job of the other for as long as the first kept running.
 //!
-//! Costs and limits: the other workers' cores stay busy for the burst plus [`LINGER`]; the
-//! first run after an idle spell waits up to [`CHECK_IN`] for its workers. The environment
+//! Costs and limits: the other workers' cores stay busy for the burst plus [`LINGER`]; a run
+//! never waits for them (the first run after an idle spell may end before they wake). The environment
 //! variable `TENSORFORGE_SPIN=0` turns it off (read once per process), for comparisons.
 //! Left out: pinning workers to cores, and callers outside a pool (a run from a thread that
 //! is not a pool worker hands each parallel section to sleeping workers).
@@ -29,19 +29,17 @@ use std::time::{Duration, Instant};
 
 /// How long spinners stay after their owner's last run ended.
 pub(crate) const LINGER: Duration = Duration::from_millis(2);
-/// Longest a run waits for new spinners to check in.
-pub(crate) const CHECK_IN: Duration = Duration::from_micros(200);
 /// Spin-loop hints between two polls for work.
 pub(crate) const BACKOFF: usize = 16;
-
-/// Set on the closed check-in window's counter.
-const CLOSED: usize = 1 << (usize::BITS - 1);
 
 /// What an owner thread shares with its spinners.
 struct Shared {
     running: AtomicBool,
     last_end_ns: AtomicU64,
+    /// Spinners spawned and not yet gone (queued or spinning).
     live: AtomicUsize,
+    /// Spinners in their loop.
+    spinning: AtomicUsize,
     epoch: Instant,
 }
 
@@ -102,6 +100,7 @@ impl Spin {
                     running: AtomicBool::new(false),
                     last_end_ns: AtomicU64::new(0),
                     live: AtomicUsize::new(0),
+                    spinning: AtomicUsize::new(0),
                     epoch: Instant::now(),
                 })
             }))
@@ -110,19 +109,12 @@ impl Spin {
         shared.running.store(true, Ordering::Release);
         let want = n - 1;
         let have = shared.live.load(Ordering::Acquire);
-        if have < want {
-            let window = Arc::new(AtomicUsize::new(0));
-            for _ in have..want {
-                let (s, w) = (Arc::clone(&shared), Arc::clone(&window));
-                rayon::spawn(move || spinner(&s, &w));
-            }
-            let t0 = Instant::now();
-            while window.load(Ordering::Acquire) < want - have && t0.elapsed() < CHECK_IN {
-                std::hint::spin_loop();
-            }
-            window.fetch_or(CLOSED, Ordering::AcqRel);
+        for _ in have..want {
+            shared.live.fetch_add(1, Ordering::AcqRel);
+            let s = Arc::clone(&shared);
+            rayon::spawn(move || spinner(&s));
         }
-        ACTIVE.with(|a| a.set(shared.live.load(Ordering::Acquire) > 0));
+        ACTIVE.with(|a| a.set(shared.spinning.load(Ordering::Acquire) > 0));
         Some(Spin { shared })
     }
 }
@@ -137,20 +129,17 @@ impl Drop for Spin {
     }
 }
 
-fn spinner(shared: &Shared, window: &AtomicUsize) {
-    if IN_RUN.with(Cell::get) {
-        return;
-    }
-    if window.fetch_add(1, Ordering::AcqRel) & CLOSED != 0 {
-        return;
-    }
-    shared.live.fetch_add(1, Ordering::AcqRel);
-    while shared.running.load(Ordering::Acquire) || shared.idle_for() < LINGER {
-        if rayon::yield_now() != Some(rayon::Yield::Executed) {
-            for _ in 0..BACKOFF {
-                std::hint::spin_loop();
+fn spinner(shared: &Shared) {
+    if !IN_RUN.with(Cell::get) {
+        shared.spinning.fetch_add(1, Ordering::AcqRel);
+        while shared.running.load(Ordering::Acquire) || shared.idle_for() < LINGER {
+            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                for _ in 0..BACKOFF {
+                    std::hint::spin_loop();
+                }
             }
         }
+        shared.spinning.fetch_sub(1, Ordering::AcqRel);
     }
     shared.live.fetch_sub(1, Ordering::AcqRel);
 }
