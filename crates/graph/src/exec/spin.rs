@@ -2,14 +2,21 @@
 //! parallel section is handed to a worker that is already running instead of one that must
 //! first be woken. onnxruntime's thread pool spins the same way by default.
 //!
-//! How: a run on a pool of `n > 1` workers makes sure `n − 1` spinner tasks are spawned and
-//! not yet gone. A spinner takes pool jobs as they appear (`rayon::yield_now`) and, between
-//! polls, pauses for [`BACKOFF`] spin-loop hints (so that it does not keep the run's own
-//! deque busy); it leaves [`LINGER`] after the last run on its owner thread ended. A spinner
-//! never sits on top of a run's job on its worker's stack: spinners are pushed on the owner's
-//! deque before any job of the run, and thieves take the oldest job first, so a worker meets
-//! a spinner before any of the run's jobs; the owner, which takes its newest job first, only
-//! reaches one while it waits inside its run, and then the spinner leaves at once.
+//! How: a run on a pool of two or more workers makes sure one spinner task is spawned and
+//! not yet gone. The spinner takes pool jobs as they appear (`rayon::yield_now`) and,
+//! between polls, pauses for [`BACKOFF`] spin-loop hints (so that it does not keep the run's
+//! own deque busy); it leaves [`LINGER`] after the last run on its owner thread ended.
+//!
+//! Why it cannot hold a run up: a spinner on top of a run's job on some worker's stack would
+//! hold that job until it left, and it leaves only after the run. That cannot happen. The
+//! spinner is pushed on the owner's deque before any job of the run, and thieves take the
+//! oldest job first, so the first steal from the owner takes the spinner, and until then no
+//! job of the run runs anywhere else (other workers' deques fill only from jobs stolen from
+//! the owner). With one spinner per owner there is then none left to nest. The owner itself
+//! takes its newest job first, so it reaches a queued spinner only while it waits inside its
+//! run; the spinner then sees the run on its thread and leaves at once. (Two or more
+//! spinners would break this on three or more workers: a worker running a job stolen from
+//! another thief could take the second spinner. Hence one spinner, even on larger pools.)
 //!
 //! Only pools built by `exec::with_threads` spin (the CLI's `run`, benchmarks): there one
 //! caller runs one program at a time. A pool that may run two programs at once (a Python
@@ -36,9 +43,9 @@ pub(crate) const BACKOFF: usize = 16;
 struct Shared {
     running: AtomicBool,
     last_end_ns: AtomicU64,
-    /// Spinners spawned and not yet gone (queued or spinning).
+    /// Spinners spawned and not yet gone (queued or spinning): 0 or 1.
     live: AtomicUsize,
-    /// Spinners in their loop.
+    /// Spinners in their loop: 0 or 1.
     spinning: AtomicUsize,
     epoch: Instant,
 }
@@ -107,10 +114,13 @@ impl Spin {
         });
         IN_RUN.with(|r| r.set(true));
         shared.running.store(true, Ordering::Release);
-        let want = n - 1;
-        let have = shared.live.load(Ordering::Acquire);
-        for _ in have..want {
-            shared.live.fetch_add(1, Ordering::AcqRel);
+        // One spinner at most (see the module comment): spawn it unless one is queued or
+        // spinning.
+        if shared
+            .live
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
             let s = Arc::clone(&shared);
             rayon::spawn(move || spinner(&s));
         }
@@ -220,5 +230,27 @@ mod tests {
                 .count()
         });
         assert!(other > 0, "the second worker took no half of 200 joins");
+    }
+
+    #[test]
+    fn nested_parallel_runs_on_four_workers_finish() {
+        // 300 runs of nested parallel loops on 4 workers, each run starting its spinner
+        // again: a spinner stuck on top of a run's job would hang this test.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .start_handler(|_| mark_spinning_pool())
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for r in 0..300u64 {
+                let _spin = Spin::start();
+                let s: u64 = (0..64u64)
+                    .into_par_iter()
+                    .map(|i| (0..64u64).into_par_iter().map(|j| i * j + r).sum::<u64>())
+                    .sum();
+                // Σi Σj (i·j + r) = (Σ i)² + 64·64·r, Σ i over 0..64 = 2016.
+                assert_eq!(s, 2016 * 2016 + 4096 * r);
+            }
+        });
     }
 }
