@@ -733,6 +733,20 @@ mod tests {
         out
     }
 
+    /// `A·B` (`m × n`) for row-major A, through `kern`.
+    fn product(
+        kern: Kernel,
+        (m, n, k): (usize, usize, usize),
+        a: &[f32],
+        right: Right,
+    ) -> Result<Vec<f32>, KernelError> {
+        let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+        kern.pack_a(a, m, k, k, 1, &mut ap)?;
+        let mut c = vec![0.0; m * n];
+        kern.gemm(m, n, k, &ap, right, &mut c, n, false)?;
+        Ok(c)
+    }
+
     fn kernels() -> Vec<Kernel> {
         [Level::Avx2, Level::Avx512]
             .into_iter()
@@ -823,20 +837,16 @@ mod tests {
                     .flat_map(|&o| pool[o..o + n].iter().copied())
                     .collect();
                 let a = vals(m * k, 8);
-                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
-                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                let mut want = vec![0.0; m * n];
                 let rm = Right::RowMajor {
                     data: &gathered,
                     ld: n,
                 };
-                kern.gemm(m, n, k, &ap, rm, &mut want, n, false).unwrap();
-                let mut got = vec![0.0; m * n];
+                let want = product(kern, (m, n, k), &a, rm).unwrap();
                 let ro = Right::Offsets {
                     data: &pool,
                     offsets: &offsets,
                 };
-                kern.gemm(m, n, k, &ap, ro, &mut got, n, false).unwrap();
+                let got = product(kern, (m, n, k), &a, ro).unwrap();
                 assert_eq!(got, want, "{kern:?} {m}×{n}×{k}");
                 // An offset whose row would end past the pool is refused.
                 let mut bad = offsets.clone();
@@ -845,7 +855,7 @@ mod tests {
                     data: &pool,
                     offsets: &bad,
                 };
-                assert!(kern.gemm(m, n, k, &ap, rb, &mut got, n, false).is_err());
+                assert!(product(kern, (m, n, k), &a, rb).is_err());
             }
         }
     }
@@ -873,22 +883,18 @@ mod tests {
                     })
                     .collect();
                 let a = vals(m * k, 12);
-                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
-                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                let mut want = vec![0.0; m * n];
                 let rm = Right::RowMajor {
                     data: &gathered,
                     ld: n,
                 };
-                kern.gemm(m, n, k, &ap, rm, &mut want, n, false).unwrap();
-                let mut got = vec![0.0; m * n];
+                let want = product(kern, (m, n, k), &a, rm).unwrap();
                 let rr = Right::Runs {
                     data: &pool,
                     offsets: &offsets,
                     run,
                     run_offsets: &run_offsets,
                 };
-                kern.gemm(m, n, k, &ap, rr, &mut got, n, false).unwrap();
+                let got = product(kern, (m, n, k), &a, rr).unwrap();
                 assert_eq!(got, want, "{kern:?} run {run}");
                 // A run that is not whole vectors, and offsets past the values, are refused.
                 let odd = Right::Runs {
@@ -897,7 +903,7 @@ mod tests {
                     run: run - 1,
                     run_offsets: &run_offsets,
                 };
-                assert!(kern.gemm(m, n, k, &ap, odd, &mut got, n, false).is_err());
+                assert!(product(kern, (m, n, k), &a, odd).is_err());
                 let mut far = run_offsets.clone();
                 far[0] = pool.len();
                 let past = Right::Runs {
@@ -906,7 +912,7 @@ mod tests {
                     run,
                     run_offsets: &far,
                 };
-                assert!(kern.gemm(m, n, k, &ap, past, &mut got, n, false).is_err());
+                assert!(product(kern, (m, n, k), &a, past).is_err());
             }
         }
     }
