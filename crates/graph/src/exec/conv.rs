@@ -251,15 +251,8 @@ fn conv2d_with(
         let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
         let bias_g = bias.map(|b| &b[grp * kg..][..kg]);
         let Some(kern) = kern else {
-            faer_product(
-                g,
-                xin,
-                &w[grp * kg * crs..][..kg * crs],
-                bias_g,
-                o,
-                scratch,
-                split,
-            );
+            let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
+            faer_product(g, data, &w[grp * kg * crs..][..kg * crs], bias_g, o, split);
             return Ok(());
         };
         let ap = &packed_w[grp * pa..][..pa];
@@ -288,13 +281,7 @@ fn conv2d_with(
                 kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
             }
             Cols::Direct | Cols::Im2col => {
-                let data: &[f32] = if cols == Cols::Direct {
-                    xin
-                } else {
-                    let (cm, pad) = scratch[..need].split_at_mut(crs * pq);
-                    im2col_padded(g, xin, cg, cm, pad);
-                    &scratch[..crs * pq]
-                };
+                let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
                 let accumulate = fill_bias(o, pq, bias_g);
                 let right = Right::RowMajor { data, ld: pq };
                 kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
@@ -503,28 +490,36 @@ fn deinterleave_row(src: &[f32], pl: usize, even: &mut [f32], odd: &mut [f32]) {
     }
 }
 
-/// One (image, group) product through faer: the column matrix (or the input in place) times
-/// the group's filters, the output channels split over `split` workers.
+/// The `[C/g · R · S, P · Q]` operand of one (image, group) as a row-major matrix: the input
+/// planes themselves (`direct`), or the column matrix gathered into the front of `scratch`
+/// (its `C/g · R · S · P · Q` values, then the padded planes it is gathered from).
+fn column_operand<'a>(
+    g: &ConvShape,
+    xin: &'a [f32],
+    direct: bool,
+    scratch: &'a mut [f32],
+) -> &'a [f32] {
+    if direct {
+        return xin;
+    }
+    let cg = g.c / g.group;
+    let n = cg * g.r * g.s * g.p * g.q;
+    let (cm, pad) = scratch.split_at_mut(n);
+    im2col_padded(g, xin, cg, cm, pad);
+    cm
+}
+
+/// One (image, group) product through faer: the operand ([`column_operand`]) times the
+/// group's filters, the output channels split over `split` workers.
 fn faer_product(
     g: &ConvShape,
-    xin: &[f32],
+    cols: &[f32],
     wg: &[f32],
     bias: Option<&[f32]>,
     o: &mut [f32],
-    scratch: &mut [f32],
     split: usize,
 ) {
-    let (cg, pq) = (g.c / g.group, g.p * g.q);
-    let crs = cg * g.r * g.s;
-    let direct = layout(g, None).cols == Cols::Direct;
-    let cols: &[f32] = if direct {
-        xin
-    } else {
-        let (hp, wp) = padded_dims(g);
-        let (cm, pad) = scratch[..crs * pq + cg * hp * wp].split_at_mut(crs * pq);
-        im2col_padded(g, xin, cg, cm, pad);
-        &scratch[..crs * pq]
-    };
+    let (crs, pq) = (g.c / g.group * g.r * g.s, g.p * g.q);
     let accum = if fill_bias(o, pq, bias) {
         Accum::Add
     } else {

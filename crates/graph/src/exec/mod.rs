@@ -20,7 +20,8 @@
 // Files by job: `inputs` (seeded input values), `pool` (recycled buffers and the memory
 // check), `program` (the interpreter: one kernel after another, views, whole-tensor ops,
 // compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
-// `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path); this
+// `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path), `conv`
+// (convolutions as GEMMs), `spin` (a worker kept awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod blocks;

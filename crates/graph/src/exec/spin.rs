@@ -45,8 +45,8 @@ struct Shared {
     last_end_ns: AtomicU64,
     /// Spinners spawned and not yet gone (queued or spinning): 0 or 1.
     live: AtomicUsize,
-    /// Spinners in their loop: 0 or 1.
-    spinning: AtomicUsize,
+    /// The spinner is in its loop.
+    spinning: AtomicBool,
     epoch: Instant,
 }
 
@@ -107,7 +107,7 @@ impl Spin {
                     running: AtomicBool::new(false),
                     last_end_ns: AtomicU64::new(0),
                     live: AtomicUsize::new(0),
-                    spinning: AtomicUsize::new(0),
+                    spinning: AtomicBool::new(false),
                     epoch: Instant::now(),
                 })
             }))
@@ -124,7 +124,7 @@ impl Spin {
             let s = Arc::clone(&shared);
             rayon::spawn(move || spinner(&s));
         }
-        ACTIVE.with(|a| a.set(shared.spinning.load(Ordering::Acquire) > 0));
+        ACTIVE.with(|a| a.set(shared.spinning.load(Ordering::Acquire)));
         Some(Spin { shared })
     }
 }
@@ -141,7 +141,7 @@ impl Drop for Spin {
 
 fn spinner(shared: &Shared) {
     if !IN_RUN.with(Cell::get) {
-        shared.spinning.fetch_add(1, Ordering::AcqRel);
+        shared.spinning.store(true, Ordering::Release);
         while shared.running.load(Ordering::Acquire) || shared.idle_for() < LINGER {
             if rayon::yield_now() != Some(rayon::Yield::Executed) {
                 for _ in 0..BACKOFF {
@@ -149,7 +149,7 @@ fn spinner(shared: &Shared) {
                 }
             }
         }
-        shared.spinning.fetch_sub(1, Ordering::AcqRel);
+        shared.spinning.store(false, Ordering::Release);
     }
     shared.live.fetch_sub(1, Ordering::AcqRel);
 }
