@@ -21,7 +21,8 @@
 // check), `program` (the interpreter: one kernel after another, views, whole-tensor ops,
 // compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
 // `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path), `conv`
-// (convolutions as GEMMs), `spin` (a worker kept awake during runs); this
+// (convolutions as GEMMs), `pooling` (max and average pooling), `spin` (a worker kept
+// awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod blocks;
@@ -29,6 +30,7 @@ mod conv;
 mod elementwise;
 mod inputs;
 mod pool;
+mod pooling;
 mod program;
 mod spin;
 #[cfg(target_arch = "x86_64")]

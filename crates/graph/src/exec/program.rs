@@ -6,6 +6,7 @@
 
 use super::blocks::run_blocks;
 use super::pool::check_size;
+use super::pooling::{PoolKind, PoolShape};
 use super::{ExecResult, Pool};
 use crate::error::{GraphError, Result};
 use crate::fusion::{Kernel, KernelKind, Program};
@@ -662,20 +663,7 @@ fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Res
     r
 }
 
-/// 2-D pooling over NCHW (node `n`'s one input): for every output position, `reduce`
-/// gets the window's input values (padded positions left out) and returns the output.
-/// How a pooling window reduces.
-#[derive(Clone, Copy)]
-enum PoolKind {
-    /// Max, NaN propagating; padding never wins.
-    Max,
-    /// Mean over the window's cells inside the input.
-    Avg,
-    /// Sum over the cells inside the input divided by the whole window's size
-    /// (`count_include_pad`).
-    AvgWhole,
-}
-
+/// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).
 fn pool2d(
     tg: &TypedGraph,
     n: usize,
@@ -689,52 +677,19 @@ fn pool2d(
     let o = tg.node_outputs[n][0];
     let xs = &tg.tensors[i].shape;
     let os = &tg.tensors[o].shape;
+    let g = PoolShape {
+        planes: os[0] * os[1],
+        h: xs[2],
+        w: xs[3],
+        p: os[2],
+        q: os[3],
+        kernel: [kernel[0], kernel[1]],
+        strides: [strides[0], strides[1]],
+        pads: [pads[0], pads[1]],
+    };
     let x = st.bufs[i].as_deref().unwrap_or(&[]);
     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-    let (h, w) = (xs[2], xs[3]);
-    let (p_, q_) = (os[2], os[3]);
-    let whole = (kernel[0] * kernel[1]) as f32;
-    // The window's rows and columns inside the input: [lo, hi) of a padded start.
-    let span = |start: usize, pad: usize, k: usize, lim: usize| {
-        let lo = start.saturating_sub(pad).min(lim);
-        let hi = (start + k).saturating_sub(pad).min(lim);
-        (lo, hi)
-    };
-    let plane = |(nc, o): (usize, &mut [f32])| {
-        let xp = &x[nc * h * w..][..h * w];
-        for p in 0..p_ {
-            let (r0, r1) = span(p * strides[0], pads[0], kernel[0], h);
-            for q in 0..q_ {
-                let (c0, c1) = span(q * strides[1], pads[1], kernel[1], w);
-                let mut m = f32::NEG_INFINITY;
-                let mut sum = 0.0f32;
-                for r in r0..r1 {
-                    for &v in &xp[r * w + c0..r * w + c1] {
-                        match kind {
-                            PoolKind::Max => {
-                                if v > m || v.is_nan() {
-                                    m = v;
-                                }
-                            }
-                            _ => sum += v,
-                        }
-                    }
-                }
-                let count = ((r1 - r0) * (c1 - c0)).max(1) as f32;
-                o[p * q_ + q] = match kind {
-                    PoolKind::Max => m,
-                    PoolKind::Avg => sum / count,
-                    PoolKind::AvgWhole => sum / whole,
-                };
-            }
-        }
-    };
-    let planes = os[0] * os[1];
-    if out.len() >= 1 << 16 && planes > 1 && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(p_ * q_).enumerate().for_each(plane);
-    } else {
-        out.chunks_mut((p_ * q_).max(1)).enumerate().for_each(plane);
-    }
+    super::pooling::pool2d(&g, kind, x, &mut out).map_err(|e| exec_err(tg, n, e))?;
     st.bufs[o] = Some(out.into());
     Ok(())
 }
