@@ -338,7 +338,9 @@ mod tests {
                 let want = reference(g, kind, &x);
                 for threads in [1, 2] {
                     let mut out = vec![f32::NAN; g.planes * g.p * g.q];
-                    crate::exec::with_threads(threads, || pool2d(g, kind, &x, &mut out)).unwrap();
+                    crate::exec::with_threads(threads, || pool2d(g, kind, &x, &mut out))
+                        .unwrap()
+                        .unwrap();
                     for (j, (a, e)) in out.iter().zip(&want).enumerate() {
                         let same = (a.is_nan() && e.is_nan())
                             || a == e
