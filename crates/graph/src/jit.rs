@@ -616,6 +616,7 @@ mod tests {
         let src = format!(
             "{PRELUDE}
 void t_exp(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp(x[i]); }}
+void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp_nonpos(x[i]); }}
 void t_log(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_log(x[i]); }}
 void t_log1p(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_log1p(x[i]); }}
 void t_lae(const float *restrict a, const float *restrict b, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_logaddexp(a[i], b[i]); }}
@@ -644,9 +645,10 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
         let o = helpers();
         let xs = samples();
         // SAFETY: these symbols are defined above with these signatures.
-        let (e, l, l1, lae) = unsafe {
+        let (e, en, l, l1, lae) = unsafe {
             (
                 *o.lib.get::<F1>(b"t_exp\0").unwrap(),
+                *o.lib.get::<F1>(b"t_expn\0").unwrap(),
                 *o.lib.get::<F1>(b"t_log\0").unwrap(),
                 *o.lib.get::<F1>(b"t_log1p\0").unwrap(),
                 *o.lib.get::<F2>(b"t_lae\0").unwrap(),
@@ -655,6 +657,21 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
         // Bounds measured over ~4.2 M inputs spanning every binade, subnormals and the
         // special values (docs/graph.md records the measured maxima).
         assert!(max_ulps("exp", e, &xs, f64::exp) <= 2.0);
+        // The softmax / tanh exponential: every x ≤ 0 with a normal result (x ≥ ln FLT_MIN
+        // = −87.336544…) within 2 ulp; below that 0 (the true value is a subnormal, at most
+        // 1.2e-38), and −∞ gives 0.
+        let nonpos: Vec<f32> = xs
+            .iter()
+            .copied()
+            .filter(|&x| x <= 0.0 && x >= -87.336_54)
+            .collect();
+        assert!(nonpos.len() > 100_000);
+        assert!(max_ulps("exp_nonpos", en, &nonpos, f64::exp) <= 2.0);
+        let below: Vec<f32> = vec![-87.337, -88.0, -103.9, -1e30, f32::NEG_INFINITY];
+        let mut y = vec![1f32; below.len()];
+        // SAFETY: `en` reads and writes `below.len()` floats.
+        unsafe { en(below.as_ptr(), y.as_mut_ptr(), below.len() as i64) };
+        assert!(y.iter().all(|&v| v == 0.0), "{y:?}");
         assert!(max_ulps("log", l, &xs, f64::ln) <= 2.0);
         assert!(max_ulps("log1p", l1, &xs, f64::ln_1p) <= 3.0);
         // logaddexp on pairs: a from the samples in [−200, 200], b = a + δ over a grid of δ
