@@ -663,7 +663,7 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
         let nonpos: Vec<f32> = xs
             .iter()
             .copied()
-            .filter(|&x| x <= 0.0 && x >= -87.336_54)
+            .filter(|x| (-87.336_54..=0.0).contains(x))
             .collect();
         assert!(nonpos.len() > 100_000);
         assert!(max_ulps("exp_nonpos", en, &nonpos, f64::exp) <= 2.0);
