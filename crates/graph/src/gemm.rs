@@ -351,7 +351,8 @@ mod tests {
     fn large_products_in_parallel_match_the_reference() {
         // Above PAR_MIN_MACS, on 2 and 3 workers: the shared right operand splits its rows
         // among the workers (2 · 128 = 256 rows into blocks of 128 or 86, the last short);
-        // a batched right operand runs faer with Par::rayon.
+        // a batched right operand splits the 2 products across 2 workers, and runs each
+        // with faer's Par::rayon on 3 (fewer products than workers).
         let (m, k, n) = (128, 96, 100);
         let a = vals(2 * m * k, 5);
         let b = vals(k * n, 6);
