@@ -257,6 +257,32 @@ impl Program {
                     }
                 }
             }
+            // Two elementwise kernels of this op's domain meet here: one kernel (neither
+            // output stored) instead of one of them stored and read back.
+            if joined.is_none()
+                && cands.len() == 2
+                && matches!(c, OpClass::Elementwise | OpClass::Broadcast)
+            {
+                let (g1, g2) = (cands[0].min(cands[1]), cands[0].max(cands[1]));
+                if let Some(r) = sibling_merge(&tg, &groups, &group_of, i, g1, g2) {
+                    let moved = std::mem::take(&mut groups[g2].nodes);
+                    groups[g2].alive = false;
+                    for &m in &moved {
+                        group_of[m] = Some(g1);
+                    }
+                    groups[g1].nodes.extend(moved);
+                    groups[g1].nodes.sort();
+                    dec.push(Decision::new(
+                        Stage::Fusion,
+                        &name,
+                        Some(&kname(g1)),
+                        true,
+                        FusionRule::SiblingMerge,
+                        r,
+                    ));
+                    cands.retain(|&g| g != g2);
+                }
+            }
             if joined.is_none() {
                 for &g in &cands {
                     let verdict = rules(&tg, &groups[g], &group_of, g, i).and_then(|ok| {
@@ -780,6 +806,46 @@ fn swiglu_merge(
     )))
 }
 
+/// Why elementwise kernels `g1` and `g2`, both feeding elementwise node `i`, can be one
+/// kernel: both elementwise (no matmul, no reduction) over as many elements as `i`'s output,
+/// and neither reading the other's outputs, directly or through another kernel (merging would
+/// make a cycle, or override a refusal between them). `None` when they cannot.
+fn sibling_merge(
+    tg: &TypedGraph,
+    groups: &[Group],
+    group_of: &[Option<usize>],
+    i: usize,
+    g1: usize,
+    g2: usize,
+) -> Option<String> {
+    let (a, b) = (&groups[g1], &groups[g2]);
+    let out = &tg.tensors[tg.node_outputs[i][0]].shape;
+    let elementwise = |k: &Group| {
+        k.kind == KernelKind::Elementwise && k.matmuls.is_empty() && k.reductions.is_empty()
+    };
+    let dom = [numel(out) as usize];
+    if !elementwise(a) || !elementwise(b) || a.domain != dom || b.domain != dom {
+        return None;
+    }
+    if reaches(tg, group_of, groups, g1, g2) || reaches(tg, group_of, groups, g2, g1) {
+        return None;
+    }
+    // The input of `i` each kernel computes.
+    let from = |g: usize| {
+        tg.node_inputs[i]
+            .iter()
+            .find(|&&t| group_of[tg.producer[tg.base(t)]] == Some(g))
+            .map_or(String::new(), |&t| tg.tensors[t].name.clone())
+    };
+    Some(format!(
+        "its inputs `{}` and `{}` come from two elementwise kernels over the same {}-element domain: merged into kernel {}, so neither makes a DRAM round trip",
+        from(g1),
+        from(g2),
+        dom[0],
+        kname(g1)
+    ))
+}
+
 fn finalize(tg: &TypedGraph, groups: Vec<Group>) -> Vec<Kernel> {
     finalize_with_order(tg, groups).0
 }
@@ -935,6 +1001,57 @@ mod tests {
         assert_eq!(k.inputs.len(), 2);
         assert_eq!(k.outputs.len(), 1);
         assert!(c.decisions.iter().any(|d| d.rule == FusionRule::View));
+    }
+
+    #[test]
+    fn sibling_elementwise_kernels_meeting_in_one_op_merge() {
+        // GELU-tanh's shape as exported from GPT-2: two branches over a reshaped product `m`
+        // (the reshape keeps them out of the matmul's kernel) meet in `y`. Without the merge, `t`'s kernel stores its output and
+        // `y`'s kernel reads it back; with it, one elementwise kernel after the matmul.
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[8,8],"dtype":"fp32"}},
+          {"name":"mm","op":"MatMul","inputs":["a","w"]},
+          {"name":"m","op":"Reshape","attrs":{"shape":[1,4,8]},"inputs":["mm"]},
+          {"name":"h","op":"Mul","inputs":["m","m"]},
+          {"name":"p","op":"Neg","inputs":["m"]},
+          {"name":"t","op":"Tanh","inputs":["p"]},
+          {"name":"y","op":"Mul","inputs":["h","t"]}]}"#))
+        .unwrap();
+        let names = |k: &Kernel| -> Vec<String> {
+            k.nodes
+                .iter()
+                .map(|&n| c.fused.graph.nodes[n].name.clone())
+                .collect()
+        };
+        let ew: Vec<&Kernel> = c
+            .fused
+            .kernels
+            .iter()
+            .filter(|k| k.kind == KernelKind::Elementwise)
+            .collect();
+        assert_eq!(ew.len(), 1, "{:#?}", c.fused.kernels);
+        for n in ["h", "p", "t", "y"] {
+            assert!(
+                names(ew[0]).contains(&n.to_string()),
+                "{n} in {:?}",
+                names(ew[0])
+            );
+        }
+        // Only `y` leaves the kernel.
+        assert_eq!(ew[0].outputs.len(), 1);
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::SiblingMerge));
+        // Fused and unfused agree.
+        let mut inputs = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&c.fused.graph, &mut inputs, 3).unwrap();
+        let f = crate::exec::execute(&c.fused, &inputs).unwrap();
+        let u = crate::exec::execute(&c.unfused, &inputs).unwrap();
+        for (x, y) in f.outputs[0].2.iter().zip(&u.outputs[0].2) {
+            assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
+        }
     }
 
     #[test]

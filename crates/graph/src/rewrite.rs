@@ -47,6 +47,9 @@ pub enum FusionRule {
     View,
     /// The two GEMMs of a SwiGLU pair share their input.
     SwigluPair,
+    /// Two elementwise kernels of one domain whose outputs meet in one op merge into one
+    /// kernel (GELU's `0.5·x` and `1 + tanh(…)` branches).
+    SiblingMerge,
     /// A fusion was considered and refused (the reason says why).
     Refused,
     /// The node starts a kernel of its own.
@@ -83,6 +86,7 @@ impl FusionRule {
         match self {
             FusionRule::View => "view",
             FusionRule::SwigluPair => "swiglu_pair",
+            FusionRule::SiblingMerge => "sibling_merge",
             FusionRule::Refused => "refused",
             FusionRule::NewKernel => "new_kernel",
             FusionRule::Logaddexp => "logaddexp",
