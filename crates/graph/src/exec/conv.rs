@@ -161,11 +161,18 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
 /// The scratch values [`conv2d`] uses for `g` on the current pool (take a buffer of exactly
 /// this length from the executor's pool, so that it is reused run after run).
 pub(crate) fn scratch_len(g: &ConvShape) -> usize {
-    layout(g, Kernel::detect()).total
+    let kern = Kernel::detect();
+    if super::winograd::applies(g, kern) {
+        return super::winograd::scratch_len(g);
+    }
+    layout(g, kern).total
 }
 
 /// `out = conv(x, w) + bias`, all row-major NCHW / KCRS; `out` holds `n·k·p·q` values.
-/// `scratch` is grown as needed for the column matrix and kept for the next call.
+/// `scratch` is grown as needed for the column matrix and kept for the next call. A 3×3
+/// stride-1 convolution large enough runs by Winograd's F(2×2, 3×3) (module `winograd`), its
+/// transformed filters kept in `filters` under node id `node`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv2d(
     g: &ConvShape,
     x: &[f32],
@@ -173,8 +180,24 @@ pub(crate) fn conv2d(
     bias: Option<&[f32]>,
     out: &mut [f32],
     scratch: &mut Vec<f32>,
+    filters: &super::winograd::FilterCache,
+    node: usize,
 ) -> Result<(), String> {
-    conv2d_with(Kernel::detect(), g, x, w, bias, out, scratch)
+    let kern = Kernel::detect();
+    if let Some(kern) = kern.filter(|_| super::winograd::applies(g, kern)) {
+        if out.len() != g.n * g.k * g.p * g.q || x.len() != g.n * g.c * g.h * g.w {
+            return Err(format!("conv2d buffers do not match the shapes {g:?}"));
+        }
+        let need = super::winograd::scratch_len(g);
+        if scratch.len() < need {
+            scratch
+                .try_reserve_exact(need - scratch.len())
+                .map_err(|_| format!("cannot allocate the {need}-value Winograd buffer"))?;
+            scratch.resize(need, 0.0);
+        }
+        return super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch);
+    }
+    conv2d_with(kern, g, x, w, bias, out, scratch)
 }
 
 /// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`.

@@ -21,8 +21,8 @@
 // check), `program` (the interpreter: one kernel after another, views, whole-tensor ops,
 // compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
 // `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path), `conv`
-// (convolutions as GEMMs), `pooling` (max and average pooling), `spin` (a worker kept
-// awake during runs); this
+// (convolutions as GEMMs), `winograd` (3×3 convolutions by F(2×2, 3×3)), `pooling` (max
+// and average pooling), `spin` (a worker kept awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod blocks;
@@ -35,6 +35,7 @@ mod program;
 mod spin;
 #[cfg(target_arch = "x86_64")]
 mod tile;
+mod winograd;
 
 pub use blocks::BLOCK_ELEMS;
 pub(crate) use blocks::{plan_nodes, Bind, NodePlan};
@@ -45,9 +46,14 @@ use crate::error::Result;
 
 /// What the executor derives from a program's kernels once and keeps in the program
 /// ([`Program`]'s memo): each blocked kernel's node plan, by kernel index, made on the first
-/// run. Cloning a program clones what it holds (still valid: it depends only on the program).
+/// run, and each Winograd convolution's transformed filters (module `winograd`). Cloning a
+/// program clones what it holds (still valid: plans depend only on the program, and
+/// transformed filters are used only while a run binds the weight they came from).
 #[derive(Default, Clone)]
-pub struct ExecMemo(std::sync::OnceLock<Vec<Option<blocks::MemoPlans>>>);
+pub struct ExecMemo {
+    plans: std::sync::OnceLock<Vec<Option<blocks::MemoPlans>>>,
+    filters: winograd::FilterCache,
+}
 
 impl std::fmt::Debug for ExecMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,7 +65,7 @@ impl ExecMemo {
     /// The plans of `p`'s blocked kernels (None where planning fails: that kernel plans again
     /// when it runs, and reports the error there).
     pub(crate) fn plans(&self, p: &Program) -> &[Option<blocks::MemoPlans>] {
-        self.0.get_or_init(|| {
+        self.plans.get_or_init(|| {
             p.kernels
                 .iter()
                 .map(|k| match k.kind {
@@ -153,6 +159,7 @@ pub fn execute_with(
         tg,
         bufs: vec![None; tg.tensors.len()],
         pool: std::mem::take(pool),
+        filters: &p.exec_memo.filters,
     };
     let r = run_program_checked(p, inputs, &mut st, jit);
     for b in st.bufs.iter_mut() {

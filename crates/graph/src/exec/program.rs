@@ -23,6 +23,8 @@ pub(super) struct State<'a> {
     pub(super) tg: &'a TypedGraph,
     pub(super) bufs: Vec<Option<Buf<'a>>>,
     pub(super) pool: Pool,
+    /// The program's Winograd filters, transformed once per weight.
+    pub(super) filters: &'a super::winograd::FilterCache,
 }
 
 pub(super) fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> GraphError {
@@ -374,7 +376,7 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch)
+                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n)
                         .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
                     st.bufs[o] = Some(out.into());
