@@ -123,11 +123,43 @@ fn numel(s: &[usize]) -> u64 {
     s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
 
+/// The bias a matmul kernel's GEMM can add itself: `(add node, bias tensor)` when the node
+/// after the kernel's one MatMul is `product + b` (either order) with `b` one value per
+/// output column (shape `[N]` or `[1, …, 1, N]`), the Add is the product's only reader, and
+/// the product is not stored. The executor then starts the output rows at the bias and
+/// accumulates the product onto them, so no pass over the product adds it.
+pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
+    if k.kind != KernelKind::Matmul || k.nodes.len() < 2 {
+        return None;
+    }
+    let (mm, add) = (k.nodes[0], k.nodes[1]);
+    if !matches!(tg.nodes[mm].op, Op::MatMul)
+        || !matches!(tg.nodes[add].op, Op::Binary { f: BinaryFn::Add })
+    {
+        return None;
+    }
+    let prod = tg.node_outputs[mm][0];
+    let ins = &tg.node_inputs[add];
+    let b = match (ins[0] == prod, ins[1] == prod) {
+        (true, false) => ins[1],
+        (false, true) => ins[0],
+        _ => return None,
+    };
+    let ps = &tg.tensors[prod].shape;
+    let bs = &tg.tensors[b].shape;
+    let n = *ps.last()?;
+    let per_column = bs.last() == Some(&n) && bs[..bs.len() - 1].iter().all(|&d| d == 1);
+    let same_shape = tg.tensors[tg.node_outputs[add][0]].shape == *ps;
+    let only_reader = readers(tg, prod) == [add];
+    (per_column && same_shape && only_reader && !k.outputs.contains(&prod)).then_some((add, b))
+}
+
 /// The elementwise epilogue of a matmul kernel as a kernel of its own: every node after the
 /// kernel's one MatMul, over the product's shape, reading the product from memory (bias,
 /// activation, residual, scale). Its outputs are the kernel's outputs other than the product.
-/// `None` unless the kernel is one MatMul followed by at least one unary or binary node of
-/// the product's shape.
+/// When the GEMM adds the bias itself ([`matmul_bias`]), the epilogue starts after that Add
+/// and reads its output instead. `None` unless the kernel is one MatMul followed by at
+/// least one unary or binary node of the product's shape (after the bias).
 pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
     if k.kind != KernelKind::Matmul {
         return None;
@@ -136,7 +168,13 @@ pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
     if !matches!(tg.nodes[first].op, Op::MatMul) || rest.is_empty() {
         return None;
     }
-    let prod = tg.node_outputs[first][0];
+    let (prod, rest) = match matmul_bias(tg, k) {
+        Some((add, _)) => (tg.node_outputs[add][0], &rest[1..]),
+        None => (tg.node_outputs[first][0], rest),
+    };
+    if rest.is_empty() {
+        return None;
+    }
     let shape = &tg.tensors[prod].shape;
     for &n in rest {
         let op = &tg.nodes[n].op;
@@ -1001,6 +1039,69 @@ mod tests {
         assert_eq!(k.inputs.len(), 2);
         assert_eq!(k.outputs.len(), 1);
         assert!(c.decisions.iter().any(|d| d.rule == FusionRule::View));
+    }
+
+    #[test]
+    fn a_per_column_bias_is_added_by_the_gemm_and_nothing_else_is() {
+        // (bias shape, folds?): one value per output column folds; a full [4, 6] addend (a
+        // residual) or a per-row [4, 1] one does not.
+        for (bshape, folds) in [
+            ("[6]", true),
+            ("[1,6]", true),
+            ("[4,6]", false),
+            ("[4,1]", false),
+        ] {
+            let c = compile(&g(&format!(
+                r#"{{"nodes":[
+              {{"name":"a","op":"Input","attrs":{{"shape":[4,8],"dtype":"fp32"}}}},
+              {{"name":"w","op":"Weight","attrs":{{"shape":[8,6],"dtype":"fp32"}}}},
+              {{"name":"b","op":"Weight","attrs":{{"shape":{bshape},"dtype":"fp32"}}}},
+              {{"name":"p","op":"MatMul","inputs":["a","w"]}},
+              {{"name":"y","op":"Add","inputs":["b","p"]}}]}}"#
+            )))
+            .unwrap();
+            let k = &c.fused.kernels[0];
+            assert_eq!(k.nodes.len(), 2, "{bshape}: MatMul + Add in one kernel");
+            assert_eq!(matmul_bias(&c.fused.graph, k).is_some(), folds, "{bshape}");
+            // Either way the executor's result is the definition: y = b + a·w.
+            let mut ins = std::collections::HashMap::new();
+            crate::exec::fill_inputs(&c.fused.graph, &mut ins, 5).unwrap();
+            let y = crate::exec::execute(&c.fused, &ins).unwrap();
+            let bcols = if bshape == "[4,1]" { 1 } else { 6 };
+            for i in 0..4 {
+                for j in 0..6 {
+                    let dot: f64 = (0..8)
+                        .map(|q| ins["a"][i * 8 + q] as f64 * ins["w"][q * 6 + j] as f64)
+                        .sum();
+                    let bv = match bshape {
+                        "[4,6]" => ins["b"][i * 6 + j],
+                        "[4,1]" => ins["b"][i],
+                        _ => ins["b"][j],
+                    } as f64;
+                    let got = y.outputs[0].2[i * 6 + j] as f64;
+                    assert!(
+                        (got - dot - bv).abs() < 1e-5,
+                        "{bshape} ({i},{j}) cols {bcols}"
+                    );
+                }
+            }
+        }
+        // A product that is also read elsewhere keeps its Add in the epilogue.
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[8,6],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
+          {"name":"p","op":"MatMul","inputs":["a","w"]},
+          {"name":"y","op":"Add","inputs":["p","b"]},
+          {"name":"z","op":"Mul","inputs":["y","p"]}]}"#))
+        .unwrap();
+        let k = c
+            .fused
+            .kernels
+            .iter()
+            .find(|k| k.kind == KernelKind::Matmul)
+            .unwrap();
+        assert!(matmul_bias(&c.fused.graph, k).is_none());
     }
 
     #[test]

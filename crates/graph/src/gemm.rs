@@ -173,9 +173,15 @@ pub(crate) fn rows_split(
     }
 }
 
-/// `out = a · b`, row-major `[a.batch, a.rows, b.cols]`. `b` has one matrix (shared by the
-/// whole batch) or `a.batch` of them.
-pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String> {
+/// `out = a · b`, or `out += a · b` with `accumulate` (a bias already in `out`), row-major
+/// `[a.batch, a.rows, b.cols]`. `b` has one matrix (shared by the whole batch) or `a.batch`
+/// of them.
+pub fn matmul_acc(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) -> Result<(), String> {
+    let accum = if accumulate {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
     let (batch, m, k, n) = (a.batch, a.rows, a.cols, b.cols);
     if b.rows != k {
         return Err(format!("contraction mismatch: K = {k} vs {}", b.rows));
@@ -194,11 +200,13 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
         return Ok(());
     }
     if k == 0 {
-        out.fill(0.0);
+        if !accumulate {
+            out.fill(0.0);
+        }
         return Ok(());
     }
     if mn.saturating_mul(k).saturating_mul(batch) <= SMALL_MACS {
-        small_matmul(a, b, out);
+        small_matmul(a, b, out, accumulate);
         return Ok(());
     }
     let threads = rayon::current_num_threads();
@@ -218,13 +226,13 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
             Par::Seq => 1,
             _ => split_workers(threads, rows),
         };
-        rows_split(out, a.data, b.mat(0), k, n, Accum::Replace, workers);
+        rows_split(out, a.data, b.mat(0), k, n, accum, workers);
         return Ok(());
     }
     let one = |i: usize, c: &mut [f32], p: Par| {
         let bi = if b.batch == 1 { 0 } else { i };
         let cm = MatMut::from_row_major_slice_mut(c, m, n);
-        matmul(cm, Accum::Replace, a.mat(i), b.mat(bi), 1.0f32, p);
+        matmul(cm, accum, a.mat(i), b.mat(bi), 1.0f32, p);
     };
     if threads > 1 && batch >= threads && macs.saturating_mul(batch) >= PAR_MIN_BATCH_MACS {
         // Several products: parallel across the batch, each one sequential (faer's own
@@ -241,15 +249,17 @@ pub fn matmul_into(a: Operand, b: Operand, out: &mut [f32]) -> Result<(), String
     Ok(())
 }
 
-/// `out = a · b` for tiny products: row i of the output accumulates a[i, q] · row q of b
-/// (contiguous over j when b is row-major), in f32 like faer.
-fn small_matmul(a: Operand, b: Operand, out: &mut [f32]) {
+/// `out = a · b` (`+=` with `accumulate`) for tiny products: row i of the output accumulates
+/// a[i, q] · row q of b (contiguous over j when b is row-major), in f32 like faer.
+fn small_matmul(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     for (bi, c) in out.chunks_mut(m * n).enumerate() {
         let ao = bi * m * k;
         let bo = if b.batch == 1 { 0 } else { bi * k * n };
         for (i, y) in c.chunks_mut(n).enumerate() {
-            y.fill(0.0);
+            if !accumulate {
+                y.fill(0.0);
+            }
             for q in 0..k {
                 let av = a.data[ao + i * a.rs + q * a.cs];
                 let brow = bo + q * b.rs;
@@ -294,13 +304,24 @@ mod tests {
         crate::exec::random_values(n, seed)
     }
 
+    /// The product against the reference, written over NaN; then added to a prefilled
+    /// output (a bias: 0.25 · (i mod 7) at element i) on the same path.
     fn check(a: Operand, b: Operand) {
         let mut out = vec![f32::NAN; a.batch * a.rows * b.cols];
-        matmul_into(a, b, &mut out).unwrap();
+        matmul_acc(a, b, &mut out, false).unwrap();
         let r = reference(&a, &b);
         let scale = r.iter().fold(1.0f64, |m, v| m.max(v.abs()));
         for (i, (&x, &y)) in out.iter().zip(&r).enumerate() {
             assert!((x as f64 - y).abs() <= 1e-5 * scale, "[{i}] {x} vs {y}");
+        }
+        let pre = |i: usize| 0.25 * (i % 7) as f64;
+        let mut acc: Vec<f32> = (0..out.len()).map(|i| pre(i) as f32).collect();
+        matmul_acc(a, b, &mut acc, true).unwrap();
+        for (i, (&x, &y)) in acc.iter().zip(&r).enumerate() {
+            assert!(
+                (x as f64 - y - pre(i)).abs() <= 1e-5 * (scale + 2.0),
+                "acc [{i}] {x} vs {y}"
+            );
         }
     }
 
@@ -312,7 +333,7 @@ mod tests {
         let t = Operand::transposed(&s, 1, 3, 2).unwrap();
         let a = [1.0f32; 3];
         let mut out = [0f32; 2];
-        matmul_into(Operand::row_major(&a, 1, 1, 3).unwrap(), t, &mut out).unwrap();
+        matmul_acc(Operand::row_major(&a, 1, 1, 3).unwrap(), t, &mut out, false).unwrap();
         assert_eq!(out, [6.0, 15.0]);
     }
 
@@ -376,12 +397,17 @@ mod tests {
     fn empty_and_k_zero() {
         let mut out = vec![7.0f32; 6];
         let a: [f32; 0] = [];
-        matmul_into(
+        let (a2, b3) = (
             Operand::row_major(&a, 1, 2, 0).unwrap(),
             Operand::row_major(&a, 1, 0, 3).unwrap(),
-            &mut out,
-        )
-        .unwrap();
+        );
+        matmul_acc(a2, b3, &mut out, true).unwrap();
+        assert_eq!(
+            out,
+            vec![7.0; 6],
+            "K = 0 adds nothing to a prefilled output"
+        );
+        matmul_acc(a2, b3, &mut out, false).unwrap();
         assert_eq!(out, vec![0.0; 6]);
         assert!(Operand::row_major(&a, 1, 2, 3).is_none());
     }

@@ -179,13 +179,10 @@ struct Scratch {
 }
 
 /// MatMul node `n`'s product, computed with faer from its operands' buffers into `c` (an
-/// operand that is a transpose of a stored tensor's last two axes is read in place).
-pub(super) fn product_into(
-    tg: &TypedGraph,
-    bufs: &[Option<Buf<'_>>],
-    n: usize,
-    c: &mut [f32],
-) -> Result<()> {
+/// operand that is a transpose of a stored tensor's last two axes is read in place), added
+/// to what `c` holds with `accumulate`.
+pub(super) fn product_into(st: &State, n: usize, c: &mut [f32], accumulate: bool) -> Result<()> {
+    let (tg, bufs) = (st.tg, &st.bufs);
     let operand = |j: usize| {
         let t = tg.node_inputs[n][j];
         crate::gemm::operand(tg, bufs, t).ok_or_else(|| {
@@ -196,7 +193,7 @@ pub(super) fn product_into(
             )
         })
     };
-    crate::gemm::matmul_into(operand(0)?, operand(1)?, c).map_err(|e| exec_err(tg, n, e))
+    crate::gemm::matmul_acc(operand(0)?, operand(1)?, c, accumulate).map_err(|e| exec_err(tg, n, e))
 }
 
 /// A kernel's node plans as the program's memo holds them: for the node list they were made
@@ -228,19 +225,39 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -
     // product is stored (taken out of `outs`, so no block writes it), else into a pooled
     // full-size buffer; the blocks below then treat them as computed (`eval_block`).
     let mut pre: Vec<Option<Vec<f32>>> = vec![None; plans.len()];
+    // A bias the GEMM adds itself (`fusion::matmul_bias`): the Add's value is computed with
+    // the product (rows started at the bias, the product accumulated onto them), and the
+    // MatMul's own value, read by nothing else, is skipped in the blocks.
+    let fold = crate::fusion::matmul_bias(tg, k)
+        .and_then(|(add, b)| Some((plans.iter().position(|p| p.node == add)?, b)));
+    let mut skip = None;
     for (pi, p) in plans.iter().enumerate() {
         let n = p.node;
         if !matches!(tg.nodes[n].op, Op::MatMul) {
             continue;
         }
-        let mut c = match p.store {
+        let (dst, b) = match fold.filter(|_| n == k.nodes[0]) {
+            Some((pj, b)) => (pj, Some(b)),
+            None => (pi, None),
+        };
+        let mut c = match plans[dst].store {
             Some(oi) => std::mem::take(&mut outs[oi]),
             None => st
                 .pool
-                .take(tg.tensors[tg.node_outputs[n][0]].numel as usize)?,
+                .take(tg.tensors[tg.node_outputs[plans[dst].node][0]].numel as usize)?,
         };
-        product_into(tg, &st.bufs, n, &mut c)?;
-        pre[pi] = Some(c);
+        if let Some(b) = b {
+            let bias = st.bufs[b]
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| exec_err(tg, n, "the bias has no value"))?;
+            for row in c.chunks_exact_mut(bias.len()) {
+                row.copy_from_slice(bias);
+            }
+            skip = Some(pi);
+        }
+        product_into(st, n, &mut c, b.is_some())?;
+        pre[dst] = Some(c);
     }
     let finish = |st: &mut State, outs: Vec<Vec<f32>>, pre: Vec<Option<Vec<f32>>>| {
         let mut outs: Vec<Option<Vec<f32>>> = outs.into_iter().map(Some).collect();
@@ -287,7 +304,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -
     let work = |s: &mut Scratch, b: usize| -> Result<()> {
         let r0 = b * rows_per_block;
         let r1 = (r0 + rows_per_block).min(rows);
-        eval_block(tg, bufs, plans, &pre, s, r0, r1, cols, &ptrs)
+        eval_block(tg, bufs, plans, &pre, skip, s, r0, r1, cols, &ptrs)
     };
     let nslots = plans.iter().map(|p| p.slot + 1).max().unwrap_or(1);
     let ntmp = max_in.max(1);
@@ -373,6 +390,7 @@ fn eval_block(
     bufs: &[Option<Buf>],
     plans: &[NodePlan],
     pre: &[Option<Vec<f32>>],
+    skip: Option<usize>,
     s: &mut Scratch,
     r0: usize,
     r1: usize,
@@ -381,6 +399,9 @@ fn eval_block(
 ) -> Result<()> {
     let nb = r1 - r0;
     for (pi, p) in plans.iter().enumerate() {
+        if skip == Some(pi) {
+            continue; // a MatMul whose biased product sits in the bias Add's `pre`
+        }
         let len = if p.per_row { nb } else { nb * cols };
         let (f0, f1) = if p.per_row {
             (r0, r1)
@@ -445,85 +466,87 @@ fn eval_block(
                 Bind::Direct(t) => Src::S(buf(*t)),
             }
         };
-        match op {
-            o if o.is_unary() => match src(0) {
-                Src::S(x) => unary_apply(o, x, out),
-                Src::C(c) => {
-                    let mut one = [0f32];
-                    unary_apply(o, &[c], &mut one);
-                    out.fill(one[0]);
+        if let Some(c) = pre.get(pi).and_then(|c| c.as_deref()) {
+            // Computed whole before the blocks (`run_blocks`): a MatMul's product, or a bias
+            // Add's biased product; this block's rows feed the epilogue from scratch.
+            out.copy_from_slice(&c[f0..f1]);
+        } else {
+            match op {
+                o if o.is_unary() => match src(0) {
+                    Src::S(x) => unary_apply(o, x, out),
+                    Src::C(c) => {
+                        let mut one = [0f32];
+                        unary_apply(o, &[c], &mut one);
+                        out.fill(one[0]);
+                    }
+                },
+                o if o.is_binary() => binary_apply(o, src(0), src(1), out),
+                Op::Broadcast { .. } => match src(0) {
+                    Src::S(x) => out.copy_from_slice(&x[..len]),
+                    Src::C(c) => out.fill(c),
+                },
+                Op::ReduceSum { .. } | Op::ReduceMax { .. } | Op::ReduceMean { .. } => {
+                    let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                    for (r, y) in out.iter_mut().enumerate() {
+                        let row = &x[r * cols..(r + 1) * cols];
+                        *y = match op {
+                            Op::ReduceMax { .. } => {
+                                row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                            }
+                            Op::ReduceSum { .. } => {
+                                row.iter().map(|&v| v as f64).sum::<f64>() as f32
+                            }
+                            _ => (row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64) as f32,
+                        };
+                    }
                 }
-            },
-            o if o.is_binary() => binary_apply(o, src(0), src(1), out),
-            Op::Broadcast { .. } => match src(0) {
-                Src::S(x) => out.copy_from_slice(&x[..len]),
-                Src::C(c) => out.fill(c),
-            },
-            Op::ReduceSum { .. } | Op::ReduceMax { .. } | Op::ReduceMean { .. } => {
-                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
-                for (r, y) in out.iter_mut().enumerate() {
-                    let row = &x[r * cols..(r + 1) * cols];
-                    *y = match op {
-                        Op::ReduceMax { .. } => {
-                            row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-                        }
-                        Op::ReduceSum { .. } => row.iter().map(|&v| v as f64).sum::<f64>() as f32,
-                        _ => (row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64) as f32,
+                Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. } => {
+                    let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                    let sh = Shape2::new(nb, cols);
+                    let r = match op {
+                        Op::Softmax { .. } => tensorforge_kernels::softmax(x, sh, out),
+                        Op::LogSoftmax { .. } => tensorforge_kernels::log_softmax(x, sh, out),
+                        _ => tensorforge_kernels::logsumexp(x, sh, out),
                     };
+                    r.map_err(|e| exec_err(tg, n, e.to_string()))?;
                 }
-            }
-            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. } => {
-                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
-                let sh = Shape2::new(nb, cols);
-                let r = match op {
-                    Op::Softmax { .. } => tensorforge_kernels::softmax(x, sh, out),
-                    Op::LogSoftmax { .. } => tensorforge_kernels::log_softmax(x, sh, out),
-                    _ => tensorforge_kernels::logsumexp(x, sh, out),
-                };
-                r.map_err(|e| exec_err(tg, n, e.to_string()))?;
-            }
-            Op::RmsNorm { eps } | Op::LayerNorm { eps } => {
-                let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
-                let param = |j: usize| match &p.binds[j] {
-                    Bind::Direct(t) => Ok(buf(*t)),
-                    _ => Err(exec_err(tg, n, "norm parameters must come from memory")),
-                };
-                let gamma = param(1)?;
-                let is_ln = matches!(op, Op::LayerNorm { .. });
-                let beta = if is_ln { param(2)? } else { &[][..] };
-                for r in 0..nb {
-                    let row = &x[r * cols..(r + 1) * cols];
-                    let y = &mut out[r * cols..(r + 1) * cols];
-                    if is_ln {
-                        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
-                        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>()
-                            / cols as f64;
-                        let inv = (1.0 / (var + eps).sqrt()) as f32;
-                        let m = mean as f32;
-                        for j in 0..cols {
-                            y[j] = (row[j] - m) * inv * gamma[j] + beta[j];
-                        }
-                    } else {
-                        let ss =
-                            row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / cols as f64;
-                        let inv = (1.0 / (ss + eps).sqrt()) as f32;
-                        for j in 0..cols {
-                            y[j] = row[j] * inv * gamma[j];
+                Op::RmsNorm { eps } | Op::LayerNorm { eps } => {
+                    let x = row_input(&p.binds[0], done, bufs, r0, r1, cols);
+                    let param = |j: usize| match &p.binds[j] {
+                        Bind::Direct(t) => Ok(buf(*t)),
+                        _ => Err(exec_err(tg, n, "norm parameters must come from memory")),
+                    };
+                    let gamma = param(1)?;
+                    let is_ln = matches!(op, Op::LayerNorm { .. });
+                    let beta = if is_ln { param(2)? } else { &[][..] };
+                    for r in 0..nb {
+                        let row = &x[r * cols..(r + 1) * cols];
+                        let y = &mut out[r * cols..(r + 1) * cols];
+                        if is_ln {
+                            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
+                            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>()
+                                / cols as f64;
+                            let inv = (1.0 / (var + eps).sqrt()) as f32;
+                            let m = mean as f32;
+                            for j in 0..cols {
+                                y[j] = (row[j] - m) * inv * gamma[j] + beta[j];
+                            }
+                        } else {
+                            let ss = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>()
+                                / cols as f64;
+                            let inv = (1.0 / (ss + eps).sqrt()) as f32;
+                            for j in 0..cols {
+                                y[j] = row[j] * inv * gamma[j];
+                            }
                         }
                     }
                 }
-            }
-            Op::MatMul => {
-                // Computed whole by faer before the blocks (`run_blocks`); this block's rows
-                // feed the epilogue from scratch like any other node's.
-                let c = pre
-                    .get(pi)
-                    .and_then(|c| c.as_deref())
-                    .ok_or_else(|| exec_err(tg, n, "the product was not computed"))?;
-                out.copy_from_slice(&c[f0..f1]);
-            }
-            _ => {
-                return Err(exec_err(tg, n, "not supported inside a blocked kernel"));
+                Op::MatMul => {
+                    return Err(exec_err(tg, n, "the product was not computed"));
+                }
+                _ => {
+                    return Err(exec_err(tg, n, "not supported inside a blocked kernel"));
+                }
             }
         }
         // A stored product already sits in its output buffer.

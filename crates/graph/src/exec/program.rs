@@ -216,6 +216,9 @@ fn run_program<'a>(
 fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
     let tg = st.tg;
     match k.kind {
+        KernelKind::Matmul if k.nodes.len() == 2 && crate::fusion::matmul_bias(tg, k).is_some() => {
+            run_matmul_bias(st, k)
+        }
         KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k, memo),
         KernelKind::Reduction => {
             let n = k.nodes[0];
@@ -646,16 +649,11 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
 }
 
 /// A matmul kernel whose elementwise epilogue the JIT compiled
-/// ([`crate::fusion::matmul_epilogue`]): the product with faer into a pooled buffer (kept as
-/// the product's value when the kernel stores it, else returned to the pool), then the
-/// compiled epilogue over it.
+/// ([`crate::fusion::matmul_epilogue`]): the product ([`product_value`]) into a pooled buffer
+/// (kept as the product's value when the kernel stores it, else returned to the pool), then
+/// the compiled epilogue over it.
 fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
-    let tg = st.tg;
-    let n = k.nodes[0];
-    let prod = tg.node_outputs[n][0];
-    let mut c = st.pool.take(tg.tensors[prod].numel as usize)?;
-    super::blocks::product_into(tg, &st.bufs, n, &mut c)?;
-    st.bufs[prod] = Some(Buf::Owned(c));
+    let prod = product_value(st, k)?;
     let r = run_jit(st, k, jk);
     if !k.outputs.contains(&prod) {
         if let Some(Buf::Owned(v)) = st.bufs[prod].take() {
@@ -663,6 +661,48 @@ fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Res
         }
     }
     r
+}
+
+/// Computes matmul kernel `k`'s product into a pooled buffer set as its tensor's value, and
+/// returns that tensor: the MatMul's output, or, when the GEMM adds the bias itself
+/// ([`crate::fusion::matmul_bias`]), the bias Add's output: every row starts at the bias and
+/// the product accumulates onto it.
+fn product_value(st: &mut State, k: &Kernel) -> Result<usize> {
+    let tg = st.tg;
+    let n = k.nodes[0];
+    let Some((add, b)) = crate::fusion::matmul_bias(tg, k) else {
+        let prod = tg.node_outputs[n][0];
+        let mut c = st.pool.take(tg.tensors[prod].numel as usize)?;
+        super::blocks::product_into(st, n, &mut c, false)?;
+        st.bufs[prod] = Some(Buf::Owned(c));
+        return Ok(prod);
+    };
+    let y = tg.node_outputs[add][0];
+    let mut c = st.pool.take(tg.tensors[y].numel as usize)?;
+    {
+        let bias = st.bufs[b]
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| exec_err(tg, add, "the bias has no value"))?;
+        for row in c.chunks_exact_mut(bias.len()) {
+            row.copy_from_slice(bias);
+        }
+    }
+    super::blocks::product_into(st, n, &mut c, true)?;
+    st.bufs[y] = Some(Buf::Owned(c));
+    Ok(y)
+}
+
+/// A matmul kernel that is only a MatMul and its bias ([`crate::fusion::matmul_bias`]): the
+/// GEMM writes the biased product straight into the Add's output.
+fn run_matmul_bias(st: &mut State, k: &Kernel) -> Result<()> {
+    let y = product_value(st, k)?;
+    if !k.outputs.contains(&y) {
+        if let Some(Buf::Owned(v)) = st.bufs[y].take() {
+            st.pool.put(v);
+        }
+    }
+    Ok(())
 }
 
 /// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).
