@@ -50,6 +50,9 @@ pub enum FusionRule {
     /// Two elementwise kernels of one domain whose outputs meet in one op merge into one
     /// kernel (GELU's `0.5·x` and `1 + tanh(…)` branches).
     SiblingMerge,
+    /// `Where(IsNaN(s), 0, s)` over a softmax `s` rewritten to `Max(s, 0)`, which fuses into
+    /// the softmax's row kernel.
+    SoftmaxNanGuard,
     /// A fusion was considered and refused (the reason says why).
     Refused,
     /// The node starts a kernel of its own.
@@ -87,6 +90,7 @@ impl FusionRule {
             FusionRule::View => "view",
             FusionRule::SwigluPair => "swiglu_pair",
             FusionRule::SiblingMerge => "sibling_merge",
+            FusionRule::SoftmaxNanGuard => "softmax_nan_guard",
             FusionRule::Refused => "refused",
             FusionRule::NewKernel => "new_kernel",
             FusionRule::Logaddexp => "logaddexp",
@@ -312,6 +316,11 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                     dec.push(d);
                 }
             }
+            Op::Where => {
+                if let Some(d) = softmax_nan_guard(tg, i, &mut nodes) {
+                    dec.push(d);
+                }
+            }
             _ => {}
         }
     }
@@ -352,6 +361,40 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
     let mut g = Graph::new(tg.name.clone(), nodes);
     g.outputs = outputs;
     Ok((g, dec))
+}
+
+/// `Where(IsNaN(s), z, s)` with `s` a Softmax and `z` a Constant 0: the guard PyTorch's
+/// exporters put after a masked softmax (a fully masked row is NaN; it becomes 0). A softmax
+/// is NaN or in [0, 1] (never −0), so the guard equals `Max(s, z)` with Max the IEEE maxNum
+/// (NaN ignored: `fmax(NaN, 0) = 0`, `fmax(s, 0) = s`), an elementwise op that joins the
+/// softmax's row kernel, where the Where ran as a kernel of its own reading the softmax and a
+/// NaN mask back from memory. The IsNaN is then dead and dropped.
+fn softmax_nan_guard(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+    let ins = &tg.node_inputs[i];
+    let (c, z, s) = (ins[0], ins[1], ins[2]);
+    let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
+    let guard = matches!(op_of(c), Op::Unary { f: UnaryFn::IsNaN })
+        && tg.node_inputs[tg.producer[c]][0] == s
+        && matches!(op_of(s), Op::Softmax { .. })
+        && matches!(op_of(z), Op::Constant { value, .. } if *value == 0.0)
+        && tg.tensors[tg.node_outputs[i][0]].shape == tg.tensors[s].shape;
+    if !guard {
+        return None;
+    }
+    let name = |t: usize| tg.tensors[t].name.clone();
+    nodes[i].op = Op::Binary { f: BinaryFn::Max };
+    nodes[i].inputs = vec![name(s), name(z)];
+    Some(Decision::new(
+        Stage::Rewrite,
+        &tg.nodes[i].name,
+        Some("Max"),
+        true,
+        FusionRule::SoftmaxNanGuard,
+        format!(
+            "Where(IsNaN({s}), 0, {s}) -> Max({s}, 0): a softmax is NaN or in [0, 1], and maxNum(NaN, 0) = 0, maxNum(v, 0) = v there; the Max joins the softmax's row kernel instead of a kernel of its own reading the softmax and a NaN mask back",
+            s = name(s)
+        ),
+    ))
 }
 
 fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
@@ -440,6 +483,77 @@ fn swiglu_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A masked softmax with PyTorch's NaN guard; `src` is the Where's third input and
+    /// `zero` the guard's fill value.
+    fn guarded(src: &str, zero: f64) -> Graph {
+        // `e` (another value than the softmax) only where the Where reads it.
+        let e = if src == "e" {
+            r#"{"name":"e","op":"Exp","inputs":["x"]},"#
+        } else {
+            ""
+        };
+        Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+          {{"name":"x","op":"Input","attrs":{{"shape":[3,4],"dtype":"fp32"}}}},
+          {{"name":"s","op":"Softmax","attrs":{{"axis":-1}},"inputs":["x"]}},
+          {e}
+          {{"name":"n","op":"IsNaN","inputs":["s"]}},
+          {{"name":"z","op":"Constant","attrs":{{"shape":[1],"dtype":"fp32","value":{zero}}}}},
+          {{"name":"y","op":"Where","inputs":["n","z","{src}"]}}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_softmax_nan_guard_becomes_a_max_in_the_softmax_kernel() {
+        let c = crate::fusion::compile(&guarded("s", 0.0)).unwrap();
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::SoftmaxNanGuard && d.accepted));
+        // One row kernel: the softmax and its Max (the IsNaN dropped, the Where gone).
+        assert_eq!(c.fused.kernels.len(), 1, "{:#?}", c.fused.kernels);
+        // Row 0 finite, row 1 fully masked (−∞: softmax NaN, the guard gives 0), row 2 with
+        // a NaN logit (NaN, also 0); against the guard's definition.
+        let inf = f32::NEG_INFINITY;
+        let x = vec![
+            1.0,
+            2.0,
+            3.0,
+            4.0,
+            inf,
+            inf,
+            inf,
+            inf,
+            0.0,
+            f32::NAN,
+            1.0,
+            2.0,
+        ];
+        let ins: std::collections::HashMap<String, Vec<f32>> = [("x".to_string(), x)].into();
+        let y = crate::exec::execute(&c.fused, &ins).unwrap().outputs[0]
+            .2
+            .clone();
+        let e: Vec<f64> = (1..=4).map(|v| (v as f64).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for j in 0..4 {
+            assert!((y[j] as f64 - e[j] / sum).abs() < 1e-6, "{j}: {}", y[j]);
+        }
+        assert_eq!(&y[4..], &[0.0; 8], "fully masked and NaN rows are 0");
+    }
+
+    #[test]
+    fn other_wheres_are_left_alone() {
+        // The value guarded is not the softmax; the fill is not 0.
+        for g in [guarded("e", 0.0), guarded("s", -1.0)] {
+            let c = crate::fusion::compile(&g).unwrap();
+            assert!(!c
+                .decisions
+                .iter()
+                .any(|d| d.rule == FusionRule::SoftmaxNanGuard));
+        }
+    }
 
     #[test]
     fn numerics_rewrites_fire_and_show_overflow() {
