@@ -200,6 +200,18 @@ pub(crate) fn conv2d(
     conv2d_with(kern, g, x, w, bias, out, scratch)
 }
 
+/// The direct paths of [`conv2d`] (never Winograd), for comparisons.
+#[cfg(test)]
+pub(crate) fn conv2d_direct(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Result<(), String> {
+    conv2d_with(Kernel::detect(), g, x, w, None, out, scratch)
+}
+
 /// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`.
 fn conv2d_with(
     kern: Option<Kernel>,

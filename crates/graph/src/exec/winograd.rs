@@ -659,3 +659,67 @@ mod tests {
         assert_eq!(out[6 + 1], 72.0);
     }
 }
+
+/// The measurement behind [`MIN_MACS`] and [`MIN_CHANNELS`]: Winograd against the direct
+/// path on square 3×3 convolutions, best of 30 each, printed (no assertion on time). Run
+/// `RAYON_NUM_THREADS=1 cargo test --release -p tensorforge-graph --lib winograd_vs_direct
+/// -- --ignored --nocapture`.
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn winograd_vs_direct() {
+        let Some(kern) = Kernel::detect() else {
+            return;
+        };
+        for (c, hw) in [
+            (16, 56),
+            (16, 28),
+            (32, 28),
+            (32, 14),
+            (64, 28),
+            (64, 56),
+            (128, 14),
+            (256, 7),
+        ] {
+            let g = ConvShape {
+                n: 1,
+                c,
+                h: hw,
+                w: hw,
+                k: c,
+                r: 3,
+                s: 3,
+                p: hw,
+                q: hw,
+                stride: [1, 1],
+                pad: [1, 1],
+                dil: [1, 1],
+                group: 1,
+            };
+            let x = tensorforge_core::rng::SplitMix64::f32_pm1_vec(1, c * hw * hw);
+            let w = tensorforge_core::rng::SplitMix64::f32_pm1_vec(2, c * c * 9);
+            let mut out = vec![0f32; c * hw * hw];
+            let cache = FilterCache::default();
+            let mut sw = vec![0f32; scratch_len(&g)];
+            let mut sd = Vec::new();
+            let mut best = [f64::MAX; 2];
+            for _ in 0..30 {
+                let t = std::time::Instant::now();
+                conv(kern, &cache, 0, &g, &x, &w, None, &mut out, &mut sw).unwrap();
+                best[0] = best[0].min(t.elapsed().as_secs_f64());
+                let t = std::time::Instant::now();
+                super::super::conv::conv2d_direct(&g, &x, &w, &mut out, &mut sd).unwrap();
+                best[1] = best[1].min(t.elapsed().as_secs_f64());
+            }
+            eprintln!(
+                "{c} channels {hw}x{hw}: Winograd {:.1} us, direct {:.1} us, direct / Winograd {:.2}",
+                best[0] * 1e6,
+                best[1] * 1e6,
+                best[1] / best[0]
+            );
+        }
+    }
+}
