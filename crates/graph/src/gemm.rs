@@ -237,10 +237,27 @@ pub fn matmul_acc(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) -> 
     if threads > 1 && batch >= threads && macs.saturating_mul(batch) >= PAR_MIN_BATCH_MACS {
         // Several products: parallel across the batch, each one sequential (faer's own
         // parallel GEMM on attention's per-head products, 128×64×128, measured 2.2–3×
-        // slower at 2 threads than one thread, where the batch split runs at 1.4×).
-        out.par_chunks_mut(mn)
-            .enumerate()
-            .for_each(|(i, c)| one(i, c, Par::Seq));
+        // slower at 2 threads than one thread, where the batch split runs at 1.4×). When
+        // the products do not divide evenly among the workers (ViT's 3 heads on 2), each
+        // is also split into `parts` blocks of rows, so the last round is not one worker's.
+        let parts = if batch % threads == 0 {
+            1
+        } else {
+            threads.min(m / 16).max(1)
+        };
+        let per = m.div_ceil(parts);
+        out.par_chunks_mut(mn).enumerate().for_each(|(i, c)| {
+            let bi = if b.batch == 1 { 0 } else { i };
+            if parts == 1 {
+                return one(i, c, Par::Seq);
+            }
+            c.par_chunks_mut(per * n).enumerate().for_each(|(j, cb)| {
+                let rows = cb.len() / n;
+                let cm = MatMut::from_row_major_slice_mut(cb, rows, n);
+                let am = a.mat(i).subrows(j * per, rows);
+                matmul(cm, accum, am, b.mat(bi), 1.0f32, Par::Seq);
+            });
+        });
     } else {
         for (i, c) in out.chunks_mut(mn).enumerate() {
             one(i, c, par(macs));
@@ -391,6 +408,27 @@ mod tests {
             })
             .unwrap();
         }
+    }
+
+    #[test]
+    fn products_that_do_not_divide_among_the_workers_split_their_rows() {
+        // 3 products of 64×64×64 (262 Ki multiply-adds each) on 2 workers: each product's
+        // rows split in two blocks; A row-major and A read transposed in place (strided
+        // rows), B batched.
+        let (m, k, n) = (64, 64, 64);
+        let a = vals(3 * m * k, 11);
+        let b = vals(3 * k * n, 12);
+        crate::exec::with_threads(2, || {
+            check(
+                Operand::row_major(&a, 3, m, k).unwrap(),
+                Operand::row_major(&b, 3, k, n).unwrap(),
+            );
+            check(
+                Operand::transposed(&a, 3, m, k).unwrap(),
+                Operand::row_major(&b, 3, k, n).unwrap(),
+            );
+        })
+        .unwrap();
     }
 
     #[test]
