@@ -261,15 +261,7 @@ impl Program {
                     match reason {
                         Ok(r) => {
                             let (keep, drop) = (g1.min(g2), g1.max(g2));
-                            let moved = std::mem::take(&mut groups[drop].nodes);
-                            let mm = std::mem::take(&mut groups[drop].matmuls);
-                            groups[drop].alive = false;
-                            for &m in &moved {
-                                group_of[m] = Some(keep);
-                            }
-                            groups[keep].nodes.extend(moved);
-                            groups[keep].nodes.sort();
-                            groups[keep].matmuls.extend(mm);
+                            merge_groups(&mut groups, &mut group_of, keep, drop);
                             groups[keep].nodes.push(i);
                             group_of[i] = Some(keep);
                             dec.push(Decision::new(
@@ -303,13 +295,7 @@ impl Program {
             {
                 let (g1, g2) = (cands[0].min(cands[1]), cands[0].max(cands[1]));
                 if let Some(r) = sibling_merge(&tg, &groups, &group_of, i, g1, g2) {
-                    let moved = std::mem::take(&mut groups[g2].nodes);
-                    groups[g2].alive = false;
-                    for &m in &moved {
-                        group_of[m] = Some(g1);
-                    }
-                    groups[g1].nodes.extend(moved);
-                    groups[g1].nodes.sort();
+                    merge_groups(&mut groups, &mut group_of, g1, g2);
                     dec.push(Decision::new(
                         Stage::Fusion,
                         &name,
@@ -842,6 +828,20 @@ fn swiglu_merge(
         "SwiGLU gate ⊙ up: both matmuls read `{}`, so one kernel computes the two products per tile and multiplies them before storing",
         tg.tensors[ia].name
     )))
+}
+
+/// Moves every node (and matmul) of group `drop` into group `keep`, which stays in node
+/// order, and retires `drop`.
+fn merge_groups(groups: &mut [Group], group_of: &mut [Option<usize>], keep: usize, drop: usize) {
+    let moved = std::mem::take(&mut groups[drop].nodes);
+    let mm = std::mem::take(&mut groups[drop].matmuls);
+    groups[drop].alive = false;
+    for &m in &moved {
+        group_of[m] = Some(keep);
+    }
+    groups[keep].nodes.extend(moved);
+    groups[keep].nodes.sort();
+    groups[keep].matmuls.extend(mm);
 }
 
 /// Why elementwise kernels `g1` and `g2`, both feeding elementwise node `i`, can be one

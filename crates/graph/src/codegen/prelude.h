@@ -24,13 +24,11 @@ TF_INLINE int32_t tf_f_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
 TF_INLINE double tf_bits_d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
 TF_INLINE int64_t tf_d_bits(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
 
-/* e^x, float. */
-TF_INLINE float tf_exp(float x) {
-    float xc = x > 89.0f ? 89.0f : x;
-    xc = xc < -104.0f ? -104.0f : xc;
-    xc = xc == xc ? xc : 0.0f;
-    float n = rintf(xc * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, xc);
+/* e^r on |r| <= ln2/2 (Cephes' minimax polynomial), and the Cody–Waite reduction
+ * x = n·ln2 + r of a finite x: returns e^r, sets *n. */
+TF_INLINE float tf_exp_reduced(float x, float *n_out) {
+    float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
     r = fmaf(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
     p = fmaf(p, r, 1.3981999507e-3f);
@@ -38,7 +36,17 @@ TF_INLINE float tf_exp(float x) {
     p = fmaf(p, r, 4.1665795894e-2f);
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r) + 1.0f;
+    *n_out = n;
+    return fmaf(p, r * r, r) + 1.0f;
+}
+
+/* e^x, float. */
+TF_INLINE float tf_exp(float x) {
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = xc == xc ? xc : 0.0f;
+    float n;
+    float p = tf_exp_reduced(xc, &n);
     int32_t ni = (int32_t)n;
     int32_t n1 = ni / 2;
     int32_t n2 = ni - n1;
@@ -54,16 +62,8 @@ TF_INLINE float tf_exp(float x) {
  * subnormal below 1.2e-38). About half of tf_exp's operations. */
 TF_INLINE float tf_exp_nonpos(float x) {
     float xc = x < -87.33654475f ? -87.33654475f : x;
-    float n = rintf(xc * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, xc);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r) + 1.0f;
+    float n;
+    float p = tf_exp_reduced(xc, &n);
     float y = p * tf_bits_f(((int32_t)n + 127) << 23);
     return x < -87.33654475f ? 0.0f : y;
 }

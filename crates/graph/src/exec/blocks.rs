@@ -196,6 +196,19 @@ pub(super) fn product_into(st: &State, n: usize, c: &mut [f32], accumulate: bool
     crate::gemm::matmul_acc(operand(0)?, operand(1)?, c, accumulate).map_err(|e| exec_err(tg, n, e))
 }
 
+/// Every row of `c` set to bias tensor `b` (one value per column), for node `n`'s GEMM to
+/// accumulate onto ([`crate::fusion::matmul_bias`]).
+pub(super) fn fill_bias_rows(st: &State, n: usize, b: usize, c: &mut [f32]) -> Result<()> {
+    let bias = st.bufs[b]
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| exec_err(st.tg, n, "the bias has no value"))?;
+    for row in c.chunks_exact_mut(bias.len()) {
+        row.copy_from_slice(bias);
+    }
+    Ok(())
+}
+
 /// A kernel's node plans as the program's memo holds them: for the node list they were made
 /// for (a kernel whose nodes changed since is planned again).
 pub(crate) type MemoPlans = (Vec<usize>, Vec<NodePlan>);
@@ -247,13 +260,7 @@ pub(super) fn run_blocks(st: &mut State, k: &Kernel, memo: Option<&MemoPlans>) -
                 .take(tg.tensors[tg.node_outputs[plans[dst].node][0]].numel as usize)?,
         };
         if let Some(b) = b {
-            let bias = st.bufs[b]
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| exec_err(tg, n, "the bias has no value"))?;
-            for row in c.chunks_exact_mut(bias.len()) {
-                row.copy_from_slice(bias);
-            }
+            fill_bias_rows(st, n, b, &mut c)?;
             skip = Some(pi);
         }
         product_into(st, n, &mut c, b.is_some())?;

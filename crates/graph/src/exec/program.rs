@@ -679,15 +679,7 @@ fn product_value(st: &mut State, k: &Kernel) -> Result<usize> {
     };
     let y = tg.node_outputs[add][0];
     let mut c = st.pool.take(tg.tensors[y].numel as usize)?;
-    {
-        let bias = st.bufs[b]
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| exec_err(tg, add, "the bias has no value"))?;
-        for row in c.chunks_exact_mut(bias.len()) {
-            row.copy_from_slice(bias);
-        }
-    }
+    super::blocks::fill_bias_rows(st, add, b, &mut c)?;
     super::blocks::product_into(st, n, &mut c, true)?;
     st.bufs[y] = Some(Buf::Owned(c));
     Ok(y)
