@@ -150,7 +150,9 @@ pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
     let n = *ps.last()?;
     let per_column = bs.last() == Some(&n) && bs[..bs.len() - 1].iter().all(|&d| d == 1);
     let same_shape = tg.tensors[tg.node_outputs[add][0]].shape == *ps;
-    let only_reader = readers(tg, prod) == [add];
+    // The Add reads the product directly (checked above); nothing else reads it, not even
+    // through a view. (A direct look at the consumers: this runs on every run of the kernel.)
+    let only_reader = tg.consumers[prod] == [add];
     (per_column && same_shape && only_reader && !k.outputs.contains(&prod)).then_some((add, b))
 }
 

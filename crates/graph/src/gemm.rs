@@ -237,7 +237,7 @@ pub fn matmul_acc(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) -> 
     if threads > 1 && batch >= threads && macs.saturating_mul(batch) >= PAR_MIN_BATCH_MACS {
         // Several products: parallel across the batch, each one sequential (faer's own
         // parallel GEMM on attention's per-head products, 128×64×128, measured 2.2–3×
-        // slower at 2 threads than one thread, where the batch split runs at 1.4×). When
+        // slower at 2 threads than one thread, where the batch split runs at 1.3–1.5×). When
         // the products do not divide evenly among the workers (ViT's 3 heads on 2), each
         // is also split into `parts` blocks of rows, so the last round is not one worker's.
         let parts = if batch % threads == 0 {

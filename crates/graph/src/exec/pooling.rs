@@ -105,8 +105,8 @@ pub(crate) fn pool2d(
     let run = |(i, o): (usize, &mut [f32])| {
         let mut row = vec![0.0f32; len];
         for (j, op) in o.chunks_mut(pq).enumerate() {
-            let plane = i * per + j;
-            planes(g, kind, &x[plane * hw..][..hw], op, &mut row, &cols);
+            let pl = i * per + j;
+            plane(g, kind, &x[pl * hw..][..hw], op, &mut row, &cols);
         }
     };
     if workers > 1 {
@@ -118,14 +118,7 @@ pub(crate) fn pool2d(
 }
 
 /// One plane, through the AVX2 build of [`plane_body`] where the CPU has it.
-fn planes(
-    g: &PoolShape,
-    kind: PoolKind,
-    x: &[f32],
-    o: &mut [f32],
-    row: &mut [f32],
-    cols: &[usize],
-) {
+fn plane(g: &PoolShape, kind: PoolKind, x: &[f32], o: &mut [f32], row: &mut [f32], cols: &[usize]) {
     #[cfg(target_arch = "x86_64")]
     if tensorforge_kernels::simd::avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).

@@ -216,9 +216,16 @@ fn run_program<'a>(
 fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
     let tg = st.tg;
     match k.kind {
-        KernelKind::Matmul if k.nodes.len() == 2 && crate::fusion::matmul_bias(tg, k).is_some() => {
-            run_matmul_bias(st, k)
-        }
+        KernelKind::Matmul if k.nodes.len() == 2 => match crate::fusion::matmul_bias(tg, k) {
+            // Only a MatMul and its bias: the GEMM writes the biased product straight into
+            // the Add's output.
+            Some(bias) => {
+                let y = product_value(st, k, Some(bias))?;
+                release_unless_stored(st, k, y);
+                Ok(())
+            }
+            None => run_blocks(st, k, memo),
+        },
         KernelKind::Elementwise | KernelKind::Row | KernelKind::Matmul => run_blocks(st, k, memo),
         KernelKind::Reduction => {
             let n = k.nodes[0];
@@ -653,24 +660,20 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
 /// (kept as the product's value when the kernel stores it, else returned to the pool), then
 /// the compiled epilogue over it.
 fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
-    let prod = product_value(st, k)?;
+    let prod = product_value(st, k, crate::fusion::matmul_bias(st.tg, k))?;
     let r = run_jit(st, k, jk);
-    if !k.outputs.contains(&prod) {
-        if let Some(Buf::Owned(v)) = st.bufs[prod].take() {
-            st.pool.put(v);
-        }
-    }
+    release_unless_stored(st, k, prod);
     r
 }
 
 /// Computes matmul kernel `k`'s product into a pooled buffer set as its tensor's value, and
-/// returns that tensor: the MatMul's output, or, when the GEMM adds the bias itself
-/// ([`crate::fusion::matmul_bias`]), the bias Add's output: every row starts at the bias and
+/// returns that tensor: the MatMul's output, or, with `bias` (the kernel's
+/// [`crate::fusion::matmul_bias`]), the bias Add's output: every row starts at the bias and
 /// the product accumulates onto it.
-fn product_value(st: &mut State, k: &Kernel) -> Result<usize> {
+fn product_value(st: &mut State, k: &Kernel, bias: Option<(usize, usize)>) -> Result<usize> {
     let tg = st.tg;
     let n = k.nodes[0];
-    let Some((add, b)) = crate::fusion::matmul_bias(tg, k) else {
+    let Some((add, b)) = bias else {
         let prod = tg.node_outputs[n][0];
         let mut c = st.pool.take(tg.tensors[prod].numel as usize)?;
         super::blocks::product_into(st, n, &mut c, false)?;
@@ -685,16 +688,13 @@ fn product_value(st: &mut State, k: &Kernel) -> Result<usize> {
     Ok(y)
 }
 
-/// A matmul kernel that is only a MatMul and its bias ([`crate::fusion::matmul_bias`]): the
-/// GEMM writes the biased product straight into the Add's output.
-fn run_matmul_bias(st: &mut State, k: &Kernel) -> Result<()> {
-    let y = product_value(st, k)?;
-    if !k.outputs.contains(&y) {
-        if let Some(Buf::Owned(v)) = st.bufs[y].take() {
+/// Tensor `t`'s pooled buffer back to the pool unless kernel `k` stores it.
+fn release_unless_stored(st: &mut State, k: &Kernel, t: usize) {
+    if !k.outputs.contains(&t) {
+        if let Some(Buf::Owned(v)) = st.bufs[t].take() {
             st.pool.put(v);
         }
     }
-    Ok(())
 }
 
 /// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).

@@ -29,11 +29,11 @@ use tensorforge_kernels::sgemm::{Kernel, Right};
 /// Multiply-adds of the direct convolution below which the Winograd path is not taken: the
 /// transforms' fixed costs then outweigh the smaller products. Measured at one thread
 /// against the direct path (AMD EPYC, AVX-512; docs/performance.md): 32 channels at 14×14
-/// (1.8 Mi) 0.95×, at 28×28 (7.2 Mi) 1.14×; 64 channels at 28×28 1.49×.
+/// (1.8 Mi) 0.95×, at 28×28 (7.2 Mi) 1.13×; 64 channels at 28×28 1.48× (the `bench` test below).
 const MIN_MACS: usize = 1 << 22;
 
 /// Input and output channels below which the path is not taken: 16 channels measured
-/// 0.78–0.81× the direct path at 28×28 and 56×56 (the products are too thin for the
+/// 0.77–0.81× the direct path at 28×28 and 56×56 (the products are too thin for the
 /// transforms to pay).
 const MIN_CHANNELS: usize = 32;
 
