@@ -30,7 +30,7 @@ cat > "$T/rmsnorm_16Mi.json" <<J
  {"name":"y","op":"RMSNorm","inputs":["x","g"],"attrs":{"eps":1e-6}}]}
 J
 GRAPHS="$ROOT/examples/graphs/elementwise_chain.json $T/logaddexp_16Mi.json $T/softmax_16Mi.json $T/rmsnorm_16Mi.json $ROOT/examples/graphs/logaddexp_chain.json $ROOT/examples/graphs/residual_layernorm.json $ROOT/examples/graphs/attention_softmax.json $ROOT/examples/graphs/rmsnorm_swiglu_mlp.json"
-echo "graph threads round unfused_ns fused_interp_ns fused_jit_ns jit_vs_interp copy_fraction"
+echo "graph threads round unfused_ns fused_interp_ns fused_jit_ns jit_vs_interp copy_fraction kernels_ns kernels_copy_fraction"
 for g in $GRAPHS; do
   for th in 1 2; do
     for r in $(seq "$ROUNDS"); do
@@ -38,7 +38,7 @@ for g in $GRAPHS; do
 import json,sys
 d=json.load(sys.stdin); b=d['bench']
 print(d['graph'], $th, $r, b['unfused_ns'], b['fused_interpreter_ns'], b['fused_ns'],
-      '%.2f' % (b['fused_interpreter_ns']/b['fused_ns']), '%.2f' % b['fused_bandwidth_fraction'])"
+      '%.2f' % (b['fused_interpreter_ns']/b['fused_ns']), '%.2f' % b['fused_bandwidth_fraction'], b['fused_kernels_ns'], '%.2f' % b['kernels_bandwidth_fraction'])"
     done
   done
 done

@@ -254,7 +254,7 @@ fn run_labels_bytes_as_the_model_and_paths_agree() {
             let mut args = vec!["run", &path, "--json"];
             args.extend_from_slice(extra);
             let v = json(&args);
-            assert_eq!(v["schema_version"], 2);
+            assert_eq!(v["schema_version"], 3);
             let obj = v.as_object().unwrap();
             assert!(
                 !obj.keys().any(|k| k.starts_with("measured")),
@@ -282,6 +282,19 @@ fn run_labels_bytes_as_the_model_and_paths_agree() {
     ]);
     assert_eq!(v["bench"]["agree"], true);
     assert!(v["bench"]["predicted_traffic_ratio"].as_f64().unwrap() > 2.9);
+    // The kernels are part of the whole call: their best time is positive and no longer
+    // than the best call's, so their bandwidth fraction is at least the call's.
+    let b = &v["bench"];
+    let (kns, fns) = (
+        b["fused_kernels_ns"].as_u64().unwrap(),
+        b["fused_ns"].as_u64().unwrap(),
+    );
+    assert!(kns > 0 && kns <= fns, "{b}");
+    assert!(
+        b["kernels_bandwidth_fraction"].as_f64().unwrap()
+            >= b["fused_bandwidth_fraction"].as_f64().unwrap(),
+        "{b}"
+    );
 }
 
 #[test]

@@ -468,11 +468,13 @@ fn run_graph_here(a: RunArgs) -> Result<()> {
         );
         let _ = writeln!(
             out,
-            "fused: {} of the modelled bytes per second = {:.0} % of copy bandwidth ({}) at {} thread(s)",
+            "fused: {} of the modelled bytes per second = {:.0} % of copy bandwidth ({}) at {} thread(s); kernels alone {} ({:.0} %)",
             fmt::bandwidth(b.fused_bytes as f64 / (b.fused_ns.max(1) as f64 * 1e-9)),
             100.0 * b.fused_bandwidth_fraction,
             fmt::bandwidth(b.copy_bytes_per_s),
-            b.threads
+            b.threads,
+            fmt::time(b.fused_kernels_ns as f64 * 1e-9),
+            100.0 * b.kernels_bandwidth_fraction
         );
         let _ = writeln!(
             out,

@@ -211,6 +211,34 @@ fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
     })
 }
 
+/// The input slots a row kernel addresses as `I[r·L + c]`: flat operands of its full
+/// elementwise nodes and the row a row op reduces (not per-row scalars, broadcasts or norm
+/// parameters), in slot order.
+fn row_strided_inputs(
+    plans: &[crate::exec::NodePlan],
+    steps: &[Step],
+    input: &dyn Fn(usize) -> usize,
+) -> Vec<usize> {
+    let mut v: Vec<usize> = plans
+        .iter()
+        .zip(steps)
+        .flat_map(|(p, st)| {
+            p.binds
+                .iter()
+                .enumerate()
+                .filter_map(move |(bi, b)| match (b, st) {
+                    (Bind::Flat(t), Step::Elem(_)) if !p.per_row => Some(*t),
+                    (Bind::Flat(t) | Bind::Direct(t), Step::Row) if bi == 0 => Some(*t),
+                    _ => None,
+                })
+        })
+        .map(input)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
     let Nest {
@@ -296,6 +324,17 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         );
     }
     let _ = writeln!(w, "    for (int64_t r = r0; r < r1; ++r) {{");
+    // A row kernel reads each row in several passes (statistics, then the output), each
+    // short enough that the hardware prefetcher does not run ahead into the next row: the
+    // next row of every row-strided input is asked for while this one is computed.
+    if !elementwise {
+        for i in row_strided_inputs(&plans, &steps, &input) {
+            let _ = writeln!(
+                w,
+                "        if (r + 1 < r1) tf_prefetch_row(I{i} + (r + 1) * {l}LL, {l}LL);"
+            );
+        }
+    }
     if elementwise {
         let _ = writeln!(
             w,
@@ -509,4 +548,73 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         scratch_floats,
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::compile;
+    use crate::Graph;
+
+    /// The one kernel of `json`'s fused program, and its input tensors' names in slot order.
+    fn kernel_source(json: &str) -> (CKernel, Vec<String>) {
+        let g = Graph::from_json_str(json).unwrap();
+        let c = compile(&g).unwrap();
+        let mut cp = render_program(&c.fused);
+        assert_eq!(cp.kernels.len(), 1, "{:?}", cp.skipped);
+        let k = cp.kernels.remove(0);
+        let names = k
+            .inputs
+            .iter()
+            .map(|&t| c.fused.graph.tensors[t].name.clone())
+            .collect();
+        (k, names)
+    }
+
+    /// A row kernel asks for the next row of each input it reads row by row, and not for a
+    /// norm's parameters (the same 1024 values on every row).
+    #[test]
+    fn row_kernels_prefetch_the_next_row_of_row_inputs_only() {
+        let (k, names) = kernel_source(
+            r#"{"nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[8,1024],"dtype":"fp32"}},
+              {"name":"res","op":"Input","attrs":{"shape":[8,1024],"dtype":"fp32"}},
+              {"name":"g","op":"Weight","attrs":{"shape":[1024],"dtype":"fp32"}},
+              {"name":"h","op":"Add","inputs":["x","res"]},
+              {"name":"y","op":"RMSNorm","inputs":["h","g"],"attrs":{"eps":1e-6}}]}"#,
+        );
+        let slot = |name: &str| names.iter().position(|n| n == name).unwrap();
+        let lines: Vec<&str> = k
+            .source
+            .lines()
+            .filter(|l| l.contains("tf_prefetch_row("))
+            .collect();
+        // x and res are read as I[r·1024 + c]; g as I[c].
+        let want: Vec<String> = ["x", "res"]
+            .iter()
+            .map(|n| format!("tf_prefetch_row(I{} + (r + 1) * 1024LL, 1024LL);", slot(n)))
+            .collect();
+        assert_eq!(lines.len(), 2, "{}", k.source);
+        for w in &want {
+            assert!(
+                lines.iter().any(|l| l.contains(w.as_str())),
+                "{w}\n{}",
+                k.source
+            );
+        }
+        assert!(!k
+            .source
+            .contains(&format!("tf_prefetch_row(I{}", slot("g"))));
+    }
+
+    /// An elementwise kernel reads one stream front to back: no prefetch is emitted.
+    #[test]
+    fn elementwise_kernels_do_not_prefetch() {
+        let (k, _) = kernel_source(
+            r#"{"nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[65536],"dtype":"fp32"}},
+              {"name":"y","op":"Exp","inputs":["x"]}]}"#,
+        );
+        assert!(!k.source.contains("tf_prefetch_row("), "{}", k.source);
+    }
 }

@@ -23,7 +23,9 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
          #pragma once\n\
          #define TF_INLINE static __device__ inline\n\
          #define TF_FN __device__\n\
-         #define restrict __restrict__\n",
+         #define restrict __restrict__\n\
+         #define TF_MAX_LANES 1\n\
+         #define TF_SUM_LANES 1\n",
     );
     prelude.push_str(PRELUDE);
     let mut out = vec![("prelude.cuh".to_string(), prelude)];

@@ -4,8 +4,10 @@
  * minimax polynomial; log1p uses Goldberg's correction log(u)·x/(u−1). Their measured
  * error bounds are in docs/graph.md (crates/graph/src/jit.rs measures them).
  * logaddexp evaluates in double with the same reductions, so its float result keeps a few
- * ulp even where m + log1p(e^d) cancels. tanh, erf and the sigmoid family call these or
- * libm (tanhf, erff: scalar calls). */
+ * ulp even where m + log1p(e^d) cancels. tanh, erf and the sigmoid family are built on
+ * the same exponential. Every function here must vectorize at 256 bits (AVX2) as well as at
+ * 512: no double → int64 conversion, no 64-byte vector types (tools/jit_parts.sh times each
+ * one at both widths). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -133,8 +135,11 @@ TF_INLINE double tf_exp_neg_d(double x) {
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    int64_t ni = (int64_t)n;
-    double y = p * tf_bits_d((ni + 1023) << 52);
+    /* 2^n from n's bits: n + 1.5·2^52 holds n in its low mantissa bits, so no double →
+     * int64 conversion is needed (AVX2 has none as a vector instruction; with one, this
+     * loop stayed scalar there: 9.3 ns per logaddexp against 3.0). */
+    uint64_t nb = (uint64_t)tf_d_bits(n + 6755399441055744.0);
+    double y = p * tf_bits_d((int64_t)((nb << 52) + ((uint64_t)1023 << 52)));
     return x < -708.0 ? 0.0 : y;
 }
 
@@ -261,30 +266,53 @@ TF_INLINE float tf_quant(float x, float s, float z) {
     return q > 127.0f ? 127.0f : q;
 }
 
-/* Row reductions, written with independent lanes so that they vectorize without
- * reassociation flags: 8 float lanes for the max, 4 double lanes for sums. */
-/* GCC/Clang vector extensions: 16 float lanes (split into the machine's vector width). */
-typedef float tf_v16 __attribute__((vector_size(64)));
-typedef int32_t tf_v16i __attribute__((vector_size(64)));
+/* Row reductions, written as independent lanes (arrays the compiler maps onto the
+ * machine's own vector registers), so that they vectorize without reassociation flags at
+ * every vector width and their chains overlap (one 4-lane double chain was latency-bound:
+ * 0.14 ns per element). TF_MAX_LANES floats for the max, TF_SUM_LANES doubles for sums;
+ * lanes are combined pairwise at the end. The counts are what measured fastest at 256 and
+ * 512 bits (tools/jit_parts.sh): 16 max lanes stayed scalar with GCC 12, 32 sum lanes
+ * slowed a row kernel reading from memory by a quarter. The CUDA target, one thread per
+ * row, sets 1. */
+#ifndef TF_MAX_LANES
+#define TF_MAX_LANES 32
+#endif
+#ifndef TF_SUM_LANES
+#define TF_SUM_LANES 16
+#endif
+
+/* Ask for the first min(n, 4096) floats at p (a row kernel's next row) to be brought into
+ * the caches, one request per 64-byte line; no-op where the compiler has no prefetch. */
+TF_INLINE void tf_prefetch_row(const float *p, int64_t n) {
+#if defined(__GNUC__) && !defined(__CUDACC__)
+    int64_t m = n < 4096 ? n : 4096;
+    for (int64_t c = 0; c < m; c += 16) __builtin_prefetch(p + c, 0, 3);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
 
 /* Row max ignoring NaN (the interpreter's f32::max), and whether a NaN was seen. */
 TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
-    tf_v16 m;
-    tf_v16i bad = {0};
-    for (int k = 0; k < 16; ++k) m[k] = -INFINITY;
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16) {
-        tf_v16 v;
-        memcpy(&v, x + c, sizeof v);
-        tf_v16i gt = v > m;
-        m = (tf_v16)(((tf_v16i)v & gt) | ((tf_v16i)m & ~gt));
-        bad |= (v != v);
+    float m[TF_MAX_LANES];
+    int32_t bad[TF_MAX_LANES];
+    for (int k = 0; k < TF_MAX_LANES; ++k) {
+        m[k] = -INFINITY;
+        bad[k] = 0;
     }
+    int64_t c = 0;
+    for (; c + TF_MAX_LANES <= n; c += TF_MAX_LANES)
+        for (int k = 0; k < TF_MAX_LANES; ++k) {
+            float v = x[c + k];
+            m[k] = v > m[k] ? v : m[k];
+            bad[k] |= v != v;
+        }
     float r = -INFINITY;
     int nan = 0;
-    for (int k = 0; k < 16; ++k) {
+    for (int k = 0; k < TF_MAX_LANES; ++k) {
         r = m[k] > r ? m[k] : r;
-        nan |= bad[k] != 0;
+        nan |= bad[k];
     }
     for (; c < n; ++c) {
         float v = x[c];
@@ -295,29 +323,42 @@ TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
     return r;
 }
 
+/* Σ s[k] over TF_SUM_LANES lanes, pairwise. */
+TF_INLINE double tf_lanes_sum(double *s) {
+    for (int w = TF_SUM_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; ++k) s[k] += s[k + w];
+    return s[0];
+}
+
+/* Σ x[c], in double. */
 TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
-    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    double s[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;
-    for (; c + 4 <= n; c += 4)
-        for (int k = 0; k < 4; ++k) s[k] += (double)x[c + k];
+    for (; c + TF_SUM_LANES <= n; c += TF_SUM_LANES)
+        for (int k = 0; k < TF_SUM_LANES; ++k) s[k] += (double)x[c + k];
     for (; c < n; ++c) s[0] += (double)x[c];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    return tf_lanes_sum(s);
 }
 
+/* Σ x[c]², in double. */
 TF_INLINE double tf_row_sumsq(const float *restrict x, int64_t n) {
-    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    double s[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;
-    for (; c + 4 <= n; c += 4)
-        for (int k = 0; k < 4; ++k) s[k] += (double)x[c + k] * (double)x[c + k];
+    for (; c + TF_SUM_LANES <= n; c += TF_SUM_LANES)
+        for (int k = 0; k < TF_SUM_LANES; ++k) s[k] += (double)x[c + k] * (double)x[c + k];
     for (; c < n; ++c) s[0] += (double)x[c] * (double)x[c];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    return tf_lanes_sum(s);
 }
 
+/* Σ (x[c] − mean)², in double. */
 TF_INLINE double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mean) {
-    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    double s[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;
-    for (; c + 4 <= n; c += 4)
-        for (int k = 0; k < 4; ++k) {
+    for (; c + TF_SUM_LANES <= n; c += TF_SUM_LANES)
+        for (int k = 0; k < TF_SUM_LANES; ++k) {
             double d = (double)x[c + k] - mean;
             s[k] += d * d;
         }
@@ -325,7 +366,7 @@ TF_INLINE double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mea
         double d = (double)x[c] - mean;
         s[0] += d * d;
     }
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    return tf_lanes_sum(s);
 }
 
 /* y[c] = e^(x[c] − m) for m the row's finite maximum (so every x[c] − m <= 0, NaN-free);
