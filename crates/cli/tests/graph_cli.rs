@@ -529,10 +529,11 @@ fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
     }
 }
 
-/// The JIT as a user meets it: the default compiles (and says so), a missing compiler is a
-/// note and the interpreter under `auto` but exit 2 under `--executor jit`, a corrupt cache
-/// entry is rebuilt, an unusable cache folder falls back to a temporary one, and `codegen`
-/// writes sources that compile.
+/// The JIT as a user meets it: a first plain run interprets while a background build fills
+/// the cache (and says so), later runs load the compiled kernels, `--executor jit` waits for
+/// the compiler, a missing compiler is a note and the interpreter under `auto` but exit 2
+/// under `--executor jit`, a corrupt cache entry is rebuilt, an unusable cache folder falls
+/// back to a temporary one, and `codegen` writes sources that compile.
 #[test]
 fn jit_executor_fallbacks_cache_and_codegen() {
     let dir = tmpdir("jit");
@@ -548,12 +549,57 @@ fn jit_executor_fallbacks_cache_and_codegen() {
         c.args(["run", &g, "--json"]).args(extra);
         c
     };
-    // Default: compiled, and the outputs equal the interpreter's.
+    // Default, empty cache: interpreted now, compiled in the background for the next run.
+    let out = run(&[], &[]).assert().success().get_output().clone();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["executor"], "interpreter", "{v}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("compiles in the background"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The build ends with `<key>.so` in the cache and nothing else: its sources, objects
+    // and script are removed.
+    let files = || -> Vec<String> {
+        std::fs::read_dir(&cache)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let t0 = std::time::Instant::now();
+    while !(files().len() == 1 && files()[0].ends_with(".so")) {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "background build did not finish: {:?}",
+            files()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Next run: the compiled kernels, and the outputs equal the interpreter's.
     let out = run(&[], &[]).assert().success().get_output().clone();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["executor"], "jit", "{v}");
     assert_eq!(v["jit"]["compiled_kernels"], 1, "{v}");
-    assert_eq!(v["jit"]["cached"], false, "{v}");
+    assert_eq!(v["jit"]["cached"], true, "{v}");
+    // `--executor jit` on an empty cache compiles before it runs.
+    let fresh = dir.join("fresh_cache");
+    let _ = std::fs::remove_dir_all(&fresh);
+    let w: Value = serde_json::from_slice(
+        &tf()
+            .env("TENSORFORGE_CACHE_DIR", &fresh)
+            .args(["run", &g, "--json", "--executor", "jit"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        (&w["executor"], &w["jit"]["cached"]),
+        (&"jit".into(), &false.into())
+    );
     let interp = run(&[], &["--executor", "interpreter"])
         .assert()
         .success()
@@ -581,7 +627,11 @@ fn jit_executor_fallbacks_cache_and_codegen() {
             std::fs::write(&p, b"not an ELF object").unwrap();
         }
     }
-    let out = run(&[], &[]).assert().success().get_output().clone();
+    let out = run(&[], &["--executor", "jit"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("corrupt or foreign; rebuilt"),
         "{}",
@@ -612,11 +662,12 @@ fn jit_executor_fallbacks_cache_and_codegen() {
         "{err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    // A cache "folder" that is a file: compiled into a temporary folder, said so.
+    // A cache "folder" that is a file: `--executor jit` compiles into a temporary folder,
+    // said so; a plain run interprets, with a one-line note naming the folder.
     let file = write(&dir, "cache_is_a_file", "x");
     let out = tf()
         .env("TENSORFORGE_CACHE_DIR", &file)
-        .args(["run", &g])
+        .args(["run", &g, "--executor", "jit"])
         .assert()
         .success()
         .get_output()
@@ -625,6 +676,19 @@ fn jit_executor_fallbacks_cache_and_codegen() {
         String::from_utf8_lossy(&out.stderr).contains("is not usable"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tf()
+        .env("TENSORFORGE_CACHE_DIR", &file)
+        .args(["run", &g])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let note: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+    assert!(
+        note.len() == 1 && note[0].contains("running the interpreter") && note[0].contains(&file),
+        "{err}"
     );
     // codegen: per-kernel sources with the fusion reasons, a manifest, and a unit that cc
     // compiles.

@@ -296,18 +296,122 @@ pub(crate) struct Object {
 /// [`MAX_UNITS`] translation units in parallel (each with the prelude) and linked into one
 /// shared object; cached like [`object_for`] under the key of the whole source.
 fn object_for_units(bodies: &[String], cc: &str, id: &str) -> Result<Object, JitError> {
-    let mut whole = String::from(crate::codegen::c::PRELUDE);
-    for b in bodies {
-        whole.push('\n');
-        whole.push_str(b);
-    }
-    let units = split_units(bodies);
+    let (whole, units) = whole_and_units(bodies);
     if units.len() <= 1 {
         return object_for(whole, cc, id);
     }
     object_cached(whole, cc, id, |dir, key, source| {
         build_units(dir, key, source, &units)
     })
+}
+
+/// The whole source of kernel `bodies` (prelude, then each body: what the cache key
+/// covers) and its translation units ([`split_units`]).
+fn whole_and_units(bodies: &[String]) -> (String, Vec<String>) {
+    let mut whole = String::from(crate::codegen::c::PRELUDE);
+    for b in bodies {
+        whole.push('\n');
+        whole.push_str(b);
+    }
+    let units = split_units(bodies);
+    (whole, units)
+}
+
+/// The object for the whole source `whole` when the cache holds a valid one (never builds).
+fn cached_object(whole: &str, cc: &str, id: &str) -> Result<Option<Object>, JitError> {
+    let key = cache_key(whole, cc, id);
+    let so = cache_dir().join(format!("{key}.so"));
+    if !so.exists() {
+        return Ok(None);
+    }
+    Ok(load(&so, &key)?.map(|lib| Object {
+        lib,
+        path: so,
+        cached: true,
+        notes: vec![],
+    }))
+}
+
+/// `s` as one single-quoted POSIX shell word.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Start building the object for `whole` (compiled as `units` plus the key unit, as
+/// [`build_units`] does) in a shell that outlives this process: the units compile in
+/// parallel, the link writes a temporary name that is renamed to `<key>.so`, and the
+/// sources, objects and the script itself are removed whatever happens. The shell is
+/// started in the background of a shell that exits at once, so no child is left for this
+/// process to reap. Returns the script's path once the build has started.
+fn spawn_background_build(
+    whole: &str,
+    units: &[String],
+    cc: &str,
+    id: &str,
+) -> Result<PathBuf, JitError> {
+    let key = cache_key(whole, cc, id);
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).map_err(io(&dir, "cannot create the cache folder"))?;
+    let tag = format!("{key}.{}.bg", std::process::id());
+    let mut sources: Vec<String> = units.to_vec();
+    sources.push(format!(
+        "const char *tf_key(void) {{ return \"{key}\"; }}\n"
+    ));
+    let q = |p: &Path| sh_quote(&p.display().to_string());
+    let flags: Vec<String> = cflags()
+        .into_iter()
+        .filter(|f| f != "-shared")
+        .map(|f| sh_quote(&f))
+        .collect();
+    let (tmp, so, script) = (
+        dir.join(format!("{tag}.so.tmp")),
+        dir.join(format!("{key}.so")),
+        dir.join(format!("{tag}.sh")),
+    );
+    let mut sh = String::from("ok=1\n");
+    let mut objects = vec![];
+    let mut files = vec![q(&tmp), q(&script)];
+    for (i, src) in sources.iter().enumerate() {
+        let (c, o) = (
+            dir.join(format!("{tag}.{i}.c")),
+            dir.join(format!("{tag}.{i}.o")),
+        );
+        std::fs::write(&c, src).map_err(io(&c, "cannot write the generated source"))?;
+        sh.push_str(&format!(
+            "{} {} -c -o {} {} & p{i}=$!\n",
+            sh_quote(cc),
+            flags.join(" "),
+            q(&o),
+            q(&c)
+        ));
+        objects.push(q(&o));
+        files.extend([q(&c), q(&o)]);
+    }
+    for i in 0..sources.len() {
+        sh.push_str(&format!("wait $p{i} || ok=0\n"));
+    }
+    sh.push_str(&format!(
+        "[ $ok = 1 ] && {} -shared -fPIC -o {} {} -lm && mv -f {} {}\nrm -f {}\n",
+        sh_quote(cc),
+        q(&tmp),
+        objects.join(" "),
+        q(&tmp),
+        q(&so),
+        files.join(" ")
+    ));
+    std::fs::write(&script, sh).map_err(io(&script, "cannot write the build script"))?;
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("sh {} </dev/null >/dev/null 2>&1 &", q(&script)))
+        .status()
+        .map_err(io(&script, "cannot start the background build"))?;
+    if !status.success() {
+        return Err(JitError::Compile {
+            source_path: script.display().to_string(),
+            stderr: format!("the shell that starts the build exited with {status}"),
+        });
+    }
+    Ok(script)
 }
 
 /// Translation units at most (one per core, up to this many).
@@ -492,6 +596,33 @@ fn object_cached(
 
 /// Compile (or load from the cache) every kernel of `p` that has a C form.
 pub fn compile(p: &Program) -> Result<Jit, JitError> {
+    compile_tiered(p, false)?.ok_or_else(|| JitError::Compile {
+        source_path: cache_dir().display().to_string(),
+        stderr: "the build produced no object".into(),
+    })
+}
+
+/// The compiled kernels of `p` when the JIT cache already holds them. Otherwise the build
+/// starts in a background process that outlives this one (the cache is filled for the next
+/// process) and this returns `None`: run the interpreter meanwhile. What a one-shot run
+/// wants: compiling a transformer block takes 0.1–0.2 s, running it interpreted well under
+/// a millisecond.
+///
+/// ```no_run
+/// # let p = tensorforge_graph::fusion::compile(&tensorforge_graph::Graph::from_json_str(
+/// #     r#"{"nodes":[{"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
+/// #     {"name":"y","op":"Exp","inputs":["x"]}]}"#).unwrap()).unwrap().fused;
+/// match tensorforge_graph::jit::compile_or_start(&p).unwrap() {
+///     Some(jit) => println!("{} kernels compiled", jit.compiled_count()),
+///     None => println!("compiling in the background; interpreting this run"),
+/// }
+/// ```
+pub fn compile_or_start(p: &Program) -> Result<Option<Jit>, JitError> {
+    compile_tiered(p, true)
+}
+
+/// [`compile`], or with `background` [`compile_or_start`].
+fn compile_tiered(p: &Program, background: bool) -> Result<Option<Jit>, JitError> {
     let t0 = Instant::now();
     let cc = compiler();
     let id = compiler_id()?;
@@ -502,7 +633,7 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
         .map(|(i, why)| (p.kernels[*i].name.clone(), why.clone()))
         .collect();
     if cp.kernels.is_empty() {
-        return Ok(Jit {
+        return Ok(Some(Jit {
             _lib: None,
             kernels: p.kernels.iter().map(|_| None).collect(),
             skipped,
@@ -510,7 +641,7 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
             cached: true,
             object: None,
             notes: vec![],
-        });
+        }));
     }
     // Identical kernels (a model's repeated layers) are compiled once: each body is keyed
     // with its own symbol blanked out, and a repeat calls the first one's symbol.
@@ -533,7 +664,18 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
         });
         symbol_of.push(sym.clone());
     }
-    let obj = object_for_units(&bodies, &cc, &id)?;
+    let obj = if background {
+        let (whole, units) = whole_and_units(&bodies);
+        match cached_object(&whole, &cc, &id)? {
+            Some(o) => o,
+            None => {
+                spawn_background_build(&whole, &units, &cc, &id)?;
+                return Ok(None);
+            }
+        }
+    } else {
+        object_for_units(&bodies, &cc, &id)?
+    };
     let (lib, so, cached, notes) = (obj.lib, obj.path, obj.cached, obj.notes);
     let mut kernels: Vec<Option<JitKernel>> = p.kernels.iter().map(|_| None).collect();
     for (ck, symbol) in cp.kernels.into_iter().zip(symbol_of) {
@@ -550,7 +692,7 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
         let i = ck.kernel;
         kernels[i] = Some(JitKernel { f, meta: ck });
     }
-    Ok(Jit {
+    Ok(Some(Jit {
         _lib: Some(lib),
         kernels,
         skipped,
@@ -558,7 +700,7 @@ pub fn compile(p: &Program) -> Result<Jit, JitError> {
         cached,
         object: Some(so),
         notes,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -29,7 +29,10 @@ pub const RUN_SCHEMA_VERSION: u32 = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Executor {
-    /// The JIT when a C compiler is present, else the interpreter (with a note).
+    /// The JIT when a C compiler is present, else the interpreter (with a note). A run
+    /// without `bench` or `profile` whose compiled kernels are not in the JIT cache yet runs
+    /// the interpreter and leaves the compile to a background process, which fills the
+    /// cache for the next run ([`tensorforge_graph::jit::compile_or_start`]).
     Auto,
     /// The JIT; an error without a C compiler.
     Jit,
@@ -370,8 +373,26 @@ pub fn run(
             tensorforge_graph::jit::compile(prog)
                 .map_err(|e| MeasureError::invalid(source, "--executor", "jit", e.to_string()))?,
         ),
-        Executor::Auto => match tensorforge_graph::jit::compile(prog) {
+        // A benchmark or a profile is about the compiled code: it waits for the compiler.
+        Executor::Auto if opts.bench || opts.profile => match tensorforge_graph::jit::compile(prog)
+        {
             Ok(j) => Some(j),
+            Err(e) => {
+                notes.push(format!("running the interpreter ({e})"));
+                None
+            }
+        },
+        // One run: the compiled kernels if the cache has them, else the interpreter now
+        // and the compiler in the background for the next run.
+        Executor::Auto => match tensorforge_graph::jit::compile_or_start(prog) {
+            Ok(Some(j)) => Some(j),
+            Ok(None) => {
+                notes.push(
+                    "the JIT cache has no object for this program yet: this run is interpreted while the C compiles in the background for the next one (`--executor jit` waits for it)"
+                        .into(),
+                );
+                None
+            }
             Err(e) => {
                 notes.push(format!("running the interpreter ({e})"));
                 None

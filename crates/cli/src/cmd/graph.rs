@@ -326,7 +326,9 @@ fn import_options(dims: &[String], inputs: Option<&str>) -> Result<ImportOptions
 /// Which executor `run` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Executor {
-    /// The JIT when a C compiler is present, else the interpreter.
+    /// The JIT when a C compiler is present, else the interpreter. A plain run (no --bench,
+    /// --profile) whose kernels are not in the JIT cache yet is interpreted while they
+    /// compile in the background for the next run.
     Auto,
     /// The JIT; an error without a C compiler.
     Jit,
