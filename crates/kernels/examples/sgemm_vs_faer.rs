@@ -4,7 +4,10 @@
 //! call; weight `K × N` packed once). faer gets the same row-major operands and `Par::Seq`.
 //! Each round times `reps` calls of each side, alternating which goes first (see `support`);
 //! the line gives faer time ÷ sgemm time per round (> 1: sgemm faster), min / median / max.
-//! Run: `cargo run --release -p tensorforge-kernels --example sgemm_vs_faer -- [rounds]`.
+//! Run: `cargo run --release -p tensorforge-kernels --example sgemm_vs_faer -- [rounds]
+//! [sets]`. With `sets` W > 1 each call takes the next of W different operand sets (A, B
+//! with its packed copy, and C), as a model's layers do, so that they come from L3 or memory
+//! rather than from the L2 the previous call left them in.
 
 #[allow(dead_code)] // the bandwidth helpers of `support` are not used here
 mod support;
@@ -19,11 +22,19 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(9);
+    let sets: usize = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let Some(kern) = Kernel::detect() else {
         println!("no sgemm kernel on this CPU (needs AVX2 + FMA or AVX-512F)");
         return;
     };
-    println!("kernel {:?}, {rounds} rounds", kern.level());
+    println!(
+        "kernel {:?}, {rounds} rounds, {sets} operand set(s) in rotation",
+        kern.level()
+    );
     // (what, M, K, N, A packed per call)
     let shapes = [
         ("conv 16->16 3x3 16x16", 16, 144, 256, false),
@@ -36,35 +47,63 @@ fn main() {
         ("linear 197x192x576", 197, 192, 576, true),
     ];
     for (what, m, k, n, pack_a_per_call) in shapes {
-        let a = tensorforge_core::rng::SplitMix64::f32_pm1_vec(1, m * k);
-        let b = tensorforge_core::rng::SplitMix64::f32_pm1_vec(2, k * n);
+        let a_sets: Vec<Vec<f32>> = (0..sets)
+            .map(|w| tensorforge_core::rng::SplitMix64::f32_pm1_vec(1 + 1000 * w as u64, m * k))
+            .collect();
+        let a = &a_sets[0];
+        // Each side writes its own C per set (set 0: `c_faer`, `c_ours`, compared below).
+        let mut c_sets_faer: Vec<Vec<f32>> = (0..sets).map(|_| vec![0.0f32; m * n]).collect();
+        let mut c_sets_ours = c_sets_faer.clone();
+        let bs: Vec<Vec<f32>> = (0..sets)
+            .map(|w| tensorforge_core::rng::SplitMix64::f32_pm1_vec(2 + w as u64, k * n))
+            .collect();
         let mut c_faer = vec![0.0f32; m * n];
         let mut c_ours = vec![0.0f32; m * n];
         let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
-        let mut bp = vec![0.0; kern.packed_b_len(k, n).unwrap()];
+        let bps: Vec<Vec<f32>> = bs
+            .iter()
+            .map(|b| {
+                let mut bp = vec![0.0; kern.packed_b_len(k, n).unwrap()];
+                kern.pack_b(b, k, n, n, 1, &mut bp).unwrap();
+                bp
+            })
+            .collect();
         kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-        kern.pack_b(&b, k, n, n, 1, &mut bp).unwrap();
         let reps = (20_000_000 / (m * n * k)).clamp(1, 2000);
         let r = interleave(
             rounds,
             || {
-                for _ in 0..reps {
-                    let am = MatRef::from_row_major_slice(&a, m, k);
-                    let bm = MatRef::from_row_major_slice(&b, k, n);
-                    let cm = MatMut::from_row_major_slice_mut(&mut c_faer, m, n);
+                for i in 0..reps {
+                    let w = i % sets;
+                    let am = MatRef::from_row_major_slice(&a_sets[w], m, k);
+                    let bm = MatRef::from_row_major_slice(&bs[w], k, n);
+                    let c = if w == 0 {
+                        &mut c_faer
+                    } else {
+                        &mut c_sets_faer[w]
+                    };
+                    let cm = MatMut::from_row_major_slice_mut(c, m, n);
                     matmul(cm, Accum::Replace, am, bm, 1.0f32, Par::Seq);
                 }
             },
             || {
-                for _ in 0..reps {
+                for i in 0..reps {
+                    let w = i % sets;
                     let right = if pack_a_per_call {
-                        kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                        Right::Packed(&bp)
+                        kern.pack_a(&a_sets[w], m, k, k, 1, &mut ap).unwrap();
+                        Right::Packed(&bps[w])
                     } else {
-                        Right::RowMajor { data: &b, ld: n }
+                        Right::RowMajor {
+                            data: &bs[w],
+                            ld: n,
+                        }
                     };
-                    kern.gemm(m, n, k, &ap, right, &mut c_ours, n, false)
-                        .unwrap();
+                    let c = if w == 0 {
+                        &mut c_ours
+                    } else {
+                        &mut c_sets_ours[w]
+                    };
+                    kern.gemm(m, n, k, &ap, right, c, n, false).unwrap();
                 }
             },
         );
