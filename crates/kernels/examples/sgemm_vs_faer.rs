@@ -68,7 +68,7 @@ fn main() {
                 bp
             })
             .collect();
-        kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+        kern.pack_a(a, m, k, k, 1, &mut ap).unwrap();
         let reps = (20_000_000 / (m * n * k)).clamp(1, 2000);
         let r = interleave(
             rounds,
