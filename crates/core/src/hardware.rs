@@ -109,8 +109,14 @@ impl PeArray {
 /// reaches each other one over at most one peer path (exact for a full mesh such as MI300X's
 /// seven Infinity Fabric links, an upper bound for a torus such as ICI, where far chips are
 /// several hops away). Without a peer figure (a switched fabric) every pair gets the whole
-/// bandwidth. Latency per message, topology beyond that rule, contention and the slower
-/// network between domains are not modelled.
+/// bandwidth.
+///
+/// Latency (Hockney's α-β cost, in the form NCCL's tuner uses): a collective of `s` steps
+/// takes `α₀ + s · α + bytes / β`, with `α₀` = [`Interconnect::collective_latency_s`] (the
+/// fixed cost of one collective call) and `α` = [`Interconnect::step_latency_s`] (one message
+/// hop between neighbours). Absent, the latency term is 0 and the report says it is omitted.
+/// Topology beyond the rules above, contention and the slower network between domains are
+/// not modelled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Interconnect {
@@ -130,9 +136,49 @@ pub struct Interconnect {
     /// TPU v5e pod); a group larger than this crosses a slower network that is not modelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain_devices: Option<u64>,
+    /// Fixed time of one collective call (launch, synchronization), seconds: `α₀`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_latency_s: Option<f64>,
+    /// Time of one step of a collective (one message hop to a neighbour), seconds: `α`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_latency_s: Option<f64>,
+    /// Where `collective_latency_s` and `step_latency_s` come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_source: Option<String>,
 }
 
 impl Interconnect {
+    /// Latency of one collective of `steps` steps: `α₀ + steps · α` seconds (0 for a
+    /// collective of no step; each term 0 when the fabric does not give it).
+    ///
+    /// ```
+    /// use tensorforge_core::hardware::Interconnect;
+    /// let nvl = Interconnect {
+    ///     name: "nvlink4".into(),
+    ///     unidirectional_bytes_per_s: 450e9,
+    ///     peer_unidirectional_bytes_per_s: None,
+    ///     links: Some(18),
+    ///     domain_devices: Some(8),
+    ///     collective_latency_s: Some(6.6e-6),
+    ///     step_latency_s: Some(0.6e-6),
+    ///     latency_source: None,
+    /// };
+    /// // A ring all-reduce over 2 devices: 2·(2 − 1) = 2 steps, 6.6 + 2·0.6 = 7.8 µs.
+    /// assert!((nvl.latency_s(2) - 7.8e-6).abs() < 1e-15);
+    /// assert_eq!(nvl.latency_s(0), 0.0);
+    /// ```
+    pub fn latency_s(&self, steps: u64) -> f64 {
+        if steps == 0 {
+            return 0.0;
+        }
+        self.collective_latency_s.unwrap_or(0.0) + steps as f64 * self.step_latency_s.unwrap_or(0.0)
+    }
+
+    /// Whether the fabric gives any latency (else collectives are bandwidth terms only).
+    pub fn has_latency(&self) -> bool {
+        self.collective_latency_s.is_some() || self.step_latency_s.is_some()
+    }
+
     /// Bandwidth per device, one direction, when `group_devices` devices exchange data:
     /// `min(U, (p − 1) · peer)` (`U` without a peer figure), bytes per second. A group of one
     /// device sends nothing; it gets `U`.
@@ -171,6 +217,31 @@ impl Interconnect {
         }
         if let Some(l) = self.links {
             positive_int("interconnect.links", l)?;
+        }
+        for (field, v) in [
+            (
+                "interconnect.collective_latency_s",
+                self.collective_latency_s,
+            ),
+            ("interconnect.step_latency_s", self.step_latency_s),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(CoreError::invalid(
+                        field,
+                        v,
+                        "must be a finite number of seconds, 0 or more",
+                    ));
+                }
+                // Seconds, not microseconds: a latency of a second or more is a unit slip.
+                if v >= 1.0 {
+                    return Err(CoreError::invalid(
+                        field,
+                        v,
+                        "is in seconds (a collective's latency is microseconds: 6.6e-6)",
+                    ));
+                }
+            }
         }
         if let Some(d) = self.domain_devices {
             if d < 2 {
@@ -570,6 +641,9 @@ unidirectional_bytes_per_s = 448.0e9
 peer_unidirectional_bytes_per_s = 64.0e9
 links = 7
 domain_devices = 8
+collective_latency_s = 6.6e-6
+step_latency_s = 0.6e-6
+latency_source = "NCCL tuning.cc"
 "#;
 
     #[test]
@@ -587,6 +661,18 @@ domain_devices = 8
             (ic.name.as_str(), ic.links, ic.domain_devices),
             ("mesh", Some(7), Some(8))
         );
+        // α₀ + 14 · α for a ring all-reduce over 8: 6.6 + 14 · 0.6 = 15.0 µs.
+        assert!((ic.latency_s(14) - 15.0e-6).abs() < 1e-15);
+        // Without the latency lines (an older file) the same fabric has none.
+        let old = FABRIC
+            .lines()
+            .filter(|l| !l.contains("latency"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s_old = HardwareSpec::from_toml_str(&format!("{GOOD}{old}"), "toy.toml").unwrap();
+        let ic_old = s_old.interconnect.as_ref().unwrap();
+        assert!(!ic_old.has_latency());
+        assert_eq!(ic_old.latency_s(14), 0.0);
         let again = HardwareSpec::from_toml_str(&s.to_toml_string().unwrap(), "x").unwrap();
         assert_eq!(s, again);
         let j = serde_json::to_string(&s).unwrap();
@@ -632,6 +718,17 @@ domain_devices = 8
                 "interconnect.domain_devices",
             ),
             ("name = \"mesh\"", "name = \" \"", "interconnect.name"),
+            (
+                "collective_latency_s = 6.6e-6",
+                "collective_latency_s = -1e-6",
+                "interconnect.collective_latency_s",
+            ),
+            // Microseconds written where seconds are meant.
+            (
+                "step_latency_s = 0.6e-6",
+                "step_latency_s = 0.6e6",
+                "interconnect.step_latency_s",
+            ),
         ] {
             let bad = format!("{GOOD}{}", FABRIC.replace(from, to));
             let e = HardwareSpec::from_toml_str(&bad, "chip.toml")

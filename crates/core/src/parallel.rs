@@ -283,6 +283,29 @@ pub enum CollectiveKind {
     AllToAll,
 }
 
+impl CollectiveKind {
+    /// Steps on the critical path of one collective over `p` devices, each one message to a
+    /// neighbour (the step counts of NCCL's ring model): ring all-reduce `2·(p − 1)` (a
+    /// reduce-scatter and an all-gather), gather `p − 1`, all-to-all `p − 1` (pairwise
+    /// exchanges), point-to-point 1; none in a group of one device.
+    ///
+    /// ```
+    /// use tensorforge_core::parallel::CollectiveKind;
+    /// assert_eq!(CollectiveKind::AllReduce.steps(8), 14);
+    /// assert_eq!(CollectiveKind::AllToAll.steps(4), 3);
+    /// assert_eq!(CollectiveKind::PointToPoint.steps(2), 1);
+    /// assert_eq!(CollectiveKind::AllReduce.steps(1), 0);
+    /// ```
+    pub fn steps(self, p: u64) -> u64 {
+        let hops = p.saturating_sub(1);
+        match self {
+            CollectiveKind::AllReduce => hops.saturating_mul(2),
+            CollectiveKind::Gather | CollectiveKind::AllToAll => hops,
+            CollectiveKind::PointToPoint => u64::from(p > 1),
+        }
+    }
+}
+
 /// One collective of a forward pass, for the busiest device of one stage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Collective {
@@ -303,7 +326,14 @@ pub struct Collective {
     pub bytes_per_device: u64,
     /// Interconnect bandwidth per device for this group, one direction, bytes per second.
     pub bandwidth_bytes_per_s: f64,
+    /// Steps on its critical path ([`CollectiveKind::steps`]).
+    pub steps: u64,
+    /// `α₀ + steps · α` ([`crate::hardware::Interconnect::latency_s`]), seconds per
+    /// occurrence; 0 when the interconnect gives no latency.
+    pub latency_s: f64,
     /// `bytes_per_device / bandwidth`, seconds per occurrence.
+    pub bandwidth_time_s: f64,
+    /// `latency_s + bandwidth_time_s`, seconds per occurrence.
     pub time_s: f64,
     /// `count · time_s`, seconds.
     pub total_time_s: f64,
@@ -405,7 +435,7 @@ pub const PARALLEL_LIMITATIONS: &[&str] = &[
     "tensor parallelism as in Megatron-LM: q/k/v, gate/up and the LM head split by output columns, o_proj and down by input rows, attention by heads, the embedding by vocabulary; norms and residual adds run replicated on every device",
     "per-device DRAM bytes = (single-device bytes − KV cache − replicated ops) / tp + KV cache / min(tp, kv_heads) + replicated ops: the full-width activations each device reads before a column-parallel GEMM or writes after a row-parallel one are counted once for the group, so per-device bytes are a lower bound",
     "tp must divide kv_heads or be a multiple of it; when tp > kv_heads each KV head is cached on tp / kv_heads devices, and the duplicated k/v projection work is not added; latent attention's cache (one latent per token for all heads) is replicated on every tensor-parallel device, its latent projections are counted split",
-    "collective time = bytes per device / interconnect bandwidth (ring all-reduce: 2(p−1)/p of the message); per-message latency (microseconds per collective) and library protocol overheads are not modelled, and at small decode batches they exceed this bandwidth term",
+    "collective time = α₀ + steps · α + bytes per device / interconnect bandwidth (Hockney's α-β cost in NCCL's ring form: all-reduce 2(p−1) steps and 2(p−1)/p of the message, gather and all-to-all p−1 steps, a send 1); α₀ and α come from the interconnect (the NVLink presets: NCCL's default tuner constants for its LL protocol, 6.6 µs + 0.6 µs per step); an interconnect without them gets no latency term, which at small decode batches is most of a collective's time; tree and NVLS algorithms, protocol switching by message size and bandwidth lost to the LL protocol's flags are not modelled",
     "communication does not overlap compute: a stage's collective and transfer times are added to its roofline time",
     "pipeline stages hold layers / pp consecutive layers of the average layer; the first stage adds the embedding, the last the final norm and LM head (with a copy of a tied embedding)",
     "data parallelism replicates the whole model: no communication in inference",
@@ -706,9 +736,12 @@ pub fn analyze_parallel(
     };
     let group_bw = |g: u64| ic.map_or(f64::INFINITY, |ic| ic.group_bytes_per_s(g));
     let mut collectives = Vec::new();
-    let mut push = |kind, name: &str, stage, group, count, msg, bytes: u64| {
+    let mut push = |kind: CollectiveKind, name: &str, stage, group, count, msg, bytes: u64| {
         let bw = group_bw(group);
-        let time_s = bytes as f64 / bw;
+        let steps = kind.steps(group);
+        let latency_s = ic.map_or(0.0, |ic| ic.latency_s(steps));
+        let bandwidth_time_s = bytes as f64 / bw;
+        let time_s = latency_s + bandwidth_time_s;
         collectives.push(Collective {
             kind,
             name: name.into(),
@@ -718,6 +751,9 @@ pub fn analyze_parallel(
             message_bytes: msg,
             bytes_per_device: bytes,
             bandwidth_bytes_per_s: bw,
+            steps,
+            latency_s,
+            bandwidth_time_s,
             time_s,
             total_time_s: count as f64 * time_s,
         });
@@ -869,6 +905,12 @@ pub fn analyze_parallel(
         if let Some(dom) = ic.domain_devices.filter(|dom| replica_devices > *dom) {
             limitations.push(format!(
                 "{replica_devices} devices per replica exceed one {} domain ({dom} devices): part of the traffic crosses the scale-out network, which is slower than modelled",
+                ic.name
+            ));
+        }
+        if !ic.has_latency() && !collectives.is_empty() {
+            limitations.push(format!(
+                "interconnect `{}` gives no per-message latency (collective_latency_s, step_latency_s): its collectives are bandwidth terms only, optimistic by microseconds each",
                 ic.name
             ));
         }
@@ -1084,7 +1126,12 @@ mod tests {
             (ar.count, ar.message_bytes, ar.bytes_per_device),
             (64, 262_144, 458_752)
         );
-        assert_eq!(ar.time_s, 458_752.0 / 450e9);
+        assert_eq!(ar.bandwidth_time_s, 458_752.0 / 450e9);
+        // Latency (NCCL's ring LL constants on NVLink): 2 · (8 − 1) = 14 steps,
+        // 6.6 µs + 14 · 0.6 µs = 15.0 µs, some 15 times the bandwidth term.
+        assert_eq!(ar.steps, 14);
+        assert!((ar.latency_s - 15.0e-6).abs() < 1e-15, "{ar:?}");
+        assert!((ar.time_s - (15.0e-6 + 458_752.0 / 450e9)).abs() < 1e-15);
         // The vocabulary-parallel embedding adds one more all-reduce of the same message.
         let emb = r
             .collectives
@@ -1098,8 +1145,14 @@ mod tests {
             (lg.kind, lg.message_bytes, lg.bytes_per_device),
             (CollectiveKind::Gather, 8_208_384, 7_182_336)
         );
-        let total = 65.0 * 458_752.0 / 450e9 + 7_182_336.0 / 450e9;
-        assert!((r.interconnect_time_s - total).abs() <= 1e-15);
+        // 65 all-reduces of 15.0 µs latency each, and the gather of 7 steps:
+        // 6.6 + 7 · 0.6 = 10.8 µs.
+        let total = 65.0 * (15.0e-6 + 458_752.0 / 450e9) + 10.8e-6 + 7_182_336.0 / 450e9;
+        assert!(
+            (r.interconnect_time_s - total).abs() <= 1e-12,
+            "{}",
+            r.interconnect_time_s
+        );
         assert_eq!(r.stages[0].interconnect_time_s, r.interconnect_time_s);
     }
 
@@ -1186,7 +1239,10 @@ mod tests {
             (a2a.count, a2a.bytes_per_device, a2a.group_devices),
             (64, 114_688, 8)
         );
-        assert_eq!(a2a.time_s, 114_688.0 / 450e9);
+        assert_eq!(a2a.bandwidth_time_s, 114_688.0 / 450e9);
+        // 8 − 1 = 7 pairwise steps: 6.6 µs + 7 · 0.6 µs = 10.8 µs.
+        assert_eq!(a2a.steps, 7);
+        assert!((a2a.time_s - (10.8e-6 + 114_688.0 / 450e9)).abs() < 1e-15);
         // The whole model on one GPU holds every expert: 93 405 585 408 bytes.
         let one = run(&m, "nvidia_h100_sxm", Parallelism::default()).unwrap();
         assert_eq!(one.stages[0].weight_bytes, 93_405_585_408);

@@ -22,7 +22,7 @@ use crate::analysis::SCHEMA_VERSION;
 use crate::dtype::DType;
 use crate::error::{checked_product, CoreError, Result};
 use crate::hardware::HardwareSpec;
-use crate::parallel::{analyze_parallel, ParallelAnalysis, Parallelism};
+use crate::parallel::{analyze_parallel, Collective, ParallelAnalysis, Parallelism};
 use crate::transformer::{analyze_model, AttentionKernel, DecoderModel, LmHeadTokens, Phase};
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,10 @@ pub struct PrefillPoint {
     pub memory_time_s: f64,
     /// Collective and transfer time, seconds.
     pub interconnect_time_s: f64,
+    /// The collectives of the pass, each with its latency and bandwidth terms (empty on one
+    /// device).
+    #[serde(default)]
+    pub collectives: Vec<Collective>,
 }
 
 /// One decode step of `batch` sequences at `context`.
@@ -95,6 +99,10 @@ pub struct DecodePoint {
     pub binding_roof: String,
     /// Collective and transfer time inside `step_time_s`, seconds.
     pub interconnect_time_s: f64,
+    /// The collectives of one pass of the timed micro-batch, each with its latency and
+    /// bandwidth terms (empty on one device).
+    #[serde(default)]
+    pub collectives: Vec<Collective>,
     /// KV cache of the `batch` sequences held by the busiest device, bytes.
     pub kv_cache_bytes_per_device: u64,
     /// Weights held by the busiest device, bytes.
@@ -255,6 +263,7 @@ pub fn serve(m: &DecoderModel, hw: &HardwareSpec, opts: &ServeOptions) -> Result
             compute_time_s: p.compute_time_s,
             memory_time_s: p.memory_time_s,
             interconnect_time_s: p.interconnect_time_s,
+            collectives: p.collectives.clone(),
         });
         // One sequence: the weights and the KV cache each sequence adds, per device.
         let one = split(m, hw, par, Phase::Decode, 1, c)?;
@@ -332,6 +341,7 @@ pub fn serve(m: &DecoderModel, hw: &HardwareSpec, opts: &ServeOptions) -> Result
                 tokens_per_s_per_replica: per_replica,
                 binding_roof: roof,
                 interconnect_time_s: comm,
+                collectives: timed.collectives.clone(),
                 kv_cache_bytes_per_device: kv,
                 weight_bytes_per_device: weights,
                 memory_bytes_per_device: mem,
@@ -431,6 +441,38 @@ mod tests {
         );
         assert_eq!(r.memory_capacity_bytes_per_device, Some(80_000_000_000));
         assert_eq!((r.evidence.as_str(), r.kind.as_str()), ("model", "serve"));
+    }
+
+    #[test]
+    fn decode_collectives_carry_latency_hand_checked_h100_tp2() {
+        // Llama-3-8B decode, batch 1, tp = 2 on H100 NVLink 4. Per layer 2 all-reduces of
+        // the hidden state, 1 · 4096 · 2 B = 8 192 B; a ring of 2 moves 2 · 1/2 · 8 192 =
+        // 8 192 B per device: 8 192 / 450e9 = 18.2 ns. Latency (NCCL ring, LL protocol):
+        // 2 · (2 − 1) = 2 steps, 6.6 µs + 2 · 0.6 µs = 7.8 µs, some 430 times as much.
+        // 64 of them per token (plus the embedding's): at least 64 · 7.8 = 499.2 µs of
+        // interconnect per token, where the bandwidth terms alone gave 1.2 µs.
+        let r = report("nvidia_h100_sxm", &opts(2, 1, &[1], &[2048]));
+        let d = &r.decode[0];
+        let ar = d
+            .collectives
+            .iter()
+            .find(|c| c.name == "attention_and_mlp_outputs")
+            .unwrap();
+        assert_eq!((ar.count, ar.bytes_per_device, ar.steps), (64, 8_192, 2));
+        assert!((ar.latency_s - 7.8e-6).abs() < 1e-15, "{ar:?}");
+        assert_eq!(ar.bandwidth_time_s, 8_192.0 / 450e9);
+        assert!(d.interconnect_time_s >= 64.0 * 7.8e-6, "{d:?}");
+        let sum: f64 = d.collectives.iter().map(|c| c.total_time_s).sum();
+        assert!((d.interconnect_time_s - sum).abs() < 1e-12, "{d:?}");
+        // The latency source is in the hardware's sources and the limitations name the model.
+        assert!(r.limitations.iter().any(|l| l.contains("α₀ + steps · α")));
+        // MI300X's preset gives no latency: bandwidth terms only, and said so.
+        let mi = report("amd_mi300x", &opts(2, 1, &[1], &[2048]));
+        assert!(mi.decode[0].collectives.iter().all(|c| c.latency_s == 0.0));
+        assert!(mi
+            .limitations
+            .iter()
+            .any(|l| l.contains("`infinity_fabric` gives no per-message latency")));
     }
 
     #[test]

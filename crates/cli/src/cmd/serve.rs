@@ -262,6 +262,40 @@ pub fn report(r: &ServeReport) -> String {
         ]);
     }
     o.push_str(&t.render());
+    // Where a decode step's interconnect time goes: the first decode point's collectives,
+    // each as latency (α₀ + steps · α) plus bytes over bandwidth.
+    if let Some(x) = r.decode.iter().find(|x| !x.collectives.is_empty()) {
+        let _ = writeln!(
+            o,
+            "\nCollectives of one decode step (context {}, batch {}): latency + bytes / bandwidth",
+            x.context, x.batch
+        );
+        let mut t = Table::new(&[
+            "collective",
+            "where",
+            "count",
+            "devices",
+            "bytes/device",
+            "steps",
+            "latency",
+            "bandwidth term",
+            "total",
+        ]);
+        for c in &x.collectives {
+            t.row(vec![
+                format!("{:?}", c.kind),
+                c.name.clone(),
+                c.count.to_string(),
+                c.group_devices.to_string(),
+                fmt::bytes(c.bytes_per_device as f64),
+                c.steps.to_string(),
+                fmt::time(c.latency_s),
+                fmt::time(c.bandwidth_time_s),
+                fmt::time(c.total_time_s),
+            ]);
+        }
+        o.push_str(&t.render());
+    }
     let _ = writeln!(
         o,
         "\nLargest batch that fits (weights + KV cache per device)"

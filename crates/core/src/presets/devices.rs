@@ -67,8 +67,18 @@ impl Device<'_> {
                 })
                 .collect(),
             pe_array: self.pe_array,
+            sources: self
+                .sources
+                .iter()
+                .map(|s| s.to_string())
+                // The fabric's latency figures carry their own source.
+                .chain(
+                    self.interconnect
+                        .as_ref()
+                        .and_then(|i| i.latency_source.clone()),
+                )
+                .collect(),
             interconnect: self.interconnect,
-            sources: self.sources.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -86,7 +96,7 @@ fn mxu_grid(arrays: u64, clock_hz: f64) -> Option<PeArray> {
 }
 
 /// A fabric: `name`, unidirectional bytes/s per device, the per-peer limit (direct links),
-/// links per device and devices per domain.
+/// links per device and devices per domain; no latency figures ([`nvlink`] adds them).
 fn fabric(
     name: &str,
     unidirectional_bytes_per_s: f64,
@@ -100,7 +110,37 @@ fn fabric(
         peer_unidirectional_bytes_per_s,
         links,
         domain_devices,
+        collective_latency_s: None,
+        step_latency_s: None,
+        latency_source: None,
     })
+}
+
+/// NCCL's latency model for collectives inside one NVLink domain: its default tuner
+/// constants for the ring algorithm and the LL protocol (the lowest-latency protocol, which
+/// its tuner picks for the small messages of decode): a fixed 6.6 µs per collective call
+/// (`baseLatencies[Ring][LL]`) plus 0.6 µs per step over NVLink (`hwLatencies[NVLINK][Ring][LL]`).
+const NCCL_NVLINK_LL: (f64, f64) = (6.6e-6, 0.6e-6);
+const NCCL_TUNING: &str = "[NCCL-TUNING] NVIDIA/nccl@5067397c2676d5aed50042fc39e5c8ee96eb0027:src/graph/tuning.cc (ncclTunerConstantsDefaults: baseLatencies[Ring][LL] = 6.6 us, hwLatencies[NVLINK][Ring][LL] = 0.6 us)";
+
+/// [`fabric`] for an NVLink domain, with NCCL's latencies ([`NCCL_NVLINK_LL`]).
+fn nvlink(
+    name: &str,
+    unidirectional_bytes_per_s: f64,
+    links: Option<u64>,
+    domain_devices: Option<u64>,
+) -> Option<Interconnect> {
+    let mut f = fabric(
+        name,
+        unidirectional_bytes_per_s,
+        None,
+        links,
+        domain_devices,
+    )?;
+    f.collective_latency_s = Some(NCCL_NVLINK_LL.0);
+    f.step_latency_s = Some(NCCL_NVLINK_LL.1);
+    f.latency_source = Some(NCCL_TUNING.into());
+    Some(f)
 }
 
 // Source keys, exactly as shared/reference/hardware-specs.md gives them.
@@ -152,7 +192,7 @@ fn nvidia_h100_sxm() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 132), ("l2", 50 * MIB, 1)],
         pe_array: None,
-        interconnect: fabric("nvlink4", 450e9, None, Some(18), Some(8)),
+        interconnect: nvlink("nvlink4", 450e9, Some(18), Some(8)),
         sources: &[
             NV_H100_JP,
             GK_H100,
@@ -224,7 +264,7 @@ fn nvidia_h200() -> HardwareSpec {
         dram_capacity_bytes: 141 * GB,
         onchip: &[("smem_per_sm", 228 * KIB, 132), ("l2", 50 * MIB, 1)],
         pe_array: None,
-        interconnect: fabric("nvlink4", 450e9, None, Some(18), Some(8)),
+        interconnect: nvlink("nvlink4", 450e9, Some(18), Some(8)),
         sources: &[
             STAS,
             "[LZW-H200] https://lzwjava.github.io/nvidia-h200-gpu-specs-en",
@@ -261,7 +301,7 @@ fn nvidia_a100_sxm() -> HardwareSpec {
         dram_capacity_bytes: 80 * GB,
         onchip: &[("smem_per_sm", 164 * KIB, 108), ("l2", 40 * MIB, 1)],
         pe_array: None,
-        interconnect: fabric("nvlink3", 300e9, None, Some(12), None),
+        interconnect: nvlink("nvlink3", 300e9, Some(12), None),
         sources: &[
             GK_A100,
             STAS,
