@@ -583,6 +583,41 @@ fn jit_executor_fallbacks_cache_and_codegen() {
     assert_eq!(v["executor"], "jit", "{v}");
     assert_eq!(v["jit"]["compiled_kernels"], 1, "{v}");
     assert_eq!(v["jit"]["cached"], true, "{v}");
+    // A background build that fails leaves the compiler's messages in `<key>.failed`; the
+    // next run reports them in one note and interprets, without compiling again.
+    let broken = dir.join("broken_cache");
+    let _ = std::fs::remove_dir_all(&broken);
+    let with_false_cc = || {
+        let mut c = tf();
+        c.env("TENSORFORGE_CACHE_DIR", &broken)
+            .env("CC", "false")
+            .args(["run", &g, "--json"]);
+        c
+    };
+    with_false_cc().assert().success();
+    let in_broken = || -> Vec<String> {
+        std::fs::read_dir(&broken)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let t0 = std::time::Instant::now();
+    while !(in_broken().len() == 1 && in_broken()[0].ends_with(".failed")) {
+        assert!(t0.elapsed().as_secs() < 120, "{:?}", in_broken());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = with_false_cc().assert().success().get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+    assert!(
+        notes.len() == 1
+            && notes[0].contains("running the interpreter")
+            && notes[0].contains(".failed"),
+        "{err}"
+    );
+    assert_eq!(in_broken().len(), 1, "{:?}", in_broken());
     // `--executor jit` on an empty cache compiles before it runs.
     let fresh = dir.join("fresh_cache");
     let _ = std::fs::remove_dir_all(&fresh);

@@ -332,6 +332,11 @@ fn cached_object(whole: &str, cc: &str, id: &str) -> Result<Option<Object>, JitE
     }))
 }
 
+/// Where a failed background build of `key` leaves the compiler's messages.
+fn failed_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{key}.failed"))
+}
+
 /// `s` as one single-quoted POSIX shell word.
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -368,21 +373,34 @@ fn spawn_background_build(
         dir.join(format!("{key}.so")),
         dir.join(format!("{tag}.sh")),
     );
+    let (err, failed, failed_tmp) = (
+        dir.join(format!("{tag}.err")),
+        failed_path(&dir, &key),
+        dir.join(format!("{tag}.failed.tmp")),
+    );
     let mut sh = String::from("ok=1\n");
     let mut objects = vec![];
-    let mut files = vec![q(&tmp), q(&script)];
+    let mut written: Vec<PathBuf> = vec![];
+    let mut files = vec![q(&tmp), q(&err), q(&script)];
     for (i, src) in sources.iter().enumerate() {
         let (c, o) = (
             dir.join(format!("{tag}.{i}.c")),
             dir.join(format!("{tag}.{i}.o")),
         );
-        std::fs::write(&c, src).map_err(io(&c, "cannot write the generated source"))?;
+        if let Err(e) = std::fs::write(&c, src) {
+            for w in &written {
+                let _ = std::fs::remove_file(w);
+            }
+            return Err(io(&c, "cannot write the generated source")(e));
+        }
+        written.push(c.clone());
         sh.push_str(&format!(
-            "{} {} -c -o {} {} & p{i}=$!\n",
+            "{} {} -c -o {} {} 2>>{} & p{i}=$!\n",
             sh_quote(cc),
             flags.join(" "),
             q(&o),
-            q(&c)
+            q(&c),
+            q(&err)
         ));
         objects.push(q(&o));
         files.extend([q(&c), q(&o)]);
@@ -390,16 +408,26 @@ fn spawn_background_build(
     for i in 0..sources.len() {
         sh.push_str(&format!("wait $p{i} || ok=0\n"));
     }
+    // Success renames the object into place; a failure leaves the compiler's messages in
+    // `<key>.failed`, which later runs report instead of compiling again.
     sh.push_str(&format!(
-        "[ $ok = 1 ] && {} -shared -fPIC -o {} {} -lm && mv -f {} {}\nrm -f {}\n",
-        sh_quote(cc),
-        q(&tmp),
-        objects.join(" "),
-        q(&tmp),
-        q(&so),
-        files.join(" ")
+        "if [ $ok = 1 ] && {cc} -shared -fPIC -o {tmp} {objs} -lm 2>>{err}; then mv -f {tmp} {so}; \
+         else head -c 4000 {err} >{ftmp} && mv -f {ftmp} {failed}; fi\nrm -f {files}\n",
+        cc = sh_quote(cc),
+        tmp = q(&tmp),
+        objs = objects.join(" "),
+        err = q(&err),
+        so = q(&so),
+        ftmp = q(&failed_tmp),
+        failed = q(&failed),
+        files = files.join(" ")
     ));
-    std::fs::write(&script, sh).map_err(io(&script, "cannot write the build script"))?;
+    if let Err(e) = std::fs::write(&script, sh) {
+        for w in &written {
+            let _ = std::fs::remove_file(w);
+        }
+        return Err(io(&script, "cannot write the build script")(e));
+    }
     let status = Command::new("sh")
         .arg("-c")
         .arg(format!("sh {} </dev/null >/dev/null 2>&1 &", q(&script)))
@@ -669,6 +697,15 @@ fn compile_tiered(p: &Program, background: bool) -> Result<Option<Jit>, JitError
         match cached_object(&whole, &cc, &id)? {
             Some(o) => o,
             None => {
+                // An earlier background build of this source failed: say so, do not retry
+                // (a waiting build, `--executor jit`, compiles again and shows the error).
+                let failed = failed_path(&cache_dir(), &cache_key(&whole, &cc, &id));
+                if let Ok(msg) = std::fs::read_to_string(&failed) {
+                    return Err(JitError::Compile {
+                        source_path: failed.display().to_string(),
+                        stderr: msg.lines().take(8).collect::<Vec<_>>().join(" | "),
+                    });
+                }
                 spawn_background_build(&whole, &units, &cc, &id)?;
                 return Ok(None);
             }
