@@ -701,9 +701,13 @@ fn compile_tiered(p: &Program, background: bool) -> Result<Option<Jit>, JitError
                 // (a waiting build, `--executor jit`, compiles again and shows the error).
                 let failed = failed_path(&cache_dir(), &cache_key(&whole, &cc, &id));
                 if let Ok(msg) = std::fs::read_to_string(&failed) {
+                    let mut stderr = msg.lines().take(8).collect::<Vec<_>>().join(" | ");
+                    stderr.push_str(
+                        " (an earlier background build; `--executor jit` compiles again, and removing the file retries in the background)",
+                    );
                     return Err(JitError::Compile {
                         source_path: failed.display().to_string(),
-                        stderr: msg.lines().take(8).collect::<Vec<_>>().join(" | "),
+                        stderr,
                     });
                 }
                 spawn_background_build(&whole, &units, &cc, &id)?;
