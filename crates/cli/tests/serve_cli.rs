@@ -255,3 +255,60 @@ fn the_readme_serve_line_runs_as_written() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Weight-only quantization groups count their scales and zero points in the weight bytes,
+/// and groups without a narrower weight dtype are a one-line error naming the field.
+#[test]
+fn quantization_groups_add_scales_to_the_weights() {
+    let cfg = llama3();
+    let weights = |extra: &[&str]| -> u64 {
+        let mut args = vec![
+            "serve",
+            "--config",
+            &cfg,
+            "--hw",
+            "nvidia_h100_sxm",
+            "--batch",
+            "1",
+            "--context",
+            "2048",
+            "--weight-dtype",
+            "int4",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&args)["weight_bytes_per_device"].as_u64().unwrap()
+    };
+    // 8 030 261 248 int4 weights = 4 015 130 624 B; in groups of 128: 62 736 416 fp16
+    // scales = 125 472 832 B more, and with int4 zero points 31 368 208 B more again.
+    assert_eq!(weights(&[]), 4_015_130_624);
+    assert_eq!(weights(&["--group-size", "128"]), 4_140_603_456);
+    assert_eq!(
+        weights(&["--group-size", "128", "--zero-points"]),
+        4_171_971_664
+    );
+    fails(
+        &[
+            "serve",
+            "--config",
+            &cfg,
+            "--hw",
+            "nvidia_h100_sxm",
+            "--group-size",
+            "128",
+        ],
+        &["weight_groups", "narrower than dtype = bf16"],
+    );
+    fails(
+        &[
+            "serve",
+            "--config",
+            &cfg,
+            "--weight-dtype",
+            "int4",
+            "--group-size",
+            "0",
+        ],
+        &["weight_groups.size"],
+    );
+}

@@ -298,6 +298,73 @@ pub struct NamedGemm {
     /// cache in its own dtype); the arithmetic stays at the GEMM's dtype (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub b_dtype: Option<DType>,
+    /// Quantization groups of B at `b_dtype` (scales and zero points), counted in its bytes
+    /// (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b_groups: Option<QuantGroups>,
+}
+
+/// Weight-only quantization groups of a stored operand (weights narrower than the
+/// arithmetic): one fp16 scale per `size` consecutive values of a column along K (the input
+/// dimension), and with `zero_points` one zero point per group at the values' own width
+/// (GPTQ's and AWQ's packed `qzeros`: asymmetric quantization). Their bytes count as the
+/// weight's: a group of 128 int4 values with a scale and a zero point is 64 + 2 + 0.5 bytes.
+///
+/// ```
+/// use tensorforge_core::gemm::QuantGroups;
+/// use tensorforge_core::DType;
+/// let g = QuantGroups { size: 128, zero_points: true };
+/// // 4096 × 4096 int4 weights: 8 388 608 B of values, 32 · 4096 groups of
+/// // (16 + 4) bits = 327 680 B: 8 716 288 B.
+/// assert_eq!(g.matrix_bytes(4096, 4096, DType::Int4).unwrap(), 8_716_288);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantGroups {
+    /// Values per group, along K.
+    pub size: u64,
+    /// A zero point per group as well as a scale.
+    #[serde(default)]
+    pub zero_points: bool,
+}
+
+impl QuantGroups {
+    /// Bits of one group's scale and zero point for values of `dtype`: `16 + (bits(dtype) if
+    /// zero points)`.
+    pub fn bits_per_group(&self, dtype: DType) -> u64 {
+        16 + if self.zero_points { dtype.bits() } else { 0 }
+    }
+
+    /// A group size of 0 is an error naming `field`.
+    pub fn validate(&self, field: &str) -> Result<()> {
+        if self.size == 0 {
+            return Err(CoreError::invalid(
+                field,
+                0,
+                "must be at least 1 value per group",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of a `k × n` matrix of `dtype` values in groups along K:
+    /// `⌈(K·N·bits + ⌈K/G⌉·N·(16 + z)) / 8⌉`.
+    pub fn matrix_bytes(&self, k: u64, n: u64, dtype: DType) -> Result<u64> {
+        self.validate("group_size")?;
+        let values = checked_product(&[k, n, dtype.bits()], "K·N·bits (quantized values)")?;
+        let groups = checked_product(
+            &[k.div_ceil(self.size), n, self.bits_per_group(dtype)],
+            "⌈K/G⌉·N·bits (scales and zero points)",
+        )?;
+        Ok(checked_sum(&[values, groups], "quantized weight bits")?.div_ceil(8))
+    }
+
+    /// Bytes of `params` values of `dtype` counted as one column of groups:
+    /// `⌈(P·bits + ⌈P/G⌉·(16 + z)) / 8⌉` (a whole model's weights: exact when G divides every
+    /// matrix's K, as the usual 32–128 divide transformer widths).
+    pub fn total_bytes(&self, params: u64, dtype: DType) -> Result<u64> {
+        self.matrix_bytes(params, 1, dtype)
+    }
 }
 
 /// Operands of a GEMM that a fused kernel keeps on chip (flash attention keeps the scores
@@ -328,16 +395,23 @@ impl NamedGemm {
             role: GemmRole::Other,
             on_chip: OnChip::default(),
             b_dtype: None,
+            b_groups: None,
         }
     }
 
     /// DRAM bytes: the GEMM's compulsory bytes with B at [`NamedGemm::b_dtype`], less the
     /// operands kept on chip (`A + B' + C (+ C)`, minus A and/or C per
-    /// [`NamedGemm::on_chip`]; `B' = batch · ceil(K·N·bits(b_dtype)/8)`).
+    /// [`NamedGemm::on_chip`]; `B' = batch · ceil(K·N·bits(b_dtype)/8)`, plus the scales and
+    /// zero points of [`NamedGemm::b_groups`], [`QuantGroups::matrix_bytes`]).
     pub fn dram_bytes(&self) -> Result<u64> {
         let o = self.gemm.operand_bytes()?;
-        let b = match self.b_dtype {
-            Some(d) => {
+        let g = &self.gemm;
+        let b = match (self.b_dtype, self.b_groups) {
+            (Some(d), Some(q)) => checked_product(
+                &[g.batch, q.matrix_bytes(g.k, g.n, d)?],
+                "batch · quantized B bytes",
+            )?,
+            (Some(d), None) => {
                 Gemm {
                     dtype: d,
                     ..self.gemm.clone()
@@ -345,7 +419,7 @@ impl NamedGemm {
                 .operand_bytes()?
                 .b
             }
-            None => o.b,
+            (None, _) => o.b,
         };
         let a = if self.on_chip.a { 0 } else { o.a };
         let c = if self.on_chip.c { 0 } else { o.c };

@@ -5,6 +5,7 @@ use crate::render;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
+use tensorforge_core::gemm::QuantGroups;
 use tensorforge_core::transformer::{
     analyze_model, analyze_transformer, decoder_from_hf_config, transformer_preset,
     AttentionKernel, DecoderModel, LmHeadTokens, MlaForm, MlpKind, NormKind, Phase, Routing,
@@ -326,6 +327,14 @@ pub struct BlockArgs {
     /// e.g. int4, int8, fp8); arithmetic stays at --dtype.
     #[arg(long)]
     pub weight_dtype: Option<String>,
+    /// Weight-only quantization groups: one fp16 scale per N weights along each matrix's
+    /// input dimension, counted in the weight bytes (GPTQ and AWQ: 128; needs --weight-dtype).
+    #[arg(long, value_name = "N")]
+    pub group_size: Option<u64>,
+    /// With --group-size: a zero point per group too, at the weight dtype's width
+    /// (asymmetric quantization, GPTQ's and AWQ's packed zeros).
+    #[arg(long, requires = "group_size")]
+    pub zero_points: bool,
     /// Storage dtype of the KV cache (default: --dtype).
     #[arg(long)]
     pub kv_dtype: Option<String>,
@@ -413,6 +422,12 @@ impl BlockArgs {
         }
         if let Some(d) = &self.weight_dtype {
             b.weight_dtype = Some(DType::parse(d)?);
+        }
+        if let Some(size) = self.group_size {
+            b.weight_groups = Some(QuantGroups {
+                size,
+                zero_points: self.zero_points,
+            });
         }
         if let Some(d) = &self.kv_dtype {
             b.kv_dtype = Some(DType::parse(d)?);

@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::fmt::Write;
 use std::path::Path;
+use tensorforge_core::gemm::QuantGroups;
 use tensorforge_core::parallel::Parallelism;
 use tensorforge_core::serve::{
     serve, ServeOptions, ServeReport, DEFAULT_BATCHES, DEFAULT_CONTEXTS,
@@ -59,6 +60,13 @@ pub struct ServeArgs {
     /// e.g. int4, int8, fp8).
     #[arg(long)]
     pub weight_dtype: Option<String>,
+    /// Weight-only quantization groups: one fp16 scale per N weights along each matrix's
+    /// input dimension, counted in the weight bytes (GPTQ and AWQ: 128; needs --weight-dtype).
+    #[arg(long, value_name = "N")]
+    pub group_size: Option<u64>,
+    /// With --group-size: a zero point per group too, at the weight dtype's width.
+    #[arg(long, requires = "group_size")]
+    pub zero_points: bool,
     /// Storage dtype of the KV cache (default: --dtype).
     #[arg(long)]
     pub kv_dtype: Option<String>,
@@ -102,6 +110,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     if let Some(d) = &a.weight_dtype {
         model.block.weight_dtype = Some(DType::parse(d)?);
+    }
+    if let Some(size) = a.group_size {
+        model.block.weight_groups = Some(QuantGroups {
+            size,
+            zero_points: a.zero_points,
+        });
     }
     if let Some(d) = &a.kv_dtype {
         model.block.kv_dtype = Some(DType::parse(d)?);

@@ -5,7 +5,7 @@
 use super::*;
 use crate::dtype::DType;
 use crate::error::{checked_product, checked_sum, CoreError, Result};
-use crate::gemm::{Gemm, GemmRole, NamedGemm, OnChip};
+use crate::gemm::{Gemm, GemmRole, NamedGemm, OnChip, QuantGroups};
 use serde::{Deserialize, Serialize};
 
 /// The MLP form.
@@ -190,6 +190,13 @@ pub struct TransformerBlock {
     /// quantization; default: `dtype`). Arithmetic stays at `dtype`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_dtype: Option<DType>,
+    /// Groups of the weight-only quantization: an fp16 scale (and with `zero_points` a zero
+    /// point) per `size` weights along each matrix's input dimension, counted in the weight
+    /// bytes and in the GEMMs' weight traffic (GPTQ and AWQ use 128, llama.cpp's Q4_0 32).
+    /// Needs a `weight_dtype` narrower than `dtype`. Default none: per-tensor or per-channel
+    /// scales, whose bytes are not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_groups: Option<QuantGroups>,
     /// Storage dtype of the KV cache (default: `dtype`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_dtype: Option<DType>,
@@ -396,6 +403,7 @@ pub(super) fn named(
         role,
         on_chip: OnChip::default(),
         b_dtype: None,
+        b_groups: None,
     })
 }
 
@@ -447,6 +455,7 @@ impl TransformerBlock {
             moe: None,
             rotary_dims: None,
             weight_dtype: None,
+            weight_groups: None,
             kv_dtype: None,
             attention_kernel: AttentionKernel::Materialized,
         }
@@ -505,6 +514,22 @@ impl TransformerBlock {
     /// Storage dtype of the weights: `weight_dtype`, else `dtype`.
     pub fn weight_dtype(&self) -> DType {
         self.weight_dtype.unwrap_or(self.dtype)
+    }
+
+    /// Bytes of `params` weights as stored: `bytes(weight_dtype)`, plus the scales and zero
+    /// points of `weight_groups` ([`QuantGroups::total_bytes`]).
+    pub fn weight_storage_bytes(&self, params: u64) -> Result<u64> {
+        match self.weight_groups {
+            Some(g) => g.total_bytes(params, self.weight_dtype()),
+            None => self.weight_dtype().bytes_for(params),
+        }
+    }
+
+    /// Quantization groups of the weight GEMMs' B operand: `weight_groups` (checked by
+    /// [`TransformerBlock::validate`] to come with a narrower `weight_dtype`).
+    pub fn weight_b_groups(&self) -> Option<QuantGroups> {
+        self.weight_groups
+            .filter(|_| self.weight_dtype() != self.dtype)
     }
 
     /// Storage dtype of the KV cache: `kv_dtype`, else `dtype`.
@@ -747,6 +772,19 @@ impl TransformerBlock {
     /// [`Moe::experts_touched`], `⌈T·k / batch⌉` rows each, so FLOPs round up by under one
     /// row per expert).
     pub fn decompose(&self) -> Result<BlockDecomposition> {
+        if let Some(g) = self.weight_groups {
+            g.validate("weight_groups.size")?;
+            if self.weight_dtype() == self.dtype {
+                return Err(CoreError::invalid(
+                    "weight_groups",
+                    format!("{{ size = {}, zero_points = {} }}", g.size, g.zero_points),
+                    format!(
+                        "quantization groups need a weight_dtype narrower than dtype = {} (weight-only quantization)",
+                        self.dtype
+                    ),
+                ));
+            }
+        }
         let x = self.dims()?;
         let dt = self.dtype;
         let td = checked_product(&[x.t, x.d], "T·D (hidden elements)")?;
@@ -1007,6 +1045,9 @@ impl TransformerBlock {
                 _ => wdt,
             };
             g.b_dtype = (b != dt).then_some(b);
+            if !matches!(g.role, GemmRole::AttnScores | GemmRole::AttnValues) {
+                g.b_groups = self.weight_b_groups();
+            }
         }
         let weight_params = self.weight_params()?;
         let (kv_heads, head_dim, group) = if self.mla.is_some() {
@@ -1027,7 +1068,7 @@ impl TransformerBlock {
             non_gemm,
             causal_useful_fraction: self.causal_useful_fraction()?,
             weight_params,
-            weight_bytes: wdt.bytes_for(weight_params)?,
+            weight_bytes: self.weight_storage_bytes(weight_params)?,
             kv_cache_bytes: kvdt.bytes_for(kv_elems)?,
             active_weight_params: self.active_weight_params()?,
         })

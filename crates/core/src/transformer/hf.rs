@@ -331,6 +331,7 @@ pub fn decoder_from_hf_config(
         moe,
         rotary_dims,
         weight_dtype: None,
+        weight_groups: None,
         kv_dtype: None,
         attention_kernel: AttentionKernel::Materialized,
     };

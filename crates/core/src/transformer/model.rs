@@ -146,7 +146,7 @@ impl DecoderModel {
             }
             self.dense_block().validate()?;
         }
-        self.block.weight_dtype().bytes_for(self.weight_params()?)?;
+        self.block.weight_storage_bytes(self.weight_params()?)?;
         let parts = self.parts()?;
         parts.lm_head.gemm.validate()?;
         Ok(())
@@ -189,6 +189,7 @@ impl DecoderModel {
         )?;
         let wdt = b.weight_dtype();
         lm_head.b_dtype = (wdt != b.dtype).then_some(wdt);
+        lm_head.b_groups = b.weight_b_groups();
         Ok(ModelParts {
             embedding,
             final_norm,
@@ -328,7 +329,7 @@ pub fn analyze_model(m: &DecoderModel, hw: &HardwareSpec) -> Result<ModelAnalysi
         non_gemm_flops,
         dram_bytes: dram,
         arithmetic_intensity: flops as f64 / dram as f64,
-        weight_bytes: m.block.weight_dtype().bytes_for(weight_params)?,
+        weight_bytes: m.block.weight_storage_bytes(weight_params)?,
         kv_cache_bytes: mul(|t| t.kv_cache_bytes, "layers · KV cache bytes")?,
         time_lower_bound_s: l as f64 * bt.time_lower_bound_s
             + ld as f64 * dt_tot.time_lower_bound_s

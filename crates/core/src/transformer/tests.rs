@@ -4,7 +4,7 @@
 use super::*;
 use crate::dtype::DType;
 use crate::error::CoreError;
-use crate::gemm::{Gemm, GemmRole, NamedGemm};
+use crate::gemm::{Gemm, GemmRole, NamedGemm, QuantGroups};
 use crate::hardware::HardwareSpec;
 use crate::presets;
 use crate::roofline::Bound;
@@ -802,6 +802,57 @@ fn fused_attention_keeps_scores_and_probabilities_on_chip() {
     assert_eq!(scores.compulsory_bytes, 262_144);
     let sm = f.non_gemm.iter().find(|o| o.name == "softmax").unwrap();
     assert_eq!((sm.dram_bytes, sm.flops), (0, 5 * 131_072));
+}
+
+#[test]
+fn quantization_groups_count_scales_and_zero_points() {
+    // Llama-3-8B decode, batch 1, int4 weights in groups of 128 along K.
+    let mut m = hf(LLAMA3, Phase::Decode, 1, 1023, 1);
+    m.block.weight_dtype = Some(DType::Int4);
+    let plain = analyze_model(&m, &hw()).unwrap();
+    m.block.weight_groups = Some(QuantGroups {
+        size: 128,
+        zero_points: false,
+    });
+    let scaled = analyze_model(&m, &hw()).unwrap();
+    m.block.weight_groups = Some(QuantGroups {
+        size: 128,
+        zero_points: true,
+    });
+    let zeroed = analyze_model(&m, &hw()).unwrap();
+    // The whole model, 8 030 261 248 params: ⌈P/128⌉ = 62 736 416 groups (P = 128 ·
+    // 62 736 416 exactly); fp16 scales add 62 736 416 · 2 B = 125 472 832 B to the
+    // 4 015 130 624 B of int4 values (4.25 bits per weight); int4 zero points add 0.5 B
+    // more per group, 31 368 208 B (4.5 bits per weight).
+    assert_eq!(plain.totals.weight_bytes, 4_015_130_624);
+    assert_eq!(scaled.totals.weight_bytes, 4_015_130_624 + 125_472_832);
+    assert_eq!(
+        zeroed.totals.weight_bytes,
+        4_015_130_624 + 125_472_832 + 31_368_208
+    );
+    // q_proj reads its 4096 × 4096 weight: 8 388 608 B of values, 32 · 4096 = 131 072
+    // groups · (2 + 0.5) B = 327 680 B; A and C (bf16, 4096 each) 16 384 B.
+    let qp = |a: &ModelAnalysis| {
+        a.block
+            .gemms
+            .iter()
+            .find(|g| g.name == "q_proj")
+            .unwrap()
+            .compulsory_bytes
+    };
+    assert_eq!(qp(&plain), 8_388_608 + 16_384);
+    assert_eq!(qp(&zeroed), 8_388_608 + 327_680 + 16_384);
+    // Groups without a narrower weight dtype, or of size 0, are errors naming the field.
+    m.block.weight_dtype = None;
+    let e = analyze_model(&m, &hw()).unwrap_err().to_string();
+    assert!(e.contains("weight_groups") && e.contains("narrower"), "{e}");
+    m.block.weight_dtype = Some(DType::Int4);
+    m.block.weight_groups = Some(QuantGroups {
+        size: 0,
+        zero_points: false,
+    });
+    let e = analyze_model(&m, &hw()).unwrap_err().to_string();
+    assert!(e.contains("weight_groups.size"), "{e}");
 }
 
 #[test]
