@@ -9,6 +9,7 @@ use crate::{guard, os_err, to_json, value_err};
 use pyo3::prelude::*;
 use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
 use tensorforge_core::dse::{explore, DesignSpace, DEFAULT_MAX_CANDIDATES};
+use tensorforge_core::gemm::QuantGroups;
 use tensorforge_core::parallel::Parallelism;
 use tensorforge_core::serve::{serve, ServeOptions, DEFAULT_BATCHES, DEFAULT_CONTEXTS};
 use tensorforge_core::transformer::{
@@ -237,6 +238,7 @@ fn apply_runtime(
     attention_kernel: Option<&str>,
     weight_dtype: Option<&str>,
     kv_dtype: Option<&str>,
+    groups: (Option<u64>, bool),
 ) -> PyResult<()> {
     if let Some(v) = batch {
         b.batch = v;
@@ -256,7 +258,7 @@ fn apply_runtime(
     if !causal {
         b.causal = false;
     }
-    apply_storage(b, attention_kernel, weight_dtype, kv_dtype)
+    apply_storage(b, attention_kernel, weight_dtype, kv_dtype, groups)
 }
 
 fn apply_storage(
@@ -264,7 +266,17 @@ fn apply_storage(
     attention_kernel: Option<&str>,
     weight_dtype: Option<&str>,
     kv_dtype: Option<&str>,
+    groups: (Option<u64>, bool),
 ) -> PyResult<()> {
+    match groups {
+        (Some(size), zero_points) => b.weight_groups = Some(QuantGroups { size, zero_points }),
+        (None, true) => {
+            return Err(value_err(
+                "invalid value for `zero_points`: True needs `group_size` (the values per quantization group)",
+            ))
+        }
+        (None, false) => {}
+    }
     if let Some(k) = attention_kernel {
         b.attention_kernel = match k {
             "fused" => AttentionKernel::Fused,
@@ -290,7 +302,8 @@ fn apply_storage(
 #[pyo3(signature = (preset = None, *, seq = None, d_model = None, heads = None, d_ff = None,
     kv_heads = None, head_dim = None, mlp = None, norm = None, batch = None, phase = None,
     kv_cache_len = None, dtype = None, causal = true, attention_kernel = None,
-    weight_dtype = None, kv_dtype = None, hw = None, hw_file = None))]
+    weight_dtype = None, group_size = None, zero_points = false, kv_dtype = None, hw = None,
+    hw_file = None))]
 #[allow(clippy::too_many_arguments)]
 fn _analyze_transformer(
     preset: Option<&str>,
@@ -309,6 +322,8 @@ fn _analyze_transformer(
     causal: bool,
     attention_kernel: Option<&str>,
     weight_dtype: Option<&str>,
+    group_size: Option<u64>,
+    zero_points: bool,
     kv_dtype: Option<&str>,
     hw: Option<&str>,
     hw_file: Option<&str>,
@@ -358,6 +373,7 @@ fn _analyze_transformer(
             attention_kernel,
             weight_dtype,
             kv_dtype,
+            (group_size, zero_points),
         )?;
         b.validate().map_err(value_err)?;
         let spec = hardware(hw, hw_file)?;
@@ -408,8 +424,8 @@ fn mla_routing(
 #[pyfunction]
 #[pyo3(signature = (config_text, config_source, *, batch = None, seq = None, phase = None,
     kv_cache_len = None, dtype = None, causal = true, attention_kernel = None,
-    weight_dtype = None, kv_dtype = None, mla_form = None, routing = None,
-    lm_head_tokens = None, hw = None, hw_file = None))]
+    weight_dtype = None, group_size = None, zero_points = false, kv_dtype = None,
+    mla_form = None, routing = None, lm_head_tokens = None, hw = None, hw_file = None))]
 #[allow(clippy::too_many_arguments)]
 fn _analyze_model(
     config_text: &str,
@@ -422,6 +438,8 @@ fn _analyze_model(
     causal: bool,
     attention_kernel: Option<&str>,
     weight_dtype: Option<&str>,
+    group_size: Option<u64>,
+    zero_points: bool,
     kv_dtype: Option<&str>,
     mla_form: Option<&str>,
     routing: Option<&str>,
@@ -456,7 +474,13 @@ fn _analyze_model(
         if !causal {
             m.block.causal = false;
         }
-        apply_storage(&mut m.block, attention_kernel, weight_dtype, kv_dtype)?;
+        apply_storage(
+            &mut m.block,
+            attention_kernel,
+            weight_dtype,
+            kv_dtype,
+            (group_size, zero_points),
+        )?;
         mla_routing(&mut m, mla_form, routing)?;
         if let Some(t) = lm_head_tokens {
             m.lm_head_tokens = match t.trim().to_ascii_lowercase().as_str() {
@@ -480,7 +504,8 @@ fn _analyze_model(
 #[pyfunction]
 #[pyo3(signature = (config_text, config_source, *, hw = None, hw_file = None, tp = 1, pp = 1,
     ep = 1, dp = 1, batch = None, context = None, dtype = None, weight_dtype = None,
-    kv_dtype = None, attention_kernel = "fused", mla_form = None, routing = None))]
+    group_size = None, zero_points = false, kv_dtype = None, attention_kernel = "fused",
+    mla_form = None, routing = None))]
 #[allow(clippy::too_many_arguments)]
 fn _serve(
     config_text: &str,
@@ -495,6 +520,8 @@ fn _serve(
     context: Option<Vec<u64>>,
     dtype: Option<&str>,
     weight_dtype: Option<&str>,
+    group_size: Option<u64>,
+    zero_points: bool,
     kv_dtype: Option<&str>,
     attention_kernel: &str,
     mla_form: Option<&str>,
@@ -524,6 +551,7 @@ fn _serve(
             Some(attention_kernel),
             weight_dtype,
             kv_dtype,
+            (group_size, zero_points),
         )?;
         mla_routing(&mut model, mla_form, routing)?;
         let opts = ServeOptions {

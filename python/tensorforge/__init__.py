@@ -251,8 +251,8 @@ def analyze_transformer(preset: Optional[str] = None, *, hw_file: Optional[PathL
     """One transformer block from a preset (``transformer_small`` ...) or its widths (``seq``,
     ``d_model``, ``heads``, ``d_ff``), with the CLI's block flags as keywords (``kv_heads``,
     ``head_dim``, ``mlp``, ``norm``, ``batch``, ``phase``, ``kv_cache_len``, ``dtype``,
-    ``causal``, ``attention_kernel``, ``weight_dtype``, ``kv_dtype``, ``hw``)
-    (``analyze transformer --json``)."""
+    ``causal``, ``attention_kernel``, ``weight_dtype``, ``group_size``, ``zero_points``,
+    ``kv_dtype``, ``hw``) (``analyze transformer --json``)."""
     return _result(
         _native._analyze_transformer(
             preset, hw_file=_os.fspath(hw_file) if hw_file is not None else None, **fields
@@ -264,8 +264,8 @@ def analyze_model(config: Union[PathLike, Mapping[str, Any]], *, hw_file: Option
     """A whole decoder from a Hugging Face config (a dict or a path to config.json): parameter
     count, FLOPs, bytes and time per phase (``analyze model --config FILE --json``). Keywords:
     ``batch``, ``seq`` (required in prefill), ``phase``, ``kv_cache_len``, ``dtype``,
-    ``causal``, ``attention_kernel``, ``weight_dtype``, ``kv_dtype``, ``mla_form``,
-    ``routing``, ``lm_head_tokens``, ``hw``."""
+    ``causal``, ``attention_kernel``, ``weight_dtype``, ``group_size``, ``zero_points``,
+    ``kv_dtype``, ``mla_form``, ``routing``, ``lm_head_tokens``, ``hw``."""
     text, source = _config(config)
     return _result(
         _native._analyze_model(
@@ -278,7 +278,8 @@ def serve(config: Union[PathLike, Mapping[str, Any]], *, hw_file: Optional[PathL
     """The serving view of a Hugging Face model: fit, tokens/s and latency per batch and
     context under a ``tp``/``pp``/``ep``/``dp`` plan (``serve --config FILE --json``).
     Keywords: ``hw``, ``tp``, ``pp``, ``ep``, ``dp``, ``batch`` and ``context`` (lists),
-    ``dtype``, ``weight_dtype``, ``kv_dtype``, ``attention_kernel``, ``mla_form``, ``routing``."""
+    ``dtype``, ``weight_dtype``, ``group_size``, ``zero_points``, ``kv_dtype``,
+    ``attention_kernel``, ``mla_form``, ``routing``."""
     text, source = _config(config)
     return _result(
         _native._serve(

@@ -51,6 +51,23 @@ def test_transformer_model_and_serve_equal_cli(cli, root):
     )
 
 
+def test_quantization_groups_equal_cli(cli, root):
+    cfg = root / "examples/models/llama3_8b_config.json"
+    q = tf.serve(cfg, hw="h100", batch=[1], context=[2048], weight_dtype="int4", group_size=128, zero_points=True)
+    assert q.to_dict() == cli_json(
+        cli, "serve", "--config", cfg, "--hw", "h100", "--batch", 1, "--context", 2048,
+        "--weight-dtype", "int4", "--group-size", 128, "--zero-points",
+    )
+    # 4 015 130 624 B of int4 values + 62 736 416 groups · (2 + 0.5) B.
+    assert q.to_dict()["weight_bytes_per_device"] == 4_015_130_624 + 125_472_832 + 31_368_208
+    m = tf.analyze_model(cfg, seq=512, hw="h100", weight_dtype="int4", group_size=128)
+    assert m.to_dict()["totals"]["weight_bytes"] == 4_015_130_624 + 125_472_832
+    with pytest.raises(ValueError, match="group_size"):
+        tf.serve(cfg, hw="h100", weight_dtype="int4", zero_points=True)
+    with pytest.raises(ValueError, match="narrower"):
+        tf.serve(cfg, hw="h100", group_size=128)
+
+
 def test_explore_and_hardware_equal_cli(cli):
     r = tf.explore_gemm(512, 512, 512, tile_m=[64, 128], tile_n=[64, 128], tile_k=[32, 64], hw="balanced")
     c = cli_json(
