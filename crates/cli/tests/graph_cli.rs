@@ -529,6 +529,33 @@ fn onnx_fixtures_run_through_the_binary_equal_onnxruntime() {
     }
 }
 
+/// The names of the files in `dir` (none when it does not exist).
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (up to 2 minutes) until a background build leaves exactly one file in `dir`, named
+/// `*suffix`.
+fn wait_for_one_file(dir: &Path, suffix: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let f = files_in(dir);
+        if f.len() == 1 && f[0].ends_with(suffix) {
+            return;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "background build did not end with one *{suffix} file: {f:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The JIT as a user meets it: a first plain run interprets while a background build fills
 /// the cache (and says so), later runs load the compiled kernels, `--executor jit` waits for
 /// the compiler, a missing compiler is a note and the interpreter under `auto` but exit 2
@@ -560,23 +587,7 @@ fn jit_executor_fallbacks_cache_and_codegen() {
     );
     // The build ends with `<key>.so` in the cache and nothing else: its sources, objects
     // and script are removed.
-    let files = || -> Vec<String> {
-        std::fs::read_dir(&cache)
-            .map(|d| {
-                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let t0 = std::time::Instant::now();
-    while !(files().len() == 1 && files()[0].ends_with(".so")) {
-        assert!(
-            t0.elapsed().as_secs() < 120,
-            "background build did not finish: {:?}",
-            files()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_one_file(&cache, ".so");
     // Next run: the compiled kernels, and the outputs equal the interpreter's.
     let out = run(&[], &[]).assert().success().get_output().clone();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -595,19 +606,7 @@ fn jit_executor_fallbacks_cache_and_codegen() {
         c
     };
     with_false_cc().assert().success();
-    let in_broken = || -> Vec<String> {
-        std::fs::read_dir(&broken)
-            .map(|d| {
-                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let t0 = std::time::Instant::now();
-    while !(in_broken().len() == 1 && in_broken()[0].ends_with(".failed")) {
-        assert!(t0.elapsed().as_secs() < 120, "{:?}", in_broken());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_one_file(&broken, ".failed");
     let out = with_false_cc().assert().success().get_output().clone();
     let err = String::from_utf8_lossy(&out.stderr);
     let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
@@ -617,7 +616,7 @@ fn jit_executor_fallbacks_cache_and_codegen() {
             && notes[0].contains(".failed"),
         "{err}"
     );
-    assert_eq!(in_broken().len(), 1, "{:?}", in_broken());
+    assert_eq!(files_in(&broken).len(), 1, "{:?}", files_in(&broken));
     // `--executor jit` on an empty cache compiles before it runs.
     let fresh = dir.join("fresh_cache");
     let _ = std::fs::remove_dir_all(&fresh);
