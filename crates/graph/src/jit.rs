@@ -296,7 +296,7 @@ pub(crate) struct Object {
 /// [`MAX_UNITS`] translation units in parallel (each with the prelude) and linked into one
 /// shared object; cached like [`object_for`] under the key of the whole source.
 fn object_for_units(bodies: &[String], cc: &str, id: &str) -> Result<Object, JitError> {
-    let (whole, units) = whole_and_units(bodies);
+    let (whole, units) = (whole_source(bodies), split_units(bodies));
     if units.len() <= 1 {
         return object_for(whole, cc, id);
     }
@@ -305,26 +305,24 @@ fn object_for_units(bodies: &[String], cc: &str, id: &str) -> Result<Object, Jit
     })
 }
 
-/// The whole source of kernel `bodies` (prelude, then each body: what the cache key
-/// covers) and its translation units ([`split_units`]).
-fn whole_and_units(bodies: &[String]) -> (String, Vec<String>) {
+/// The whole source of kernel `bodies`: the prelude, then each body (what the cache key
+/// covers).
+fn whole_source(bodies: &[String]) -> String {
     let mut whole = String::from(crate::codegen::c::PRELUDE);
     for b in bodies {
         whole.push('\n');
         whole.push_str(b);
     }
-    let units = split_units(bodies);
-    (whole, units)
+    whole
 }
 
 /// The object for the whole source `whole` when the cache holds a valid one (never builds).
-fn cached_object(whole: &str, cc: &str, id: &str) -> Result<Option<Object>, JitError> {
-    let key = cache_key(whole, cc, id);
+fn cached_object(key: &str) -> Result<Option<Object>, JitError> {
     let so = cache_dir().join(format!("{key}.so"));
     if !so.exists() {
         return Ok(None);
     }
-    Ok(load(&so, &key)?.map(|lib| Object {
+    Ok(load(&so, key)?.map(|lib| Object {
         lib,
         path: so,
         cached: true,
@@ -342,19 +340,14 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// Start building the object for `whole` (compiled as `units` plus the key unit, as
+/// Start building the object of cache key `key` (compiled as `units` plus the key unit, as
 /// [`build_units`] does) in a shell that outlives this process: the units compile in
-/// parallel, the link writes a temporary name that is renamed to `<key>.so`, and the
-/// sources, objects and the script itself are removed whatever happens. The shell is
+/// parallel, the link writes a temporary name that is renamed to `<key>.so` (a failure
+/// leaves the messages in `<key>.failed`), and the sources, objects and the script itself
+/// are removed whatever happens. The shell is
 /// started in the background of a shell that exits at once, so no child is left for this
 /// process to reap. Returns the script's path once the build has started.
-fn spawn_background_build(
-    whole: &str,
-    units: &[String],
-    cc: &str,
-    id: &str,
-) -> Result<PathBuf, JitError> {
-    let key = cache_key(whole, cc, id);
+fn spawn_background_build(key: &str, units: &[String], cc: &str) -> Result<PathBuf, JitError> {
     let dir = cache_dir();
     std::fs::create_dir_all(&dir).map_err(io(&dir, "cannot create the cache folder"))?;
     let tag = format!("{key}.{}.bg", std::process::id());
@@ -375,7 +368,7 @@ fn spawn_background_build(
     );
     let (err, failed, failed_tmp) = (
         dir.join(format!("{tag}.err")),
-        failed_path(&dir, &key),
+        failed_path(&dir, key),
         dir.join(format!("{tag}.failed.tmp")),
     );
     let mut sh = String::from("ok=1\n");
@@ -693,13 +686,14 @@ fn compile_tiered(p: &Program, background: bool) -> Result<Option<Jit>, JitError
         symbol_of.push(sym.clone());
     }
     let obj = if background {
-        let (whole, units) = whole_and_units(&bodies);
-        match cached_object(&whole, &cc, &id)? {
+        // The key once; the units only when there is something to build.
+        let key = cache_key(&whole_source(&bodies), &cc, &id);
+        match cached_object(&key)? {
             Some(o) => o,
             None => {
                 // An earlier background build of this source failed: say so, do not retry
                 // (a waiting build, `--executor jit`, compiles again and shows the error).
-                let failed = failed_path(&cache_dir(), &cache_key(&whole, &cc, &id));
+                let failed = failed_path(&cache_dir(), &key);
                 if let Ok(msg) = std::fs::read_to_string(&failed) {
                     let mut stderr = msg.lines().take(8).collect::<Vec<_>>().join(" | ");
                     stderr.push_str(
@@ -710,7 +704,7 @@ fn compile_tiered(p: &Program, background: bool) -> Result<Option<Jit>, JitError
                         stderr,
                     });
                 }
-                spawn_background_build(&whole, &units, &cc, &id)?;
+                spawn_background_build(&key, &split_units(&bodies), &cc)?;
                 return Ok(None);
             }
         }

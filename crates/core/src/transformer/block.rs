@@ -525,13 +525,6 @@ impl TransformerBlock {
         }
     }
 
-    /// Quantization groups of the weight GEMMs' B operand: `weight_groups` (checked by
-    /// [`TransformerBlock::validate`] to come with a narrower `weight_dtype`).
-    pub fn weight_b_groups(&self) -> Option<QuantGroups> {
-        self.weight_groups
-            .filter(|_| self.weight_dtype() != self.dtype)
-    }
-
     /// Storage dtype of the KV cache: `kv_dtype`, else `dtype`.
     pub fn kv_dtype(&self) -> DType {
         self.kv_dtype.unwrap_or(self.dtype)
@@ -1046,7 +1039,7 @@ impl TransformerBlock {
             };
             g.b_dtype = (b != dt).then_some(b);
             if !matches!(g.role, GemmRole::AttnScores | GemmRole::AttnValues) {
-                g.b_groups = self.weight_b_groups();
+                g.b_groups = self.weight_groups;
             }
         }
         let weight_params = self.weight_params()?;

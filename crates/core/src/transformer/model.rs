@@ -189,7 +189,7 @@ impl DecoderModel {
         )?;
         let wdt = b.weight_dtype();
         lm_head.b_dtype = (wdt != b.dtype).then_some(wdt);
-        lm_head.b_groups = b.weight_b_groups();
+        lm_head.b_groups = b.weight_groups;
         Ok(ModelParts {
             embedding,
             final_norm,
