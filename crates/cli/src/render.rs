@@ -287,6 +287,51 @@ pub fn gemm(r: &GemmAnalysis, hw: &HardwareSpec) -> String {
         }
         o.push_str(&t.render());
         o.push('\n');
+        if let (Some(first), Some(m)) = (r.schedules.first(), &r.pe_mapping) {
+            if !first.levels.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "Per-level traffic, {} (bytes read / written at each level; energy where sourced)",
+                    m.dataflow.name()
+                );
+                let mut head = vec!["schedule".to_string()];
+                for l in &first.levels {
+                    head.push(l.level.clone());
+                }
+                head.push("energy".into());
+                head.push("largest".into());
+                let head: Vec<&str> = head.iter().map(String::as_str).collect();
+                let mut t = Table::new(&head);
+                for s in &r.schedules {
+                    let mut row = vec![s.name.clone()];
+                    for l in &s.levels {
+                        row.push(format!(
+                            "{} / {}",
+                            fmt::bytes(l.read_bytes as f64),
+                            fmt::bytes(l.write_bytes as f64)
+                        ));
+                    }
+                    let e = s.energy.as_ref();
+                    row.push(
+                        e.and_then(|e| e.total_pj)
+                            .map(fmt::energy_pj)
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                    row.push(
+                        e.and_then(|e| e.largest.clone())
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                    t.row(row);
+                }
+                o.push_str(&t.render());
+                if let Some(e) = &first.energy {
+                    if !e.missing.is_empty() {
+                        let _ = writeln!(o, "No sourced energy for: {}", e.missing.join(", "));
+                    }
+                }
+                o.push('\n');
+            }
+        }
     }
     o.push_str(&limitations(&r.limitations));
     o

@@ -5,9 +5,12 @@
 use crate::error::{CoreError, Result};
 use crate::gemm::{Gemm, OperandBytes};
 use crate::hardware::{HardwareSpec, PeArray};
+use crate::levels::{gemm_levels, EnergyReport, Hierarchy, LevelTraffic};
 use crate::mapping::{map_gemm, Dataflow, PeMapping};
 use crate::roofline::{roofline, Bound, Roofline};
-use crate::schedule::{sram_fit, tiled_traffic, DramTraffic, LoopOrder, SramFit, Tile};
+use crate::schedule::{
+    sram_fit_in, tiled_traffic, BufferLayout, DramTraffic, LoopOrder, SramFit, Tile,
+};
 use serde::{Deserialize, Serialize};
 
 /// The SRAM-fit `capacity_source` when the caller gave the capacity (`sram_bytes`) rather
@@ -84,6 +87,13 @@ pub struct ScheduleResult {
     pub effective_arithmetic_intensity: f64,
     /// Compute, memory, serialized and overlapped time under this schedule.
     pub timing: Timing,
+    /// Traffic at the PE registers, the tile buffer and DRAM under the primary dataflow
+    /// ([`crate::levels`]), when a PE array and a tile buffer are known.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<LevelTraffic>,
+    /// MAC and per-level energy, with what is unsourced, when `levels` is present.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<EnergyReport>,
 }
 
 /// The GEMM analysis report.
@@ -193,16 +203,32 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
                 .map(|c| (c, format!("{} ({})", l.name, hw.name)))
         }),
     };
+    // A given capacity replaces the tile buffer's capacity only: which operands it holds and
+    // whether the capacity is per operand stay the chip's.
+    let layout = hw
+        .tile_buffer()
+        .map_or(BufferLayout::default(), BufferLayout::of);
     let sram = match &capacity {
-        Some((c, src)) => Some(sram_fit(g, opts.tile, *c, src)?),
+        Some((c, src)) => Some(sram_fit_in(g, opts.tile, *c, src, layout)?),
         None => None,
     };
     let mut schedules = Vec::new();
+    let level_pe = opts.pe.clone().or(own);
+    let hierarchy = level_pe
+        .as_ref()
+        .and_then(|p| Hierarchy::of(hw, p, opts.sram_bytes.is_some()));
     if let Some(t) = opts.tile {
         let trips = t.trips(g);
         for order in LoopOrder::ALL {
             let tr = tiled_traffic(&ob, trips, order, g.accumulate)
                 .ok_or_else(|| CoreError::overflow("tiled DRAM traffic"))?;
+            let (levels, energy) = match &hierarchy {
+                Some(h) => {
+                    let (l, e) = gemm_levels(g, h, dataflow, t, order)?;
+                    (l, Some(e))
+                }
+                None => (vec![], None),
+            };
             schedules.push(ScheduleResult {
                 name: order.name(),
                 loops: order.loops().map(String::from),
@@ -210,6 +236,8 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
                 amplification: tr.total as f64 / compulsory as f64,
                 effective_arithmetic_intensity: flops as f64 / tr.total as f64,
                 timing: Timing::new(compute_s, tr.total as f64 / dram_bw),
+                levels,
+                energy,
             });
         }
     }

@@ -167,6 +167,23 @@ mod tests {
     }
 }
 
+/// One of a GEMM's three operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operand {
+    /// `A`, `M × K`.
+    A,
+    /// `B`, `K × N`.
+    B,
+    /// `C`, `M × N`.
+    C,
+}
+
+impl Operand {
+    /// A, B, C: the index order every per-operand array uses.
+    pub const ALL: [Operand; 3] = [Operand::A, Operand::B, Operand::C];
+}
+
 /// What a GEMM of a decomposed workload computes: a typed tag, so that callers select GEMMs
 /// (the attention part, the MLP) without matching names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

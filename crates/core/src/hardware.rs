@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
+use crate::gemm::Operand;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -25,6 +26,45 @@ pub struct MemoryLevel {
     /// How many instances exist (e.g. one shared-memory block per SM); 1 for a shared level.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub instances: u64,
+    /// Energy per byte read and written, with its source, when published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<AccessEnergy>,
+    /// The operands the level holds (`a`, `b`, `c`); empty means all three. An operand a
+    /// tile buffer does not hold moves between DRAM and the PE registers directly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operands: Vec<Operand>,
+    /// `capacity_bytes` is per operand (a separate buffer for each operand it holds) rather
+    /// than shared by all of them; the SRAM-fit check then compares each tile with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_per_operand: bool,
+}
+
+/// Energy of one level's accesses: `reads · read_pj_per_byte + writes · write_pj_per_byte`
+/// (bytes). Per byte rather than per access, so that a figure published per 64-bit word
+/// divides by 8; partial-word accesses and the level's word width are not modelled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessEnergy {
+    /// Picojoules per byte read.
+    pub read_pj_per_byte: f64,
+    /// Picojoules per byte written.
+    pub write_pj_per_byte: f64,
+    /// Where the figures come from (paper or datasheet, process node).
+    pub source: String,
+}
+
+/// Energy of a PE array's arithmetic and operand registers, with its source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeEnergy {
+    /// Picojoules per multiply-accumulate at `mac_dtype`.
+    pub mac_pj: f64,
+    /// The dtype `mac_pj` is for; a GEMM of another dtype gets no MAC energy.
+    pub mac_dtype: DType,
+    /// The PE operand registers (one word per operand per PE).
+    pub registers: AccessEnergy,
+    /// Where the figures come from.
+    pub source: String,
 }
 
 fn one() -> u64 {
@@ -50,6 +90,9 @@ pub struct PeArray {
     /// Number of identical arrays that work on independent folds in parallel.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub arrays: u64,
+    /// MAC and register energies, when sourced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<PeEnergy>,
 }
 
 impl PeArray {
@@ -77,6 +120,7 @@ impl PeArray {
             macs_per_pe_per_cycle: hw.pe_array.as_ref().map_or(1, |p| p.macs_per_pe_per_cycle),
             clock_hz: clock,
             arrays: 1,
+            energy: hw.pe_array.as_ref().and_then(|p| p.energy.clone()),
         })
     }
 
@@ -315,8 +359,29 @@ fn positive_int(field: &str, v: u64) -> Result<()> {
     Ok(())
 }
 
+impl AccessEnergy {
+    fn validate(&self, prefix: &str) -> Result<()> {
+        positive_finite(&format!("{prefix}.read_pj_per_byte"), self.read_pj_per_byte)?;
+        positive_finite(
+            &format!("{prefix}.write_pj_per_byte"),
+            self.write_pj_per_byte,
+        )?;
+        if self.source.trim().is_empty() {
+            return Err(CoreError::invalid(
+                format!("{prefix}.source"),
+                "\"\"",
+                "name where the energy comes from (paper or datasheet, process node)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl MemoryLevel {
     fn validate(&self, prefix: &str, need_bandwidth: bool) -> Result<()> {
+        if let Some(e) = &self.energy {
+            e.validate(&format!("{prefix}.energy"))?;
+        }
         if self.name.trim().is_empty() {
             return Err(CoreError::invalid(
                 format!("{prefix}.name"),
@@ -339,6 +404,11 @@ impl MemoryLevel {
             None => {}
         }
         positive_int(&format!("{prefix}.instances"), self.instances)
+    }
+
+    /// Whether the level holds operand `x` (every operand when its list is empty).
+    pub fn holds(&self, x: Operand) -> bool {
+        self.operands.is_empty() || self.operands.contains(&x)
     }
 
     /// Total capacity over all instances, when the capacity is known.
@@ -404,6 +474,17 @@ impl HardwareSpec {
             positive_int("pe_array.macs_per_pe_per_cycle", pe.macs_per_pe_per_cycle)?;
             positive_int("pe_array.arrays", pe.arrays)?;
             positive_finite("pe_array.clock_hz", pe.clock_hz)?;
+            if let Some(e) = &pe.energy {
+                positive_finite("pe_array.energy.mac_pj", e.mac_pj)?;
+                e.registers.validate("pe_array.energy.registers")?;
+                if e.source.trim().is_empty() {
+                    return Err(CoreError::invalid(
+                        "pe_array.energy.source",
+                        "\"\"",
+                        "name where the energy comes from (paper or datasheet, process node)",
+                    ));
+                }
+            }
             let derived = pe.peak_flops_per_s();
             if !derived.is_finite() {
                 return Err(CoreError::invalid(
@@ -545,6 +626,65 @@ clock_hz = 1.0e9
         assert_eq!(s, again);
         let j = serde_json::to_string(&s).unwrap();
         assert_eq!(HardwareSpec::from_json_str(&j, "x.json").unwrap(), s);
+    }
+
+    /// A level list with energies and held operands: parsed, round-tripped, and each bad
+    /// value named. GOOD itself (no energy, no operand list) is the old one-buffer form.
+    #[test]
+    fn energies_and_held_operands() {
+        let with = format!(
+            "{GOOD}{}",
+            r#"[pe_array.energy]
+mac_pj = 1.5
+mac_dtype = "fp16"
+source = "paper"
+[pe_array.energy.registers]
+read_pj_per_byte = 0.25
+write_pj_per_byte = 0.3
+source = "paper"
+"#
+        )
+        .replace(
+            "capacity_bytes = 524288\n",
+            "capacity_bytes = 524288\noperands = [\"a\", \"b\"]\ncapacity_per_operand = true\n[onchip.energy]\nread_pj_per_byte = 12.5\nwrite_pj_per_byte = 13.0\nsource = \"paper\"\n",
+        );
+        let s = HardwareSpec::from_toml_str(&with, "lv.toml").unwrap();
+        let buf = s.tile_buffer().unwrap();
+        assert!(buf.holds(Operand::A) && buf.holds(Operand::B) && !buf.holds(Operand::C));
+        assert!(buf.capacity_per_operand);
+        assert_eq!(buf.energy.as_ref().unwrap().write_pj_per_byte, 13.0);
+        assert!(s.dram.holds(Operand::C));
+        let e = s.pe_array.as_ref().unwrap().energy.as_ref().unwrap();
+        assert_eq!((e.mac_pj, e.mac_dtype), (1.5, DType::Fp16));
+        let again = HardwareSpec::from_toml_str(&s.to_toml_string().unwrap(), "x").unwrap();
+        assert_eq!(again, s);
+        for (from, to, field) in [
+            (
+                "read_pj_per_byte = 12.5",
+                "read_pj_per_byte = -1.0",
+                "onchip[0].energy.read_pj_per_byte",
+            ),
+            ("mac_pj = 1.5", "mac_pj = 0.0", "pe_array.energy.mac_pj"),
+            (
+                "write_pj_per_byte = 0.3\nsource = \"paper\"",
+                "write_pj_per_byte = 0.3\nsource = \" \"",
+                "pe_array.energy.registers.source",
+            ),
+        ] {
+            let bad = with.replace(from, to);
+            assert_ne!(bad, with, "{from}");
+            let e = HardwareSpec::from_toml_str(&bad, "lv.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("lv.toml") && e.contains(field), "{e}");
+        }
+        let e = HardwareSpec::from_toml_str(
+            &with.replace("[\"a\", \"b\"]", "[\"a\", \"d\"]"),
+            "lv.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("lv.toml") && e.contains("operands"), "{e}");
     }
 
     #[test]

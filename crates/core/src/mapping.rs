@@ -199,6 +199,7 @@ mod tests {
             macs_per_pe_per_cycle: 1,
             clock_hz: 1e9,
             arrays: 1,
+            energy: None,
         }
     }
 
@@ -249,7 +250,7 @@ mod tests {
                 di in 0usize..3, fd in any::<bool>(),
             ) {
                 let g = Gemm { m, n, k, batch, dtype: DType::Bf16, accumulate: false };
-                let p = PeArray { rows, cols, macs_per_pe_per_cycle: mpc, clock_hz: 1e9, arrays };
+                let p = PeArray { rows, cols, macs_per_pe_per_cycle: mpc, clock_hz: 1e9, arrays, energy: None, };
                 let mp = map_gemm(&g, &p, Dataflow::ALL[di], fd).unwrap();
                 prop_assert!(mp.spatial_utilization > 0.0 && mp.spatial_utilization <= 1.0 + 1e-12);
                 prop_assert!(mp.utilization > 0.0 && mp.utilization <= 1.0 + 1e-12);

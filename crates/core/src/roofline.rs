@@ -189,6 +189,9 @@ mod tests {
                 capacity_bytes: None,
                 bandwidth_bytes_per_s: Some(bw),
                 instances: 1,
+                energy: None,
+                operands: vec![],
+                capacity_per_operand: false,
             },
             onchip: vec![],
             pe_array: None,
@@ -229,6 +232,9 @@ mod tests {
             capacity_bytes: Some(1 << 20),
             bandwidth_bytes_per_s: Some(5e10),
             instances: 1,
+            energy: None,
+            operands: vec![],
+            capacity_per_operand: false,
         });
         let r = roofline(&h, DType::Fp16, 2e6, 1e6, &[]).unwrap();
         assert_eq!(r.levels.len(), 2);

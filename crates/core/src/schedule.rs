@@ -319,6 +319,57 @@ pub fn tile_footprint_bytes(t: Tile, dtype: DType) -> Option<(u64, u64, u64)> {
     ))
 }
 
+/// How a tile buffer holds the tiles: which operands it holds (`[A, B, C]`) and whether its
+/// capacity is per operand (a separate buffer each) or shared by all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferLayout {
+    /// Whether the buffer holds A, B and C.
+    pub holds: [bool; 3],
+    /// The capacity is per operand rather than shared.
+    pub per_operand: bool,
+}
+
+impl Default for BufferLayout {
+    /// One shared buffer holding all three tiles.
+    fn default() -> Self {
+        BufferLayout {
+            holds: [true; 3],
+            per_operand: false,
+        }
+    }
+}
+
+impl BufferLayout {
+    /// The layout of `level`.
+    pub fn of(level: &crate::hardware::MemoryLevel) -> Self {
+        BufferLayout {
+            holds: crate::gemm::Operand::ALL.map(|x| level.holds(x)),
+            per_operand: level.capacity_per_operand,
+        }
+    }
+
+    /// Bytes compared with the capacity for tiles of `(a, b, c)` bytes: the sum over the
+    /// held operands (shared), or the largest held one (per operand); A and B count twice
+    /// when double-buffered. `None` on overflow.
+    #[inline]
+    pub fn used_bytes(&self, a: u64, b: u64, c: u64, double_buffer: bool) -> Option<u64> {
+        let k = if double_buffer { 2 } else { 1 };
+        let parts = [a.checked_mul(k)?, b.checked_mul(k)?, c];
+        let mut used = 0u64;
+        for (i, p) in parts.into_iter().enumerate() {
+            if !self.holds[i] {
+                continue;
+            }
+            used = if self.per_operand {
+                used.max(p)
+            } else {
+                used.checked_add(p)?
+            };
+        }
+        Some(used)
+    }
+}
+
 /// Whether tiles and the whole working set fit an on-chip buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SramFit {
@@ -326,14 +377,16 @@ pub struct SramFit {
     pub capacity_bytes: u64,
     /// Which level or override the capacity came from.
     pub capacity_source: String,
-    /// A + B + C of the whole problem (one batch element), bytes.
+    /// A + B + C of the whole problem (one batch element), bytes: the operands the buffer
+    /// holds, summed, or the largest of them when its capacity is per operand.
     pub working_set_bytes: u64,
     /// `working_set_bytes ≤ capacity_bytes`.
     pub working_set_fits: bool,
     /// The tile used (clipped), when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tile: Option<Tile>,
-    /// One tile of each operand, bytes.
+    /// One tile of each operand the buffer holds, bytes (the largest one when its capacity
+    /// is per operand).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tile_bytes: Option<u64>,
     /// `tile_bytes ≤ capacity_bytes`.
@@ -348,12 +401,25 @@ pub struct SramFit {
     pub double_buffered_fits: Option<bool>,
 }
 
-/// SRAM fit of the working set and, when given, of `tile`.
+/// SRAM fit of the working set and, when given, of `tile`, in one shared buffer that
+/// holds all three operands.
 pub fn sram_fit(
     g: &Gemm,
     tile: Option<Tile>,
     capacity_bytes: u64,
     source: &str,
+) -> Result<SramFit> {
+    sram_fit_in(g, tile, capacity_bytes, source, BufferLayout::default())
+}
+
+/// [`sram_fit`] in a buffer of `layout`: the working set and the tile bytes count only the
+/// operands it holds, summed (shared capacity) or the largest one (per-operand capacity).
+pub fn sram_fit_in(
+    g: &Gemm,
+    tile: Option<Tile>,
+    capacity_bytes: u64,
+    source: &str,
+    layout: BufferLayout,
 ) -> Result<SramFit> {
     let ob = Gemm {
         batch: 1,
@@ -361,7 +427,9 @@ pub fn sram_fit(
         ..g.clone()
     }
     .operand_bytes()?;
-    let ws = ob.a + ob.b + ob.c;
+    let ws = layout
+        .used_bytes(ob.a, ob.b, ob.c, false)
+        .ok_or_else(|| CoreError::overflow("working set bytes"))?;
     let mut fit = SramFit {
         capacity_bytes,
         capacity_source: source.into(),
@@ -377,8 +445,9 @@ pub fn sram_fit(
         let t = t.clipped(g);
         let (a, b, c) =
             tile_footprint_bytes(t, g.dtype).ok_or_else(|| CoreError::overflow("tile bytes"))?;
-        let single = a + b + c;
-        let double = 2 * (a + b) + c;
+        let over = || CoreError::overflow("tile bytes");
+        let single = layout.used_bytes(a, b, c, false).ok_or_else(over)?;
+        let double = layout.used_bytes(a, b, c, true).ok_or_else(over)?;
         fit.tile = Some(t);
         fit.tile_bytes = Some(single);
         fit.tile_fits = Some(single <= capacity_bytes);

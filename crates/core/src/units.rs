@@ -80,6 +80,22 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// Format an energy given in picojoules with a scaled unit: `pJ`, `nJ`, `µJ`, `mJ`, `J`.
+pub fn energy_pj(pj: f64) -> String {
+    let a = pj.abs();
+    if !pj.is_finite() || a < 1e3 {
+        format!("{pj:.2} pJ")
+    } else if a < 1e6 {
+        format!("{:.2} nJ", pj / 1e3)
+    } else if a < 1e9 {
+        format!("{:.2} µJ", pj / 1e6)
+    } else if a < 1e12 {
+        format!("{:.2} mJ", pj / 1e9)
+    } else {
+        format!("{:.3} J", pj / 1e12)
+    }
+}
+
 fn scale(r: f64) -> (f64, &'static str) {
     const P: [(f64, &str); 6] = [
         (1e18, "E"),
@@ -116,5 +132,9 @@ mod tests {
         assert_eq!(count(7.0, "FLOP"), "7 FLOP");
         assert_eq!(grouped(1_048_576), "1,048,576");
         assert_eq!(grouped(999), "999");
+        // 1.5e6 pJ = 1.5 µJ; 2.5e12 pJ = 2.5 J.
+        assert_eq!(energy_pj(12.0), "12.00 pJ");
+        assert_eq!(energy_pj(1.5e6), "1.50 µJ");
+        assert_eq!(energy_pj(2.5e12), "2.500 J");
     }
 }

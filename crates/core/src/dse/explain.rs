@@ -5,8 +5,9 @@
 
 use super::rank::{time_pair_cmp, Rec};
 use super::search::{ChunkOut, Prepared};
-use super::types::Candidate;
+use super::types::{Candidate, RankBy};
 use super::{REASON_SRAM, REASON_SRAM_DOUBLE};
+use crate::levels::{EnergyReport, LevelTraffic};
 use crate::mapping::Dataflow;
 use crate::roofline::Bound;
 use crate::schedule::LoopOrder;
@@ -352,4 +353,89 @@ pub(super) fn off_front_text(best: &Candidate, pareto: &[Candidate]) -> String {
         fmt_count(d.pe_count),
         fmt_count(best.pe_count),
     )
+}
+
+/// The parts of a schedule's energy: `("mac", pJ)` then each level's `(name, pJ)`.
+fn energy_parts(e: &EnergyReport, levels: &[LevelTraffic]) -> Vec<(String, f64)> {
+    std::iter::once(("MACs".to_string(), e.mac_pj.unwrap_or(0.0)))
+        .chain(
+            levels
+                .iter()
+                .map(|l| (l.level.clone(), l.energy_pj.unwrap_or(0.0))),
+        )
+        .collect()
+}
+
+/// A row's reason when ranking by energy or EDP: how much more than the best, and at which
+/// part (MACs or a level) the difference is largest — the level whose traffic decides.
+pub(super) fn energy_row_reason(
+    rank: RankBy,
+    best: (&Rec, &EnergyReport, &[LevelTraffic]),
+    row: (&Rec, &EnergyReport, &[LevelTraffic]),
+) -> String {
+    let (b, be, bl) = best;
+    let (r, re, rl) = row;
+    let total = |e: &EnergyReport| e.total_pj.unwrap_or(0.0);
+    if r == b {
+        let parts = energy_parts(be, bl);
+        let (name, pj) =
+            parts.iter().cloned().fold(
+                ("".to_string(), f64::MIN),
+                |a, p| if p.1 > a.1 { p } else { a },
+            );
+        let lead = match rank {
+            RankBy::Edp => format!(
+                "best: lowest energy-delay product, {} × {}",
+                crate::units::energy_pj(total(be)),
+                fmt_time(b.overlapped_s)
+            ),
+            _ => format!(
+                "best: lowest energy, {}",
+                crate::units::energy_pj(total(be))
+            ),
+        };
+        return format!(
+            "{lead}; {name} is the largest part ({} of it); {}-bound",
+            fmt_pct(pj / total(be) * 100.0),
+            bound_of(b).label()
+        );
+    }
+    let (bp, rp) = (energy_parts(be, bl), energy_parts(re, rl));
+    let mut decide = ("".to_string(), f64::MIN, 0.0, 0.0);
+    for ((name, x), (_, y)) in rp.iter().zip(&bp) {
+        if x - y > decide.1 {
+            decide = (name.clone(), x - y, *x, *y);
+        }
+    }
+    let more = |a: f64, c: f64| {
+        if a > c {
+            format!("+{}", fmt_more(a, c))
+        } else if a < c {
+            format!("−{}", fmt_pct((1.0 - a / c) * 100.0))
+        } else {
+            "±0 %".into()
+        }
+    };
+    let head = match rank {
+        RankBy::Edp => format!(
+            "{} energy-delay product vs best (energy {}, overlapped time {})",
+            more(r.primary, b.primary),
+            more(total(re), total(be)),
+            more(r.overlapped_s, b.overlapped_s)
+        ),
+        _ if r.primary == b.primary => {
+            "ties best on energy; after it on overlapped time or a later key".into()
+        }
+        _ => format!("{} energy vs best", more(total(re), total(be))),
+    };
+    if decide.1 > 0.0 {
+        format!(
+            "{head}; {} decides: {} vs {}",
+            decide.0,
+            crate::units::energy_pj(decide.2),
+            crate::units::energy_pj(decide.3)
+        )
+    } else {
+        head
+    }
 }

@@ -26,15 +26,16 @@ mod search;
 mod spellings;
 mod types;
 
-pub use types::{Candidate, DesignSpace, ExploreResult, GemmBest, MultiExploreResult};
+pub use types::{Candidate, DesignSpace, ExploreResult, GemmBest, MultiExploreResult, RankBy};
 
 use crate::analysis::{Timing, LIMITATIONS, SCHEMA_VERSION};
 use crate::error::{CoreError, Result};
 use crate::gemm::{Gemm, NamedGemm};
 use crate::hardware::HardwareSpec;
+use crate::levels::{gemm_levels, Hierarchy};
 use crate::mapping::Dataflow;
 use crate::schedule::{LoopOrder, Tile};
-use explain::{off_front_text, row_reason, why_text};
+use explain::{energy_row_reason, off_front_text, row_reason, why_text};
 use rank::{time_pair_cmp, Rec};
 use search::{prepare, run, Prepared, REASONS};
 use std::cmp::Ordering;
@@ -73,8 +74,74 @@ pub const DSE_LIMITATIONS: &[&str] = &[
     "a PE-shape candidate keeps the chip's clock and MACs per PE per cycle and is one array; area, power and the chip's real peak for that shape are not modelled",
 ];
 
-fn candidate(p: &Prepared, best: &Rec, r: &Rec, compulsory: u64) -> Candidate {
+/// The ranking rule for `rank`, in words: [`RANKING_RULE`] behind the energy or the
+/// energy-delay product when ranking by those.
+pub fn ranking_rule(rank: RankBy) -> String {
+    match rank {
+        RankBy::Latency => RANKING_RULE.into(),
+        RankBy::Energy => format!("lowest energy (MACs plus the traffic of the PE registers, the tile buffer and DRAM, each at its sourced pJ per byte) first, then {RANKING_RULE}"),
+        RankBy::Edp => format!("lowest energy-delay product (energy in pJ × overlapped time in s) first, then {RANKING_RULE}"),
+    }
+}
+
+/// The Pareto rule for `rank`: [`PARETO_RULE`], with the ranked quantity in place of the
+/// overlapped time when ranking by energy or EDP.
+pub fn pareto_rule(rank: RankBy) -> String {
+    match rank {
+        RankBy::Latency => PARETO_RULE.into(),
+        RankBy::Energy => PARETO_RULE.replace("overlapped_time_s", "energy_pj"),
+        RankBy::Edp => PARETO_RULE.replace("overlapped_time_s", "edp_pj_s"),
+    }
+}
+
+/// Per-level traffic and energy of a record, for the listed candidates when ranking by
+/// energy or EDP.
+fn record_levels(
+    p: &Prepared,
+    hw: &HardwareSpec,
+    r: &Rec,
+) -> Option<(
+    Vec<crate::levels::LevelTraffic>,
+    crate::levels::EnergyReport,
+)> {
+    if p.rank == RankBy::Latency {
+        return None;
+    }
+    let pe = &p.pes[r.pe_idx as usize];
+    let h = Hierarchy {
+        pe,
+        buffer: hw.tile_buffer(),
+        dram: &hw.dram,
+    };
+    let t = Tile {
+        tm: r.tile[0],
+        tn: r.tile[1],
+        tk: r.tile[2],
+    };
+    gemm_levels(
+        &p.gemm,
+        &h,
+        Dataflow::ALL[r.dataflow as usize],
+        t,
+        LoopOrder::ALL[r.order as usize],
+    )
+    .ok()
+}
+
+fn candidate(p: &Prepared, hw: &HardwareSpec, best: &Rec, r: &Rec, compulsory: u64) -> Candidate {
     let order = LoopOrder::ALL[r.order as usize];
+    let levels = record_levels(p, hw, r);
+    let reason = match (&levels, record_levels(p, hw, best)) {
+        (Some((rl, re)), Some((bl, be))) => {
+            energy_row_reason(p.rank, (best, &be, &bl), (r, re, rl))
+        }
+        _ => row_reason(best, r),
+    };
+    let energy = levels.map(|(_, e)| e);
+    let edp_pj_s = match (p.rank, &energy) {
+        (RankBy::Edp, Some(e)) => e.total_pj.map(|t| t * r.overlapped_s),
+        _ => None,
+    };
     Candidate {
         tile: Tile {
             tm: r.tile[0],
@@ -93,7 +160,9 @@ fn candidate(p: &Prepared, best: &Rec, r: &Rec, compulsory: u64) -> Candidate {
         compute_cycles: r.compute_cycles,
         sram_used_bytes: r.sram_used_bytes,
         timing: Timing::new(r.compute_s, r.memory_s),
-        reason: row_reason(best, r),
+        reason,
+        energy,
+        edp_pj_s,
     }
 }
 
@@ -126,7 +195,7 @@ pub fn explore(
     let (best, ties_for_best, top, pareto) = match m.top.first() {
         None => (None, vec![], vec![], vec![]),
         Some(b) => {
-            let c = |r: &Rec| candidate(&p, b, r, compulsory);
+            let c = |r: &Rec| candidate(&p, hw, b, r, compulsory);
             let ties: Vec<Candidate> = m
                 .top
                 .iter()
@@ -161,8 +230,9 @@ pub fn explore(
         candidates_total: total,
         evaluated: m.evaluated,
         infeasible,
-        ranking_rule: RANKING_RULE.into(),
-        pareto_rule: PARETO_RULE.into(),
+        rank: space.rank,
+        ranking_rule: ranking_rule(space.rank),
+        pareto_rule: pareto_rule(space.rank),
         best,
         ties_for_best,
         ties_for_best_count: m.ties,
@@ -258,6 +328,7 @@ pub fn explore_many(
             dram_bytes: b.dram_bytes,
             compute_cycles: b.compute_cycles,
             bound: b.timing.bound,
+            energy_pj: b.energy.as_ref().and_then(|e| e.total_pj),
             why: r.why.clone(),
         });
     }
@@ -269,6 +340,10 @@ pub fn explore_many(
         .iter()
         .map(|r| r.evaluated)
         .fold(0u64, u64::saturating_add);
+    let total_energy_pj = match space.rank {
+        RankBy::Latency => None,
+        _ => rows.iter().map(|r| r.energy_pj).sum(),
+    };
     let elapsed_s = start.elapsed().as_secs_f64();
     Ok(MultiExploreResult {
         schema_version: SCHEMA_VERSION,
@@ -276,7 +351,7 @@ pub fn explore_many(
         kind: "dse-many".into(),
         hardware: hw.name.clone(),
         space: space.clone(),
-        ranking_rule: RANKING_RULE.into(),
+        ranking_rule: ranking_rule(space.rank),
         distinct_gemms: distinct.len() as u64,
         candidates_total,
         evaluated,
@@ -285,6 +360,7 @@ pub fn explore_many(
         total_serialized_time_s: t_ser,
         total_dram_bytes: t_dram,
         total_compute_cycles: t_cyc,
+        total_energy_pj,
         elapsed_s,
         evaluations_per_s: rate(evaluated, elapsed_s),
         limitations: limitations(),
@@ -332,6 +408,9 @@ mod tests {
                 capacity_bytes: None,
                 bandwidth_bytes_per_s: Some(1e9),
                 instances: 1,
+                energy: None,
+                operands: vec![],
+                capacity_per_operand: false,
             },
             onchip: vec![],
             pe_array: Some(PeArray {
@@ -340,6 +419,7 @@ mod tests {
                 macs_per_pe_per_cycle: 1,
                 clock_hz: 1e9,
                 arrays: 1,
+                energy: None,
             }),
             interconnect: None,
             sources: vec![],
@@ -611,6 +691,7 @@ mod tests {
             macs_per_pe_per_cycle: 1,
             clock_hz: 1e9,
             arrays: 3,
+            energy: None,
         });
         let g = Gemm::new(17, 17, 8, DType::Fp32).unwrap();
         let s = DesignSpace {
@@ -749,5 +830,147 @@ mod tests {
             r.candidates_total,
             r.space.clone(),
         )
+    }
+
+    /// Ranking by energy and by EDP picks the minimum over every feasible candidate, each
+    /// candidate's energy taken from `analyze_gemm`'s per-level report (an independent
+    /// path: the report, not the explorer's table); rows carry their energy and a reason
+    /// naming the part that decides; ranking by latency is untouched.
+    #[test]
+    fn energy_and_edp_rank_the_minimum() {
+        use crate::analysis::{analyze_gemm, GemmOptions};
+        let hw = crate::levels::tests::energy_hw();
+        let g = Gemm::new(64, 48, 32, DType::Fp32).unwrap();
+        let base = DesignSpace {
+            tile_m: vec![8, 16, 64],
+            tile_n: vec![8, 48],
+            tile_k: vec![4, 32],
+            pe_shapes: vec![(4, 4), (8, 2), (2, 8)],
+            dataflows: Dataflow::ALL.to_vec(),
+            sram_bytes: Some(64 * 1024),
+            ..DesignSpace::default()
+        };
+        // Brute force: every candidate through analyze_gemm's schedules.
+        let mut all = vec![];
+        for &tm in &base.tile_m {
+            for &tn in &base.tile_n {
+                for &tk in &base.tile_k {
+                    for &(rows, cols) in &base.pe_shapes {
+                        for df in Dataflow::ALL {
+                            let pe = PeArray::resized(&hw, rows, cols, None).unwrap();
+                            let opts = GemmOptions {
+                                pe: Some(pe),
+                                sram_bytes: base.sram_bytes,
+                                tile: Some(Tile { tm, tn, tk }),
+                                dataflow: Some(df),
+                                fill_drain: false,
+                            };
+                            let a = analyze_gemm(&g, &hw, &opts).unwrap();
+                            for sch in &a.schedules {
+                                let e = sch.energy.as_ref().unwrap().total_pj.unwrap();
+                                all.push((e, sch.timing.overlapped_time_s));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(all.len(), 3 * 2 * 2 * 3 * 3 * 6);
+        let min_e = all.iter().map(|x| x.0).fold(f64::MAX, f64::min);
+        let min_edp = all.iter().map(|x| x.0 * x.1).fold(f64::MAX, f64::min);
+        let max_e = all.iter().map(|x| x.0).fold(0.0, f64::max);
+        assert!(
+            max_e > 1.5 * min_e,
+            "the space must spread energy: {min_e}..{max_e}"
+        );
+
+        let s = DesignSpace {
+            rank: RankBy::Energy,
+            ..base.clone()
+        };
+        let r = explore(&g, &hw, &s, 5).unwrap();
+        assert_eq!(r.evaluated as usize, all.len());
+        assert_eq!(r.rank, RankBy::Energy);
+        assert!(r.ranking_rule.starts_with("lowest energy"));
+        let best = r.best.as_ref().unwrap();
+        let be = best.energy.as_ref().unwrap().total_pj.unwrap();
+        assert!((be - min_e).abs() <= 1e-9 * min_e, "{be} vs {min_e}");
+        assert!(
+            best.reason.starts_with("best: lowest energy"),
+            "{}",
+            best.reason
+        );
+        for w in r.top.windows(2) {
+            let (a, b) = (
+                w[0].energy.as_ref().unwrap().total_pj.unwrap(),
+                w[1].energy.as_ref().unwrap().total_pj.unwrap(),
+            );
+            assert!(a <= b * (1.0 + 1e-12));
+        }
+        // A row that spends more than the best names the part that decides; a row that ties
+        // says so.
+        let r = explore(&g, &hw, &s, 200).unwrap();
+        let te = |c: &Candidate| c.energy.as_ref().unwrap().total_pj.unwrap();
+        let more = r.top.iter().find(|c| te(c) > be).unwrap();
+        assert!(
+            more.reason.contains("energy vs best") && more.reason.contains("decides"),
+            "{}",
+            more.reason
+        );
+        if let Some(tie) = r.top[1..].iter().find(|c| te(c) == be) {
+            assert!(
+                tie.reason.starts_with("ties best on energy"),
+                "{}",
+                tie.reason
+            );
+        }
+
+        let s = DesignSpace {
+            rank: RankBy::Edp,
+            ..base.clone()
+        };
+        let r = explore(&g, &hw, &s, 3).unwrap();
+        let best = r.best.as_ref().unwrap();
+        let edp = best.edp_pj_s.unwrap();
+        assert!(
+            (edp - min_edp).abs() <= 1e-9 * min_edp,
+            "{edp} vs {min_edp}"
+        );
+
+        // By latency: no energy on the rows, the old rule.
+        let r = explore(&g, &hw, &base, 3).unwrap();
+        assert!(r.best.as_ref().unwrap().energy.is_none());
+        assert_eq!(r.ranking_rule, RANKING_RULE);
+    }
+
+    #[test]
+    fn energy_ranking_names_what_is_unsourced() {
+        let mut hw = crate::levels::tests::energy_hw();
+        hw.dram.energy = None;
+        let g = Gemm::new(16, 16, 16, DType::Fp32).unwrap();
+        let s = DesignSpace {
+            tile_m: vec![8],
+            tile_n: vec![8],
+            tile_k: vec![8],
+            rank: RankBy::Energy,
+            ..DesignSpace::default()
+        };
+        let e = explore(&g, &hw, &s, 1).unwrap_err().to_string();
+        assert!(e.contains("rank") && e.contains("dram.energy"), "{e}");
+        let e = explore(
+            &g,
+            &toy_hw(),
+            &DesignSpace {
+                sram_bytes: Some(4096),
+                ..s
+            },
+            1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pe_array.energy") && e.contains("tile buffer"),
+            "{e}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The order candidates are ranked in and the sets kept while evaluating: a compact,
 //! heap-free record per feasible candidate, the total ranking order and the (time, time)
-//! tie order, the Pareto set over (overlapped time, SRAM bytes, PE count) and a top list of
+//! tie order, the Pareto set over (the ranked quantity, SRAM bytes, PE count) and a top list of
 //! fixed size. How a record's quantities are computed is left to `search`.
 
 use std::cmp::Ordering;
@@ -9,6 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 /// One feasible candidate, plain old data (no heap), as the inner loop produces it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Rec {
+    /// What the ranking minimizes first: `overlapped_s` when ranking by latency, the energy
+    /// (pJ) or the energy-delay product (pJ·s) otherwise. Never negative.
+    pub(super) primary: f64,
+    /// Energy, pJ, when ranking by energy or EDP (0 otherwise).
+    pub(super) energy_pj: f64,
     pub(super) overlapped_s: f64,
     pub(super) serialized_s: f64,
     pub(super) compute_s: f64,
@@ -30,8 +35,9 @@ impl Rec {
     /// `f64::total_cmp`, so the key compares as integers.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn key(&self) -> (u64, u64, u64, u64, u64, [u64; 3], [u64; 2], u8, u8) {
+    fn key(&self) -> (u64, u64, u64, u64, u64, u64, [u64; 3], [u64; 2], u8, u8) {
         (
+            self.primary.to_bits(),
             self.overlapped_s.to_bits(),
             self.serialized_s.to_bits(),
             self.dram_bytes,
@@ -51,17 +57,26 @@ pub(super) fn rank_cmp(a: &Rec, b: &Rec) -> Ordering {
     a.key().cmp(&b.key())
 }
 
-/// Order on (overlapped time, serialized time) only: equal means tied for best.
+/// Order on (primary, overlapped time, serialized time) only: equal means tied for best.
+/// Ranking by latency, the primary is the overlapped time, so this is the time pair.
 #[inline(always)]
 pub(super) fn time_pair_cmp(a: &Rec, b: &Rec) -> Ordering {
-    (a.overlapped_s.to_bits(), a.serialized_s.to_bits())
-        .cmp(&(b.overlapped_s.to_bits(), b.serialized_s.to_bits()))
+    (
+        a.primary.to_bits(),
+        a.overlapped_s.to_bits(),
+        a.serialized_s.to_bits(),
+    )
+        .cmp(&(
+            b.primary.to_bits(),
+            b.overlapped_s.to_bits(),
+            b.serialized_s.to_bits(),
+        ))
 }
 
 /// Pareto objectives of `a` against `b`: (no worse on all three, equal on all three).
 #[inline]
 pub(super) fn objectives(a: &Rec, b: &Rec) -> (bool, bool) {
-    let t = a.overlapped_s.to_bits().cmp(&b.overlapped_s.to_bits());
+    let t = a.primary.to_bits().cmp(&b.primary.to_bits());
     let s = a.sram_used_bytes.cmp(&b.sram_used_bytes);
     let p = a.pe_count.cmp(&b.pe_count);
     let no_worse = t != Ordering::Greater && s != Ordering::Greater && p != Ordering::Greater;
@@ -90,7 +105,8 @@ pub(super) fn pareto_insert(front: &mut Vec<Rec>, c: Rec) {
     front.push(c);
 }
 
-/// A Pareto set over (overlapped time, SRAM bytes, PE count), all minimized: `a` supersedes
+/// A Pareto set over (primary, SRAM bytes, PE count), the primary being the overlapped time
+/// when ranking by latency, all minimized: `a` supersedes
 /// `b` when it is no worse on all three and better on one, or equal on all three and first
 /// in ranking order; the set keeps the records no other record supersedes.
 ///
@@ -114,7 +130,7 @@ impl Pareto {
     /// Add `c` unless a member supersedes it (then return that member); drop the members it
     /// supersedes.
     pub(super) fn insert(&mut self, c: Rec) -> Option<Rec> {
-        let t = c.overlapped_s.to_bits();
+        let t = c.primary.to_bits();
         let (s, pe) = (c.sram_used_bytes, c.pe_count);
         for (lpe, lv) in &self.levels {
             if *lpe > pe {
@@ -126,7 +142,7 @@ impl Pareto {
             let Some(p) = i.checked_sub(1).map(|i| &lv[i]) else {
                 continue;
             };
-            match p.overlapped_s.to_bits().cmp(&t) {
+            match p.primary.to_bits().cmp(&t) {
                 Ordering::Less => return Some(*p),
                 Ordering::Equal if *lpe < pe || p.sram_used_bytes < s => return Some(*p),
                 // Equal on all three: the first in ranking order stays (a copy of `c` too).
@@ -139,7 +155,7 @@ impl Pareto {
                 continue;
             }
             let lo = lv.partition_point(|p| p.sram_used_bytes < s);
-            let hi = lo + lv[lo..].partition_point(|p| p.overlapped_s.to_bits() >= t);
+            let hi = lo + lv[lo..].partition_point(|p| p.primary.to_bits() >= t);
             if hi > lo {
                 lv.drain(lo..hi);
             }
@@ -202,7 +218,7 @@ impl<'a> TopK<'a> {
     /// record that ranks after a turned-away one would be turned away too.
     #[inline(always)]
     pub(super) fn push(&mut self, r: &Rec) -> bool {
-        if r.overlapped_s.to_bits() > self.bound {
+        if r.primary.to_bits() > self.bound {
             return false;
         }
         if let Some(t) = &self.threshold {
@@ -222,7 +238,7 @@ impl<'a> TopK<'a> {
         self.buf.select_nth_unstable_by(k, rank_cmp);
         self.buf.truncate(self.cap);
         self.threshold = Some(self.buf[k]);
-        let t = self.buf[k].overlapped_s.to_bits();
+        let t = self.buf[k].primary.to_bits();
         self.bound = self.shared.fetch_min(t, AtomicOrdering::Relaxed).min(t);
     }
 
@@ -254,6 +270,8 @@ mod tests {
 
     fn rec(t: u8, ser: u8, sram: u64, pe: u64, order: u8) -> Rec {
         Rec {
+            primary: f64::from(t),
+            energy_pj: 0.0,
             overlapped_s: f64::from(t),
             serialized_s: f64::from(t) + f64::from(ser),
             compute_s: 0.0,

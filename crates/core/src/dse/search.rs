@@ -5,13 +5,14 @@
 //! (inter-tile movement on chip, stalls inside a tile) is counted.
 
 use super::rank::{rank_cmp, supersedes, time_pair_cmp, Pareto, Rec, TopK};
-use super::types::{dataflow_index, order_index, sorted_dedup, DesignSpace};
+use super::types::{dataflow_index, order_index, sorted_dedup, DesignSpace, RankBy};
 use super::{MAX_TOP_K, REASON_OVERFLOW, REASON_SRAM, REASON_SRAM_DOUBLE};
 use crate::error::{CoreError, Result};
 use crate::gemm::{Gemm, OperandBytes};
 use crate::hardware::{HardwareSpec, PeArray};
+use crate::levels::{level_counts, EnergyTable, Hierarchy};
 use crate::mapping::{map_cycles, Dataflow};
-use crate::schedule::{tile_footprint_bytes, tiled_traffic, LoopOrder, Tile};
+use crate::schedule::{tile_footprint_bytes, tiled_traffic, BufferLayout, LoopOrder, Tile};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::sync::atomic::AtomicU64;
@@ -88,6 +89,16 @@ pub(super) struct Prepared {
     /// Whether [`TileState::classes`] is needed: for a PE shape with several arrays (and for
     /// the debug check of the factored cycles).
     need_classes: bool,
+    /// What the ranking minimizes first.
+    pub(super) rank: RankBy,
+    /// The workload (energy needs its per-level counts).
+    pub(super) gemm: Gemm,
+    /// Energies, when ranking by energy or EDP (checked complete in `prepare`).
+    pub(super) energy: Option<EnergyTable>,
+    /// Whether the tile buffer holds A, B and C.
+    pub(super) buffer_holds: [bool; 3],
+    /// How the tile buffer holds the tiles (the feasibility check).
+    layout: BufferLayout,
 }
 
 const N_REASONS: usize = 3;
@@ -138,6 +149,34 @@ fn dim_classes(dim: u64, t: u64) -> ([(u64, u64); 2], usize) {
 }
 
 impl Prepared {
+    /// The energy of one candidate, pJ: MACs plus every level's traffic
+    /// ([`crate::levels`]); `None` without an energy table or on overflow.
+    #[inline]
+    pub(super) fn energy_pj(
+        &self,
+        tile: [u64; 3],
+        pe: &PeArray,
+        df: Dataflow,
+        order: LoopOrder,
+    ) -> Option<f64> {
+        let e = self.energy.as_ref()?;
+        let t = Tile {
+            tm: tile[0],
+            tn: tile[1],
+            tk: tile[2],
+        };
+        let c = level_counts(
+            &self.gemm,
+            pe.rows,
+            pe.cols,
+            df,
+            t,
+            order,
+            self.buffer_holds,
+        )?;
+        Some(e.total_pj(self.gemm.macs().ok()?, &c, self.dtype.bits()))
+    }
+
     /// The invariants of the tile `[tm[idx[0]], tn[idx[1]], tk[idx[2]]]`.
     fn tile_state(&self, tile: [u64; 3], idx: [usize; 3]) -> TileState {
         let t = Tile {
@@ -148,13 +187,7 @@ impl Prepared {
         let fit = match tile_footprint_bytes(t, self.dtype) {
             None => Err(IDX_OVERFLOW),
             Some((a, b, c)) => {
-                let used = if self.double_buffer {
-                    a.checked_add(b)
-                        .and_then(|ab| ab.checked_mul(2))
-                        .and_then(|ab2| ab2.checked_add(c))
-                } else {
-                    a.checked_add(b).and_then(|ab| ab.checked_add(c))
-                };
+                let used = self.layout.used_bytes(a, b, c, self.double_buffer);
                 match used {
                     None => Err(IDX_OVERFLOW),
                     Some(u) if u > self.sram_capacity_bytes => Err(if self.double_buffer {
@@ -379,8 +412,31 @@ impl Prepared {
                     let compute_s = cycles as f64 / self.clock_hz;
                     let (mut to_top, mut to_ties) = (true, true);
                     for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
+                        let overlapped_s = compute_s.max(memory_s);
+                        // Ranking by energy or EDP: every order of the group is offered (the
+                        // orders are sorted by DRAM bytes, which orders time, not energy).
+                        let (primary, energy_pj) = match self.rank {
+                            RankBy::Latency => (overlapped_s, 0.0),
+                            rank => {
+                                let Some(e) = self.energy_pj(tile, pe, df, self.orders[j].0) else {
+                                    out.evaluated -= 1;
+                                    out.infeasible[IDX_OVERFLOW] += 1;
+                                    continue;
+                                };
+                                (
+                                    if rank == RankBy::Energy {
+                                        e
+                                    } else {
+                                        e * overlapped_s
+                                    },
+                                    e,
+                                )
+                            }
+                        };
                         let r = Rec {
-                            overlapped_s: compute_s.max(memory_s),
+                            primary,
+                            energy_pj,
+                            overlapped_s,
                             serialized_s: compute_s + memory_s,
                             compute_s,
                             memory_s,
@@ -394,7 +450,7 @@ impl Prepared {
                             order: self.orders[j].1,
                             dataflow: df_idx,
                         };
-                        if n == 0 {
+                        if n == 0 || self.rank != RankBy::Latency {
                             // Same tile and PE shape => same SRAM bytes and PE count: only the
                             // group's first in ranking order can be on the Pareto front.
                             match &group_best {
@@ -415,13 +471,16 @@ impl Prepared {
                                 Some(Ordering::Greater) => to_ties = false,
                             }
                         }
-                        if !to_top && !to_ties {
+                        if self.rank != RankBy::Latency {
+                            // Not sorted by the primary: the next order may still rank ahead.
+                            (to_top, to_ties) = (true, true);
+                        } else if !to_top && !to_ties {
                             break;
                         }
                     }
                 }
                 if let Some(g) = group_best {
-                    let t = g.overlapped_s.to_bits();
+                    let t = g.primary.to_bits();
                     if t < below && !rejecter[pi].as_ref().is_some_and(|p| supersedes(p, &g)) {
                         if let Some(p) = pareto.insert(g) {
                             rejecter[pi] = Some(p);
@@ -540,9 +599,52 @@ fn pe_candidates(hw: &HardwareSpec, space: &DesignSpace) -> Result<(Vec<PeArray>
             macs_per_pe_per_cycle: macs,
             clock_hz,
             arrays: 1,
+            energy: hw.pe_array.as_ref().and_then(|p| p.energy.clone()),
         })
         .collect();
     Ok((pes, clock_hz))
+}
+
+/// The energy table when ranking by energy or EDP, and which operands the tile buffer
+/// holds. The chip's PE energy applies to every candidate PE shape (per MAC and per
+/// register byte, independent of the shape); a given `sram_bytes` replaces only the tile
+/// buffer's capacity (its energy per byte and held operands stay). Anything unsourced is an
+/// error naming it.
+fn energy_table(
+    g: &Gemm,
+    hw: &HardwareSpec,
+    space: &DesignSpace,
+) -> Result<(Option<EnergyTable>, [bool; 3])> {
+    let buffer = hw.tile_buffer();
+    let holds = buffer.map_or([true; 3], |b| crate::gemm::Operand::ALL.map(|x| b.holds(x)));
+    if space.rank == RankBy::Latency {
+        return Ok((None, holds));
+    }
+    let pe = hw.pe_array.clone().unwrap_or(PeArray {
+        rows: 1,
+        cols: 1,
+        macs_per_pe_per_cycle: 1,
+        clock_hz: 1.0,
+        arrays: 1,
+        energy: None,
+    });
+    let h = Hierarchy {
+        pe: &pe,
+        buffer,
+        dram: &hw.dram,
+    };
+    let table = EnergyTable::of(&h, g).map_err(|missing| {
+        CoreError::invalid(
+            "rank",
+            space.rank.name(),
+            format!(
+                "ranking by {} needs sourced energies; hardware `{}` has none for: {missing}",
+                space.rank.name(),
+                hw.name
+            ),
+        )
+    })?;
+    Ok((Some(table), holds))
 }
 
 /// Everything checked before evaluation: the prepared inputs and the candidate count.
@@ -622,6 +724,7 @@ pub(super) fn prepare(
         (g.k, &norm.tile_k),
     ]
     .map(|(d, list)| list.iter().map(|&v| d.div_ceil(v)).collect());
+    let (energy, buffer_holds) = energy_table(g, hw, space)?;
     let need_classes = cfg!(debug_assertions) || pes.iter().any(|p| p.arrays != 1);
     let mut pe_order: Vec<usize> = (0..pes.len()).collect();
     pe_order.sort_by_key(|&i| (pes[i].pe_count(), i));
@@ -650,6 +753,13 @@ pub(super) fn prepare(
         fill_drain: space.fill_drain,
         dram_bw,
         clock_hz,
+        rank: space.rank,
+        gemm: g.clone(),
+        energy,
+        buffer_holds,
+        layout: hw
+            .tile_buffer()
+            .map_or(BufferLayout::default(), BufferLayout::of),
     };
     Ok((p, norm, sram_source, count.unwrap_or(u64::MAX)))
 }
@@ -794,6 +904,8 @@ mod tests {
                                 let memory_s = tr.total as f64 / bw;
                                 out.push((
                                     Rec {
+                                        primary: compute_s.max(memory_s),
+                                        energy_pj: 0.0,
                                         overlapped_s: compute_s.max(memory_s),
                                         serialized_s: compute_s + memory_s,
                                         compute_s,

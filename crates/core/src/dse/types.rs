@@ -14,6 +14,49 @@ use crate::schedule::{LoopOrder, Tile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// What the ranking minimizes first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankBy {
+    /// Overlapped time `max(compute, memory)`.
+    #[default]
+    Latency,
+    /// Energy: MACs plus the traffic of every level ([`crate::levels`]); needs sourced
+    /// energies for the PE array, the tile buffer and DRAM.
+    Energy,
+    /// Energy-delay product: energy (pJ) × overlapped time (s).
+    Edp,
+}
+
+impl RankBy {
+    /// `latency`, `energy` or `edp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RankBy::Latency => "latency",
+            RankBy::Energy => "energy",
+            RankBy::Edp => "edp",
+        }
+    }
+
+    /// Parse `latency`, `energy` or `edp` (case-insensitive).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "latency" | "time" => Ok(RankBy::Latency),
+            "energy" => Ok(RankBy::Energy),
+            "edp" | "energy-delay" => Ok(RankBy::Edp),
+            _ => Err(CoreError::Unknown {
+                kind: "ranking".into(),
+                name: s.into(),
+                valid: "latency, energy, edp".into(),
+            }),
+        }
+    }
+
+    fn is_latency(&self) -> bool {
+        *self == RankBy::Latency
+    }
+}
+
 fn default_max_candidates() -> u64 {
     DEFAULT_MAX_CANDIDATES
 }
@@ -59,6 +102,9 @@ pub struct DesignSpace {
     /// Cap on the number of candidates; more is an error before anything is evaluated.
     #[serde(default = "default_max_candidates")]
     pub max_candidates: u64,
+    /// What the ranking minimizes first (default: latency).
+    #[serde(default, skip_serializing_if = "RankBy::is_latency")]
+    pub rank: RankBy,
 }
 
 impl Default for DesignSpace {
@@ -77,6 +123,7 @@ impl Default for DesignSpace {
             sram_bytes: None,
             clock_hz: None,
             max_candidates: DEFAULT_MAX_CANDIDATES,
+            rank: RankBy::Latency,
         }
     }
 }
@@ -253,6 +300,12 @@ pub struct Candidate {
     pub timing: Timing,
     /// Why it sits where it does, relative to the best candidate.
     pub reason: String,
+    /// Energy of MACs and each level, when the exploration ranks by energy or EDP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::levels::EnergyReport>,
+    /// Energy-delay product `total_pj · overlapped_time_s`, pJ·s, when ranking by EDP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edp_pj_s: Option<f64>,
 }
 
 /// Result of [`explore`](super::explore): the ranking of the supplied candidates for one GEMM.
@@ -286,9 +339,11 @@ pub struct ExploreResult {
     pub evaluated: u64,
     /// Infeasible candidates by reason; `evaluated + Σ infeasible = candidates_total`.
     pub infeasible: BTreeMap<String, u64>,
-    /// [`RANKING_RULE`](super::RANKING_RULE).
+    /// What the ranking minimizes first.
+    pub rank: RankBy,
+    /// The ranking rule for `rank`, in words ([`super::ranking_rule`]).
     pub ranking_rule: String,
-    /// [`PARETO_RULE`](super::PARETO_RULE).
+    /// The Pareto rule for `rank`, in words ([`super::pareto_rule`]).
     pub pareto_rule: String,
     /// The first candidate in ranking order; `None` when nothing is feasible.
     pub best: Option<Candidate>,
@@ -348,6 +403,9 @@ pub struct GemmBest {
     pub compute_cycles: u64,
     /// Which side binds the best overlapped time.
     pub bound: Bound,
+    /// Best candidate's energy (MACs and every level), pJ, when ranking by energy or EDP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy_pj: Option<f64>,
     /// The exploration's `why` for this GEMM.
     pub why: String,
 }
@@ -366,7 +424,7 @@ pub struct MultiExploreResult {
     pub hardware: String,
     /// The space as supplied (each GEMM clips the tile lists to its own shape).
     pub space: DesignSpace,
-    /// [`RANKING_RULE`](super::RANKING_RULE).
+    /// The ranking rule, in words ([`super::ranking_rule`]).
     pub ranking_rule: String,
     /// GEMMs with distinct shapes; repeated shapes are explored once.
     pub distinct_gemms: u64,
@@ -384,6 +442,9 @@ pub struct MultiExploreResult {
     pub total_dram_bytes: u64,
     /// Σ over rows of the best candidate's compute cycles.
     pub total_compute_cycles: u64,
+    /// Σ over rows of the best candidate's energy, pJ, when ranking by energy or EDP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_energy_pj: Option<f64>,
     /// Wall time of all explorations, seconds.
     pub elapsed_s: f64,
     /// `evaluated / elapsed_s`.

@@ -1,63 +1,89 @@
 //! Built-in presets: hardware (the reference model's abstract accelerators and sourced real
 //! devices, see docs/hardware.md) and named workloads. An unknown name is an error listing
 //! the valid names; there is no silent fallback.
-
-mod devices;
+//!
+//! Each hardware preset is a hardware file, `hardware/NAME.toml` (the format `--hw-file`
+//! reads), embedded in the binary: a comment above each figure names its source, and the
+//! file's `sources` give each source's title and URL.
 
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use crate::gemm::Gemm;
-use crate::hardware::{HardwareSpec, MemoryLevel, PeArray};
-use std::collections::BTreeMap;
+use crate::hardware::HardwareSpec;
+use std::sync::OnceLock;
 
-/// An abstract accelerator of the reference model: one MAC per PE per cycle, the same peak
-/// `2 · rows · cols · clock` for every dtype, one SRAM level, one DRAM level.
-fn abstract_accel(name: &str, pe: u64, sram_kib: u64, bw_gb_s: f64) -> HardwareSpec {
-    let clock_hz = 1e9;
-    let peak = 2.0 * (pe * pe) as f64 * clock_hz;
-    let peak_ops_per_s: BTreeMap<DType, f64> = DType::COMPUTE.iter().map(|d| (*d, peak)).collect();
-    HardwareSpec {
-        schema_version: crate::hardware::HARDWARE_SCHEMA_VERSION,
-        name: name.into(),
-        description: format!(
-            "reference-model abstract accelerator: {pe}x{pe} PEs at 1 GHz, {sram_kib} KiB SRAM, {bw_gb_s} GB/s DRAM"
-        ),
-        peak_ops_per_s,
-        dram: MemoryLevel {
-            name: "dram".into(),
-            capacity_bytes: None,
-            bandwidth_bytes_per_s: Some(bw_gb_s * 1e9),
-            instances: 1,
-        },
-        onchip: vec![MemoryLevel {
-            name: "sram".into(),
-            capacity_bytes: Some(sram_kib * 1024),
-            bandwidth_bytes_per_s: None,
-            instances: 1,
-        }],
-        pe_array: Some(PeArray {
-            rows: pe,
-            cols: pe,
-            macs_per_pe_per_cycle: 1,
-            clock_hz,
-            arrays: 1,
-        }),
-        interconnect: None,
-        sources: vec!["TensorForge reference model (shared/reference/reference-model.md)".into()],
-        notes: vec!["abstract: peak = 2·rows·cols·clock for every dtype".into()],
-    }
-}
+/// Every built-in hardware preset as `(name, TOML text)`, in the order `hw list` prints
+/// them: the reference model's abstract accelerators, then the real devices (NVIDIA, Apple,
+/// Tenstorrent, AMD, Google).
+const HARDWARE_FILES: &[(&str, &str)] = &[
+    ("small", include_str!("hardware/small.toml")),
+    ("balanced", include_str!("hardware/balanced.toml")),
+    ("compute_heavy", include_str!("hardware/compute_heavy.toml")),
+    (
+        "bandwidth_heavy",
+        include_str!("hardware/bandwidth_heavy.toml"),
+    ),
+    (
+        "nvidia_h100_sxm",
+        include_str!("hardware/nvidia_h100_sxm.toml"),
+    ),
+    (
+        "nvidia_h100_pcie",
+        include_str!("hardware/nvidia_h100_pcie.toml"),
+    ),
+    ("nvidia_h200", include_str!("hardware/nvidia_h200.toml")),
+    (
+        "nvidia_a100_sxm",
+        include_str!("hardware/nvidia_a100_sxm.toml"),
+    ),
+    ("nvidia_l4", include_str!("hardware/nvidia_l4.toml")),
+    (
+        "nvidia_rtx_4090",
+        include_str!("hardware/nvidia_rtx_4090.toml"),
+    ),
+    (
+        "rtx_3050_laptop",
+        include_str!("hardware/rtx_3050_laptop.toml"),
+    ),
+    ("apple_m3_max", include_str!("hardware/apple_m3_max.toml")),
+    (
+        "tenstorrent_wormhole_n150",
+        include_str!("hardware/tenstorrent_wormhole_n150.toml"),
+    ),
+    (
+        "tenstorrent_blackhole_p150",
+        include_str!("hardware/tenstorrent_blackhole_p150.toml"),
+    ),
+    ("amd_mi300x", include_str!("hardware/amd_mi300x.toml")),
+    ("google_tpu_v4", include_str!("hardware/google_tpu_v4.toml")),
+    (
+        "google_tpu_v5e",
+        include_str!("hardware/google_tpu_v5e.toml"),
+    ),
+    (
+        "google_tpu_v5p",
+        include_str!("hardware/google_tpu_v5p.toml"),
+    ),
+];
 
-/// Every built-in hardware preset, abstract ones first.
+/// Every built-in hardware preset, abstract ones first. The embedded files are parsed once.
 pub fn hardware_presets() -> Vec<HardwareSpec> {
-    let mut v = vec![
-        abstract_accel("small", 16, 256, 50.0),
-        abstract_accel("balanced", 32, 512, 100.0),
-        abstract_accel("compute_heavy", 64, 512, 100.0),
-        abstract_accel("bandwidth_heavy", 32, 512, 300.0),
-    ];
-    v.extend(devices::devices());
-    v
+    static PRESETS: OnceLock<Vec<HardwareSpec>> = OnceLock::new();
+    PRESETS
+        .get_or_init(|| {
+            HARDWARE_FILES
+                .iter()
+                .map(|(name, text)| {
+                    // Cannot fail in a build whose tests pass: the unit test
+                    // `tests::every_embedded_file_parses_and_is_named_after_itself` parses
+                    // every embedded file the same way, so a broken preset fails there, not
+                    // in a user's run.
+                    HardwareSpec::from_toml_str(text, &format!("presets/hardware/{name}.toml"))
+                        .unwrap_or_else(|e| panic!("built-in hardware preset: {e}"))
+                })
+                .collect()
+        })
+        .clone()
 }
 
 /// Short names accepted for presets: `(alias, preset)`.
@@ -122,44 +148,4 @@ pub fn gemm(name: &str) -> Result<Gemm> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_preset_validates_and_names_are_unique() {
-        let all = hardware_presets();
-        for h in &all {
-            h.validate().unwrap_or_else(|e| panic!("{}: {e}", h.name));
-        }
-        let mut names: Vec<_> = all.iter().map(|h| h.name.clone()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), all.len());
-    }
-
-    #[test]
-    fn abstract_peaks() {
-        // balanced: 2·32·32·1e9 = 2.048e12 FLOP/s; 100 GB/s; 512 KiB.
-        let b = hardware("balanced").unwrap();
-        assert_eq!(b.peak_for(DType::Fp16).unwrap(), 2.048e12);
-        assert_eq!(b.dram.bandwidth_bytes_per_s, Some(1e11));
-        assert_eq!(b.tile_buffer().unwrap().capacity_bytes, Some(524288));
-    }
-
-    #[test]
-    fn unknown_lists_valid_names() {
-        let e = hardware("h900").unwrap_err().to_string();
-        assert!(e.contains("h900") && e.contains("balanced"), "{e}");
-        assert!(gemm("gemm_huge")
-            .unwrap_err()
-            .to_string()
-            .contains("gemm_tiny"));
-    }
-
-    #[test]
-    fn aliases_resolve() {
-        for (alias, preset) in HARDWARE_ALIASES {
-            assert_eq!(&hardware(alias).unwrap().name, preset);
-        }
-    }
-}
+mod tests;
