@@ -4,7 +4,7 @@
 use crate::fmt;
 use std::fmt::Write;
 use tensorforge_core::conv::Conv2dAnalysis;
-use tensorforge_core::dse::{Candidate, ExploreResult, MultiExploreResult};
+use tensorforge_core::dse::{Candidate, ExploreResult, MultiExploreResult, RankBy};
 use tensorforge_core::transformer::{
     GemmRow, ModelAnalysis, NonGemmRow, TransformerAnalysis, TransformerTotals,
 };
@@ -566,7 +566,8 @@ pub fn model(r: &ModelAnalysis) -> String {
 }
 
 fn candidates_table(c: &[Candidate]) -> String {
-    let mut t = Table::new(&[
+    let energy = c.iter().any(|x| x.energy.is_some());
+    let mut head = vec![
         "#",
         "tile",
         "PE",
@@ -578,21 +579,44 @@ fn candidates_table(c: &[Candidate]) -> String {
         "overlapped",
         "serialized",
         "bound",
-    ]);
+    ];
+    if energy {
+        head.extend(["energy", "largest part"]);
+    }
+    let mut t = Table::new(&head);
     for (i, x) in c.iter().enumerate() {
-        t.row(vec![
-            (i + 1).to_string(),
-            x.tile.to_string(),
-            format!("{}x{}", x.pe_rows, x.pe_cols),
-            x.schedule.clone(),
-            x.dataflow.name().into(),
-            fmt::bytes(x.dram_bytes as f64),
-            x.compute_cycles.to_string(),
-            fmt::bytes(x.sram_used_bytes as f64),
-            fmt::time(x.timing.overlapped_time_s),
-            fmt::time(x.timing.serialized_time_s),
-            x.timing.bound.label().into(),
-        ]);
+        let mut extra = vec![];
+        if energy {
+            let e = x.energy.as_ref();
+            extra.push(
+                e.and_then(|e| e.total_pj)
+                    .map(fmt::energy_pj)
+                    .unwrap_or_else(|| "-".into()),
+            );
+            extra.push(
+                e.and_then(|e| e.largest.clone())
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        t.row(
+            [
+                vec![
+                    (i + 1).to_string(),
+                    x.tile.to_string(),
+                    format!("{}x{}", x.pe_rows, x.pe_cols),
+                    x.schedule.clone(),
+                    x.dataflow.name().into(),
+                    fmt::bytes(x.dram_bytes as f64),
+                    x.compute_cycles.to_string(),
+                    fmt::bytes(x.sram_used_bytes as f64),
+                    fmt::time(x.timing.overlapped_time_s),
+                    fmt::time(x.timing.serialized_time_s),
+                    x.timing.bound.label().into(),
+                ],
+                extra,
+            ]
+            .concat(),
+        );
     }
     t.render()
 }
@@ -629,7 +653,12 @@ pub fn explore(r: &ExploreResult) -> String {
     o.push_str(&candidates_table(&r.top));
     let _ = writeln!(
         o,
-        "\nPareto front over (overlapped time, SRAM bytes, PE count): {} candidates",
+        "\nPareto front over ({}, SRAM bytes, PE count): {} candidates",
+        match r.rank {
+            RankBy::Latency => "overlapped time",
+            RankBy::Energy => "energy",
+            RankBy::Edp => "energy-delay product",
+        },
         r.pareto.len()
     );
     o.push_str(&candidates_table(&r.pareto));

@@ -24,6 +24,10 @@
 //!   3 · 165,888 B = 497,664 B ≤ 512 KiB, all feasible), with the 4 PE shapes
 //!   (18³ · 4 · 6 = 139,968 candidates) or the 25 (18³ · 25 · 6 = 874,800).
 //!
+//! - `explore_1024_balanced_energy` and `explore_1024_balanced_25pe_edp`: the first and the
+//!   third space ranked by energy and by energy-delay product (every candidate's per-level
+//!   traffic and energy, `crate::levels`, with the preset's Horowitz 45 nm energies).
+//!
 //! `TF_DSE_ROUNDS=N` replaces criterion by a plain loop for comparing two builds on a shared
 //! machine: for each case, N rounds of `TF_DSE_CALLS` (default 20) timed `explore` calls
 //! after one warm-up call. Each round gives candidates per second (evaluated candidates of
@@ -36,7 +40,7 @@
 
 use criterion::{black_box, Criterion, Throughput};
 use std::time::{Duration, Instant};
-use tensorforge_core::dse::{explore, DesignSpace};
+use tensorforge_core::dse::{explore, DesignSpace, RankBy};
 use tensorforge_core::mapping::Dataflow;
 use tensorforge_core::{presets, DType, Gemm};
 
@@ -117,6 +121,24 @@ fn cases() -> Vec<(&'static str, DesignSpace, u64, u64)> {
             space_os(pe_25()),
             874_800,
             874_800,
+        ),
+        (
+            "explore_1024_balanced_energy",
+            DesignSpace {
+                rank: RankBy::Energy,
+                ..space()
+            },
+            294_912,
+            294_912,
+        ),
+        (
+            "explore_1024_balanced_25pe_edp",
+            DesignSpace {
+                rank: RankBy::Edp,
+                ..space_25pe()
+            },
+            988_650,
+            988_650,
         ),
     ]
 }

@@ -29,6 +29,12 @@ pub const LIMITATIONS: &[&str] = &[
     "compute and memory either fully serialize or fully overlap; partial overlap is not modelled",
 ];
 
+/// What the per-level traffic ([`crate::levels`]) adds to [`LIMITATIONS`].
+pub const LEVEL_LIMITATIONS: &[&str] = &[
+    "per-level traffic: one word per operand per PE in registers, one tile per operand in the buffer; edge tiles and folds are counted as full ones (exact when the tile divides the problem and the array the tile)",
+    "per-level energy: sourced pJ per byte times bytes moved; no leakage, no interconnect between buffer and PEs (a broadcast costs one read), no word-width or bank effects",
+];
+
 /// Options for [`analyze_gemm`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GemmOptions {
@@ -241,6 +247,18 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
             });
         }
     }
+    let mut limitations: Vec<String> = LIMITATIONS.iter().map(|s| s.to_string()).collect();
+    if opts.tile.is_some() {
+        match (&hierarchy, &level_pe) {
+            (Some(_), _) => limitations.extend(LEVEL_LIMITATIONS.iter().map(|s| s.to_string())),
+            (None, None) => limitations.push(
+                "per-level traffic and energy omitted: the chip has no PE array (give one, e.g. --pe 32x32)".into(),
+            ),
+            (None, Some(_)) => limitations.push(
+                "per-level traffic and energy omitted: the chip has no on-chip level to hold the tiles (give --sram-bytes)".into(),
+            ),
+        }
+    }
     Ok(GemmAnalysis {
         schema_version: SCHEMA_VERSION,
         evidence: "model".into(),
@@ -258,6 +276,6 @@ pub fn analyze_gemm(g: &Gemm, hw: &HardwareSpec, opts: &GemmOptions) -> Result<G
         sram_fit: sram,
         timing: Timing::new(compute_s, compulsory as f64 / dram_bw),
         schedules,
-        limitations: LIMITATIONS.iter().map(|s| s.to_string()).collect(),
+        limitations,
     })
 }

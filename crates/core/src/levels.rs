@@ -96,6 +96,15 @@ fn relevant(x: Operand, d: LoopDim) -> bool {
     }
 }
 
+/// The one dimension operand `x` does not depend on: N for A, M for B, K for C.
+fn free_dim(x: Operand) -> LoopDim {
+    match x {
+        Operand::A => LoopDim::N,
+        Operand::B => LoopDim::M,
+        Operand::C => LoopDim::K,
+    }
+}
+
 fn time_dim(df: Dataflow) -> (LoopDim, LoopDim, LoopDim) {
     // (rows, cols, time), as crate::mapping lays them.
     match df {
@@ -103,6 +112,230 @@ fn time_dim(df: Dataflow) -> (LoopDim, LoopDim, LoopDim) {
         Dataflow::WeightStationary => (LoopDim::K, LoopDim::N, LoopDim::M),
         Dataflow::InputStationary => (LoopDim::K, LoopDim::M, LoopDim::N),
     }
+}
+
+/// The order-independent parts of a schedule's loop nest for one (tile, array shape,
+/// dataflow): what the six tile loop orders share, so that an explorer computes them once
+/// per group and no division is left per order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NestParts {
+    /// The dataflow.
+    pub dataflow: Dataflow,
+    /// Tile extents `[tm, tn, tk]`, clipped to the problem.
+    pub tile: [u64; 3],
+    /// Fold trips by dimension `[M, N, K]`: `ceil(tile / array side)` for the two spatial
+    /// dimensions; the time dimension's entry is unused.
+    pub folds: [u64; 3],
+    /// Tile loop trips `[ceil(M / tm), ceil(N / tn), ceil(K / tk)]`.
+    pub trips: [u64; 3],
+    /// Per operand, the product of the array sides (clipped to the tile) that unroll a
+    /// dimension the operand does not depend on.
+    pub i0: [u64; 3],
+}
+
+fn dim_index(d: LoopDim) -> usize {
+    match d {
+        LoopDim::M => 0,
+        LoopDim::N => 1,
+        LoopDim::K => 2,
+    }
+}
+
+impl NestParts {
+    /// The parts of `g` tiled by `tile` (clipped) on a `rows × cols` array with `dataflow`.
+    pub fn new(g: &Gemm, rows: u64, cols: u64, dataflow: Dataflow, tile: Tile) -> Self {
+        let t = tile.clipped(g);
+        let ext = [t.tm, t.tn, t.tk];
+        let (rd, cd, _) = time_dim(dataflow);
+        let mut folds = [1u64; 3];
+        folds[dim_index(rd)] = ext[dim_index(rd)].div_ceil(rows);
+        folds[dim_index(cd)] = ext[dim_index(cd)].div_ceil(cols);
+        let trips = [g.m.div_ceil(t.tm), g.n.div_ceil(t.tn), g.k.div_ceil(t.tk)];
+        Self::from_parts(dataflow, ext, folds, trips, rows, cols)
+    }
+
+    /// The parts from counts the caller already has (no division).
+    #[inline]
+    pub fn from_parts(
+        dataflow: Dataflow,
+        tile: [u64; 3],
+        folds: [u64; 3],
+        trips: [u64; 3],
+        rows: u64,
+        cols: u64,
+    ) -> Self {
+        let (rd, cd, _) = time_dim(dataflow);
+        let mut i0 = [1u64; 3];
+        for (xi, x) in Operand::ALL.into_iter().enumerate() {
+            for (d, side) in [(rd, rows), (cd, cols)] {
+                if !relevant(x, d) {
+                    // At most the tile extent, itself at most a 64-bit dimension.
+                    i0[xi] *= side.min(tile[dim_index(d)]);
+                }
+            }
+        }
+        NestParts {
+            dataflow,
+            tile,
+            folds,
+            trips,
+            i0,
+        }
+    }
+
+    /// Which loops have more than one trip, as six bits: the time loop, the fold of the
+    /// rows dimension, the fold of the columns dimension, the M, N and K tile loops.
+    #[inline]
+    pub fn pattern(&self) -> u8 {
+        let (rd, cd, td) = time_dim(self.dataflow);
+        ((self.tile[dim_index(td)] > 1) as u8)
+            | ((self.folds[dim_index(rd)] > 1) as u8) << 1
+            | ((self.folds[dim_index(cd)] > 1) as u8) << 2
+            | ((self.trips[0] > 1) as u8) << 3
+            | ((self.trips[1] > 1) as u8) << 4
+            | ((self.trips[2] > 1) as u8) << 5
+    }
+
+    /// `(a, b)` of operand `x`: the trips of its loop inside the tile over the dimension it
+    /// does not depend on (the time loop or a fold), and of its tile loop over it.
+    #[inline]
+    pub fn loops_of(&self, x: Operand) -> (u64, u64) {
+        let dx = free_dim(x);
+        let (_, _, td) = time_dim(self.dataflow);
+        let inner = if dx == td {
+            self.tile[dim_index(td)]
+        } else {
+            self.folds[dim_index(dx)]
+        };
+        (inner, self.trips[dim_index(dx)])
+    }
+
+    /// Where each operand's two loops over the dimension it does not depend on sit, as a
+    /// state 0–4 ([`EnergyTable::state_pj`]), for `dataflow`, `order` and the trip pattern
+    /// [`NestParts::pattern`]: a pure function of the three, so an explorer can tabulate it.
+    ///
+    /// The nest without dropping one-trip loops has six positions innermost first: the time
+    /// loop, the two folds, the three tile loops. A loop *blocks* X when X depends on its
+    /// dimension and it has more than one trip. X's loop inside the tile is in the registers
+    /// when nothing inner blocks, else in the buffer; its tile loop is in the registers when
+    /// nothing inner blocks, in the buffer when no inner tile loop blocks, else in DRAM —
+    /// the run rule of the module text.
+    pub fn states(dataflow: Dataflow, order: LoopOrder, pattern: u8) -> [u8; 3] {
+        let (rd, _, td) = time_dim(dataflow);
+        let dims = order.dims();
+        let mut dim = [td; 6];
+        let mut gt1 = (pattern & 1) as u32;
+        let mut p = 1;
+        for &d in dims.iter().rev() {
+            if d != td {
+                dim[p] = d;
+                let bit = if d == rd { 1 } else { 2 };
+                gt1 |= (((pattern >> bit) & 1) as u32) << p;
+                p += 1;
+            }
+        }
+        for (q, &d) in dims.iter().rev().enumerate() {
+            dim[3 + q] = d;
+            gt1 |= (((pattern >> (3 + dim_index(d))) & 1) as u32) << (3 + q);
+        }
+        let mut out = [0u8; 3];
+        for (xi, x) in Operand::ALL.into_iter().enumerate() {
+            let dx = free_dim(x);
+            let mut mine = 0u32;
+            for (q, &d) in dim.iter().enumerate() {
+                mine |= ((d == dx) as u32) << q;
+            }
+            let block = gt1 & !mine;
+            let pi = (mine & 0b111).trailing_zeros();
+            let pl = (mine & 0b111_000).trailing_zeros();
+            let below = |q: u32| block & ((1u32 << q) - 1) == 0;
+            let (i_reg, l_reg) = (below(pi), below(pl));
+            let l_buf = !l_reg && block & ((1u32 << pl) - 1) & 0b111_000 == 0;
+            out[xi] = match (i_reg, l_reg, l_buf) {
+                (true, true, _) => 0,
+                (true, false, true) => 1,
+                (true, false, false) => 2,
+                (false, _, true) => 3,
+                _ => 4,
+            };
+        }
+        out
+    }
+
+    /// The loop nest under `order`, innermost first, loops of one trip dropped: the time
+    /// loop, the folds in the tile order, the tile loops in the tile order. The batch is
+    /// relevant to every operand and outermost, so it changes no factor.
+    #[inline]
+    fn nest(&self, order: LoopOrder) -> ([Lp; 6], usize) {
+        let (_, _, td) = time_dim(self.dataflow);
+        let mut nest = [Lp {
+            dim: td,
+            trips: 1,
+            intra: true,
+        }; 6];
+        let mut n = 0;
+        let mut push = |dim, trips: u64, intra| {
+            if trips > 1 {
+                nest[n] = Lp { dim, trips, intra };
+                n += 1;
+            }
+        };
+        push(td, self.tile[dim_index(td)], true);
+        let dims = order.dims();
+        for &d in dims.iter().rev() {
+            if d != td {
+                push(d, self.folds[dim_index(d)], true);
+            }
+        }
+        for &d in dims.iter().rev() {
+            push(d, self.trips[dim_index(d)], false);
+        }
+        (nest, n)
+    }
+}
+
+/// The loop nest of a schedule and each operand's `i0` ([`NestParts`]).
+#[inline]
+fn build_nest(
+    g: &Gemm,
+    rows: u64,
+    cols: u64,
+    dataflow: Dataflow,
+    tile: Tile,
+    order: LoopOrder,
+) -> ([Lp; 6], usize, [u64; 3]) {
+    let p = NestParts::new(g, rows, cols, dataflow, tile);
+    let (nest, n) = p.nest(order);
+    (nest, n, p.i0)
+}
+
+/// `(s, i1, i2)` of operand `x` over `nest` (module text); `None` on overflow.
+#[inline]
+fn split(nest: &[Lp], x: Operand) -> Option<(u64, u64, u64)> {
+    let mut i = 0;
+    let mut s = 1u64;
+    while i < nest.len() && !relevant(x, nest[i].dim) {
+        s = s.checked_mul(nest[i].trips)?;
+        i += 1;
+    }
+    let mut i1 = 1u64;
+    while i < nest.len() && nest[i].intra {
+        if !relevant(x, nest[i].dim) {
+            i1 = i1.checked_mul(nest[i].trips)?;
+        }
+        i += 1;
+    }
+    while i < nest.len() && !relevant(x, nest[i].dim) {
+        i1 = i1.checked_mul(nest[i].trips)?;
+        i += 1;
+    }
+    let mut i2 = 1u64;
+    for l in &nest[i..] {
+        if !relevant(x, l.dim) {
+            i2 = i2.checked_mul(l.trips)?;
+        }
+    }
+    Some((s, i1, i2))
 }
 
 /// Element accesses of every operand at the registers, the tile buffer and DRAM, for `g`
@@ -130,78 +363,13 @@ pub fn level_counts(
     order: LoopOrder,
     buffer_holds: [bool; 3],
 ) -> Option<LevelCounts> {
-    let t = tile.clipped(g);
-    let ext = |d: LoopDim| match d {
-        LoopDim::M => g.m,
-        LoopDim::N => g.n,
-        LoopDim::K => g.k,
-    };
-    let tl = |d: LoopDim| match d {
-        LoopDim::M => t.tm,
-        LoopDim::N => t.tn,
-        LoopDim::K => t.tk,
-    };
-    let (rd, cd, td) = time_dim(dataflow);
-    let side = |d: LoopDim| if d == rd { rows } else { cols };
-    // Innermost first: time loop, folds (tile order), tile loops (tile order). The batch is
-    // relevant to every operand and outermost, so it changes no factor below.
-    let mut nest = [Lp {
-        dim: td,
-        trips: 1,
-        intra: true,
-    }; 6];
-    let mut n = 0;
-    let mut push = |dim, trips: u64, intra| {
-        if trips > 1 {
-            nest[n] = Lp { dim, trips, intra };
-            n += 1;
-        }
-    };
-    push(td, tl(td), true);
-    let dims = order.dims();
-    for &d in dims.iter().rev() {
-        if d != td {
-            push(d, tl(d).div_ceil(side(d)), true);
-        }
-    }
-    for &d in dims.iter().rev() {
-        push(d, ext(d).div_ceil(tl(d)), false);
-    }
+    let (nest, n, i0s) = build_nest(g, rows, cols, dataflow, tile, order);
     let nest = &nest[..n];
     let batch = g.batch;
     let mut out = LevelCounts::default();
     for (xi, x) in Operand::ALL.into_iter().enumerate() {
-        let rel = |d| relevant(x, d);
-        let mut i = 0;
-        let mut s = 1u64;
-        while i < nest.len() && !rel(nest[i].dim) {
-            s = s.checked_mul(nest[i].trips)?;
-            i += 1;
-        }
-        let mut i1 = 1u64;
-        while i < nest.len() && nest[i].intra {
-            if !rel(nest[i].dim) {
-                i1 = i1.checked_mul(nest[i].trips)?;
-            }
-            i += 1;
-        }
-        while i < nest.len() && !rel(nest[i].dim) {
-            i1 = i1.checked_mul(nest[i].trips)?;
-            i += 1;
-        }
-        let mut i2 = 1u64;
-        for l in &nest[i..] {
-            if !rel(l.dim) {
-                i2 = i2.checked_mul(l.trips)?;
-            }
-        }
-        // Array sides that unroll a dimension X does not depend on (clipped to the tile).
-        let mut i0 = 1u64;
-        for d in [rd, cd] {
-            if !rel(d) {
-                i0 = i0.checked_mul(side(d).min(tl(d)))?;
-            }
-        }
+        let (s, i1, i2) = split(nest, x)?;
+        let i0 = i0s[xi];
         let (r, c) = match x {
             Operand::A => (g.m, g.k),
             Operand::B => (g.k, g.n),
@@ -377,6 +545,38 @@ fn accesses_pj(acc: &[Accesses; 3], bits: u64, r: f64, w: f64) -> f64 {
     pj * bits as f64 / 8.0
 }
 
+/// What a GEMM contributes to [`EnergyTable::parts_pj`], computed once per GEMM.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmEnergy {
+    /// Elements of A, B and C (batch included).
+    pub sizes: [f64; 3],
+    /// `MACs · mac_pj / bytes_per_element` (the sum is scaled by bytes per element last).
+    pub mac_pj: f64,
+    /// `bits / 8`.
+    pub bytes_per_element: f64,
+    /// C is read once more from DRAM.
+    pub accumulate: bool,
+}
+
+impl GemmEnergy {
+    /// The parts of `g` under `table`.
+    pub fn new(table: &EnergyTable, g: &Gemm) -> Self {
+        let b = g.batch as f64;
+        let sizes = [
+            b * g.m as f64 * g.k as f64,
+            b * g.k as f64 * g.n as f64,
+            b * g.m as f64 * g.n as f64,
+        ];
+        let bytes_per_element = g.dtype.bits() as f64 / 8.0;
+        GemmEnergy {
+            sizes,
+            mac_pj: sizes[2] * g.k as f64 * table.mac_pj / bytes_per_element,
+            bytes_per_element,
+            accumulate: g.accumulate,
+        }
+    }
+}
+
 /// Everything energy needs, with nothing missing: pJ per MAC, and pJ per byte read and
 /// written at the registers, the tile buffer and DRAM.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -433,6 +633,85 @@ impl EnergyTable {
                 (d.read_pj_per_byte, d.write_pj_per_byte),
             ],
         })
+    }
+
+    /// The energy of one schedule straight from the loop nest, pJ: the same sum as
+    /// [`EnergyTable::total_pj`] of [`level_counts`], in floating point and without
+    /// building the counts. `None` on overflow.
+    #[allow(clippy::too_many_arguments)]
+    pub fn schedule_pj(
+        &self,
+        g: &Gemm,
+        rows: u64,
+        cols: u64,
+        dataflow: Dataflow,
+        tile: Tile,
+        order: LoopOrder,
+        buffer_holds: [bool; 3],
+    ) -> Option<f64> {
+        let parts = NestParts::new(g, rows, cols, dataflow, tile);
+        self.parts_pj(&GemmEnergy::new(self, g), &parts, order, buffer_holds)
+    }
+
+    /// [`EnergyTable::schedule_pj`] from precomputed parts: the MACs plus each operand's
+    /// [`EnergyTable::state_pj`] in its [`NestParts::states`].
+    #[inline]
+    pub fn parts_pj(
+        &self,
+        ge: &GemmEnergy,
+        parts: &NestParts,
+        order: LoopOrder,
+        buffer_holds: [bool; 3],
+    ) -> Option<f64> {
+        let states = NestParts::states(parts.dataflow, order, parts.pattern());
+        let mut pj = ge.mac_pj;
+        for (xi, x) in Operand::ALL.into_iter().enumerate() {
+            pj += self.state_pj(ge, parts, x, states[xi], buffer_holds[xi]);
+        }
+        Some(pj * ge.bytes_per_element)
+    }
+
+    /// Operand `x`'s traffic energy at all three levels in `state` (see
+    /// [`NestParts::states`]), in pJ per byte of element (the caller multiplies by bytes
+    /// per element). With `a` the trips of x's loop inside the tile and `b` of its tile
+    /// loop: state 0 keeps both in the registers (`s = a·b`), 1 the first in the registers
+    /// and the second in the buffer (`s = a`, `i1 = b`), 2 the second in DRAM (`s = a`,
+    /// `i2 = b`), 3 both in the buffer (`i1 = a·b`), 4 the first in the buffer and the
+    /// second in DRAM (`i1 = a`, `i2 = b`).
+    #[inline]
+    pub fn state_pj(
+        &self,
+        ge: &GemmEnergy,
+        parts: &NestParts,
+        x: Operand,
+        state: u8,
+        held: bool,
+    ) -> f64 {
+        let [(rr, rw), (br, bw), (dr, dw)] = self.levels;
+        let xi = x as usize;
+        let (a, b) = parts.loops_of(x);
+        let (a, b) = (a as f64, b as f64);
+        let (s, i1, i2) = match state {
+            0 => (a * b, 1.0, 1.0),
+            1 => (a, b, 1.0),
+            2 => (a, 1.0, b),
+            3 => (1.0, a * b, 1.0),
+            _ => (1.0, a, b),
+        };
+        let (i1, i2) = if held { (i1, i2) } else { (1.0, i1 * i2) };
+        let (i0, size) = (parts.i0[xi] as f64, ge.sizes[xi]);
+        let up = i0 * i1 * i2;
+        let h = if held { 1.0 } else { 0.0 };
+        size * if x != Operand::C {
+            up * (rr + rw) + h * (i1 * i2 * br + i2 * bw) + i2 * dr
+        } else {
+            let dram_reads = if ge.accumulate { i2 } else { i2 - 1.0 };
+            (s * up + i1 * i2 - 1.0) * rw
+                + (s * up - 1.0 + up) * rr
+                + h * ((i1 * i2 + i2 - 1.0) * bw + (i1 * i2 - 1.0 + i2) * br)
+                + i2 * dw
+                + dram_reads * dr
+        }
     }
 
     /// `MACs · mac_pj + Σ_levels accesses_pj`: the energy of one schedule, pJ.
@@ -807,6 +1086,14 @@ clock_hz = 1e9
                 // What the buffer takes in from DRAM is what DRAM gives out.
                 prop_assert_eq!(c.buffer[0].writes_from_higher, c.dram[0].reads_to_lower);
                 prop_assert_eq!(c.buffer[2].reads_to_higher, c.dram[2].writes_from_lower);
+                // The explorer's direct energy equals the energy of the counts.
+                let table = EnergyTable { mac_pj: 1.5, levels: [(0.25, 0.3), (12.5, 13.0), (160.0, 170.0)] };
+                for holds in [[true; 3], [true, true, false], [false, true, true]] {
+                    let c = level_counts(&g, rows, cols, Dataflow::ALL[di], t, o, holds).unwrap();
+                    let want = table.total_pj(m * n * k * batch, &c, 8);
+                    let got = table.schedule_pj(&g, rows, cols, Dataflow::ALL[di], t, o, holds).unwrap();
+                    prop_assert!((got - want).abs() <= 1e-9 * want, "{} vs {}", got, want);
+                }
                 // Every MAC writes a partial sum into a register.
                 prop_assert!(c.registers[2].writes_from_lower >= m * n * k * batch);
             }

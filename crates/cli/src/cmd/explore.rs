@@ -5,7 +5,7 @@ use super::{parse_list, parse_pe, parse_positive, print_json, read_text, HwArgs}
 use crate::render;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use tensorforge_core::dse::{explore, explore_many, DesignSpace, DEFAULT_MAX_CANDIDATES};
+use tensorforge_core::dse::{explore, explore_many, DesignSpace, RankBy, DEFAULT_MAX_CANDIDATES};
 use tensorforge_core::{Dataflow, LoopOrder, NamedGemm};
 
 /// Arguments of `explore`.
@@ -81,6 +81,10 @@ struct SpaceArgs {
     /// Refuse, before evaluating, a space larger than this.
     #[arg(long)]
     max_candidates: Option<u64>,
+    /// What to minimize first: latency (default), energy, or edp (energy × overlapped
+    /// time). Energy needs sourced energies for the PE array, the tile buffer and DRAM.
+    #[arg(long, value_name = "METRIC")]
+    rank: Option<String>,
     /// How many ranked candidates to show.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -135,6 +139,9 @@ impl SpaceArgs {
         }
         if let Some(m) = self.max_candidates {
             s.max_candidates = m;
+        }
+        if let Some(r) = &self.rank {
+            s.rank = RankBy::parse(r)?;
         }
         if s.tile_m.is_empty() || s.tile_n.is_empty() || s.tile_k.is_empty() {
             bail!("give the tile lists --tile-m, --tile-n and --tile-k (or a --candidates file with tile_m, tile_n, tile_k)");

@@ -138,6 +138,11 @@ fn candidate(p: &Prepared, hw: &HardwareSpec, best: &Rec, r: &Rec, compulsory: u
         _ => row_reason(best, r),
     };
     let energy = levels.map(|(_, e)| e);
+    // The explorer's direct energy (what it ranked by) is the report's total.
+    debug_assert!(energy
+        .as_ref()
+        .and_then(|e| e.total_pj)
+        .is_none_or(|t| (t - r.energy_pj).abs() <= 1e-9 * t));
     let edp_pj_s = match (p.rank, &energy) {
         (RankBy::Edp, Some(e)) => e.total_pj.map(|t| t * r.overlapped_s),
         _ => None,
@@ -212,7 +217,11 @@ pub fn explore(
         }
     };
     if let Some(b) = &best {
-        why.push_str(&off_front_text(b, &pareto));
+        if space.rank == RankBy::Latency {
+            why.push_str(&off_front_text(b, &pareto));
+        } else {
+            why = format!("Ranked by {}: {}. {why}", space.rank.name(), b.reason);
+        }
     }
     let elapsed_s = start.elapsed().as_secs_f64();
     Ok(ExploreResult {

@@ -8,9 +8,9 @@ use super::rank::{rank_cmp, supersedes, time_pair_cmp, Pareto, Rec, TopK};
 use super::types::{dataflow_index, order_index, sorted_dedup, DesignSpace, RankBy};
 use super::{MAX_TOP_K, REASON_OVERFLOW, REASON_SRAM, REASON_SRAM_DOUBLE};
 use crate::error::{CoreError, Result};
-use crate::gemm::{Gemm, OperandBytes};
+use crate::gemm::{Gemm, Operand, OperandBytes};
 use crate::hardware::{HardwareSpec, PeArray};
-use crate::levels::{level_counts, EnergyTable, Hierarchy};
+use crate::levels::{EnergyTable, GemmEnergy, Hierarchy, NestParts};
 use crate::mapping::{map_cycles, Dataflow};
 use crate::schedule::{tile_footprint_bytes, tiled_traffic, BufferLayout, LoopOrder, Tile};
 use rayon::prelude::*;
@@ -95,6 +95,11 @@ pub(super) struct Prepared {
     pub(super) gemm: Gemm,
     /// Energies, when ranking by energy or EDP (checked complete in `prepare`).
     pub(super) energy: Option<EnergyTable>,
+    /// The GEMM's part of every candidate's energy, with `energy`.
+    gemm_energy: Option<GemmEnergy>,
+    /// `NestParts::states` for every (dataflow, order, trip pattern), indexed
+    /// `(dataflow · 6 + order) · 64 + pattern`; empty unless ranking by energy or EDP.
+    state_lut: Vec<[u8; 3]>,
     /// Whether the tile buffer holds A, B and C.
     pub(super) buffer_holds: [bool; 3],
     /// How the tile buffer holds the tiles (the feasibility check).
@@ -149,32 +154,26 @@ fn dim_classes(dim: u64, t: u64) -> ([(u64, u64); 2], usize) {
 }
 
 impl Prepared {
-    /// The energy of one candidate, pJ: MACs plus every level's traffic
-    /// ([`crate::levels`]); `None` without an energy table or on overflow.
+    /// The order-independent parts of the energy of tile `idx` on PE shape `pi` with `df`,
+    /// from the hoisted fold and tile trips (no division).
     #[inline]
-    pub(super) fn energy_pj(
-        &self,
-        tile: [u64; 3],
-        pe: &PeArray,
-        df: Dataflow,
-        order: LoopOrder,
-    ) -> Option<f64> {
-        let e = self.energy.as_ref()?;
-        let t = Tile {
-            tm: tile[0],
-            tn: tile[1],
-            tk: tile[2],
+    fn nest_parts(&self, pi: usize, idx: [usize; 3], tile: [u64; 3], df: Dataflow) -> NestParts {
+        let pe = &self.pes[pi];
+        let f = &self.factors[pi];
+        let (rd, cd) = match df {
+            Dataflow::OutputStationary => (0, 1),
+            Dataflow::WeightStationary => (2, 1),
+            Dataflow::InputStationary => (2, 0),
         };
-        let c = level_counts(
-            &self.gemm,
-            pe.rows,
-            pe.cols,
-            df,
-            t,
-            order,
-            self.buffer_holds,
-        )?;
-        Some(e.total_pj(self.gemm.macs().ok()?, &c, self.dtype.bits()))
+        let mut folds = [1u64; 3];
+        folds[rd] = f[rd][idx[rd]].rows[0];
+        folds[cd] = f[cd][idx[cd]].cols[0];
+        let trips = [
+            self.trips[0][idx[0]],
+            self.trips[1][idx[1]],
+            self.trips[2][idx[2]],
+        ];
+        NestParts::from_parts(df, tile, folds, trips, pe.rows, pe.cols)
     }
 
     /// The invariants of the tile `[tm[idx[0]], tn[idx[1]], tk[idx[2]]]`.
@@ -410,47 +409,28 @@ impl Prepared {
                     out.infeasible[IDX_OVERFLOW] += st.n_overflow;
                     out.evaluated += ranked.len() as u64;
                     let compute_s = cycles as f64 / self.clock_hz;
+                    let rec = |j: usize, dram_bytes: u64, memory_s: f64, primary, energy_pj| Rec {
+                        primary,
+                        energy_pj,
+                        overlapped_s: compute_s.max(memory_s),
+                        serialized_s: compute_s + memory_s,
+                        compute_s,
+                        memory_s,
+                        dram_bytes,
+                        compute_cycles: cycles,
+                        pe_count,
+                        sram_used_bytes: sram_used,
+                        tile,
+                        pe: [pe.rows, pe.cols],
+                        pe_idx: pi as u32,
+                        order: self.orders[j].1,
+                        dataflow: df_idx,
+                    };
+                    // Offer the group's records in ranking order; stop once neither the top
+                    // list nor the ties can take one (every later one ranks after it).
                     let (mut to_top, mut to_ties) = (true, true);
-                    for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
-                        let overlapped_s = compute_s.max(memory_s);
-                        // Ranking by energy or EDP: every order of the group is offered (the
-                        // orders are sorted by DRAM bytes, which orders time, not energy).
-                        let (primary, energy_pj) = match self.rank {
-                            RankBy::Latency => (overlapped_s, 0.0),
-                            rank => {
-                                let Some(e) = self.energy_pj(tile, pe, df, self.orders[j].0) else {
-                                    out.evaluated -= 1;
-                                    out.infeasible[IDX_OVERFLOW] += 1;
-                                    continue;
-                                };
-                                (
-                                    if rank == RankBy::Energy {
-                                        e
-                                    } else {
-                                        e * overlapped_s
-                                    },
-                                    e,
-                                )
-                            }
-                        };
-                        let r = Rec {
-                            primary,
-                            energy_pj,
-                            overlapped_s,
-                            serialized_s: compute_s + memory_s,
-                            compute_s,
-                            memory_s,
-                            dram_bytes,
-                            compute_cycles: cycles,
-                            pe_count,
-                            sram_used_bytes: sram_used,
-                            tile,
-                            pe: [pe.rows, pe.cols],
-                            pe_idx: pi as u32,
-                            order: self.orders[j].1,
-                            dataflow: df_idx,
-                        };
-                        if n == 0 || self.rank != RankBy::Latency {
+                    let mut offer = |n: usize, r: Rec| {
+                        if n == 0 {
                             // Same tile and PE shape => same SRAM bytes and PE count: only the
                             // group's first in ranking order can be on the Pareto front.
                             match &group_best {
@@ -471,11 +451,88 @@ impl Prepared {
                                 Some(Ordering::Greater) => to_ties = false,
                             }
                         }
-                        if self.rank != RankBy::Latency {
-                            // Not sorted by the primary: the next order may still rank ahead.
-                            (to_top, to_ties) = (true, true);
-                        } else if !to_top && !to_ties {
-                            break;
+                        to_top || to_ties
+                    };
+                    if self.rank == RankBy::Latency {
+                        // One compute time and orders by DRAM bytes: `ranked` is ranking
+                        // order, and records are built only as far as they are needed.
+                        for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
+                            let r = rec(j, dram_bytes, memory_s, compute_s.max(memory_s), 0.0);
+                            if !offer(n, r) {
+                                break;
+                            }
+                        }
+                    } else {
+                        // By energy or EDP: every order's record, sorted into ranking order.
+                        let (Some(table), Some(ge)) = (&self.energy, &self.gemm_energy) else {
+                            unreachable!("prepare gives an energy table when ranking by energy")
+                        };
+                        // Each operand's energy in each of its (at most five) states, computed
+                        // once per group when first needed; the states of an order come from
+                        // the table built in `prepare`.
+                        let parts = self.nest_parts(pi, idx, tile, df);
+                        let base = (df_idx as usize * 6) * 64 + parts.pattern() as usize;
+                        let mut memo = [[f64::NAN; 5]; 3];
+                        // Within a group, ranking order is (primary, overlapped, serialized,
+                        // DRAM bytes, order): the other keys are the group's. Records are
+                        // built and offered in that order, the least first, until one is
+                        // turned away.
+                        let mut keys = [(0u64, 0u64, 0u64, 0u64, 0u8); 6];
+                        let mut energies = [0.0f64; 6];
+                        for (k, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
+                            let states = self.state_lut[base + self.orders[j].1 as usize * 64];
+                            let mut e = ge.mac_pj;
+                            for (xi, x) in Operand::ALL.into_iter().enumerate() {
+                                let st = states[xi] as usize;
+                                if memo[xi][st].is_nan() {
+                                    memo[xi][st] = table.state_pj(
+                                        ge,
+                                        &parts,
+                                        x,
+                                        st as u8,
+                                        self.buffer_holds[xi],
+                                    );
+                                }
+                                e += memo[xi][st];
+                            }
+                            let e = e * ge.bytes_per_element;
+                            let overlapped_s = compute_s.max(memory_s);
+                            let primary = if self.rank == RankBy::Energy {
+                                e
+                            } else {
+                                e * overlapped_s
+                            };
+                            energies[k] = e;
+                            keys[k] = (
+                                primary.to_bits(),
+                                overlapped_s.to_bits(),
+                                (compute_s + memory_s).to_bits(),
+                                dram_bytes,
+                                self.orders[j].1,
+                            );
+                        }
+                        let mut used = 0u32;
+                        for n in 0..ranked.len() {
+                            let mut least = usize::MAX;
+                            for k in 0..ranked.len() {
+                                if used & (1 << k) == 0
+                                    && (least == usize::MAX || keys[k] < keys[least])
+                                {
+                                    least = k;
+                                }
+                            }
+                            used |= 1 << least;
+                            let (j, dram_bytes, memory_s) = ranked[least];
+                            let r = rec(
+                                j,
+                                dram_bytes,
+                                memory_s,
+                                f64::from_bits(keys[least].0),
+                                energies[least],
+                            );
+                            if !offer(n, r) {
+                                break;
+                            }
                         }
                     }
                 }
@@ -755,6 +812,20 @@ pub(super) fn prepare(
         clock_hz,
         rank: space.rank,
         gemm: g.clone(),
+        gemm_energy: energy.as_ref().map(|t| GemmEnergy::new(t, g)),
+        state_lut: if energy.is_some() {
+            let mut v = Vec::with_capacity(3 * 6 * 64);
+            for df in Dataflow::ALL {
+                for o in LoopOrder::ALL {
+                    for pattern in 0..64u8 {
+                        v.push(NestParts::states(df, o, pattern));
+                    }
+                }
+            }
+            v
+        } else {
+            Vec::new()
+        },
         energy,
         buffer_holds,
         layout: hw
