@@ -8,7 +8,7 @@
 use crate::{guard, os_err, to_json, value_err};
 use pyo3::prelude::*;
 use tensorforge_core::conv::{analyze_conv2d, conv2d_preset, Conv2d};
-use tensorforge_core::dse::{explore, DesignSpace, DEFAULT_MAX_CANDIDATES};
+use tensorforge_core::dse::{explore, DesignSpace, RankBy, DEFAULT_MAX_CANDIDATES};
 use tensorforge_core::gemm::QuantGroups;
 use tensorforge_core::parallel::Parallelism;
 use tensorforge_core::serve::{serve, ServeOptions, DEFAULT_BATCHES, DEFAULT_CONTEXTS};
@@ -569,7 +569,7 @@ fn _serve(
 #[pyo3(signature = (m = None, n = None, k = None, *, tile_m, tile_n, tile_k, batch = None,
     dtype = None, preset = None, pe = None, schedules = None, dataflows = None,
     double_buffer = false, fill_drain = false, sram_bytes = None, clock_hz = None,
-    max_candidates = None, top = 10, hw = None, hw_file = None))]
+    max_candidates = None, top = 10, hw = None, hw_file = None, rank = None))]
 #[allow(clippy::too_many_arguments)]
 fn _explore_gemm(
     m: Option<u64>,
@@ -592,11 +592,16 @@ fn _explore_gemm(
     top: usize,
     hw: Option<&str>,
     hw_file: Option<&str>,
+    rank: Option<&str>,
 ) -> PyResult<String> {
     guard(|| {
         let g = gemm_of(preset, (m, n, k), batch, dtype, false)?;
         let spec = hardware(hw, hw_file)?;
         let mut s = DesignSpace {
+            rank: match rank {
+                Some(r) => RankBy::parse(r).map_err(value_err)?,
+                None => RankBy::Latency,
+            },
             max_candidates: max_candidates.unwrap_or(DEFAULT_MAX_CANDIDATES),
             tile_m,
             tile_n,

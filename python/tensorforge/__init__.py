@@ -305,7 +305,8 @@ def explore_gemm(
     """Bounded exploration of the candidates you supply (tiles × PE shapes × loop orders ×
     dataflows), ranked, with why the winner wins (``explore gemm --json``). Other keywords:
     ``batch``, ``dtype``, ``preset``, ``double_buffer``, ``fill_drain``, ``sram_bytes``,
-    ``clock_hz``, ``max_candidates``, ``top``, ``hw``."""
+    ``clock_hz``, ``max_candidates``, ``top``, ``hw``, ``rank`` (``"latency"``, the default,
+    ``"energy"`` or ``"edp"``: energy needs sourced energies on the chip's levels)."""
     as_list = lambda v: [v] if isinstance(v, str) else (list(v) if v is not None else None)  # noqa: E731
     return _result(
         _native._explore_gemm(

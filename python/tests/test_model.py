@@ -81,6 +81,22 @@ def test_explore_and_hardware_equal_cli(cli):
             x.pop(key)
     assert d == c
     assert r.why and r.best
+    # Ranked by energy: the same as the CLI, the best spends the least; a bad ranking name
+    # is a ValueError naming the valid ones.
+    e = tf.explore_gemm(512, 512, 512, tile_m=[64, 128], tile_n=[64, 128], tile_k=[32, 64], hw="balanced", rank="energy")
+    c = cli_json(
+        cli, "explore", "gemm", "--m", 512, "--n", 512, "--k", 512, "--tile-m", "64,128",
+        "--tile-n", "64,128", "--tile-k", "32,64", "--hw", "balanced", "--rank", "energy",
+    )
+    d = e.to_dict()
+    for x in (d, c):
+        for key in [k for k in x if "elapsed" in k or "per_s" in k]:
+            x.pop(key)
+    assert d == c
+    best = d["best"]["energy"]["total_pj"]
+    assert all(t["energy"]["total_pj"] >= best for t in d["top"])
+    with pytest.raises(ValueError, match="latency, energy, edp"):
+        tf.explore_gemm(64, 64, 64, tile_m=[64], tile_n=[64], tile_k=[64], rank="power")
     assert tf.hardware("h100").to_dict() == cli_json(cli, "hw", "show", "h100")
     assert [h.to_dict() for h in tf.hardware_presets()] == cli_json(cli, "hw", "list")["presets"]
 

@@ -701,3 +701,111 @@ fn help_and_version_print_on_stdout_and_exit_0() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("tensorforge "), "{text}");
 }
+
+#[test]
+fn levels_energy_and_energy_ranking() {
+    // 64³ fp16 on `balanced` (32×32 PEs), one 64³ tile, output-stationary, c-resident: A is
+    // read from the buffer once per column fold, 64·64 elements · 2 folds = 8192, and from
+    // DRAM once (4096); C leaves the registers once per element (4096).
+    let v = json(&[
+        "analyze", "gemm", "--m", "64", "--n", "64", "--k", "64", "--tile", "64x64x64", "--json",
+    ]);
+    let s = &v["schedules"][0];
+    assert_eq!(s["name"], "c-resident");
+    let levels = s["levels"].as_array().unwrap();
+    let names: Vec<&str> = levels
+        .iter()
+        .map(|l| l["level"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["registers", "sram", "dram"]);
+    let a_buf = &levels[1]["operands"][0];
+    assert_eq!(a_buf["operand"], "a");
+    assert_eq!(a_buf["elements"]["reads_to_lower"], 8192);
+    assert_eq!(a_buf["read_bytes"], 8192 * 2);
+    assert_eq!(levels[2]["operands"][0]["elements"]["reads_to_lower"], 4096);
+    assert_eq!(
+        levels[0]["operands"][2]["elements"]["reads_to_higher"],
+        4096
+    );
+    // The total is the MACs plus the levels, every part sourced on this preset.
+    let e = &s["energy"];
+    let parts: f64 = levels
+        .iter()
+        .map(|l| l["energy_pj"].as_f64().unwrap())
+        .sum::<f64>()
+        + e["mac_pj"].as_f64().unwrap();
+    assert!((parts - e["total_pj"].as_f64().unwrap()).abs() <= 1e-9 * parts);
+    // 262144 MACs at 1.5 pJ (Horowitz 45 nm fp16 multiply + add).
+    assert_eq!(e["mac_pj"].as_f64().unwrap(), 262_144.0 * 1.5);
+    assert!(e.get("missing").is_none(), "{e}");
+
+    let r = json(&[
+        "explore",
+        "gemm",
+        "--m",
+        "256",
+        "--n",
+        "256",
+        "--k",
+        "256",
+        "--tile-m",
+        "32,64,128",
+        "--tile-n",
+        "32,64,128",
+        "--tile-k",
+        "32,64",
+        "--pe",
+        "16x16,32x32",
+        "--dataflows",
+        "all",
+        "--rank",
+        "energy",
+        "--json",
+    ]);
+    assert_eq!(r["rank"], "energy");
+    let best = r["best"]["energy"]["total_pj"].as_f64().unwrap();
+    for c in r["top"].as_array().unwrap() {
+        assert!(c["energy"]["total_pj"].as_f64().unwrap() >= best);
+    }
+    assert!(r["why"].as_str().unwrap().starts_with("Ranked by energy"));
+    // A chip without sourced energies: one line naming what is missing.
+    fails(
+        &[
+            "explore",
+            "gemm",
+            "--m",
+            "256",
+            "--n",
+            "256",
+            "--k",
+            "256",
+            "--hw",
+            "h100",
+            "--tile-m",
+            "64",
+            "--tile-n",
+            "64",
+            "--tile-k",
+            "64",
+            "--pe",
+            "16x16",
+            "--clock-hz",
+            "1e9",
+            "--rank",
+            "energy",
+        ],
+        &[
+            "rank",
+            "needs sourced energies",
+            "pe_array.energy",
+            "dram.energy",
+        ],
+    );
+    fails(
+        &[
+            "explore", "gemm", "--m", "64", "--n", "64", "--k", "64", "--tile-m", "64", "--tile-n",
+            "64", "--tile-k", "64", "--rank", "power",
+        ],
+        &["power", "latency, energy, edp"],
+    );
+}

@@ -139,10 +139,13 @@ fn candidate(p: &Prepared, hw: &HardwareSpec, best: &Rec, r: &Rec, compulsory: u
     };
     let energy = levels.map(|(_, e)| e);
     // The explorer's direct energy (what it ranked by) is the report's total.
-    debug_assert!(energy
-        .as_ref()
-        .and_then(|e| e.total_pj)
-        .is_none_or(|t| (t - r.energy_pj).abs() <= 1e-9 * t));
+    debug_assert!(energy.as_ref().and_then(|e| e.total_pj).is_none_or(|t| {
+        let ranked = match p.rank {
+            RankBy::Edp => t * r.overlapped_s,
+            _ => t,
+        };
+        (ranked - r.primary).abs() <= 1e-9 * ranked
+    }));
     let edp_pj_s = match (p.rank, &energy) {
         (RankBy::Edp, Some(e)) => e.total_pj.map(|t| t * r.overlapped_s),
         _ => None,

@@ -12,8 +12,6 @@ pub(super) struct Rec {
     /// What the ranking minimizes first: `overlapped_s` when ranking by latency, the energy
     /// (pJ) or the energy-delay product (pJ·s) otherwise. Never negative.
     pub(super) primary: f64,
-    /// Energy, pJ, when ranking by energy or EDP (0 otherwise).
-    pub(super) energy_pj: f64,
     pub(super) overlapped_s: f64,
     pub(super) serialized_s: f64,
     pub(super) compute_s: f64,
@@ -271,7 +269,6 @@ mod tests {
     fn rec(t: u8, ser: u8, sram: u64, pe: u64, order: u8) -> Rec {
         Rec {
             primary: f64::from(t),
-            energy_pj: 0.0,
             overlapped_s: f64::from(t),
             serialized_s: f64::from(t) + f64::from(ser),
             compute_s: 0.0,

@@ -409,9 +409,8 @@ impl Prepared {
                     out.infeasible[IDX_OVERFLOW] += st.n_overflow;
                     out.evaluated += ranked.len() as u64;
                     let compute_s = cycles as f64 / self.clock_hz;
-                    let rec = |j: usize, dram_bytes: u64, memory_s: f64, primary, energy_pj| Rec {
+                    let rec = |j: usize, dram_bytes: u64, memory_s: f64, primary| Rec {
                         primary,
-                        energy_pj,
                         overlapped_s: compute_s.max(memory_s),
                         serialized_s: compute_s + memory_s,
                         compute_s,
@@ -457,7 +456,7 @@ impl Prepared {
                         // One compute time and orders by DRAM bytes: `ranked` is ranking
                         // order, and records are built only as far as they are needed.
                         for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
-                            let r = rec(j, dram_bytes, memory_s, compute_s.max(memory_s), 0.0);
+                            let r = rec(j, dram_bytes, memory_s, compute_s.max(memory_s));
                             if !offer(n, r) {
                                 break;
                             }
@@ -478,7 +477,6 @@ impl Prepared {
                         // built and offered in that order, the least first, until one is
                         // turned away.
                         let mut keys = [(0u64, 0u64, 0u64, 0u64, 0u8); 6];
-                        let mut energies = [0.0f64; 6];
                         for (k, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
                             let states = self.state_lut[base + self.orders[j].1 as usize * 64];
                             let mut e = ge.mac_pj;
@@ -502,7 +500,6 @@ impl Prepared {
                             } else {
                                 e * overlapped_s
                             };
-                            energies[k] = e;
                             keys[k] = (
                                 primary.to_bits(),
                                 overlapped_s.to_bits(),
@@ -523,13 +520,7 @@ impl Prepared {
                             }
                             used |= 1 << least;
                             let (j, dram_bytes, memory_s) = ranked[least];
-                            let r = rec(
-                                j,
-                                dram_bytes,
-                                memory_s,
-                                f64::from_bits(keys[least].0),
-                                energies[least],
-                            );
+                            let r = rec(j, dram_bytes, memory_s, f64::from_bits(keys[least].0));
                             if !offer(n, r) {
                                 break;
                             }
@@ -976,7 +967,6 @@ mod tests {
                                 out.push((
                                     Rec {
                                         primary: compute_s.max(memory_s),
-                                        energy_pj: 0.0,
                                         overlapped_s: compute_s.max(memory_s),
                                         serialized_s: compute_s + memory_s,
                                         compute_s,
