@@ -681,7 +681,8 @@ pub fn explore_many(r: &MultiExploreResult) -> String {
         fmt::count(r.evaluations_per_s, ""),
         r.ranking_rule
     );
-    let mut t = Table::new(&[
+    let energy = r.total_energy_pj.is_some();
+    let mut head = vec![
         "GEMM",
         "M",
         "N",
@@ -694,9 +695,13 @@ pub fn explore_many(r: &MultiExploreResult) -> String {
         "DRAM",
         "overlapped",
         "bound",
-    ]);
+    ];
+    if energy {
+        head.push("energy");
+    }
+    let mut t = Table::new(&head);
     for x in &r.rows {
-        t.row(vec![
+        let mut row = vec![
             x.name.clone(),
             x.m.to_string(),
             x.n.to_string(),
@@ -709,9 +714,20 @@ pub fn explore_many(r: &MultiExploreResult) -> String {
             fmt::bytes(x.dram_bytes as f64),
             fmt::time(x.overlapped_time_s),
             x.bound.label().into(),
-        ]);
+        ];
+        if energy {
+            row.push(
+                x.energy_pj
+                    .map(fmt::energy_pj)
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        t.row(row);
     }
     o.push_str(&t.render());
+    if let Some(e) = r.total_energy_pj {
+        let _ = writeln!(o, "  total energy: {}", fmt::energy_pj(e));
+    }
     let _ = writeln!(
         o,
         "  total: overlapped {}, serialized {}, DRAM {}, {} compute cycles\n",

@@ -129,17 +129,46 @@ fn show(h: &HardwareSpec) -> String {
     }
     o.push_str(&t.render());
     o.push_str("\nMemory levels\n");
-    let mut t = Table::new(&["level", "capacity", "instances", "bandwidth"]);
+    let mut t = Table::new(&[
+        "level",
+        "capacity",
+        "instances",
+        "bandwidth",
+        "holds",
+        "read / write energy",
+    ]);
+    let energy = |e: Option<&tensorforge_core::AccessEnergy>| {
+        e.map(|e| format!("{} / {} pJ/B", e.read_pj_per_byte, e.write_pj_per_byte))
+            .unwrap_or_else(|| "n/p".into())
+    };
     for l in std::iter::once(&h.dram).chain(h.onchip.iter()) {
+        let holds = if l.operands.is_empty() {
+            "a, b, c".to_string()
+        } else {
+            let names: Vec<String> = l
+                .operands
+                .iter()
+                .map(|x| format!("{x:?}").to_lowercase())
+                .collect();
+            names.join(", ")
+        };
+        let capacity = l
+            .capacity_bytes
+            .map(|c| fmt::bytes(c as f64))
+            .unwrap_or_else(|| "n/p".into());
         t.row(vec![
             l.name.clone(),
-            l.capacity_bytes
-                .map(|c| fmt::bytes(c as f64))
-                .unwrap_or_else(|| "n/p".into()),
+            if l.capacity_per_operand {
+                format!("{capacity} per operand")
+            } else {
+                capacity
+            },
             l.instances.to_string(),
             l.bandwidth_bytes_per_s
                 .map(fmt::bandwidth)
                 .unwrap_or_else(|| "n/p".into()),
+            holds,
+            energy(l.energy.as_ref()),
         ]);
     }
     o.push_str(&t.render());
@@ -153,6 +182,18 @@ fn show(h: &HardwareSpec) -> String {
             p.clock_hz / 1e9,
             fmt::rate(p.peak_flops_per_s(), "FLOP")
         ));
+        match &p.energy {
+            Some(e) => o.push_str(&format!(
+                "  energy: {} pJ per {} MAC; registers {} ({})\n",
+                e.mac_pj,
+                e.mac_dtype,
+                energy(Some(&e.registers)),
+                e.source
+            )),
+            None => {
+                o.push_str("  energy: n/p (per-level energy and explore --rank energy need it)\n")
+            }
+        }
     }
     match &h.interconnect {
         Some(i) => o.push_str(&format!(

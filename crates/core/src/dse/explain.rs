@@ -430,8 +430,9 @@ pub(super) fn energy_row_reason(
     };
     if decide.1 > 0.0 {
         format!(
-            "{head}; {} decides: {} vs {}",
+            "{head}; {} decides: +{} ({} vs {})",
             decide.0,
+            crate::units::energy_pj(decide.1),
             crate::units::energy_pj(decide.2),
             crate::units::energy_pj(decide.3)
         )

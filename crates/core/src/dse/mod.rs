@@ -79,8 +79,8 @@ pub const DSE_LIMITATIONS: &[&str] = &[
 pub fn ranking_rule(rank: RankBy) -> String {
     match rank {
         RankBy::Latency => RANKING_RULE.into(),
-        RankBy::Energy => format!("lowest energy (MACs plus the traffic of the PE registers, the tile buffer and DRAM, each at its sourced pJ per byte) first, then {RANKING_RULE}"),
-        RankBy::Edp => format!("lowest energy-delay product (energy in pJ × overlapped time in s) first, then {RANKING_RULE}"),
+        RankBy::Energy => format!("lowest energy (MACs plus the traffic of the PE registers, the tile buffer and DRAM, each at its sourced pJ per byte) first; equal energies by the latency rule: {RANKING_RULE}"),
+        RankBy::Edp => format!("lowest energy-delay product (energy in pJ × overlapped time in s) first; equal products by the latency rule: {RANKING_RULE}"),
     }
 }
 
@@ -223,7 +223,7 @@ pub fn explore(
         if space.rank == RankBy::Latency {
             why.push_str(&off_front_text(b, &pareto));
         } else {
-            why = format!("Ranked by {}: {}. {why}", space.rank.name(), b.reason);
+            why = energy_why(space.rank, m.evaluated, total, b, &top, m.ties);
         }
     }
     let elapsed_s = start.elapsed().as_secs_f64();
@@ -255,6 +255,50 @@ pub fn explore(
         evaluations_per_s: rate(m.evaluated, elapsed_s),
         limitations: limitations(),
     })
+}
+
+/// The `why` when ranking by energy or EDP: the winner and its reason (which part of its
+/// energy is largest), the runner-up and its reason (which part makes the difference), ties.
+fn energy_why(
+    rank: RankBy,
+    evaluated: u64,
+    total: u64,
+    best: &Candidate,
+    top: &[Candidate],
+    ties: u64,
+) -> String {
+    let short = |c: &Candidate| {
+        format!(
+            "tile {}, PE {}x{}, schedule {}, {}",
+            c.tile,
+            c.pe_rows,
+            c.pe_cols,
+            c.schedule,
+            c.dataflow.name()
+        )
+    };
+    let what = match rank {
+        RankBy::Edp => "energy-delay product",
+        _ => "energy",
+    };
+    let mut s = format!(
+        "Ranked by {what}. Best of {} feasible candidates ({} in the space): {}; {}.",
+        crate::units::grouped(evaluated),
+        crate::units::grouped(total),
+        short(best),
+        best.reason
+    );
+    match top.get(1) {
+        None => s.push_str(" It is the only feasible candidate."),
+        Some(ru) => s.push_str(&format!(" Runner-up: {}; {}.", short(ru), ru.reason)),
+    }
+    if ties > 1 {
+        s.push_str(&format!(
+            " {} candidates tie with the best on {what} and on overlapped and serialized time (see ties_for_best).",
+            crate::units::grouped(ties)
+        ));
+    }
+    s
 }
 
 fn rate(n: u64, s: f64) -> f64 {
