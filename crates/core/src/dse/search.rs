@@ -428,36 +428,41 @@ impl Prepared {
                     // Offer the group's records in ranking order; stop once neither the top
                     // list nor the ties can take one (every later one ranks after it).
                     let (mut to_top, mut to_ties) = (true, true);
-                    let mut offer = |n: usize, r: Rec| {
-                        if n == 0 {
-                            // Same tile and PE shape => same SRAM bytes and PE count: only the
-                            // group's first in ranking order can be on the Pareto front.
-                            match &group_best {
-                                Some(g) if rank_cmp(&r, g) != Ordering::Less => {}
-                                _ => group_best = Some(r),
-                            }
-                        }
-                        if to_top {
-                            to_top = top.push(&r);
-                        }
-                        if to_ties {
-                            match out.best_pair.as_ref().map(|b| time_pair_cmp(&r, b)) {
-                                None | Some(Ordering::Less) => {
-                                    out.best_pair = Some(r);
-                                    out.ties = 1;
+                    // A macro rather than a closure: the flags and the group's best stay in
+                    // registers of this loop (measured: the closure cost the latency path).
+                    macro_rules! offer {
+                        ($n:expr, $r:expr) => {{
+                            let r: Rec = $r;
+                            if $n == 0 {
+                                // Same tile and PE shape => same SRAM bytes and PE count: only
+                                // the group's first in ranking order can be on the Pareto front.
+                                match &group_best {
+                                    Some(g) if rank_cmp(&r, g) != Ordering::Less => {}
+                                    _ => group_best = Some(r),
                                 }
-                                Some(Ordering::Equal) => out.ties += 1,
-                                Some(Ordering::Greater) => to_ties = false,
                             }
-                        }
-                        to_top || to_ties
-                    };
+                            if to_top {
+                                to_top = top.push(&r);
+                            }
+                            if to_ties {
+                                match out.best_pair.as_ref().map(|b| time_pair_cmp(&r, b)) {
+                                    None | Some(Ordering::Less) => {
+                                        out.best_pair = Some(r);
+                                        out.ties = 1;
+                                    }
+                                    Some(Ordering::Equal) => out.ties += 1,
+                                    Some(Ordering::Greater) => to_ties = false,
+                                }
+                            }
+                            to_top || to_ties
+                        }};
+                    }
                     if self.rank == RankBy::Latency {
                         // One compute time and orders by DRAM bytes: `ranked` is ranking
                         // order, and records are built only as far as they are needed.
                         for (n, &(j, dram_bytes, memory_s)) in ranked.iter().enumerate() {
                             let r = rec(j, dram_bytes, memory_s, compute_s.max(memory_s));
-                            if !offer(n, r) {
+                            if !offer!(n, r) {
                                 break;
                             }
                         }
@@ -521,7 +526,7 @@ impl Prepared {
                             used |= 1 << least;
                             let (j, dram_bytes, memory_s) = ranked[least];
                             let r = rec(j, dram_bytes, memory_s, f64::from_bits(keys[least].0));
-                            if !offer(n, r) {
+                            if !offer!(n, r) {
                                 break;
                             }
                         }
