@@ -182,6 +182,15 @@ pub enum Operand {
 impl Operand {
     /// A, B, C: the index order every per-operand array uses.
     pub const ALL: [Operand; 3] = [Operand::A, Operand::B, Operand::C];
+
+    /// `a`, `b` or `c`, as files and JSON spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operand::A => "a",
+            Operand::B => "b",
+            Operand::C => "c",
+        }
+    }
 }
 
 /// What a GEMM of a decomposed workload computes: a typed tag, so that callers select GEMMs

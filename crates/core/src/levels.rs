@@ -80,14 +80,6 @@ pub struct LevelCounts {
     pub dram: [Accesses; 3],
 }
 
-/// One loop of the nest: its dimension, trip count and whether it runs inside a tile.
-#[derive(Clone, Copy)]
-struct Lp {
-    dim: LoopDim,
-    trips: u64,
-    intra: bool,
-}
-
 fn relevant(x: Operand, d: LoopDim) -> bool {
     match x {
         Operand::A => d != LoopDim::N,
@@ -262,80 +254,29 @@ impl NestParts {
         out
     }
 
-    /// The loop nest under `order`, innermost first, loops of one trip dropped: the time
-    /// loop, the folds in the tile order, the tile loops in the tile order. The batch is
-    /// relevant to every operand and outermost, so it changes no factor.
-    #[inline]
-    fn nest(&self, order: LoopOrder) -> ([Lp; 6], usize) {
-        let (_, _, td) = time_dim(self.dataflow);
-        let mut nest = [Lp {
-            dim: td,
-            trips: 1,
-            intra: true,
-        }; 6];
-        let mut n = 0;
-        let mut push = |dim, trips: u64, intra| {
-            if trips > 1 {
-                nest[n] = Lp { dim, trips, intra };
-                n += 1;
-            }
-        };
-        push(td, self.tile[dim_index(td)], true);
-        let dims = order.dims();
-        for &d in dims.iter().rev() {
-            if d != td {
-                push(d, self.folds[dim_index(d)], true);
-            }
-        }
-        for &d in dims.iter().rev() {
-            push(d, self.trips[dim_index(d)], false);
-        }
-        (nest, n)
+    /// `(s, i1, i2)` of operand `x` under `order` (module text): the state of
+    /// [`NestParts::states`] applied to the operand's two loops ([`NestParts::loops_of`]);
+    /// `None` on 64-bit overflow.
+    pub fn split(&self, order: LoopOrder, x: Operand) -> Option<(u64, u64, u64)> {
+        let state = Self::states(self.dataflow, order, self.pattern())[x as usize];
+        let (a, b) = self.loops_of(x);
+        a.checked_mul(b)?;
+        Some(state_factors(state, a, b, 1))
     }
 }
 
-/// The loop nest of a schedule and each operand's `i0` ([`NestParts`]).
+/// `(s, i1, i2)` of an operand in `state` (0–4, [`NestParts::states`]) from `a`, the trips
+/// of its loop inside the tile, and `b`, of its tile loop: the one table both the counts
+/// and the explorer's energy use.
 #[inline]
-fn build_nest(
-    g: &Gemm,
-    rows: u64,
-    cols: u64,
-    dataflow: Dataflow,
-    tile: Tile,
-    order: LoopOrder,
-) -> ([Lp; 6], usize, [u64; 3]) {
-    let p = NestParts::new(g, rows, cols, dataflow, tile);
-    let (nest, n) = p.nest(order);
-    (nest, n, p.i0)
-}
-
-/// `(s, i1, i2)` of operand `x` over `nest` (module text); `None` on overflow.
-#[inline]
-fn split(nest: &[Lp], x: Operand) -> Option<(u64, u64, u64)> {
-    let mut i = 0;
-    let mut s = 1u64;
-    while i < nest.len() && !relevant(x, nest[i].dim) {
-        s = s.checked_mul(nest[i].trips)?;
-        i += 1;
+fn state_factors<T: Copy + std::ops::Mul<Output = T>>(state: u8, a: T, b: T, one: T) -> (T, T, T) {
+    match state {
+        0 => (a * b, one, one),
+        1 => (a, b, one),
+        2 => (a, one, b),
+        3 => (one, a * b, one),
+        _ => (one, a, b),
     }
-    let mut i1 = 1u64;
-    while i < nest.len() && nest[i].intra {
-        if !relevant(x, nest[i].dim) {
-            i1 = i1.checked_mul(nest[i].trips)?;
-        }
-        i += 1;
-    }
-    while i < nest.len() && !relevant(x, nest[i].dim) {
-        i1 = i1.checked_mul(nest[i].trips)?;
-        i += 1;
-    }
-    let mut i2 = 1u64;
-    for l in &nest[i..] {
-        if !relevant(x, l.dim) {
-            i2 = i2.checked_mul(l.trips)?;
-        }
-    }
-    Some((s, i1, i2))
 }
 
 /// Element accesses of every operand at the registers, the tile buffer and DRAM, for `g`
@@ -363,13 +304,12 @@ pub fn level_counts(
     order: LoopOrder,
     buffer_holds: [bool; 3],
 ) -> Option<LevelCounts> {
-    let (nest, n, i0s) = build_nest(g, rows, cols, dataflow, tile, order);
-    let nest = &nest[..n];
+    let parts = NestParts::new(g, rows, cols, dataflow, tile);
     let batch = g.batch;
     let mut out = LevelCounts::default();
     for (xi, x) in Operand::ALL.into_iter().enumerate() {
-        let (s, i1, i2) = split(nest, x)?;
-        let i0 = i0s[xi];
+        let (s, i1, i2) = parts.split(order, x)?;
+        let i0 = parts.i0[xi];
         let (r, c) = match x {
             Operand::A => (g.m, g.k),
             Operand::B => (g.k, g.n),
@@ -690,14 +630,7 @@ impl EnergyTable {
         let [(rr, rw), (br, bw), (dr, dw)] = self.levels;
         let xi = x as usize;
         let (a, b) = parts.loops_of(x);
-        let (a, b) = (a as f64, b as f64);
-        let (s, i1, i2) = match state {
-            0 => (a * b, 1.0, 1.0),
-            1 => (a, b, 1.0),
-            2 => (a, 1.0, b),
-            3 => (1.0, a * b, 1.0),
-            _ => (1.0, a, b),
-        };
+        let (s, i1, i2) = state_factors(state, a as f64, b as f64, 1.0);
         let (i1, i2) = if held { (i1, i2) } else { (1.0, i1 * i2) };
         let (i0, size) = (parts.i0[xi] as f64, ge.sizes[xi]);
         let up = i0 * i1 * i2;
@@ -1058,6 +991,47 @@ clock_hz = 1e9
             .contains("MAC energy for fp16"));
     }
 
+    /// The run rule as a walk over the loop nest (innermost first, one-trip loops dropped):
+    /// the registers keep the leading loops X does not depend on, the buffer the rest of the
+    /// tile's loops and the tile loops X does not depend on right above them, DRAM the rest.
+    /// The reference `NestParts::split` (a table of five states) is held equal to.
+    fn reference_split(p: &NestParts, order: LoopOrder, x: Operand) -> (u64, u64, u64) {
+        let (_, _, td) = time_dim(p.dataflow);
+        // (dimension, trips, inside the tile)
+        let mut nest = vec![(td, p.tile[dim_index(td)], true)];
+        for &d in order.dims().iter().rev() {
+            if d != td {
+                nest.push((d, p.folds[dim_index(d)], true));
+            }
+        }
+        for &d in order.dims().iter().rev() {
+            nest.push((d, p.trips[dim_index(d)], false));
+        }
+        nest.retain(|l| l.1 > 1);
+        let mut i = 0;
+        let (mut s, mut i1, mut i2) = (1, 1, 1);
+        while i < nest.len() && !relevant(x, nest[i].0) {
+            s *= nest[i].1;
+            i += 1;
+        }
+        while i < nest.len() && nest[i].2 {
+            if !relevant(x, nest[i].0) {
+                i1 *= nest[i].1;
+            }
+            i += 1;
+        }
+        while i < nest.len() && !relevant(x, nest[i].0) {
+            i1 *= nest[i].1;
+            i += 1;
+        }
+        for l in &nest[i..] {
+            if !relevant(x, l.0) {
+                i2 *= l.1;
+            }
+        }
+        (s, i1, i2)
+    }
+
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -1078,6 +1052,11 @@ clock_hz = 1e9
                 let t = Tile { tm, tn, tk };
                 let o = LoopOrder::ALL[oi];
                 let c = level_counts(&g, rows, cols, Dataflow::ALL[di], t, o, [true; 3]).unwrap();
+                // The state table splits every operand's loops as the walk over the nest does.
+                let parts = NestParts::new(&g, rows, cols, Dataflow::ALL[di], t);
+                for x in Operand::ALL {
+                    prop_assert_eq!(parts.split(o, x).unwrap(), reference_split(&parts, o, x));
+                }
                 let tr = tiled_traffic(&g.operand_bytes().unwrap(), t.trips(&g), o, accumulate).unwrap();
                 prop_assert_eq!(c.dram[0].reads_to_lower, tr.a_read);
                 prop_assert_eq!(c.dram[1].reads_to_lower, tr.b_read);

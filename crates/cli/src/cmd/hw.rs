@@ -145,11 +145,7 @@ fn show(h: &HardwareSpec) -> String {
         let holds = if l.operands.is_empty() {
             "a, b, c".to_string()
         } else {
-            let names: Vec<String> = l
-                .operands
-                .iter()
-                .map(|x| format!("{x:?}").to_lowercase())
-                .collect();
+            let names: Vec<&str> = l.operands.iter().map(|x| x.name()).collect();
             names.join(", ")
         };
         let capacity = l

@@ -128,13 +128,25 @@ fn record_levels(
     .ok()
 }
 
-fn candidate(p: &Prepared, hw: &HardwareSpec, best: &Rec, r: &Rec, compulsory: u64) -> Candidate {
+/// The best record's per-level traffic and energy, computed once per exploration and
+/// passed to every listed row's reason.
+type BestLevels = Option<(
+    Vec<crate::levels::LevelTraffic>,
+    crate::levels::EnergyReport,
+)>;
+
+fn candidate(
+    p: &Prepared,
+    hw: &HardwareSpec,
+    best: &Rec,
+    best_levels: &BestLevels,
+    r: &Rec,
+    compulsory: u64,
+) -> Candidate {
     let order = LoopOrder::ALL[r.order as usize];
     let levels = record_levels(p, hw, r);
-    let reason = match (&levels, record_levels(p, hw, best)) {
-        (Some((rl, re)), Some((bl, be))) => {
-            energy_row_reason(p.rank, (best, &be, &bl), (r, re, rl))
-        }
+    let reason = match (&levels, best_levels) {
+        (Some((rl, re)), Some((bl, be))) => energy_row_reason(p.rank, (best, be, bl), (r, re, rl)),
         _ => row_reason(best, r),
     };
     let energy = levels.map(|(_, e)| e);
@@ -203,7 +215,8 @@ pub fn explore(
     let (best, ties_for_best, top, pareto) = match m.top.first() {
         None => (None, vec![], vec![], vec![]),
         Some(b) => {
-            let c = |r: &Rec| candidate(&p, hw, b, r, compulsory);
+            let best_levels = record_levels(&p, hw, b);
+            let c = |r: &Rec| candidate(&p, hw, b, &best_levels, r, compulsory);
             let ties: Vec<Candidate> = m
                 .top
                 .iter()
