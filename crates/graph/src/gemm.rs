@@ -116,7 +116,7 @@ impl<'a> Operand<'a> {
 /// swapped strides. `None` when neither buffer is available or the sizes disagree.
 pub fn operand<'a>(
     tg: &TypedGraph,
-    bufs: &'a [Option<std::borrow::Cow<'_, [f32]>>],
+    buf: impl Fn(usize) -> Option<&'a [f32]>,
     t: usize,
 ) -> Option<Operand<'a>> {
     let sh = &tg.tensors[t].shape;
@@ -126,11 +126,11 @@ pub fn operand<'a>(
     }
     let (rows, cols) = (sh[r - 2], sh[r - 1]);
     let batch = sh[..r - 2].iter().product();
-    if let Some(v) = bufs[t].as_deref() {
+    if let Some(v) = buf(t) {
         return Operand::row_major(v, batch, rows, cols);
     }
     let s = transposed_source(tg, t)?;
-    Operand::transposed(bufs[s].as_deref()?, batch, rows, cols)
+    Operand::transposed(buf(s)?, batch, rows, cols)
 }
 
 /// Workers a row split of `rows` rows uses: one per thread, at least 16 rows each.

@@ -5,7 +5,7 @@
 //! stored. Pure elementwise kernels on AVX2 go to `tile` instead.
 
 use super::elementwise::{binary_apply, unary_apply, Src};
-use super::program::{exec_err, Buf, State};
+use super::program::{exec_err, Buf, Bufs, State};
 #[cfg(target_arch = "x86_64")]
 use super::tile;
 use crate::error::Result;
@@ -185,7 +185,7 @@ pub(super) fn product_into(st: &State, n: usize, c: &mut [f32], accumulate: bool
     let (tg, bufs) = (st.tg, &st.bufs);
     let operand = |j: usize| {
         let t = tg.node_inputs[n][j];
-        crate::gemm::operand(tg, bufs, t).ok_or_else(|| {
+        crate::gemm::operand(tg, |u| bufs[u].as_deref(), t).ok_or_else(|| {
             exec_err(
                 tg,
                 n,
@@ -394,7 +394,7 @@ pub(super) fn gather_runs(
 #[allow(clippy::too_many_arguments)]
 fn eval_block(
     tg: &TypedGraph,
-    bufs: &[Option<Buf>],
+    bufs: &Bufs,
     plans: &[NodePlan],
     pre: &[Option<Vec<f32>>],
     skip: Option<usize>,
@@ -578,7 +578,7 @@ fn eval_block(
 fn row_input<'a>(
     b: &Bind,
     done: &'a [Vec<f32>],
-    bufs: &'a [Option<Buf<'a>>],
+    bufs: &'a Bufs<'a>,
     r0: usize,
     r1: usize,
     cols: usize,

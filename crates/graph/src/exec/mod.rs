@@ -52,6 +52,7 @@ use crate::error::Result;
 #[derive(Default, Clone)]
 pub struct ExecMemo {
     plans: std::sync::OnceLock<Vec<Option<blocks::MemoPlans>>>,
+    releases: std::sync::OnceLock<Vec<Vec<usize>>>,
     filters: winograd::FilterCache,
 }
 
@@ -77,6 +78,39 @@ impl ExecMemo {
                     _ => None,
                 })
                 .collect()
+        })
+    }
+
+    /// By kernel index, the tensors whose buffers go back to the pool once that kernel has
+    /// run: the planner's lifetimes ([`crate::planner::intervals`]): a tensor lives to the
+    /// last kernel that reads it, directly or through views, and a graph output (or a view
+    /// of one) to the end. Inputs and weights (borrowed) and Reshapes (sharing their
+    /// source's buffer) own nothing; a materialized Transpose is released like a kernel's
+    /// output.
+    pub(crate) fn releases(&self, p: &Program) -> &[Vec<usize>] {
+        self.releases.get_or_init(|| {
+            let tg = &p.graph;
+            let kof = p.kernel_of_node();
+            let mut out = vec![vec![]; p.kernels.len()];
+            for t in 0..tg.tensors.len() {
+                if matches!(
+                    tg.nodes[tg.producer[t]].op,
+                    crate::ir::Op::Input { .. }
+                        | crate::ir::Op::Weight { .. }
+                        | crate::ir::Op::Reshape { .. }
+                ) || crate::fusion::exposed(tg, t)
+                {
+                    continue;
+                }
+                let last = crate::fusion::readers(tg, t)
+                    .iter()
+                    .filter_map(|&r| kof[r])
+                    .max();
+                if let Some(k) = last {
+                    out[k].push(t);
+                }
+            }
+            out
         })
     }
 }
@@ -157,16 +191,12 @@ pub fn execute_with(
     let tg = &p.graph;
     let mut st = State {
         tg,
-        bufs: vec![None; tg.tensors.len()],
+        bufs: program::Bufs::new(tg.tensors.len()),
         pool: std::mem::take(pool),
         filters: &p.exec_memo.filters,
     };
     let r = run_program_checked(p, inputs, &mut st, jit);
-    for b in st.bufs.iter_mut() {
-        if let Some(std::borrow::Cow::Owned(v)) = b.take() {
-            st.pool.put(v);
-        }
-    }
+    st.bufs.release_into(&mut st.pool);
     *pool = std::mem::take(&mut st.pool);
     r.map(|mut x| {
         x.elapsed_ns = t0.elapsed().as_nanos() as u64;
@@ -343,6 +373,39 @@ mod tests {
                     execute_pooled(p, &ins, &mut pool).unwrap();
                 }
                 assert_eq!(pool.held_bytes(), after_first, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn reshapes_share_their_source_buffer() {
+        // x [4, 8] → Reshape [8, 4] → Exp → Reshape [32] (the output), and a chain of two
+        // reshapes of the input read by a Neg. Only the two computed tensors own buffers:
+        // 32 + 32 f32 = 256 bytes held after a run. A reshape copied (as before) adds 128
+        // bytes per copy.
+        let g = Graph::from_json_str(
+            r#"{"schema_version":1,"name":"views","nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+              {"name":"r","op":"Reshape","attrs":{"shape":[8,4]},"inputs":["x"]},
+              {"name":"e","op":"Exp","inputs":["r"]},
+              {"name":"y","op":"Reshape","attrs":{"shape":[32]},"inputs":["e"]},
+              {"name":"r2","op":"Reshape","attrs":{"shape":[2,16]},"inputs":["r"]},
+              {"name":"n","op":"Neg","inputs":["r2"]}
+            ],"outputs":["y","n"]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let x: Vec<f32> = (0..32).map(|i| i as f32 / 8.0).collect();
+        let ins = HashMap::from([("x".to_string(), x.clone())]);
+        for p in [&c.fused, &c.unfused] {
+            let mut pool = Pool::default();
+            let r = execute_pooled(p, &ins, &mut pool).unwrap();
+            assert_eq!(pool.held_bytes(), 256);
+            let y = &r.outputs.iter().find(|o| o.0 == "y").unwrap().2;
+            let n = &r.outputs.iter().find(|o| o.0 == "n").unwrap().2;
+            for i in 0..32 {
+                assert!((y[i] - x[i].exp()).abs() <= 1e-6 * x[i].exp(), "y[{i}]");
+                assert_eq!(n[i], -x[i], "n[{i}]");
             }
         }
     }

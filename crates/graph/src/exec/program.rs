@@ -1,8 +1,9 @@
-//! The interpreter of a compiled program: Input, Weight and Constant buffers, views
-//! materialized on demand (uncounted), then one kernel after another with its bytes counted:
-//! natively when the JIT compiled it, in blocks for elementwise, row and matmul kernels,
-//! whole-tensor loops for reductions, Concat, Slice, Conv2d, pooling, Where and Gather, the
-//! Kernels crate for fused RMSNorm+SwiGLU. Left out: other Opaque ops (an error names them).
+//! The interpreter of a compiled program: Input, Weight and Constant buffers, Reshapes
+//! sharing their source's buffer and Transposes materialized on demand (uncounted), then
+//! one kernel after another with its bytes counted: natively when the JIT compiled it, in
+//! blocks for elementwise, row and matmul kernels, whole-tensor loops for reductions,
+//! Concat, Slice, Conv2d, pooling, Where and Gather, the Kernels crate for fused
+//! RMSNorm+SwiGLU. Left out: other Opaque ops (an error names them).
 
 use super::blocks::run_blocks;
 use super::pool::check_size;
@@ -19,9 +20,67 @@ use std::collections::HashMap;
 /// copied) or owned (computed, from the pool).
 pub(super) type Buf<'a> = std::borrow::Cow<'a, [f32]>;
 
+/// Every tensor's value during a run, indexed by tensor. A Reshape of a stored tensor is not
+/// copied: its index resolves to the tensor whose buffer it shares (always one step, the
+/// alias is resolved when it is made), so reads and writes through either index reach the
+/// same slot.
+pub(super) struct Bufs<'a> {
+    slots: Vec<Option<Buf<'a>>>,
+    alias: Vec<usize>,
+}
+
+impl<'a> Bufs<'a> {
+    /// `n` empty slots, none aliased.
+    pub(super) fn new(n: usize) -> Self {
+        Bufs {
+            slots: vec![None; n],
+            alias: (0..n).collect(),
+        }
+    }
+
+    /// Tensor `t` shares tensor `s`'s buffer from now on (`s`'s own alias followed).
+    fn share(&mut self, t: usize, s: usize) {
+        self.alias[t] = self.alias[s];
+    }
+
+    /// Tensor `t`'s own buffer (not one it shares) back to `pool`, when it owns one.
+    pub(super) fn release(&mut self, t: usize, pool: &mut Pool) {
+        if self.alias[t] == t {
+            if let Some(Buf::Owned(v)) = self.slots[t].take() {
+                pool.put(v);
+            }
+        }
+    }
+
+    /// Every owned buffer back to `pool` (slots emptied, aliases reset).
+    pub(super) fn release_into(&mut self, pool: &mut Pool) {
+        for (i, a) in self.alias.iter_mut().enumerate() {
+            *a = i;
+        }
+        for b in self.slots.iter_mut() {
+            if let Some(Buf::Owned(v)) = b.take() {
+                pool.put(v);
+            }
+        }
+    }
+}
+
+impl<'a> std::ops::Index<usize> for Bufs<'a> {
+    type Output = Option<Buf<'a>>;
+    fn index(&self, t: usize) -> &Self::Output {
+        &self.slots[self.alias[t]]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Bufs<'_> {
+    fn index_mut(&mut self, t: usize) -> &mut Self::Output {
+        &mut self.slots[self.alias[t]]
+    }
+}
+
 pub(super) struct State<'a> {
     pub(super) tg: &'a TypedGraph,
-    pub(super) bufs: Vec<Option<Buf<'a>>>,
+    pub(super) bufs: Bufs<'a>,
     pub(super) pool: Pool,
     /// The program's Winograd filters, transformed once per weight.
     pub(super) filters: &'a super::winograd::FilterCache,
@@ -36,7 +95,8 @@ pub(super) fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> 
 }
 
 impl State<'_> {
-    /// Make tensor `t` available (views materialized on demand, uncounted).
+    /// Make tensor `t` available: a Reshape shares its source's buffer, a Transpose is
+    /// materialized (uncounted).
     fn ensure(&mut self, t: usize) -> Result<()> {
         if self.bufs[t].is_some() {
             return Ok(());
@@ -47,14 +107,8 @@ impl State<'_> {
             Op::Reshape { .. } => {
                 let s = tg.node_inputs[p][0];
                 self.ensure(s)?;
-                // A view: the same values under another shape. Copied into a pooled
-                // buffer (not cloned) so that repeated runs do not grow the pool.
-                let n = self.bufs[s].as_ref().map_or(0, |v| v.len());
-                let mut b = self.pool.take(n)?;
-                if let Some(src) = self.bufs[s].as_deref() {
-                    b.copy_from_slice(src);
-                }
-                self.bufs[t] = Some(b.into());
+                // The same values under another shape: no copy.
+                self.bufs.share(t, s);
             }
             Op::Transpose { perm } => {
                 let s = tg.node_inputs[p][0];
@@ -168,6 +222,7 @@ fn run_program<'a>(
         }
     }
     let memo = p.exec_memo.plans(p);
+    let releases = p.exec_memo.releases(p);
     let mut kernel_ns = Vec::with_capacity(p.kernels.len());
     let mut tk = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
@@ -188,6 +243,11 @@ fn run_program<'a>(
             Some(jk) if k.kind == KernelKind::Matmul => run_matmul_jit(st, k, jk)?,
             Some(jk) => run_jit(st, k, jk)?,
             None => run_kernel(st, k, memo.get(ki).and_then(Option::as_ref))?,
+        }
+        // Buffers no later kernel reads go back to the pool, so that the next kernel's
+        // output of that length reuses one still in cache.
+        for &t in &releases[ki] {
+            st.bufs.release(t, &mut st.pool);
         }
         let now = std::time::Instant::now();
         kernel_ns.push((now - tk).as_nanos() as u64);

@@ -106,7 +106,7 @@ pub(super) fn available() -> bool {
 /// the general block evaluator (per-row or gathered operands, non-elementwise ops).
 pub(super) fn compile<'a>(
     tg: &'a TypedGraph,
-    bufs: &'a [Option<super::program::Buf<'a>>],
+    bufs: &'a super::program::Bufs<'a>,
     plans: &[NodePlan],
     k: &Kernel,
 ) -> Result<Option<Prog<'a>>> {
