@@ -411,6 +411,36 @@ mod tests {
     }
 
     #[test]
+    fn dead_buffers_are_reused_within_a_run() {
+        // Unfused, x → Exp → Neg → Exp → Neg → Exp is five kernels of 32 values each. Each
+        // tensor dies after the kernel that reads it, so at most two buffers are live (a
+        // kernel's input and its output): the pool ends holding 2 · 32 · 4 = 256 bytes.
+        // Holding every tensor to the end of the run, it held 5 · 128 = 640.
+        let g = Graph::from_json_str(
+            r#"{"schema_version":1,"name":"chain","nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+              {"name":"a","op":"Exp","inputs":["x"]},
+              {"name":"b","op":"Neg","inputs":["a"]},
+              {"name":"c","op":"Exp","inputs":["b"]},
+              {"name":"d","op":"Neg","inputs":["c"]},
+              {"name":"y","op":"Exp","inputs":["d"]}
+            ],"outputs":["y"]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        assert_eq!(c.unfused.kernels.len(), 5);
+        let x: Vec<f32> = (0..32).map(|i| i as f32 / 32.0).collect();
+        let ins = HashMap::from([("x".to_string(), x.clone())]);
+        let mut pool = Pool::default();
+        let r = execute_pooled(&c.unfused, &ins, &mut pool).unwrap();
+        assert_eq!(pool.held_bytes(), 256);
+        for (i, &v) in r.outputs[0].2.iter().enumerate() {
+            let want = (-(-(x[i].exp())).exp()).exp();
+            assert!((v - want).abs() <= 1e-6, "y[{i}] = {v}, want {want}");
+        }
+    }
+
+    #[test]
     fn every_example_agrees() {
         for name in [
             "rmsnorm_swiglu_mlp",

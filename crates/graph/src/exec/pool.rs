@@ -1,7 +1,9 @@
-//! The memory of a run: full-size f32 buffers recycled by length across runs (as a
-//! preallocated arena would be), and the check that refuses a graph above the executor's
-//! element cap or above the memory the OS reports available, every tensor counted once as
-//! f32. Left out: the planner's liveness-based reuse (a run holds every tensor to its end).
+//! The memory of a run: full-size f32 buffers recycled by length, within a run (a buffer
+//! comes back after the last kernel that reads it, by the planner's lifetimes) and across
+//! runs (as a preallocated arena would be), and the check that refuses a graph above the
+//! executor's element cap or above the memory the OS reports available, every tensor
+//! counted once as f32. Left out: the planner's offsets (buffers are reused by exact length,
+//! not packed into one arena), in-place reuse of an input by its consumer.
 
 use crate::error::{GraphError, Result};
 use crate::ir::TypedGraph;
