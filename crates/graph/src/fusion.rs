@@ -156,12 +156,15 @@ pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
     (per_column && same_shape && only_reader && !k.outputs.contains(&prod)).then_some((add, b))
 }
 
-/// The elementwise epilogue of a matmul kernel as a kernel of its own: every node after the
-/// kernel's one MatMul, over the product's shape, reading the product from memory (bias,
-/// activation, residual, scale). Its outputs are the kernel's outputs other than the product.
-/// When the GEMM adds the bias itself ([`matmul_bias`]), the epilogue starts after that Add
-/// and reads its output instead. `None` unless the kernel is one MatMul followed by at
-/// least one unary or binary node of the product's shape (after the bias).
+/// The elementwise epilogue of a matmul kernel as a kernel of its own: every node of the
+/// kernel other than its MatMuls, over the products' shape, reading the products from
+/// memory (bias, activation, residual, scale; a gated MLP's `silu(x·Wg) · (x·Wu)` reads
+/// two). Its outputs are the kernel's outputs other than the products. When the GEMM adds
+/// the bias itself ([`matmul_bias`]), the epilogue starts after that Add and reads its
+/// output instead. `None` unless the kernel starts with a MatMul, has at least one unary or
+/// binary node of the first product's shape besides its MatMuls, every other MatMul has that
+/// shape too and reads only tensors from outside the kernel (so that every product can be
+/// computed, whole, before the epilogue runs).
 pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
     if k.kind != KernelKind::Matmul {
         return None;
@@ -174,26 +177,47 @@ pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
         Some((add, _)) => (tg.node_outputs[add][0], &rest[1..]),
         None => (tg.node_outputs[first][0], rest),
     };
-    if rest.is_empty() {
-        return None;
-    }
     let shape = &tg.tensors[prod].shape;
+    let mut products = vec![prod];
+    let mut nodes = vec![];
     for &n in rest {
         let op = &tg.nodes[n].op;
-        if !(op.is_unary() || op.is_binary()) || tg.tensors[tg.node_outputs[n][0]].shape != *shape {
+        let out = tg.node_outputs[n][0];
+        if tg.tensors[out].shape != *shape {
+            return None;
+        }
+        if matches!(op, Op::MatMul) {
+            let inside = tg.node_inputs[n]
+                .iter()
+                .any(|&t| k.nodes.contains(&tg.producer[tg.base(t)]));
+            if inside {
+                return None;
+            }
+            products.push(out);
+        } else if op.is_unary() || op.is_binary() {
+            nodes.push(n);
+        } else {
             return None;
         }
     }
+    if nodes.is_empty() {
+        return None;
+    }
     let mut inputs: Vec<usize> = k.inputs.clone();
-    inputs.push(prod);
+    inputs.extend(&products);
     Some(Kernel {
         name: k.name.clone(),
         kind: KernelKind::Elementwise,
-        nodes: rest.to_vec(),
+        nodes,
         rows: tg.tensors[prod].numel,
         cols: 1,
         inputs,
-        outputs: k.outputs.iter().copied().filter(|&t| t != prod).collect(),
+        outputs: k
+            .outputs
+            .iter()
+            .copied()
+            .filter(|t| !products.contains(t))
+            .collect(),
         pattern: k.pattern.clone(),
     })
 }

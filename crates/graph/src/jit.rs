@@ -1208,6 +1208,66 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
     }
 
     #[test]
+    fn a_gated_mlp_epilogue_reads_both_products() {
+        // y = silu(x·wg) · (x·wu), Llama's gate and up projections: one matmul kernel with
+        // two MatMuls; both products are computed whole, then one compiled epilogue reads
+        // them (before, such a kernel was left to the interpreter).
+        let g = crate::ir::Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[6,16],"dtype":"fp32"}},
+          {"name":"wg","op":"Input","attrs":{"shape":[16,24],"dtype":"fp32"}},
+          {"name":"wu","op":"Input","attrs":{"shape":[16,24],"dtype":"fp32"}},
+          {"name":"g","op":"MatMul","inputs":["x","wg"]},
+          {"name":"s","op":"Sigmoid","inputs":["g"]},
+          {"name":"a","op":"Mul","inputs":["g","s"]},
+          {"name":"u","op":"MatMul","inputs":["x","wu"]},
+          {"name":"y","op":"Mul","inputs":["a","u"]}]}"#,
+        )
+        .unwrap();
+        let c = crate::fusion::compile(&g).unwrap();
+        let mk = c
+            .fused
+            .kernels
+            .iter()
+            .position(|k| {
+                k.nodes
+                    .iter()
+                    .filter(|&&n| matches!(c.fused.graph.nodes[n].op, crate::ir::Op::MatMul))
+                    .count()
+                    == 2
+            })
+            .expect("one kernel holding both products");
+        let j = compile(&c.fused).unwrap();
+        assert!(
+            j.kernels[mk].is_some(),
+            "the epilogue was compiled: {:?}",
+            j.skipped
+        );
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&c.fused.graph, &mut ins, 11).unwrap();
+        let mut pool = crate::exec::Pool::default();
+        let with = crate::exec::execute_with(&c.fused, &ins, &mut pool, Some(&j)).unwrap();
+        let without = crate::exec::execute_with(&c.fused, &ins, &mut pool, None).unwrap();
+        let (a, b) = (&with.outputs[0].2, &without.outputs[0].2);
+        assert_eq!(a.len(), 6 * 24);
+        let v = |n: &str| &ins[n];
+        for i in 0..6 {
+            for jj in 0..24 {
+                let dot = |w: &str| -> f64 {
+                    (0..16)
+                        .map(|k| v("x")[i * 16 + k] as f64 * v(w)[k * 24 + jj] as f64)
+                        .sum()
+                };
+                let (gv, uv) = (dot("wg"), dot("wu"));
+                let want = gv / (1.0 + (-gv).exp()) * uv;
+                let at = i * 24 + jj;
+                assert!((a[at] as f64 - want).abs() < 1e-5, "compiled {i},{jj}");
+                assert!((b[at] as f64 - want).abs() < 1e-5, "interpreted {i},{jj}");
+            }
+        }
+    }
+
+    #[test]
     fn identical_kernels_are_compiled_once() {
         // Three layers: their kernels differ only in name and in row count (a run-time
         // range), so all run one compiled function; a fourth with another width does not.

@@ -720,9 +720,23 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
 /// (kept as the product's value when the kernel stores it, else returned to the pool), then
 /// the compiled epilogue over it.
 fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
-    let prod = product_value(st, k, crate::fusion::matmul_bias(st.tg, k))?;
+    let tg = st.tg;
+    let mut prods = vec![product_value(st, k, crate::fusion::matmul_bias(tg, k))?];
+    // Further MatMuls of the kernel (a gated MLP's second projection), each whole into a
+    // pooled buffer, before the epilogue reads them all.
+    for &n in &k.nodes[1..] {
+        if matches!(tg.nodes[n].op, Op::MatMul) {
+            let t = tg.node_outputs[n][0];
+            let mut c = st.pool.take(tg.tensors[t].numel as usize)?;
+            super::blocks::product_into(st, n, &mut c, false)?;
+            st.bufs[t] = Some(Buf::Owned(c));
+            prods.push(t);
+        }
+    }
     let r = run_jit(st, k, jk);
-    release_unless_stored(st, k, prod);
+    for t in prods {
+        release_unless_stored(st, k, t);
+    }
     r
 }
 
