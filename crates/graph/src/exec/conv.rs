@@ -1,7 +1,8 @@
 //! 2-D convolution (NCHW, grouped, strided, dilated, zero-padded) on the CPU as GEMMs, one
 //! per image and group, `[K/g, C/g · R · S] · [C/g · R · S, P · Q]`. Where the Kernels
 //! crate has a packed GEMM for this CPU (`sgemm`: AVX2 or AVX-512), the filters are packed for
-//! it on each call and the right operand is read in place: the input planes (1×1, unit
+//! it once per weight buffer (kept in the program's filter cache, as Winograd's transformed
+//! filters are) and the right operand is read in place: the input planes (1×1, unit
 //! stride, no padding), or the input's zero-padded planes split by stride into phase planes,
 //! each tap a unit-stride window of one of them (implicit GEMM, for horizontal strides 1 and
 //! 2: no column matrix; an output width of whole vectors is read as one run per output row
@@ -12,9 +13,8 @@
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
 //! (one input and one output channel per group) skip the GEMM: a direct loop per channel,
 //! channels in parallel.
-//! Left out: Winograd and FFT algorithms, packed filters kept across runs (they are packed
-//! per call: `K · C · R · S` values against the product's `P · Q` times as many
-//! multiply-adds), NHWC layouts, fusing the following activation into the GEMM's epilogue.
+//! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, fusing the
+//! following activation into the GEMM's epilogue.
 
 use faer::{Accum, MatRef};
 use rayon::prelude::*;
@@ -72,9 +72,10 @@ enum Cols {
 }
 
 /// How a convolution runs on the current pool: its operand ([`Cols`]), its (image, group)
-/// GEMMs spread over `workers` (`across`), `packed` scratch values of filters packed for
-/// [`Kernel`] (all groups, shared), each worker's `need` values (`padded` of them the
-/// zero-padded input planes, or their phase planes), `total` for all.
+/// GEMMs spread over `workers` (`across`), `packed` values of filters packed for [`Kernel`]
+/// (all groups, shared, held by the program's filter cache), each worker's `need` scratch
+/// values (`padded` of them the zero-padded input planes, or their phase planes), `total`
+/// scratch values for all.
 struct Layout {
     cols: Cols,
     across: bool,
@@ -154,7 +155,7 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
         packed,
         padded,
         need,
-        total: packed + need * workers,
+        total: need * workers,
     }
 }
 
@@ -197,7 +198,7 @@ pub(crate) fn conv2d(
         }
         return super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch);
     }
-    conv2d_with(kern, g, x, w, bias, out, scratch)
+    conv2d_with(kern, g, x, w, bias, out, scratch, Some((filters, node)))
 }
 
 /// The direct paths of [`conv2d`] (never Winograd), for comparisons.
@@ -209,10 +210,13 @@ pub(crate) fn conv2d_direct(
     out: &mut [f32],
     scratch: &mut Vec<f32>,
 ) -> Result<(), String> {
-    conv2d_with(Kernel::detect(), g, x, w, None, out, scratch)
+    conv2d_with(Kernel::detect(), g, x, w, None, out, scratch, None)
 }
 
-/// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`.
+/// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`; the filters
+/// packed for `kern` come from `cache` (kept there under the node id) or, without one, are
+/// packed for this call.
+#[allow(clippy::too_many_arguments)]
 fn conv2d_with(
     kern: Option<Kernel>,
     g: &ConvShape,
@@ -221,6 +225,7 @@ fn conv2d_with(
     bias: Option<&[f32]>,
     out: &mut [f32],
     scratch: &mut Vec<f32>,
+    cache: Option<(&super::winograd::FilterCache, usize)>,
 ) -> Result<(), String> {
     let cg = g.c / g.group;
     let kg = g.k / g.group;
@@ -259,17 +264,22 @@ fn conv2d_with(
     } else {
         1
     };
-    let (packed_w, work) = scratch[..total].split_at_mut(packed);
-    // Every group's filters packed once per call for the kernel (kg·crs values each: the
-    // product reads them P·Q times).
+    let work = &mut scratch[..total];
+    // Every group's filters packed for the kernel (kg·crs values each), once per weight
+    // buffer when the program's cache holds them, else for this call.
     let pa = packed / g.group.max(1);
-    if let Some(kern) = kern {
-        for (grp, dst) in packed_w.chunks_mut(pa.max(1)).enumerate() {
-            kern.pack_a(&w[grp * kg * crs..][..kg * crs], kg, crs, crs, 1, dst)
-                .map_err(|e| e.to_string())?;
+    let (held, fresh);
+    let packed_w: &[f32] = match (kern, cache) {
+        (Some(kern), Some((cache, node))) => {
+            held = cache.packed(kern, node, g.group, kg, crs, w)?;
+            &held.packed
         }
-    }
-    let packed_w = &*packed_w;
+        (Some(kern), None) => {
+            fresh = super::winograd::pack_filters(kern, g.group, kg, crs, w)?;
+            &fresh
+        }
+        (None, _) => &[],
+    };
     let offsets = match cols {
         Cols::Implicit { .. } | Cols::ImplicitRuns => tap_offsets(g, cg),
         _ => Vec::new(),
@@ -818,7 +828,7 @@ mod tests {
                         // On two workers, the (image, group)-parallel path and the row split
                         // run where they apply.
                         crate::exec::with_threads(threads, || {
-                            conv2d_with(kern, &g, &x, &wt, bias, &mut got, &mut scratch)
+                            conv2d_with(kern, &g, &x, &wt, bias, &mut got, &mut scratch, None)
                         })
                         .unwrap()
                         .unwrap();

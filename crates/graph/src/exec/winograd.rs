@@ -82,15 +82,17 @@ pub(crate) fn scratch_len(g: &ConvShape) -> usize {
     g.c * plane_len(g) + SLACK + 16 * g.c * t + 16 * g.k * t + workers * 16 * (t + SLACK)
 }
 
-/// A weight's 16 transformed filter matrices `U[ξ]` (`K × C`), packed for one kernel, and
-/// what identifies the values they came from (as [`FilterCache`] checks them).
-struct Filters {
+/// A weight's filters packed for one kernel (Winograd's 16 transformed matrices `U[ξ]`, or
+/// a direct convolution's groups), and what identifies the values they came from (as
+/// [`FilterCache`] checks them).
+pub(crate) struct Filters {
     kern: Kernel,
     addr: usize,
     len: usize,
     sample: [u32; 16],
-    /// `U[ξ]` packed, each [`Kernel::packed_a_len`]`(K, C)` values.
-    packed: Vec<f32>,
+    /// Winograd: `U[ξ]` packed, each [`Kernel::packed_a_len`]`(K, C)` values; direct: each
+    /// group's filters packed ([`pack_filters`]).
+    pub(crate) packed: Vec<f32>,
 }
 
 /// The bit patterns of 16 values spread evenly over `v`.
@@ -104,13 +106,21 @@ fn sample(v: &[f32]) -> [u32; 16] {
     s
 }
 
-/// Transformed, packed filters by convolution node, kept in the program's executor memo so
-/// that a weight is transformed once, not per run. An entry is used only while the run binds
-/// the same weight buffer (address and length) holding the same 16 sampled values; otherwise
-/// the filters are transformed again. A weight changed in place at positions the sample
-/// misses is not noticed: bind a new buffer to change a weight.
+/// Packed filters by convolution node, kept in the program's executor memo so that a weight
+/// is transformed and packed once, not per run: Winograd's transformed filters, or a direct
+/// convolution's filters packed for the kernel ([`FilterCache::packed`]). An entry is used
+/// only while the run binds the same weight buffer (address and length) holding the same 16
+/// sampled values; otherwise the filters are packed again. A weight changed in place at
+/// positions the sample misses is not noticed: bind a new buffer to change a weight.
 #[derive(Default)]
-pub struct FilterCache(Mutex<HashMap<usize, Arc<Filters>>>);
+pub struct FilterCache(Mutex<HashMap<(usize, Form), Arc<Filters>>>);
+
+/// Which packing of a node's filters an entry holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Form {
+    Winograd,
+    Direct,
+}
 
 impl Clone for FilterCache {
     fn clone(&self) -> Self {
@@ -135,9 +145,38 @@ impl FilterCache {
         g: &ConvShape,
         w: &[f32],
     ) -> Result<Arc<Filters>, String> {
+        self.get_or_make(kern, (node, Form::Winograd), w, || {
+            transform_filters(kern, g, w)
+        })
+    }
+
+    /// Node `node`'s filters `w` (`group` groups of `kg × crs` values) packed for `kern`,
+    /// group after group, each [`Kernel::packed_a_len`]`(kg, crs)` values: the left operand
+    /// of the direct convolution's GEMMs.
+    pub(crate) fn packed(
+        &self,
+        kern: Kernel,
+        node: usize,
+        group: usize,
+        kg: usize,
+        crs: usize,
+        w: &[f32],
+    ) -> Result<Arc<Filters>, String> {
+        self.get_or_make(kern, (node, Form::Direct), w, || {
+            pack_filters(kern, group, kg, crs, w)
+        })
+    }
+
+    fn get_or_make(
+        &self,
+        kern: Kernel,
+        key: (usize, Form),
+        w: &[f32],
+        make: impl FnOnce() -> Result<Vec<f32>, String>,
+    ) -> Result<Arc<Filters>, String> {
         let (addr, len, smp) = (w.as_ptr() as usize, w.len(), sample(w));
         if let Ok(map) = self.0.lock() {
-            if let Some(f) = map.get(&node) {
+            if let Some(f) = map.get(&key) {
                 if f.kern == kern && f.addr == addr && f.len == len && f.sample == smp {
                     return Ok(f.clone());
                 }
@@ -148,13 +187,37 @@ impl FilterCache {
             addr,
             len,
             sample: smp,
-            packed: transform_filters(kern, g, w)?,
+            packed: make()?,
         });
         if let Ok(mut map) = self.0.lock() {
-            map.insert(node, f.clone());
+            map.insert(key, f.clone());
         }
         Ok(f)
     }
+}
+
+/// `group` groups of `kg × crs` filters, each packed for `kern` ([`Kernel::pack_a`]).
+pub(crate) fn pack_filters(
+    kern: Kernel,
+    group: usize,
+    kg: usize,
+    crs: usize,
+    w: &[f32],
+) -> Result<Vec<f32>, String> {
+    let pa = kern
+        .packed_a_len(kg, crs)
+        .and_then(|n| n.checked_mul(group))
+        .ok_or_else(|| format!("{group} groups of {kg}x{crs} packed filters overflow"))?;
+    let mut out: Vec<f32> = Vec::new();
+    out.try_reserve_exact(pa)
+        .map_err(|_| format!("cannot allocate {pa} packed filter values"))?;
+    out.resize(pa, 0.0);
+    let per = pa / group.max(1);
+    for (grp, dst) in out.chunks_mut(per.max(1)).enumerate() {
+        kern.pack_a(&w[grp * kg * crs..][..kg * crs], kg, crs, crs, 1, dst)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
 }
 
 /// `U[ξ] = G g Gᵀ` for every (k, c), packed per ξ: G = [[1, 0, 0], [½, ½, ½], [½, −½, ½],
@@ -636,7 +699,7 @@ mod tests {
             assert!((*a as f64 - e).abs() <= 1e-5 * scale, "{a} vs {e}");
         }
         // The filters were kept under node 4.
-        assert!(cache.0.lock().unwrap().contains_key(&4));
+        assert!(cache.0.lock().unwrap().contains_key(&(4, Form::Winograd)));
     }
 
     #[test]
@@ -657,6 +720,41 @@ mod tests {
         w.fill(1.0);
         conv(kern, &cache, 0, &g, &x, &w, None, &mut out, &mut scratch).unwrap();
         assert_eq!(out[6 + 1], 72.0);
+    }
+
+    #[test]
+    fn direct_filters_are_packed_once_per_weight() {
+        let Some(kern) = Kernel::detect() else {
+            return;
+        };
+        // 8 channels (below Winograd's 32): the direct path, its packed filters kept under
+        // node 3, then packed again when the same buffer holds new values.
+        let g = shape(2, 8, 10, 10, 12, 1, 1);
+        assert!(!applies(&g, Some(kern)));
+        let x = tensorforge_core::rng::SplitMix64::f32_pm1_vec(4, 2 * 8 * 100);
+        let mut w = tensorforge_core::rng::SplitMix64::f32_pm1_vec(5, 12 * 8 * 9);
+        let b = tensorforge_core::rng::SplitMix64::f32_pm1_vec(6, 12);
+        let cache = FilterCache::default();
+        let mut scratch = vec![];
+        for round in 0..3 {
+            if round == 2 {
+                for v in w.iter_mut() {
+                    *v = -*v * 0.5;
+                }
+            }
+            let want = reference(&g, &x, &w, &b);
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            let mut out = vec![f32::NAN; want.len()];
+            super::super::conv::conv2d(&g, &x, &w, Some(&b), &mut out, &mut scratch, &cache, 3)
+                .unwrap();
+            for (a, e) in out.iter().zip(&want) {
+                assert!(
+                    (*a as f64 - e).abs() <= 1e-5 * scale,
+                    "round {round}: {a} vs {e}"
+                );
+            }
+            assert!(cache.0.lock().unwrap().contains_key(&(3, Form::Direct)));
+        }
     }
 }
 
