@@ -959,10 +959,12 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
             .collect();
         assert!(nonpos.len() > 100_000);
         assert!(max_ulps("exp_nonpos", en, &nonpos, f64::exp) <= 2.0);
-        // erf in float (GELU's): within 2.5 ulp of the series below over |x| ≤ 6, where
-        // erf leaves 1.0f (erfc(3.92) is half an ulp of 1); ±1 beyond.
+        // erf in float (GELU's): within 1.5 ulp of the series below over |x| ≤ 6, where
+        // erf leaves 1.0f (erfc(3.92) is half an ulp of 1); ±1 beyond. tools/erf_fit.py
+        // puts the fit at 1.03 ulp with an exact exponential; tf_exp_nonpos adds up to
+        // about 0.2 (measured 1.03 here).
         let near: Vec<f32> = xs.iter().copied().filter(|x| x.abs() <= 6.0).collect();
-        assert!(max_ulps("erf", erf, &near, erf_series) <= 2.5);
+        assert!(max_ulps("erf", erf, &near, erf_series) <= 1.5);
         let below: Vec<f32> = vec![-87.337, -88.0, -103.9, -1e30, f32::NEG_INFINITY];
         let mut y = vec![1f32; below.len()];
         // SAFETY: `en` reads and writes `below.len()` floats.
