@@ -97,7 +97,12 @@ pub struct Compiled {
 pub fn compile(g: &Graph) -> Result<Compiled> {
     let tg = g.validate()?;
     let (rg, mut decisions) = rewrite(&tg)?;
-    let rtg = rg.into_typed()?;
+    let mut rtg = rg.into_typed()?;
+    let (ag, attention) = crate::rewrite::attention(&rtg)?;
+    decisions.extend(attention);
+    if let Some(ag) = ag {
+        rtg = ag.into_typed()?;
+    }
     let unfused = Program::unfused(tg);
     let fused = Program::fused(rtg);
     decisions.extend(fused.decisions.iter().cloned());

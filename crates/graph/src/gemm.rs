@@ -86,13 +86,18 @@ impl<'a> Operand<'a> {
         Self::checked(data, batch, rows, cols, 1, rows)
     }
 
+    /// Matrices, rows and columns: `(batch, rows, cols)`.
+    pub fn dims(&self) -> (usize, usize, usize) {
+        (self.batch, self.rows, self.cols)
+    }
+
     /// True when the matrices are row-major and back to back (the batch folds into rows).
     pub fn is_row_major(&self) -> bool {
         self.cs == 1 && (self.rs == self.cols || self.rows <= 1)
     }
 
     /// Batch matrix `b` (`b < batch`) as a faer view.
-    fn mat(&self, b: usize) -> MatRef<'a, f32> {
+    pub(crate) fn mat(&self, b: usize) -> MatRef<'a, f32> {
         assert!(b < self.batch.max(1));
         let off = b * self.rows * self.cols;
         // SAFETY: `checked` made data.len() == batch * rows * cols; the view's elements are

@@ -256,6 +256,22 @@ pub enum Op {
         #[serde(default = "eps_rms")]
         eps: f64,
     },
+    /// Scaled dot-product attention in one kernel: inputs `[q, kt, v]` or `[q, kt, v, mask]`,
+    /// `softmax(scale · q·kt + mask) · v` over the last axis, with `q` `[..., Sq, D]`, `kt`
+    /// `[..., D, Sk]` (the right operand of the scores' MatMul, as that MatMul reads it), `v`
+    /// `[..., Sk, Dv]` (equal leading dims) and `mask` broadcastable to `[..., Sq, Sk]`; the
+    /// output is `[..., Sq, Dv]`. The executor streams keys in blocks with a running max and
+    /// sum (the online softmax), so the `Sq × Sk` scores are never stored. A row whose scores
+    /// are all −∞ gives NaN, as the softmax does, or 0 with `zero_masked_rows` (PyTorch's
+    /// NaN guard, `Where(IsNaN(p), 0, p)`). Produced by the `attention` pattern rewrite.
+    #[serde(rename = "FusedAttention")]
+    FusedAttention {
+        /// The factor the scores are multiplied by (1 when the graph had none).
+        scale: f64,
+        /// A fully masked row gives 0 instead of NaN.
+        #[serde(default)]
+        zero_masked_rows: bool,
+    },
     /// Running sum along `axis` (ONNX `CumSum`): `out[.., i, ..] = Σ x[.., j, ..]` over
     /// `j ≤ i` (`j < i` when `exclusive`; from the end when `reverse`). Shape and dtype of
     /// the input.
@@ -355,6 +371,7 @@ impl Op {
             Op::Quantize { .. } => "Quantize",
             Op::Dequantize { .. } => "Dequantize",
             Op::RmsNormSwiGlu { .. } => "RMSNormSwiGLU",
+            Op::FusedAttention { .. } => "FusedAttention",
             Op::CumSum { .. } => "CumSum",
             Op::Pad { .. } => "Pad",
             Op::Unary { f } => f.name(),
@@ -403,6 +420,7 @@ impl Op {
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. }
             | Op::RmsNormSwiGlu { .. }
+            | Op::FusedAttention { .. }
             | Op::CumSum { .. }
             | Op::Pad { .. }
             | Op::Opaque { .. } => OpClass::Opaque,
@@ -1427,6 +1445,62 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 }
             }
             vec![(x.shape.clone(), x.dtype)]
+        }
+        Op::FusedAttention { scale, .. } => {
+            if !(3..=4).contains(&ins.len()) {
+                arity(3)?;
+            }
+            if !scale.is_finite() {
+                return Err(inv(format!("scale {scale} must be finite")));
+            }
+            let (q, kt, v) = (ins[0], ins[1], ins[2]);
+            float(q)?;
+            for p in &ins[1..] {
+                same_dtype(q, p)?;
+            }
+            let r = q.shape.len();
+            if r < 2 || kt.shape.len() != r || v.shape.len() != r {
+                return Err(shape_err(
+                    q,
+                    format!(
+                        "q, kt and v must have one rank >= 2, got {:?}, {:?}, {:?}",
+                        q.shape, kt.shape, v.shape
+                    ),
+                ));
+            }
+            let lead = &q.shape[..r - 2];
+            let (sq, d) = (q.shape[r - 2], q.shape[r - 1]);
+            let sk = kt.shape[r - 1];
+            if kt.shape[..r - 2] != *lead || kt.shape[r - 2] != d {
+                return Err(shape_err(
+                    kt,
+                    format!("must have shape {:?} + [{d}, Sk], got {:?}", lead, kt.shape),
+                ));
+            }
+            if v.shape[..r - 2] != *lead || v.shape[r - 2] != sk {
+                return Err(shape_err(
+                    v,
+                    format!("must have shape {:?} + [{sk}, Dv], got {:?}", lead, v.shape),
+                ));
+            }
+            let mut scores = lead.to_vec();
+            scores.extend([sq, sk]);
+            if let Some(m) = ins.get(3) {
+                if m.shape.len() > r
+                    || broadcast_shapes(&m.shape, &scores).as_deref() != Some(&scores[..])
+                {
+                    return Err(shape_err(
+                        m,
+                        format!(
+                            "mask {:?} does not broadcast to the scores {:?}",
+                            m.shape, scores
+                        ),
+                    ));
+                }
+            }
+            let mut s = lead.to_vec();
+            s.extend([sq, v.shape[r - 1]]);
+            vec![(s, q.dtype)]
         }
         Op::RmsNormSwiGlu { eps } => {
             arity(4)?;

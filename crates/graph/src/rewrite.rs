@@ -81,6 +81,9 @@ pub enum FusionRule {
     ProducerIntoReduction,
     /// A reduction over the same rows joins a row kernel.
     DependentReduction,
+    /// Scores, scale, mask, softmax and the weighted sum of an attention matched as one
+    /// streamed kernel (`FusedAttention`).
+    Attention,
 }
 
 impl FusionRule {
@@ -105,6 +108,7 @@ impl FusionRule {
             FusionRule::MatmulEpilogue => "matmul_epilogue",
             FusionRule::ProducerIntoReduction => "producer_into_reduction",
             FusionRule::DependentReduction => "dependent_reduction",
+            FusionRule::Attention => "attention",
         }
     }
 }
@@ -324,9 +328,14 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
             _ => {}
         }
     }
-    // Drop nodes left without readers (sources are kept: they are the interface): keep what
-    // the graph outputs reach backwards, one pass over the edges (removing readerless nodes
-    // round by round was quadratic on a long dead chain).
+    Ok((without_dead_nodes(tg, nodes), dec))
+}
+
+/// The graph of `nodes` with the nodes left without readers dropped (sources are kept: they
+/// are the interface): what the graph outputs reach backwards, one pass over the edges
+/// (removing readerless nodes round by round was quadratic on a long dead chain).
+fn without_dead_nodes(tg: &TypedGraph, mut nodes: Vec<crate::ir::Node>) -> Graph {
+    let tname = |t: usize| tg.tensors[t].name.clone();
     let outputs: Vec<String> = tg.outputs.iter().map(|&t| tname(t)).collect();
     let mut producer: rustc_hash::FxHashMap<&str, usize> = Default::default();
     for (i, n) in nodes.iter().enumerate() {
@@ -360,7 +369,204 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
     });
     let mut g = Graph::new(tg.name.clone(), nodes);
     g.outputs = outputs;
-    Ok((g, dec))
+    g
+}
+
+/// Scores per batch matrix (`Sq · Sk`) from which an attention is streamed as one kernel.
+/// Below it the scores of one head stay in L2 and the batched GEMMs and the softmax's row
+/// kernel measured faster (docs/performance.md, "Attention without the score matrix").
+pub const ATTENTION_MIN_SCORES: usize = 1 << 18;
+
+/// The attention pattern, applied after the other rewrites (it matches the softmax and the
+/// NaN guard they produce): `MatMul(P, v)` with `P = Softmax(x, last axis)` (or
+/// `Max(Softmax(x), 0)`, the rewritten guard), `x = y [+ mask]`, `y = z [· c | / c]` with a
+/// scalar constant `c`, and `z = MatMul(q, kt)`, every intermediate read only inside the
+/// pattern, becomes one `FusedAttention(q, kt, v [, mask])` when each batch matrix has at
+/// least [`ATTENTION_MIN_SCORES`] scores. Returns the graph unchanged (None) when nothing
+/// matched, and a decision for every match, taken or refused.
+pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
+    let mut nodes = tg.nodes.clone();
+    let mut dec = vec![];
+    for i in 0..tg.nodes.len() {
+        if matches!(tg.nodes[i].op, Op::MatMul) {
+            if let Some(d) = attention_pattern(tg, i, &mut nodes) {
+                dec.push(d);
+            }
+        }
+    }
+    if !dec.iter().any(|d| d.accepted) {
+        return Ok((None, dec));
+    }
+    Ok((Some(without_dead_nodes(tg, nodes)), dec))
+}
+
+fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+    let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
+    let name = |t: usize| tg.tensors[t].name.clone();
+    let input = |t: usize, j: usize| tg.node_inputs[tg.producer[t]][j];
+    let scalar = |t: usize| match op_of(t) {
+        Op::Constant { value, .. } if tg.tensors[t].numel == 1 => Some(*value),
+        _ => None,
+    };
+    let (p, v) = (tg.node_inputs[i][0], tg.node_inputs[i][1]);
+    let mut inner = vec![p];
+    // The softmax, behind the rewritten NaN guard or not.
+    let (sm, zero_masked_rows) = match op_of(p) {
+        Op::Softmax { .. } => (p, false),
+        Op::Binary { f: BinaryFn::Max } => {
+            let (a, b) = (input(p, 0), input(p, 1));
+            if matches!(op_of(a), Op::Softmax { .. }) && scalar(b) == Some(0.0) {
+                inner.push(a);
+                (a, true)
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    };
+    let Op::Softmax { axis } = op_of(sm) else {
+        return None;
+    };
+    let x = input(sm, 0);
+    let rank = tg.tensors[x].shape.len();
+    if norm_axis(*axis, rank) != Some(rank.saturating_sub(1)) {
+        return None;
+    }
+    inner.push(x);
+    // x = y + mask (either order: the scores side is the one that leads to a MatMul).
+    let leads_to_scores = |t: usize| {
+        let mut t = t;
+        for _ in 0..2 {
+            match op_of(t) {
+                Op::MatMul => return true,
+                Op::Binary {
+                    f: BinaryFn::Mul | BinaryFn::Div,
+                } => t = input(t, 0),
+                _ => return false,
+            }
+        }
+        matches!(op_of(t), Op::MatMul)
+    };
+    let (y, mask) = match op_of(x) {
+        Op::Binary { f: BinaryFn::Add } => {
+            let (a, b) = (input(x, 0), input(x, 1));
+            if leads_to_scores(a) {
+                inner.push(a);
+                (a, Some(b))
+            } else if leads_to_scores(b) {
+                inner.push(b);
+                (b, Some(a))
+            } else {
+                return None;
+            }
+        }
+        _ => (x, None),
+    };
+    // y = z · c, z / c, or z.
+    let (z, scale) = match op_of(y) {
+        Op::Binary { f } if matches!(f, BinaryFn::Mul | BinaryFn::Div) => {
+            let (a, b) = (input(y, 0), input(y, 1));
+            let (zz, c) = match (scalar(b), scalar(a)) {
+                (Some(c), _) => (a, c),
+                (None, Some(c)) if *f == BinaryFn::Mul => (b, c),
+                _ => return None,
+            };
+            inner.push(zz);
+            (zz, if *f == BinaryFn::Div { 1.0 / c } else { c })
+        }
+        _ => (y, 1.0),
+    };
+    if !matches!(op_of(z), Op::MatMul) {
+        return None;
+    }
+    let (q, kt) = (input(z, 0), input(z, 1));
+    let node = &tg.nodes[i].name;
+    let refuse = |why: String| {
+        Some(Decision::new(
+            Stage::Pattern,
+            node,
+            Some("FusedAttention"),
+            false,
+            FusionRule::Attention,
+            why,
+        ))
+    };
+    inner.dedup();
+    for &t in &inner {
+        let readers = &tg.consumers[t];
+        if readers.len() != 1 || tg.is_output(t) {
+            return refuse(format!(
+                "intermediate `{}` is read outside the attention or is a graph output; the streamed kernel never stores it",
+                name(t)
+            ));
+        }
+    }
+    let (qs, ks, vs) = (
+        &tg.tensors[q].shape,
+        &tg.tensors[kt].shape,
+        &tg.tensors[v].shape,
+    );
+    let r = qs.len();
+    if r < 2
+        || ks.len() != r
+        || vs.len() != r
+        || qs[..r - 2] != ks[..r - 2]
+        || qs[..r - 2] != vs[..r - 2]
+    {
+        return refuse(format!(
+            "q {qs:?}, kt {ks:?} and v {vs:?} do not share one rank and leading dims (no batch broadcast in the streamed kernel)"
+        ));
+    }
+    let scores = &tg.tensors[z].shape;
+    if let Some(m) = mask {
+        let ms = &tg.tensors[m].shape;
+        if ms.len() > r
+            || crate::ir::broadcast_shapes(ms, scores).as_deref() != Some(&scores[..])
+            || tg.tensors[m].dtype != tg.tensors[q].dtype
+        {
+            return refuse(format!(
+                "mask `{}` {ms:?} does not broadcast to the scores {scores:?} in their dtype",
+                name(m)
+            ));
+        }
+    }
+    let per = scores[r - 2].saturating_mul(scores[r - 1]);
+    if per < ATTENTION_MIN_SCORES {
+        return refuse(format!(
+            "{} x {} scores per head ({} KiB) stay in cache: below {} the batched GEMMs and the softmax row kernel are faster",
+            scores[r - 2],
+            scores[r - 1],
+            per * 4 / 1024,
+            ATTENTION_MIN_SCORES
+        ));
+    }
+    nodes[i].op = Op::FusedAttention {
+        scale,
+        zero_masked_rows,
+    };
+    let mut ins = vec![name(q), name(kt), name(v)];
+    ins.extend(mask.map(name));
+    nodes[i].inputs = ins;
+    Some(Decision::new(
+        Stage::Pattern,
+        node,
+        Some("FusedAttention"),
+        true,
+        FusionRule::Attention,
+        format!(
+            "MatMul({q}, {kt}){s}{m} -> Softmax{g} -> MatMul(·, {v}) streams keys in blocks with a running max and sum: the {sq} x {sk} scores per head ({kib} KiB, {total} MiB for all heads) never reach memory",
+            q = name(q),
+            kt = name(kt),
+            v = name(v),
+            s = if scale == 1.0 { String::new() } else { format!(" · {scale}") },
+            m = mask.map(|m| format!(" + {}", name(m))).unwrap_or_default(),
+            g = if zero_masked_rows { " (NaN guard: fully masked rows give 0)" } else { "" },
+            sq = scores[r - 2],
+            sk = scores[r - 1],
+            kib = per * 4 / 1024,
+            total = tg.tensors[z].bytes / (1 << 20),
+        ),
+    ))
 }
 
 /// `Where(IsNaN(s), z, s)` with `s` a Softmax and `z` a Constant 0: the guard PyTorch's
@@ -574,5 +780,130 @@ mod tests {
             }));
         assert!(overflow_demo(FusionRule::Softmax).contains("NaN"));
         assert!(overflow_demo(FusionRule::Logsumexp).contains("100.693"));
+    }
+
+    /// An attention over `heads` heads of `seq` positions: q, k, v inputs `[1, heads, seq,
+    /// 8]`, kᵀ as a Transpose of k, scores · 0.125, plus a `[1, 1, seq, seq]` mask input,
+    /// Softmax, optionally PyTorch's NaN guard, then · v.
+    fn attention_graph(heads: usize, seq: usize, guard: bool) -> Graph {
+        let sh = format!("[1,{heads},{seq},8]");
+        let p = if guard {
+            r#"{"name":"nan","op":"IsNaN","inputs":["sm"]},
+               {"name":"z","op":"Constant","attrs":{"shape":[],"dtype":"fp32","value":0.0}},
+               {"name":"p","op":"Where","inputs":["nan","z","sm"]},"#
+        } else {
+            r#"{"name":"p","op":"Neg","inputs":["nsm"]},
+               {"name":"nsm","op":"Neg","inputs":["sm"]},"#
+        };
+        Graph::from_json_str(&format!(
+            r#"{{"schema_version":1,"name":"attn","nodes":[
+              {{"name":"q","op":"Input","attrs":{{"shape":{sh},"dtype":"fp32"}}}},
+              {{"name":"k","op":"Input","attrs":{{"shape":{sh},"dtype":"fp32"}}}},
+              {{"name":"v","op":"Input","attrs":{{"shape":{sh},"dtype":"fp32"}}}},
+              {{"name":"mask","op":"Input","attrs":{{"shape":[1,1,{seq},{seq}],"dtype":"fp32"}}}},
+              {{"name":"kt","op":"Transpose","attrs":{{"perm":[0,1,3,2]}},"inputs":["k"]}},
+              {{"name":"s","op":"MatMul","inputs":["q","kt"]}},
+              {{"name":"c","op":"Constant","attrs":{{"shape":[],"dtype":"fp32","value":0.125}}}},
+              {{"name":"ss","op":"Mul","inputs":["s","c"]}},
+              {{"name":"sm_in","op":"Add","inputs":["ss","mask"]}},
+              {{"name":"sm","op":"Softmax","attrs":{{"axis":-1}},"inputs":["sm_in"]}},
+              {p}
+              {{"name":"y","op":"MatMul","inputs":["p","v"]}}
+            ],"outputs":["y"]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_long_attention_streams_without_its_scores() {
+        // 512 × 512 scores per head (the threshold): one FusedAttention replaces both
+        // MatMuls, the scale, the mask Add and the softmax, and agrees with the unfused
+        // program. Causal mask (−∞ above the diagonal) so the running max matters; with the
+        // NaN guard, row 0 of a mask that also hides key 0 is fully masked and gives 0.
+        let seq = 512;
+        for guard in [false, true] {
+            let g = attention_graph(2, seq, guard);
+            let c = crate::fusion::compile(&g).unwrap();
+            let fa: Vec<_> = c
+                .fused
+                .graph
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::FusedAttention { .. }))
+                .collect();
+            if !guard {
+                // The two Negs between the softmax and the product break the pattern.
+                assert!(fa.is_empty());
+                continue;
+            }
+            assert_eq!(
+                fa.len(),
+                1,
+                "{:?}",
+                c.decisions
+                    .iter()
+                    .filter(|d| d.rule == FusionRule::Attention)
+                    .collect::<Vec<_>>()
+            );
+            assert!(matches!(
+                fa[0].op,
+                Op::FusedAttention { scale, zero_masked_rows: true } if scale == 0.125
+            ));
+            assert!(!c
+                .fused
+                .graph
+                .nodes
+                .iter()
+                .any(|n| matches!(n.op, Op::Softmax { .. })));
+            let d = c
+                .decisions
+                .iter()
+                .find(|d| d.rule == FusionRule::Attention)
+                .unwrap();
+            assert!(d.accepted && d.reason.contains("512 x 512"), "{}", d.reason);
+            let mut ins = std::collections::HashMap::new();
+            crate::exec::fill_inputs(&c.unfused.graph, &mut ins, 5).unwrap();
+            let mut mask = vec![0f32; seq * seq];
+            for i in 0..seq {
+                for j in 0..seq {
+                    if j > i || j == 0 {
+                        mask[i * seq + j] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            ins.insert("mask".into(), mask);
+            let a = crate::exec::execute(&c.fused, &ins).unwrap();
+            let b = crate::exec::execute(&c.unfused, &ins).unwrap();
+            let (ya, yb) = (&a.outputs[0].2, &b.outputs[0].2);
+            let scale = yb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (x, y)) in ya.iter().zip(yb).enumerate() {
+                assert!((x - y).abs() <= 1e-5 * scale, "{i}: {x} vs {y}");
+            }
+            // Row 0 of each head: every key masked, 0 through the guard.
+            for h in 0..2 {
+                assert!(ya[h * seq * 8..h * seq * 8 + 8].iter().all(|&v| v == 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_attention_keeps_its_kernels_and_says_why() {
+        let c = crate::fusion::compile(&attention_graph(2, 128, true)).unwrap();
+        assert!(!c
+            .fused
+            .graph
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::FusedAttention { .. })));
+        let d = c
+            .decisions
+            .iter()
+            .find(|d| d.rule == FusionRule::Attention)
+            .unwrap();
+        assert!(
+            !d.accepted && d.reason.contains("128 x 128"),
+            "{}",
+            d.reason
+        );
     }
 }

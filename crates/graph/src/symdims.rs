@@ -166,6 +166,12 @@ fn node_labels(
             l[0] = ins.first()?.1.first()?.clone();
             l
         }
+        Op::FusedAttention { .. } => {
+            // q's dims, the last one v's (`[..., Sq, Dv]`).
+            let mut l = first()?;
+            *l.last_mut()? = ins.get(2)?.1.last()?.clone();
+            l
+        }
         Op::RmsNormSwiGlu { .. } => {
             let mut l = first()?;
             *l.last_mut()? = DimLabel::default();

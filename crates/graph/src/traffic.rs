@@ -160,6 +160,23 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         Op::Unary { f } => out.saturating_mul(f.flops_per_element()),
         Op::Binary { f } => out.saturating_mul(f.flops_per_element()),
         Op::LayerNorm { .. } => in0.saturating_mul(7),
+        Op::FusedAttention { .. } => {
+            // Per batch matrix: 2·Sq·Sk·D (scores) + 2·Sq·Sk·Dv (weighted sum) + 5·Sq·Sk
+            // (scale, mask, max, exp, sum).
+            let ins = &tg.node_inputs[i];
+            let q = &tg.tensors[ins[0]].shape;
+            let kt = &tg.tensors[ins[1]].shape;
+            let v = &tg.tensors[ins[2]].shape;
+            let r = q.len();
+            let dims = |s: &[usize], j: usize| s.get(j).copied().unwrap_or(0) as u64;
+            let lead = q[..r.saturating_sub(2)]
+                .iter()
+                .fold(1u64, |a, &d| a.saturating_mul(d as u64));
+            let (sq, d) = (dims(q, r.wrapping_sub(2)), dims(q, r.wrapping_sub(1)));
+            let (sk, dv) = (dims(kt, r.wrapping_sub(1)), dims(v, r.wrapping_sub(1)));
+            let scores = lead.saturating_mul(sq).saturating_mul(sk);
+            scores.saturating_mul(d.saturating_add(dv).saturating_mul(2).saturating_add(5))
+        }
         Op::RmsNormSwiGlu { .. } => {
             let x = &tg.tensors[tg.node_inputs[i][0]];
             let d = *x.shape.last().unwrap_or(&0) as u64;

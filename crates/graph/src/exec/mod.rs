@@ -25,6 +25,7 @@
 // and average pooling), `spin` (a worker kept awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
+mod attention;
 mod blocks;
 mod conv;
 mod elementwise;

@@ -229,8 +229,12 @@ fn run_program<'a>(
         // Views the kernel reads from outside. A MatMul reads a transpose of the last two
         // axes in place (strided), so only the transpose's source is made available.
         for &n in &k.nodes {
-            let mm = matches!(tg.nodes[n].op, Op::MatMul);
-            for &t in &tg.node_inputs[n] {
+            let op = &tg.nodes[n].op;
+            for (j, &t) in tg.node_inputs[n].iter().enumerate() {
+                // Operands read through [`crate::gemm::operand`] (a MatMul's; the attention's
+                // q, kt and v, not its mask).
+                let mm =
+                    matches!(op, Op::MatMul) || (matches!(op, Op::FusedAttention { .. }) && j < 3);
                 if !k.nodes.contains(&tg.producer[tg.base(t)]) {
                     match transposed_source(tg, t).filter(|_| mm) {
                         Some(s) => st.ensure(s)?,
@@ -413,6 +417,50 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         }
                         out.push(src[off as usize]);
                     });
+                    st.bufs[o] = Some(out.into());
+                    Ok(())
+                }
+                Op::FusedAttention {
+                    scale,
+                    zero_masked_rows,
+                } => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let operand = |j: usize| {
+                        crate::gemm::operand(tg, |u| st.bufs[u].as_deref(), ins[j]).ok_or_else(
+                            || {
+                                exec_err(
+                                    tg,
+                                    n,
+                                    format!(
+                                        "operand `{}` is not available",
+                                        tg.tensors[ins[j]].name
+                                    ),
+                                )
+                            },
+                        )
+                    };
+                    let (q, kt, v) = (operand(0)?, operand(1)?, operand(2)?);
+                    let qs = &tg.tensors[ins[0]].shape;
+                    let lead = &qs[..qs.len() - 2];
+                    let mask = ins.get(3).map(|&t| {
+                        super::attention::Mask::broadcast(
+                            st.bufs[t].as_deref().unwrap_or(&[]),
+                            &tg.tensors[t].shape,
+                            lead,
+                        )
+                    });
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    super::attention::attention(
+                        q,
+                        kt,
+                        v,
+                        mask.as_ref(),
+                        *scale as f32,
+                        *zero_masked_rows,
+                        &mut out,
+                    )
+                    .map_err(|e| exec_err(tg, n, e))?;
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
