@@ -104,6 +104,38 @@ pub(crate) fn attention(
         return Ok(());
     }
     let qblocks = sq.div_ceil(BLOCK_ROWS);
+    let kblocks = sk.div_ceil(BLOCK_KEYS);
+    // Once per call, not per query block: which key blocks hold only finite keys (per batch
+    // matrix), and which (query block, key block) pairs the mask hides entirely (per
+    // distinct mask matrix: a mask broadcast over heads is read once, not once per head).
+    let keys_finite: Vec<bool> = (0..batch * kblocks)
+        .map(|t| {
+            let (b, kb) = (t / kblocks, t % kblocks);
+            let j0 = kb * BLOCK_KEYS;
+            all_finite(kt.mat(b).subcols(j0, BLOCK_KEYS.min(sk - j0)))
+        })
+        .collect();
+    let hidden: Option<(Vec<usize>, Vec<bool>)> = mask.map(|mk| {
+        let mut offs: Vec<usize> = mk.b_off.clone();
+        offs.sort_unstable();
+        offs.dedup();
+        let mut flags = Vec::with_capacity(offs.len() * qblocks * kblocks);
+        for &off in &offs {
+            for qb in 0..qblocks {
+                let r0 = qb * BLOCK_ROWS;
+                let rows = BLOCK_ROWS.min(sq - r0);
+                for kb in 0..kblocks {
+                    let j0 = kb * BLOCK_KEYS;
+                    let cols = BLOCK_KEYS.min(sk - j0);
+                    flags.push((0..rows).all(|i| {
+                        let base = off + (r0 + i) * mk.rs + j0 * mk.cs;
+                        (0..cols).all(|j| mk.data[base + j * mk.cs] == f32::NEG_INFINITY)
+                    }));
+                }
+            }
+        }
+        (offs, flags)
+    });
     let task = |(t, o): (usize, &mut [f32])| {
         let (b, qb) = (t / qblocks, t % qblocks);
         let r0 = qb * BLOCK_ROWS;
@@ -123,12 +155,13 @@ pub(crate) fn attention(
             // (e^(−∞) = 0): skipped, products included (a causal mask hides half the
             // blocks). Not when q or the block's keys hold NaN or ±∞: their scores would
             // make rows NaN, as the softmax's would be.
-            if let Some(mk) = mask {
-                let hidden = (0..rows).all(|i| {
-                    let base = mk.b_off[b] + (r0 + i) * mk.rs + j0 * mk.cs;
-                    (0..cols).all(|j| mk.data[base + j * mk.cs] == f32::NEG_INFINITY)
-                });
-                if hidden && q_finite && all_finite(km.subcols(j0, cols)) {
+            if let (Some(mk), Some((offs, flags))) = (mask, &hidden) {
+                let kb = j0 / BLOCK_KEYS;
+                let m_at = offs.binary_search(&mk.b_off[b]).unwrap_or(0);
+                if flags[(m_at * qblocks + qb) * kblocks + kb]
+                    && q_finite
+                    && keys_finite[b * kblocks + kb]
+                {
                     j0 += cols;
                     continue;
                 }
@@ -202,15 +235,19 @@ pub(crate) fn attention(
             }
         }
     };
-    // Tasks: (batch matrix, query block), each writing its own rows of `out`.
-    let chunks: Vec<&mut [f32]> = out
+    // Tasks: (batch matrix, query block), each writing its own rows of `out`, ordered query
+    // block first: the batch matrices (heads) of one query block run one after another, so
+    // a mask they share is read from memory once and from cache for the other heads.
+    let mut chunks: Vec<(usize, &mut [f32])> = out
         .chunks_mut(sq * dv)
         .flat_map(|ob| ob.chunks_mut(BLOCK_ROWS * dv))
+        .enumerate()
         .collect();
+    chunks.sort_by_key(|&(t, _)| (t % qblocks, t / qblocks));
     if rayon::current_num_threads() > 1 && chunks.len() > 1 {
-        chunks.into_par_iter().enumerate().for_each(task);
+        chunks.into_par_iter().for_each(task);
     } else {
-        chunks.into_iter().enumerate().for_each(task);
+        chunks.into_iter().for_each(task);
     }
     Ok(())
 }
