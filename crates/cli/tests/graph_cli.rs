@@ -125,6 +125,49 @@ fn plan_memory_json_contract_and_hand_checked_plan() {
     }
 }
 
+/// One head of 1024 positions and 8 dims: q·kᵀ · 0.125 + mask → Softmax → · v.
+fn long_attention() -> String {
+    let s = 1024;
+    format!(
+        r#"{{"schema_version":1,"name":"attn","nodes":[
+  {{"name":"q","op":"Input","attrs":{{"shape":[1,1,{s},8],"dtype":"fp32"}}}},
+  {{"name":"k","op":"Input","attrs":{{"shape":[1,1,{s},8],"dtype":"fp32"}}}},
+  {{"name":"v","op":"Input","attrs":{{"shape":[1,1,{s},8],"dtype":"fp32"}}}},
+  {{"name":"mask","op":"Input","attrs":{{"shape":[1,1,{s},{s}],"dtype":"fp32"}}}},
+  {{"name":"kt","op":"Transpose","attrs":{{"perm":[0,1,3,2]}},"inputs":["k"]}},
+  {{"name":"s","op":"MatMul","inputs":["q","kt"]}},
+  {{"name":"c","op":"Constant","attrs":{{"shape":[],"dtype":"fp32","value":0.125}}}},
+  {{"name":"ss","op":"Mul","inputs":["s","c"]}},
+  {{"name":"sm_in","op":"Add","inputs":["ss","mask"]}},
+  {{"name":"p","op":"Softmax","attrs":{{"axis":-1}},"inputs":["sm_in"]}},
+  {{"name":"y","op":"MatMul","inputs":["p","v"]}}],"outputs":["y"]}}"#
+    )
+}
+
+#[test]
+fn a_long_attention_is_one_kernel_without_its_scores() {
+    let d = tmpdir("attn");
+    let g = write(&d, "attn.json", &long_attention());
+    let v = json(&["fuse", &g, "--json"]);
+    assert_eq!(v["kernels"].as_array().unwrap().len(), 1);
+    assert!(v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["rule"] == "attention" && d["accepted"] == true));
+    // Fused, one step holds q, k, v (1024·8·4 = 32768 B each), the mask (1024² · 4 =
+    // 4194304 B) and y (32768 B): 4194304 + 4 · 32768 = 4325376 B. The unfused program
+    // peaks at its Add: the scaled scores, the mask and their sum (4194304 B each) with v
+    // still to be read: 3 · 4194304 + 32768 = 12615680 B.
+    let p = json(&["plan-memory", &g, "--json"]);
+    assert_eq!(p["peak_bytes"], 4325376);
+    let u = json(&["plan-memory", &g, "--unfused", "--json"]);
+    assert_eq!(u["peak_bytes"], 12615680);
+    // And the streamed kernel agrees with the unfused program on seeded inputs.
+    let r = json(&["run", &g, "--bench", "--reps", "1", "--json"]);
+    assert_eq!(r["bench"]["agree"], true);
+}
+
 #[test]
 fn capacity_exceeded_names_the_step_and_tensors() {
     // residual_layernorm fused: one step with x, r, resid, y live (4 × 256 KiB).
