@@ -1153,6 +1153,32 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
         }
     }
 
+    /// Compiles `p` (kernel `mk` must compile), runs it on inputs seeded with `seed` with the
+    /// JIT and without: the inputs, the first output compiled, the first output interpreted.
+    fn compiled_and_interpreted(
+        p: &crate::fusion::Program,
+        mk: usize,
+        seed: u64,
+    ) -> (
+        std::collections::HashMap<String, Vec<f32>>,
+        Vec<f32>,
+        Vec<f32>,
+    ) {
+        let j = compile(p).unwrap();
+        assert!(
+            j.kernels[mk].is_some(),
+            "the epilogue was compiled: {:?}",
+            j.skipped
+        );
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&p.graph, &mut ins, seed).unwrap();
+        let mut pool = crate::exec::Pool::default();
+        let with = crate::exec::execute_with(p, &ins, &mut pool, Some(&j)).unwrap();
+        let without = crate::exec::execute_with(p, &ins, &mut pool, None).unwrap();
+        let (a, b) = (with.outputs[0].2.clone(), without.outputs[0].2.clone());
+        (ins, a, b)
+    }
+
     #[test]
     fn a_matmul_epilogue_is_compiled_and_agrees_with_the_interpreter() {
         // y = ReLU(x·w + b) + r: one matmul kernel; its bias, activation and residual run as
@@ -1181,18 +1207,8 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
             4,
             "matmul with three epilogue nodes"
         );
-        let j = compile(&c.fused).unwrap();
-        assert!(
-            j.kernels[mk].is_some(),
-            "the epilogue was compiled: {:?}",
-            j.skipped
-        );
-        let mut ins = std::collections::HashMap::new();
-        crate::exec::fill_inputs(&c.fused.graph, &mut ins, 7).unwrap();
-        let mut pool = crate::exec::Pool::default();
-        let with = crate::exec::execute_with(&c.fused, &ins, &mut pool, Some(&j)).unwrap();
-        let without = crate::exec::execute_with(&c.fused, &ins, &mut pool, None).unwrap();
-        let (a, b) = (&with.outputs[0].2, &without.outputs[0].2);
+        let (ins, a, b) = compiled_and_interpreted(&c.fused, mk, 7);
+        let (a, b) = (&a, &b);
         assert_eq!(a.len(), 60);
         // Same product, same f32 operations in the same order: equal to the last bit.
         assert_eq!(a, b);
@@ -1239,18 +1255,8 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
                     == 2
             })
             .expect("one kernel holding both products");
-        let j = compile(&c.fused).unwrap();
-        assert!(
-            j.kernels[mk].is_some(),
-            "the epilogue was compiled: {:?}",
-            j.skipped
-        );
-        let mut ins = std::collections::HashMap::new();
-        crate::exec::fill_inputs(&c.fused.graph, &mut ins, 11).unwrap();
-        let mut pool = crate::exec::Pool::default();
-        let with = crate::exec::execute_with(&c.fused, &ins, &mut pool, Some(&j)).unwrap();
-        let without = crate::exec::execute_with(&c.fused, &ins, &mut pool, None).unwrap();
-        let (a, b) = (&with.outputs[0].2, &without.outputs[0].2);
+        let (ins, a, b) = compiled_and_interpreted(&c.fused, mk, 11);
+        let (a, b) = (&a, &b);
         assert_eq!(a.len(), 6 * 24);
         let v = |n: &str| &ins[n];
         for i in 0..6 {

@@ -816,6 +816,14 @@ mod tests {
         .unwrap()
     }
 
+    /// The attention pattern's first decision.
+    fn attention_decision(c: &crate::fusion::Compiled) -> &Decision {
+        c.decisions
+            .iter()
+            .find(|d| d.rule == FusionRule::Attention)
+            .expect("an attention decision")
+    }
+
     #[test]
     fn a_long_attention_streams_without_its_scores() {
         // 1024 × 1024 scores per head (the threshold): one FusedAttention replaces both
@@ -857,11 +865,7 @@ mod tests {
                 .nodes
                 .iter()
                 .any(|n| matches!(n.op, Op::Softmax { .. })));
-            let d = c
-                .decisions
-                .iter()
-                .find(|d| d.rule == FusionRule::Attention)
-                .unwrap();
+            let d = attention_decision(&c);
             assert!(
                 d.accepted && d.reason.contains("1024 x 1024"),
                 "{}",
@@ -901,11 +905,7 @@ mod tests {
             .nodes
             .iter()
             .any(|n| matches!(n.op, Op::FusedAttention { .. })));
-        let d = c
-            .decisions
-            .iter()
-            .find(|d| d.rule == FusionRule::Attention)
-            .unwrap();
+        let d = attention_decision(&c);
         assert!(
             !d.accepted && d.reason.contains("128 x 128"),
             "{}",

@@ -39,29 +39,16 @@ impl<'a> Mask<'a> {
     /// The mask `data` of shape `shape`, broadcast to `[lead..., sq, sk]` (NumPy rules, right
     /// aligned; the caller checked that it broadcasts).
     pub(crate) fn broadcast(data: &'a [f32], shape: &[usize], lead: &[usize]) -> Self {
-        let r = lead.len() + 2;
-        let mut full = vec![1usize; r - shape.len().min(r)];
-        full.extend_from_slice(shape);
-        // Row-major strides of the mask, 0 where it broadcasts.
-        let mut st = vec![0usize; r];
-        let mut acc = 1usize;
-        for a in (0..r).rev() {
-            st[a] = if full[a] == 1 { 0 } else { acc };
-            acc *= full[a];
-        }
-        let batch: usize = lead.iter().product();
-        let mut b_off = Vec::with_capacity(batch);
-        let mut idx = vec![0usize; lead.len()];
-        for _ in 0..batch {
+        // Strides against the scores' rank (`broadcast_strides` reads only the rank of its
+        // target), then one offset per batch matrix, in order.
+        let mut full = lead.to_vec();
+        full.extend([1, 1]);
+        let st = super::program::broadcast_strides(shape, &full);
+        let r = st.len();
+        let mut b_off = Vec::with_capacity(lead.iter().product());
+        super::program::for_each_index(lead, |idx| {
             b_off.push(idx.iter().zip(&st).map(|(i, s)| i * s).sum());
-            for a in (0..lead.len()).rev() {
-                idx[a] += 1;
-                if idx[a] < lead[a] {
-                    break;
-                }
-                idx[a] = 0;
-            }
-        }
+        });
         Mask {
             data,
             b_off,

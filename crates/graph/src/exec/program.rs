@@ -861,7 +861,7 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 
 /// Strides of a tensor of `shape` read as the NumPy broadcast `out` (rank-aligned at the
 /// right; a broadcast axis has stride 0), one per axis of `out`.
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+pub(super) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let own = strides(shape);
     let pad = out.len() - shape.len();
     (0..out.len())
@@ -876,7 +876,7 @@ fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 /// Calls `f` with every multi-index of `shape` in row-major order.
-fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+pub(super) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     if shape.contains(&0) {
         return;
     }
