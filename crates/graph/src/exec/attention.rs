@@ -90,6 +90,11 @@ pub(crate) fn attention(
     if out.is_empty() {
         return Ok(());
     }
+    if sk == 0 {
+        // No keys: the weighted sum over none is 0, as `MatMul(P, v)` with K = 0 gives.
+        out.fill(0.0);
+        return Ok(());
+    }
     let qblocks = sq.div_ceil(BLOCK_ROWS);
     let kblocks = sk.div_ceil(BLOCK_KEYS);
     // Once per call, not per query block: which key blocks hold only finite keys (per batch
@@ -387,6 +392,23 @@ mod tests {
         }
         // About half the rows (those with q[i][0] > 0) are NaN.
         assert!(nan_rows > 200 && nan_rows < 400, "{nan_rows}");
+    }
+
+    #[test]
+    fn no_keys_give_zeros() {
+        let q = vec![1f32; 3 * 4];
+        let mut out = vec![f32::NAN; 3 * 2];
+        attention(
+            Operand::row_major(&q, 1, 3, 4).unwrap(),
+            Operand::row_major(&[], 1, 4, 0).unwrap(),
+            Operand::row_major(&[], 1, 0, 2).unwrap(),
+            None,
+            1.0,
+            false,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.iter().all(|&v| v == 0.0), "{out:?}");
     }
 
     #[test]
