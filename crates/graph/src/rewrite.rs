@@ -435,52 +435,37 @@ fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -
         return None;
     }
     inner.push(x);
-    // x = y + mask (either order: the scores side is the one that leads to a MatMul).
-    let leads_to_scores = |t: usize| {
-        let mut t = t;
-        for _ in 0..2 {
-            match op_of(t) {
-                Op::MatMul => return true,
-                Op::Binary {
-                    f: BinaryFn::Mul | BinaryFn::Div,
-                } => t = input(t, 0),
-                _ => return false,
+    // The scores: `t` itself a MatMul's output, or `z · c`, `c · z`, `z / c` with `z` one
+    // and `c` a scalar constant. Returns `z` and the factor.
+    let scores = |t: usize| -> Option<(usize, f64)> {
+        match op_of(t) {
+            Op::MatMul => Some((t, 1.0)),
+            Op::Binary { f } if matches!(f, BinaryFn::Mul | BinaryFn::Div) => {
+                let (a, b) = (input(t, 0), input(t, 1));
+                let (z, c) = match (scalar(b), scalar(a)) {
+                    (Some(c), _) => (a, c),
+                    (None, Some(c)) if *f == BinaryFn::Mul => (b, c),
+                    _ => return None,
+                };
+                let c = if *f == BinaryFn::Div { 1.0 / c } else { c };
+                matches!(op_of(z), Op::MatMul).then_some((z, c))
             }
+            _ => None,
         }
-        matches!(op_of(t), Op::MatMul)
     };
-    let (y, mask) = match op_of(x) {
+    // x = y + mask (either order: y is the side that holds the scores), or x = y.
+    let (y, mask, (z, scale)) = match op_of(x) {
         Op::Binary { f: BinaryFn::Add } => {
             let (a, b) = (input(x, 0), input(x, 1));
-            if leads_to_scores(a) {
-                inner.push(a);
-                (a, Some(b))
-            } else if leads_to_scores(b) {
-                inner.push(b);
-                (b, Some(a))
-            } else {
-                return None;
+            match (scores(a), scores(b)) {
+                (Some(zs), _) => (a, Some(b), zs),
+                (None, Some(zs)) => (b, Some(a), zs),
+                _ => return None,
             }
         }
-        _ => (x, None),
+        _ => (x, None, scores(x)?),
     };
-    // y = z · c, z / c, or z.
-    let (z, scale) = match op_of(y) {
-        Op::Binary { f } if matches!(f, BinaryFn::Mul | BinaryFn::Div) => {
-            let (a, b) = (input(y, 0), input(y, 1));
-            let (zz, c) = match (scalar(b), scalar(a)) {
-                (Some(c), _) => (a, c),
-                (None, Some(c)) if *f == BinaryFn::Mul => (b, c),
-                _ => return None,
-            };
-            inner.push(zz);
-            (zz, if *f == BinaryFn::Div { 1.0 / c } else { c })
-        }
-        _ => (y, 1.0),
-    };
-    if !matches!(op_of(z), Op::MatMul) {
-        return None;
-    }
+    inner.extend([y, z]);
     let (q, kt) = (input(z, 0), input(z, 1));
     let node = &tg.nodes[i].name;
     let refuse = |why: String| {
@@ -493,6 +478,7 @@ fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -
             why,
         ))
     };
+    inner.sort_unstable();
     inner.dedup();
     for &t in &inner {
         let readers = &tg.consumers[t];
