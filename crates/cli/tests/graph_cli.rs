@@ -799,8 +799,8 @@ fn jit_executor_fallbacks_cache_and_codegen() {
 
 /// `codegen --target triton|cuda`: the Triton file holds one `@triton.jit` function per
 /// generated kernel, the fusion reasons and a launcher that refuses programs with
-/// interpreted kernels; the CUDA file wraps each C kernel in a one-thread-per-row launcher.
-/// (Running them needs Triton or a GPU: tools/check_triton.py and tools/check_cuda.sh.)
+/// interpreted kernels; the CUDA files hold `__global__` kernels with a warp or a block per row
+/// (crates/cuda's tests compile them with NVRTC and run them under a CPU emulator).
 #[test]
 fn codegen_writes_triton_and_cuda_sources() {
     let dir = tmpdir("cg_targets");
@@ -850,19 +850,27 @@ fn codegen_writes_triton_and_cuda_sources() {
     .assert()
     .success();
     let cu = std::fs::read_to_string(c.join("k0.cu")).unwrap();
-    assert!(std::fs::read_to_string(c.join("kernels.cu"))
-        .unwrap()
-        .contains("#include \"k0.cu\""));
+    let unit = std::fs::read_to_string(c.join("kernels.cu")).unwrap();
+    // kernels.cu is self-contained (NVRTC has no include path): the prelude, then k0.
+    assert!(
+        unit.contains("tf_block_sum(") && unit.contains("extern \"C\" __global__ void tf_k0("),
+        "{unit}"
+    );
     assert!(std::fs::read_to_string(c.join("prelude.cuh"))
         .unwrap()
         .contains("__device__"));
     assert!(
-        cu.contains("extern \"C\" __global__ void tf_k0_launch(")
-            && cu.contains("TF_FN void tf_k0("),
+        cu.contains("#include \"prelude.cuh\"")
+            && cu.contains("extern \"C\" __global__ void tf_k0(const float *__restrict__ I0"),
         "{cu}"
     );
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(c.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["schema_version"], 2);
     assert_eq!(m["kernels"][0]["rows"], 128);
     assert_eq!(m["kernels"][0]["cols"], 512);
+    // 512 columns: a warp per row (rows up to 1024 columns).
+    assert_eq!(m["kernels"][0]["row_unit"], "warp");
+    let params = m["kernels"][0]["params"].as_array().unwrap();
+    assert_eq!(params.last().unwrap(), "rows");
 }

@@ -72,6 +72,24 @@ pub struct GpuContext {
     pub compute_capability: Option<String>,
     /// Device memory in bytes.
     pub memory_bytes: Option<u64>,
+    /// The GPU's UUID (`GPU-…`), when read from the driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Streaming multiprocessors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_count: Option<u32>,
+    /// L2 cache, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_bytes: Option<u64>,
+    /// SM clock when measured, MHz (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<u32>,
+    /// Memory clock when measured, MHz (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_clock_mhz: Option<u32>,
+    /// Enforced power limit, W (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
 }
 
 /// Where the measurement ran.

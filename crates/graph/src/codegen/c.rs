@@ -146,7 +146,7 @@ pub fn render_program_with(p: &Program, epilogues: bool) -> CProgram {
 }
 
 /// A float as a C literal that parses to the same f32.
-fn lit(v: f32) -> String {
+pub(crate) fn lit(v: f32) -> String {
     if v.is_nan() {
         "NAN".into()
     } else if v.is_infinite() {
@@ -161,7 +161,7 @@ fn lit(v: f32) -> String {
     }
 }
 
-fn unary_expr(op: &Op, x: &str) -> Option<String> {
+pub(crate) fn unary_expr(op: &Op, x: &str) -> Option<String> {
     Some(match op {
         Op::Pow { exponent } => {
             let e = *exponent as f32;
@@ -204,7 +204,7 @@ fn unary_expr(op: &Op, x: &str) -> Option<String> {
     })
 }
 
-fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
+pub(crate) fn binary_expr(op: &Op, a: &str, b: &str) -> Option<String> {
     Some(match op {
         Op::Binary { f } => f.c_expr(a, b),
         _ => return None,
@@ -258,39 +258,8 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     } = lower(tg, k)?;
     let l = cols;
     let input = |t: usize| slot_of[&t];
-    let operand = |pi: usize, bi: usize, col: bool| -> Result<String, String> {
-        let p = &plans[pi];
-        Ok(match &p.binds[bi] {
-            Bind::Internal { pos, per_row, .. } => {
-                if *per_row {
-                    format!("p{pos}")
-                } else if !col {
-                    return Err("a per-row value reads a full value".into());
-                } else if matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b)
-                {
-                    format!("v{pos}")
-                } else {
-                    format!("a{pos}[c]")
-                }
-            }
-            Bind::Flat(t) => {
-                let i = input(*t);
-                if p.per_row || !col {
-                    format!("I{i}[r]")
-                } else {
-                    format!("I{i}[r * {l}LL + c]")
-                }
-            }
-            Bind::Scalar(t) => format!("I{}[0]", input(*t)),
-            Bind::PerRow(t) => format!("I{}[r]", input(*t)),
-            Bind::Gather(t, st) => {
-                let i = input(*t);
-                let s_last = st.last().copied().unwrap_or(0);
-                format!("I{i}[g{pi}_{bi} + c * {s_last}LL]")
-            }
-            Bind::Direct(t) => format!("I{}", input(*t)),
-        })
-    };
+    let operand =
+        |pi: usize, bi: usize, col: bool| super::operand(&plans, &steps, &slot_of, l, pi, bi, col);
 
     let sym = format!("tf_k{idx}");
     let mut body = String::new();
@@ -343,26 +312,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     } else {
         let _ = writeln!(w, "        const int64_t cn = {l}LL;");
     }
-    for (pi, bi, shape, st) in &gathers {
-        // Flat element index of the row start: r·L; its multi-index over `shape`.
-        let d = *shape.last().unwrap_or(&1) as u64;
-        let s_last = st.last().copied().unwrap_or(0);
-        let _ = writeln!(
-            w,
-            "        int64_t g{pi}_{bi} = ((r * {l}LL) % {d}LL) * {s_last}LL;"
-        );
-        let _ = writeln!(w, "        {{ int64_t rem = (r * {l}LL) / {d}LL;");
-        for dd in (0..shape.len().saturating_sub(1)).rev() {
-            let _ = writeln!(
-                w,
-                "          g{pi}_{bi} += (rem % {}LL) * {}LL; rem /= {}LL;",
-                shape[dd].max(1),
-                st[dd],
-                shape[dd].max(1)
-            );
-        }
-        let _ = writeln!(w, "        }}");
-    }
+    super::write_gather_bases(w, &gathers, l);
     let mut pi = 0;
     while pi < plans.len() {
         let p = &plans[pi];

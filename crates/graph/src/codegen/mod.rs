@@ -98,6 +98,82 @@ pub(crate) struct Nest {
     pub(crate) gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)>,
 }
 
+/// Operand `bi` of node `pi` as a C expression (the C and CUDA renderers share it): a value
+/// of the same run is its register `v<pos>`, a full value from elsewhere its scratch row
+/// `a<pos>[c]`, a per-row value `p<pos>`; an input is `I<slot>` indexed by the row `r` and
+/// column `c` of an `l`-column nest (`col`: inside a loop over columns).
+pub(crate) fn operand(
+    plans: &[NodePlan],
+    steps: &[Step],
+    slot_of: &HashMap<usize, usize>,
+    l: usize,
+    pi: usize,
+    bi: usize,
+    col: bool,
+) -> Result<String, String> {
+    let input = |t: usize| slot_of[&t];
+    let p = &plans[pi];
+    Ok(match &p.binds[bi] {
+        Bind::Internal { pos, per_row, .. } => {
+            if *per_row {
+                format!("p{pos}")
+            } else if !col {
+                return Err("a per-row value reads a full value".into());
+            } else if matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b) {
+                format!("v{pos}")
+            } else {
+                format!("a{pos}[c]")
+            }
+        }
+        Bind::Flat(t) => {
+            let i = input(*t);
+            if p.per_row || !col {
+                format!("I{i}[r]")
+            } else {
+                format!("I{i}[r * {l}LL + c]")
+            }
+        }
+        Bind::Scalar(t) => format!("I{}[0]", input(*t)),
+        Bind::PerRow(t) => format!("I{}[r]", input(*t)),
+        Bind::Gather(t, st) => {
+            let i = input(*t);
+            let s_last = st.last().copied().unwrap_or(0);
+            format!("I{i}[g{pi}_{bi} + c * {s_last}LL]")
+        }
+        Bind::Direct(t) => format!("I{}", input(*t)),
+    })
+}
+
+/// The C statements that set `g<pos>_<bind>`, the element offset of row `r`'s start in each
+/// broadcast input (row start `r·l` as a multi-index over the node's shape, dotted with the
+/// input's strides); the C and CUDA renderers share them.
+pub(crate) fn write_gather_bases(
+    w: &mut String,
+    gathers: &[(usize, usize, Vec<usize>, Vec<usize>)],
+    l: usize,
+) {
+    use std::fmt::Write;
+    for (pi, bi, shape, st) in gathers {
+        let d = *shape.last().unwrap_or(&1) as u64;
+        let s_last = st.last().copied().unwrap_or(0);
+        let _ = writeln!(
+            w,
+            "        int64_t g{pi}_{bi} = ((r * {l}LL) % {d}LL) * {s_last}LL;"
+        );
+        let _ = writeln!(w, "        {{ int64_t rem = (r * {l}LL) / {d}LL;");
+        for dd in (0..shape.len().saturating_sub(1)).rev() {
+            let _ = writeln!(
+                w,
+                "          g{pi}_{bi} += (rem % {}LL) * {}LL; rem /= {}LL;",
+                shape[dd].max(1),
+                st[dd],
+                shape[dd].max(1)
+            );
+        }
+        let _ = writeln!(w, "        }}");
+    }
+}
+
 /// Lower kernel `k` to the loop nest, or say why it has none.
 pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
     match k.kind {

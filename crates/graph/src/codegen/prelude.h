@@ -8,9 +8,20 @@
  * the same exponential. Every function here must vectorize at 256 bits (AVX2) as well as at
  * 512: no double → int64 conversion, no 64-byte vector types (tools/jit_parts.sh times each
  * one at both widths). */
+#if defined(__CUDACC_RTC__)
+/* NVRTC compiles without any system header: CUDA's math functions are built in, the
+ * integer types and the two float constants are spelled here. */
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+#else
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#endif
 
 /* C: plain TF_INLINE functions. CUDA (codegen --target cuda) defines these as device
  * functions and `restrict` as `__restrict__` before including this text. */
@@ -21,10 +32,17 @@
 #define TF_FN
 #endif
 
+#if defined(__CUDACC__)
+TF_INLINE float tf_bits_f(int32_t i) { return __int_as_float(i); }
+TF_INLINE int32_t tf_f_bits(float f) { return __float_as_int(f); }
+TF_INLINE double tf_bits_d(int64_t i) { return __longlong_as_double(i); }
+TF_INLINE int64_t tf_d_bits(double f) { return __double_as_longlong(f); }
+#else
 TF_INLINE float tf_bits_f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 TF_INLINE int32_t tf_f_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
 TF_INLINE double tf_bits_d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
 TF_INLINE int64_t tf_d_bits(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
+#endif
 
 /* e^r on |r| <= ln2/2 (Cephes' minimax polynomial), and the Cody–Waite reduction
  * x = n·ln2 + r of a finite x: returns e^r, sets *n. */

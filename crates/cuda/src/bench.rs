@@ -1,0 +1,896 @@
+//! Measuring on a GPU: workloads (cuBLAS GEMMs by dtype, the graph compiler's generated
+//! kernels, device-to-device copies), timed one call per sample between two CUDA events on
+//! the device's stream, with L2 written over between samples (a buffer of twice its size
+//! zeroed outside the timed region), so every sample reads its operands from HBM. Each
+//! workload gives a [`Record`] whose device context is the GPU's. Left out: CUDA graphs
+//! (each sample is one launch, its launch cost included), clock locking, other streams.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::kernels::compile_program;
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use tensorforge_graph::codegen::cuda::{CudaKernel, RowUnit, BLOCK_THREADS};
+use tensorforge_store::{HarnessSettings, Record, RecordParts, WorkloadIdentity};
+
+/// Element types of a cuBLAS GEMM: storage of A, B and C, and how it multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmDtype {
+    /// f32 storage, f32 FMA.
+    Fp32,
+    /// f32 storage, TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+    Tf32,
+    /// f16 storage, f32 accumulation.
+    Fp16,
+    /// bf16 storage, f32 accumulation.
+    Bf16,
+}
+
+impl GemmDtype {
+    /// Name in workload specs and records.
+    pub fn label(self) -> &'static str {
+        match self {
+            GemmDtype::Fp32 => "fp32",
+            GemmDtype::Tf32 => "tf32",
+            GemmDtype::Fp16 => "fp16",
+            GemmDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes per stored element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            GemmDtype::Fp32 | GemmDtype::Tf32 => 4,
+            GemmDtype::Fp16 | GemmDtype::Bf16 => 2,
+        }
+    }
+
+    fn parse(s: &str) -> Option<GemmDtype> {
+        [
+            GemmDtype::Fp32,
+            GemmDtype::Tf32,
+            GemmDtype::Fp16,
+            GemmDtype::Bf16,
+        ]
+        .into_iter()
+        .find(|d| d.label() == s)
+    }
+}
+
+/// A kernel the graph compiler generates for the GPU benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuKernel {
+    /// Softmax over rows.
+    Softmax,
+    /// `logaddexp(a, b)` elementwise.
+    Logaddexp,
+    /// RMSNorm over rows with a gain.
+    Rmsnorm,
+    /// `silu(g) · u` elementwise (SwiGLU's gate).
+    Swiglu,
+    /// Saturating int8 quantization (values kept as f32).
+    Quantize,
+}
+
+impl GpuKernel {
+    /// Every kernel.
+    pub const ALL: [GpuKernel; 5] = [
+        GpuKernel::Softmax,
+        GpuKernel::Logaddexp,
+        GpuKernel::Rmsnorm,
+        GpuKernel::Swiglu,
+        GpuKernel::Quantize,
+    ];
+
+    /// Name in workload specs.
+    pub fn label(self) -> &'static str {
+        match self {
+            GpuKernel::Softmax => "softmax",
+            GpuKernel::Logaddexp => "logaddexp",
+            GpuKernel::Rmsnorm => "rmsnorm",
+            GpuKernel::Swiglu => "swiglu",
+            GpuKernel::Quantize => "quantize",
+        }
+    }
+
+    /// The kernel as a graph (JSON) over `rows × cols` f32 values.
+    pub fn graph_json(self, rows: u64, cols: u64) -> String {
+        let inp = |n: &str| {
+            format!(
+                r#"{{"name":"{n}","op":"Input","attrs":{{"shape":[{rows},{cols}],"dtype":"fp32"}}}}"#
+            )
+        };
+        let nodes = match self {
+            GpuKernel::Softmax => format!(
+                r#"{},{{"name":"y","op":"Softmax","inputs":["x"],"attrs":{{"axis":-1}}}}"#,
+                inp("x")
+            ),
+            GpuKernel::Logaddexp => format!(
+                r#"{},{},{{"name":"y","op":"LogAddExp","inputs":["a","b"]}}"#,
+                inp("a"),
+                inp("b")
+            ),
+            GpuKernel::Rmsnorm => format!(
+                r#"{},{{"name":"g","op":"Weight","attrs":{{"shape":[{cols}],"dtype":"fp32"}}}},{{"name":"y","op":"RMSNorm","inputs":["x","g"],"attrs":{{"eps":1e-6}}}}"#,
+                inp("x")
+            ),
+            GpuKernel::Swiglu => format!(
+                r#"{},{},{{"name":"s","op":"SiLU","inputs":["g"]}},{{"name":"y","op":"Mul","inputs":["s","u"]}}"#,
+                inp("g"),
+                inp("u")
+            ),
+            GpuKernel::Quantize => format!(
+                r#"{},{{"name":"y","op":"Quantize","inputs":["x"],"attrs":{{"scale":0.05,"zero_point":0}}}}"#,
+                inp("x")
+            ),
+        };
+        format!(
+            r#"{{"schema_version":1,"name":"{}","nodes":[{nodes}]}}"#,
+            self.label()
+        )
+    }
+}
+
+/// What `bench --device cuda` runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum GpuWorkload {
+    /// `C = A·B`, row-major, through cuBLAS `GemmEx`.
+    Gemm {
+        /// Rows of A and C.
+        m: u64,
+        /// Columns of B and C.
+        n: u64,
+        /// Reduction dimension.
+        k: u64,
+        /// Storage and arithmetic.
+        dtype: GemmDtype,
+    },
+    /// A generated kernel over `rows × cols` f32 values.
+    Kernel {
+        /// Which.
+        kernel: GpuKernel,
+        /// Rows.
+        rows: u64,
+        /// Columns.
+        cols: u64,
+    },
+    /// A device-to-device copy of `bytes` (`cuMemcpyDtoDAsync`).
+    Copy {
+        /// Bytes copied.
+        bytes: u64,
+    },
+}
+
+/// Largest operand a GPU workload may allocate, bytes (16 GiB).
+pub const MAX_OPERAND_BYTES: u64 = 16 << 30;
+
+impl GpuWorkload {
+    /// Parse `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16]`,
+    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C` or `copy:bytes=B`.
+    ///
+    /// ```
+    /// use tensorforge_cuda::bench::{GpuWorkload, GemmDtype};
+    /// let w = GpuWorkload::parse("gemm:m=4096:n=4096:k=4096:dtype=bf16").unwrap();
+    /// assert_eq!(w, GpuWorkload::Gemm { m: 4096, n: 4096, k: 4096, dtype: GemmDtype::Bf16 });
+    /// // 2·M·N·K = 2 · 4096³ = 137 438 953 472
+    /// assert_eq!(w.flops(), Some(137_438_953_472.0));
+    /// ```
+    pub fn parse(spec: &str) -> Result<GpuWorkload> {
+        let bad = |field: &str, value: &str, why: &str| CudaError::invalid(spec, field, value, why);
+        let mut parts = spec.split(':');
+        let kind = parts.next().unwrap_or("");
+        let mut kernel = None;
+        if kind == "kernel" {
+            let name = parts.next().unwrap_or("");
+            kernel = Some(
+                GpuKernel::ALL
+                    .into_iter()
+                    .find(|k| k.label() == name)
+                    .ok_or_else(|| {
+                        bad(
+                            "kernel",
+                            name,
+                            "expected softmax, logaddexp, rmsnorm, swiglu or quantize",
+                        )
+                    })?,
+            );
+        }
+        let mut kv: BTreeMap<&str, &str> = BTreeMap::new();
+        for p in parts {
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| bad("parameter", p, "expected KEY=VALUE"))?;
+            if kv.insert(k, v).is_some() {
+                return Err(bad(k, v, "given twice"));
+            }
+        }
+        let mut num = |key: &str| -> Result<u64> {
+            let v = kv.remove(key).ok_or_else(|| bad(key, "", "missing"))?;
+            match v.parse::<u64>() {
+                Ok(n) if (1..=1 << 31).contains(&n) => Ok(n),
+                _ => Err(bad(key, v, "expected an integer from 1 to 2^31")),
+            }
+        };
+        let w = match (kind, kernel) {
+            ("gemm", _) => {
+                let (m, n, k) = (num("m")?, num("n")?, num("k")?);
+                let dtype = match kv.remove("dtype") {
+                    None => GemmDtype::Fp32,
+                    Some(d) => GemmDtype::parse(d)
+                        .ok_or_else(|| bad("dtype", d, "expected fp32, tf32, fp16 or bf16"))?,
+                };
+                GpuWorkload::Gemm { m, n, k, dtype }
+            }
+            ("kernel", Some(kernel)) => GpuWorkload::Kernel {
+                kernel,
+                rows: num("rows")?,
+                cols: num("cols")?,
+            },
+            ("copy", _) => GpuWorkload::Copy {
+                bytes: num("bytes")?,
+            },
+            _ => {
+                return Err(bad(
+                    "workload",
+                    kind,
+                    "a GPU workload is gemm:m=M:n=N:k=K[:dtype=D], kernel:NAME:rows=R:cols=C or copy:bytes=B",
+                ))
+            }
+        };
+        if let Some((k, v)) = kv.into_iter().next() {
+            return Err(bad(k, v, "unknown parameter"));
+        }
+        let largest = w.largest_operand_bytes();
+        if largest.is_none_or(|b| b > MAX_OPERAND_BYTES) {
+            return Err(bad("size", spec, "an operand would exceed 16 GiB"));
+        }
+        Ok(w)
+    }
+
+    /// The largest single buffer, bytes (None on overflow).
+    fn largest_operand_bytes(&self) -> Option<u64> {
+        match *self {
+            GpuWorkload::Gemm { m, n, k, dtype } => [m * k, k * n, m * n]
+                .into_iter()
+                .max()
+                .and_then(|e| e.checked_mul(dtype.bytes())),
+            GpuWorkload::Kernel { rows, cols, .. } => rows.checked_mul(cols)?.checked_mul(4),
+            GpuWorkload::Copy { bytes } => Some(bytes),
+        }
+    }
+
+    /// Spec text.
+    pub fn name(&self) -> String {
+        match self {
+            GpuWorkload::Gemm { m, n, k, dtype } => {
+                format!("gemm:m={m}:n={n}:k={k}:dtype={}", dtype.label())
+            }
+            GpuWorkload::Kernel { kernel, rows, cols } => {
+                format!("kernel:{}:rows={rows}:cols={cols}", kernel.label())
+            }
+            GpuWorkload::Copy { bytes } => format!("copy:bytes={bytes}"),
+        }
+    }
+
+    /// Workload identity (its fingerprint is what gates compare).
+    pub fn identity(&self) -> WorkloadIdentity {
+        let mut params = BTreeMap::new();
+        let (kind, dtype) = match self {
+            GpuWorkload::Gemm { m, n, k, dtype } => {
+                params.insert("m".into(), (*m).into());
+                params.insert("n".into(), (*n).into());
+                params.insert("k".into(), (*k).into());
+                params.insert("batch".into(), 1.into());
+                params.insert("backend".into(), "cublas".into());
+                ("gemm", dtype.label())
+            }
+            GpuWorkload::Kernel { kernel, rows, cols } => {
+                params.insert("kernel".into(), kernel.label().into());
+                params.insert("rows".into(), (*rows).into());
+                params.insert("cols".into(), (*cols).into());
+                params.insert("backend".into(), "generated_cuda".into());
+                ("kernel", "fp32")
+            }
+            GpuWorkload::Copy { bytes } => {
+                params.insert("bytes".into(), (*bytes).into());
+                ("copy", "u8")
+            }
+        };
+        WorkloadIdentity {
+            kind: kind.into(),
+            name: self.name(),
+            params,
+            dtype: dtype.into(),
+        }
+    }
+
+    /// FLOPs per call where counted (GEMM: 2·M·N·K).
+    pub fn flops(&self) -> Option<f64> {
+        match *self {
+            GpuWorkload::Gemm { m, n, k, .. } => Some(2.0 * m as f64 * n as f64 * k as f64),
+            _ => None,
+        }
+    }
+
+    /// Compulsory HBM bytes per call: every operand read once and every result written once
+    /// (a copy: read and write).
+    pub fn bytes(&self) -> f64 {
+        match *self {
+            GpuWorkload::Gemm { m, n, k, dtype } => {
+                (m * k + k * n + m * n) as f64 * dtype.bytes() as f64
+            }
+            GpuWorkload::Kernel { kernel, rows, cols } => {
+                let e = (rows * cols) as f64 * 4.0;
+                match kernel {
+                    GpuKernel::Softmax | GpuKernel::Quantize => 2.0 * e,
+                    GpuKernel::Rmsnorm => 2.0 * e + cols as f64 * 4.0,
+                    GpuKernel::Logaddexp | GpuKernel::Swiglu => 3.0 * e,
+                }
+            }
+            GpuWorkload::Copy { bytes } => 2.0 * bytes as f64,
+        }
+    }
+}
+
+/// How samples are taken.
+#[derive(Debug, Clone)]
+pub struct GpuHarnessOptions {
+    /// Untimed calls first.
+    pub warmup: u64,
+    /// Minimum timed calls.
+    pub min_iterations: u64,
+    /// Minimum timed GPU time, ns (both minimums must be met; at most 100 000 samples).
+    pub time_budget_ns: u64,
+    /// Zero a buffer of twice the L2 between samples.
+    pub flush_l2: bool,
+    /// Run id shared by the records.
+    pub run_id: String,
+    /// Labels on every record.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Events around each sample and the buffer that flushes L2.
+pub struct Timer<'a> {
+    gpu: &'a Gpu,
+    flush: Option<CudaSlice<u8>>,
+    start: cudarc::driver::CudaEvent,
+    end: cudarc::driver::CudaEvent,
+}
+
+impl<'a> Timer<'a> {
+    /// Timing events on `gpu`'s stream; with `flush_l2`, a buffer of 2 × L2 bytes.
+    pub fn new(gpu: &'a Gpu, flush_l2: bool) -> Result<Timer<'a>> {
+        let ev = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(CudaError::driver("creating an event"))
+        };
+        let flush = if flush_l2 {
+            let n = (gpu.info.l2_bytes.max(1 << 20) * 2) as usize;
+            Some(
+                gpu.stream
+                    .alloc_zeros::<u8>(n)
+                    .map_err(CudaError::driver("allocating the L2 flush buffer"))?,
+            )
+        } else {
+            None
+        };
+        Ok(Timer {
+            gpu,
+            flush,
+            start: ev()?,
+            end: ev()?,
+        })
+    }
+
+    /// Time one call of `f` (which enqueues work on the stream), ns.
+    pub fn sample(&mut self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let s = &self.gpu.stream;
+        if let Some(b) = self.flush.as_mut() {
+            s.memset_zeros(b)
+                .map_err(CudaError::driver("flushing L2"))?;
+        }
+        self.start
+            .record(s)
+            .map_err(CudaError::driver("recording an event"))?;
+        f()?;
+        self.end
+            .record(s)
+            .map_err(CudaError::driver("recording an event"))?;
+        self.end
+            .synchronize()
+            .map_err(CudaError::driver("waiting for the work"))?;
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .map_err(CudaError::driver("reading an event"))?;
+        Ok(f64::from(ms) * 1e6)
+    }
+
+    /// Warm up, then sample until both minimums of `o` are met.
+    pub fn samples(
+        &mut self,
+        o: &GpuHarnessOptions,
+        f: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        for _ in 0..o.warmup {
+            self.sample(f)?;
+        }
+        let mut v = vec![];
+        let mut total = 0.0;
+        while (v.len() as u64) < o.min_iterations.max(1)
+            || (total < o.time_budget_ns as f64 && v.len() < 100_000)
+        {
+            let t = self.sample(f)?;
+            total += t;
+            v.push(t);
+        }
+        Ok(v)
+    }
+}
+
+/// Deterministic values in [lo, hi) (a 64-bit LCG; the values only need to be finite and
+/// varied).
+fn fill(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn upload_f32(gpu: &Gpu, v: &[f32]) -> Result<CudaSlice<f32>> {
+    gpu.stream
+        .clone_htod(v)
+        .map_err(CudaError::driver("copying to the device"))
+}
+
+/// A GEMM's operands on the device, in its storage type.
+enum Operand {
+    F32(CudaSlice<f32>),
+    U16(CudaSlice<u16>),
+}
+
+impl Operand {
+    fn new(gpu: &Gpu, dtype: GemmDtype, n: usize, seed: u64) -> Result<Operand> {
+        let v = fill(n, seed, -1.0, 1.0);
+        Ok(match dtype {
+            GemmDtype::Fp32 | GemmDtype::Tf32 => Operand::F32(upload_f32(gpu, &v)?),
+            GemmDtype::Fp16 => Operand::U16(
+                gpu.stream
+                    .clone_htod(
+                        &v.iter()
+                            .map(|&x| half::f16::from_f32(x).to_bits())
+                            .collect::<Vec<_>>(),
+                    )
+                    .map_err(CudaError::driver("copying to the device"))?,
+            ),
+            GemmDtype::Bf16 => Operand::U16(
+                gpu.stream
+                    .clone_htod(
+                        &v.iter()
+                            .map(|&x| half::bf16::from_f32(x).to_bits())
+                            .collect::<Vec<_>>(),
+                    )
+                    .map_err(CudaError::driver("copying to the device"))?,
+            ),
+        })
+    }
+
+    fn ptr(&self, gpu: &Gpu) -> u64 {
+        match self {
+            Operand::F32(s) => s.device_ptr(&gpu.stream).0,
+            Operand::U16(s) => s.device_ptr(&gpu.stream).0,
+        }
+    }
+}
+
+/// A row-major GEMM through cuBLAS, ready to run: `C[m×n] = A[m×k]·B[k×n]`.
+pub struct CublasGemm {
+    blas: CudaBlas,
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    m: i32,
+    n: i32,
+    k: i32,
+    dtype: GemmDtype,
+}
+
+impl CublasGemm {
+    /// Allocate and fill the operands.
+    pub fn new(gpu: &Gpu, m: u64, n: u64, k: u64, dtype: GemmDtype) -> Result<CublasGemm> {
+        let dim = |v: u64, f: &str| {
+            i32::try_from(v).map_err(|_| CudaError::invalid("gemm", f, v, "exceeds 2^31 - 1"))
+        };
+        let (mi, ni, ki) = (dim(m, "m")?, dim(n, "n")?, dim(k, "k")?);
+        if !crate::device::cublas_available() {
+            return Err(CudaError::Missing {
+                what: "cuBLAS",
+                tried: "libcublas.so, libcublas.so.12".into(),
+                hint: "install the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu12` and put its lib folder on LD_LIBRARY_PATH",
+            });
+        }
+        let blas =
+            CudaBlas::new(gpu.stream.clone()).map_err(CudaError::cublas("creating a handle"))?;
+        Ok(CublasGemm {
+            blas,
+            a: Operand::new(gpu, dtype, (m * k) as usize, 1)?,
+            b: Operand::new(gpu, dtype, (k * n) as usize, 2)?,
+            c: Operand::new(gpu, dtype, (m * n) as usize, 3)?,
+            m: mi,
+            n: ni,
+            k: ki,
+            dtype,
+        })
+    }
+
+    /// Enqueue one product. Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets
+    /// (n, m, k) with B first.
+    pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
+        let (ty, compute) = match self.dtype {
+            GemmDtype::Fp32 => (
+                cudaDataType::CUDA_R_32F,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            GemmDtype::Tf32 => (
+                cudaDataType::CUDA_R_32F,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+            GemmDtype::Fp16 => (
+                cudaDataType::CUDA_R_16F,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            GemmDtype::Bf16 => (
+                cudaDataType::CUDA_R_16BF,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (a, b, c) = (self.a.ptr(gpu), self.b.ptr(gpu), self.c.ptr(gpu));
+        // SAFETY: the pointers are live device allocations of the sizes the dimensions
+        // imply (allocated in `new`), alpha and beta are host f32 (pointer mode host, the
+        // compute type is 32F), and the handle is bound to `gpu.stream`.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *self.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_N,
+                cublasOperation_t::CUBLAS_OP_N,
+                self.n,
+                self.m,
+                self.k,
+                (&alpha as *const f32).cast(),
+                b as *const _,
+                ty,
+                self.n,
+                a as *const _,
+                ty,
+                self.k,
+                (&beta as *const f32).cast(),
+                c as *mut _,
+                ty,
+                self.n,
+                compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(CudaError::cublas("GemmEx"))
+    }
+}
+
+/// A generated kernel program on the device: its module, buffers and launch shapes.
+pub struct GeneratedRun {
+    launches: Vec<(cudarc::driver::CudaFunction, Vec<usize>, LaunchConfig, i64)>,
+    buffers: Vec<CudaSlice<f32>>,
+    /// Buffer index by tensor id.
+    pub tensor_buffer: HashMap<usize, usize>,
+}
+
+/// Blocks for a kernel: enough to cover its rows (a warp unit takes `BLOCK_THREADS / 32`
+/// rows per block at a time), at most 32 per SM.
+pub fn grid_for(k: &CudaKernel, sm_count: u32) -> u32 {
+    let per_block = match k.unit {
+        RowUnit::Warp => (BLOCK_THREADS / 32) as usize,
+        RowUnit::Block => 1,
+    };
+    let want = k.rows.div_ceil(per_block).max(1);
+    want.min((sm_count.max(1) * 32) as usize) as u32
+}
+
+impl GeneratedRun {
+    /// Compile the fused program of `graph_json` with NVRTC, load it, and allocate every
+    /// tensor it touches (inputs filled with values in [-4, 4)).
+    pub fn new(gpu: &Gpu, graph_json: &str, name: &str) -> Result<GeneratedRun> {
+        let gerr = |e: &dyn std::fmt::Display| CudaError::Graph {
+            name: name.into(),
+            message: e.to_string(),
+        };
+        let g = tensorforge_graph::Graph::from_json_str(graph_json).map_err(|e| gerr(&e))?;
+        let c = tensorforge_graph::fusion::compile(&g).map_err(|e| gerr(&e))?;
+        let prog = compile_program(&c.fused, name, gpu.info.arch())?;
+        if let Some((i, why)) = prog.cuda.skipped.first() {
+            return Err(gerr(&format!(
+                "kernel {} has no CUDA form: {why}",
+                c.fused.kernels[*i].name
+            )));
+        }
+        let module = gpu
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(prog.ptx.clone()))
+            .map_err(CudaError::driver("loading the module"))?;
+        let tg = &c.fused.graph;
+        // Constants hold their value, as in the CPU executor.
+        let constants: HashMap<usize, f32> = tg
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n.op {
+                tensorforge_graph::ir::Op::Constant { value, .. } => {
+                    Some((tg.node_outputs[i][0], value as f32))
+                }
+                _ => None,
+            })
+            .collect();
+        // Every kernel input must be a source or an earlier kernel's output: a view the CPU
+        // executor makes between kernels (a transpose) has no GPU kernel yet.
+        let mut ready: std::collections::HashSet<usize> = tg
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.op.base_class() == tensorforge_graph::ir::OpClass::Source)
+            .map(|(i, _)| tg.node_outputs[i][0])
+            .collect();
+        for k in &prog.cuda.kernels {
+            if let Some(&t) = k.inputs.iter().find(|t| !ready.contains(t)) {
+                return Err(gerr(&format!(
+                    "tensor `{}` of kernel {} is a view the GPU runner does not make",
+                    tg.tensors[t].name, k.symbol
+                )));
+            }
+            ready.extend(k.outputs.iter().copied());
+        }
+        let mut tensor_buffer = HashMap::new();
+        let mut buffers = vec![];
+        let mut launches = vec![];
+        for k in &prog.cuda.kernels {
+            let mut slots = vec![];
+            for &t in k.inputs.iter().chain(&k.outputs) {
+                let idx = match tensor_buffer.get(&t) {
+                    Some(&i) => i,
+                    None => {
+                        let n = tg.tensors[t].numel as usize;
+                        let v = match constants.get(&t) {
+                            Some(&c) => vec![c; n],
+                            None => fill(n, t as u64 + 7, -4.0, 4.0),
+                        };
+                        buffers.push(upload_f32(gpu, &v)?);
+                        tensor_buffer.insert(t, buffers.len() - 1);
+                        buffers.len() - 1
+                    }
+                };
+                slots.push(idx);
+            }
+            let grid = grid_for(k, gpu.info.sm_count);
+            let scratch = k.scratch_floats_for(grid, BLOCK_THREADS).max(1);
+            buffers.push(
+                gpu.stream
+                    .alloc_zeros::<f32>(scratch)
+                    .map_err(CudaError::driver("allocating scratch"))?,
+            );
+            slots.push(buffers.len() - 1);
+            let f = module
+                .load_function(&k.symbol)
+                .map_err(CudaError::driver(format!("loading {}", k.symbol)))?;
+            let cfg = LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            launches.push((f, slots, cfg, k.rows as i64));
+        }
+        Ok(GeneratedRun {
+            launches,
+            buffers,
+            tensor_buffer,
+        })
+    }
+
+    /// Enqueue every kernel once, in program order.
+    pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
+        for (f, slots, cfg, rows) in &self.launches {
+            let ptrs: Vec<u64> = slots
+                .iter()
+                .map(|&i| self.buffers[i].device_ptr(&gpu.stream).0)
+                .collect();
+            let mut b = gpu.stream.launch_builder(f);
+            for p in &ptrs {
+                b.arg(p);
+            }
+            b.arg(rows);
+            // SAFETY: the parameters are the kernel's (checked against its PTX entry by
+            // compile_program): one device pointer per input, output and scratch buffer,
+            // each allocated with the tensor's element count, and the row count.
+            unsafe { b.launch(*cfg) }.map_err(CudaError::driver("launching a kernel"))?;
+        }
+        Ok(())
+    }
+
+    /// A tensor's values (after a run).
+    pub fn read(&self, gpu: &Gpu, tensor: usize) -> Result<Vec<f32>> {
+        let i = *self
+            .tensor_buffer
+            .get(&tensor)
+            .ok_or_else(|| CudaError::Measurement {
+                what: format!("tensor {tensor}"),
+                reason: "not on the device".into(),
+            })?;
+        gpu.stream
+            .clone_dtoh(&self.buffers[i])
+            .map_err(CudaError::driver("copying to the host"))
+    }
+}
+
+/// Something `bench --device cuda` can time.
+pub enum Prepared {
+    /// cuBLAS.
+    Gemm(Box<CublasGemm>),
+    /// Generated kernels.
+    Generated(Box<GeneratedRun>),
+    /// A copy between two buffers.
+    Copy(CudaSlice<u8>, CudaSlice<u8>),
+}
+
+impl Prepared {
+    /// Allocate and compile what `w` needs.
+    pub fn new(gpu: &Gpu, w: &GpuWorkload) -> Result<Prepared> {
+        Ok(match *w {
+            GpuWorkload::Gemm { m, n, k, dtype } => {
+                Prepared::Gemm(Box::new(CublasGemm::new(gpu, m, n, k, dtype)?))
+            }
+            GpuWorkload::Kernel { kernel, rows, cols } => Prepared::Generated(Box::new(
+                GeneratedRun::new(gpu, &kernel.graph_json(rows, cols), kernel.label())?,
+            )),
+            GpuWorkload::Copy { bytes } => {
+                let a = gpu
+                    .stream
+                    .alloc_zeros::<u8>(bytes as usize)
+                    .map_err(CudaError::driver("allocating"))?;
+                let b = gpu
+                    .stream
+                    .alloc_zeros::<u8>(bytes as usize)
+                    .map_err(CudaError::driver("allocating"))?;
+                Prepared::Copy(a, b)
+            }
+        })
+    }
+
+    /// Enqueue one call.
+    pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
+        match self {
+            Prepared::Gemm(g) => g.run(gpu),
+            Prepared::Generated(g) => g.run(gpu),
+            Prepared::Copy(a, b) => gpu
+                .stream
+                .memcpy_dtod(a, b)
+                .map_err(CudaError::driver("cuMemcpyDtoDAsync")),
+        }
+    }
+}
+
+/// Time every workload on `gpu`, one record each (sharing `o.run_id`).
+pub fn run_gpu_suite(
+    gpu: &Gpu,
+    suite: &[GpuWorkload],
+    o: &GpuHarnessOptions,
+) -> Result<Vec<Record>> {
+    let device = gpu.info.device_context();
+    let software = tensorforge_measure::context::software_context();
+    let mut out = vec![];
+    let mut timer = Timer::new(gpu, o.flush_l2)?;
+    for w in suite {
+        let mut p = Prepared::new(gpu, w)?;
+        let samples = timer.samples(o, &mut || p.run(gpu))?;
+        let mut labels = o.labels.clone();
+        labels.insert("device".into(), format!("cuda:{}", gpu.info.ordinal));
+        out.push(Record::new(RecordParts {
+            run_id: o.run_id.clone(),
+            workload: w.identity(),
+            device: device.clone(),
+            software: software.clone(),
+            harness: HarnessSettings {
+                warmup_iterations: o.warmup,
+                min_iterations: o.min_iterations,
+                time_budget_ns: o.time_budget_ns,
+                threads: 1,
+                rotating_buffers: false,
+                note: Some(if o.flush_l2 {
+                    "CUDA events around each call; L2 overwritten between calls".into()
+                } else {
+                    "CUDA events around each call; L2 kept warm".into()
+                }),
+                batch_iterations: 1,
+                timer_resolution_ns: None,
+                overhead_ns: None,
+            },
+            samples_ns: samples,
+            flops: w.flops(),
+            bytes: Some(w.bytes()),
+            peak_alloc_bytes: None,
+            timestamp_unix_s: tensorforge_measure::harness::unix_now_s(),
+            labels,
+            source: "harness:cuda".into(),
+        })?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_workloads_parse_and_bad_ones_name_field_and_value() {
+        assert_eq!(
+            GpuWorkload::parse("kernel:softmax:rows=4096:cols=4096").unwrap(),
+            GpuWorkload::Kernel {
+                kernel: GpuKernel::Softmax,
+                rows: 4096,
+                cols: 4096
+            }
+        );
+        assert_eq!(
+            GpuWorkload::parse("copy:bytes=1024").unwrap(),
+            GpuWorkload::Copy { bytes: 1024 }
+        );
+        for (spec, field) in [
+            ("gemm:m=1:n=2", "`k`"),
+            ("gemm:m=1:n=2:k=0", "`k` = `0`"),
+            ("gemm:m=1:n=2:k=3:dtype=fp8", "`dtype` = `fp8`"),
+            ("kernel:gelu:rows=1:cols=1", "`kernel` = `gelu`"),
+            ("kernel:softmax:rows=1:cols=1:x=2", "`x` = `2`"),
+            ("conv:n=1", "`workload` = `conv`"),
+            ("kernel:softmax:rows=2147483648:cols=2147483648", "16 GiB"),
+        ] {
+            let e = GpuWorkload::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(field), "{spec}: {e}");
+        }
+    }
+
+    /// Bytes a kernel must move: softmax of 1024 × 1024 f32 reads and writes 4 MiB each.
+    #[test]
+    fn compulsory_bytes_count_every_operand_once() {
+        let w = GpuWorkload::parse("kernel:softmax:rows=1024:cols=1024").unwrap();
+        assert_eq!(w.bytes(), 8.0 * 1024.0 * 1024.0);
+        // bf16 GEMM 64 × 32 × 16: (64·16 + 16·32 + 64·32) · 2 B = (1024 + 512 + 2048) · 2
+        let g = GpuWorkload::parse("gemm:m=64:n=32:k=16:dtype=bf16").unwrap();
+        assert_eq!(g.bytes(), 7168.0);
+    }
+
+    /// Every benchmark kernel's graph fuses to kernels the CUDA target renders, and (where
+    /// NVRTC loads) compiles with entry points matching its launcher.
+    #[test]
+    fn every_benchmark_kernel_renders_and_compiles() {
+        for k in GpuKernel::ALL {
+            let g = tensorforge_graph::Graph::from_json_str(&k.graph_json(64, 2048)).unwrap();
+            let c = tensorforge_graph::fusion::compile(&g).unwrap();
+            let cp = tensorforge_graph::codegen::cuda::render_program(&c.fused);
+            assert!(cp.skipped.is_empty(), "{}: {:?}", k.label(), cp.skipped);
+            assert_eq!(cp.kernels.len(), 1, "{}", k.label());
+            if crate::nvrtc::nvrtc_available() || crate::nvrtc::nvrtc_required() {
+                compile_program(&c.fused, k.label(), "sm_90").unwrap();
+            }
+        }
+    }
+}

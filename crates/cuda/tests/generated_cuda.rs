@@ -1,0 +1,315 @@
+//! The generated CUDA without a GPU, two ways.
+//!
+//! 1. NVRTC compiles the kernels of every example graph and every ONNX fixture for sm_80
+//!    and sm_90, and each entry point's parameters match the launch contract. CI installs
+//!    NVRTC and sets `TENSORFORGE_TEST_NVRTC_REQUIRED=1`, so there this fails rather than
+//!    printing SKIPPED.
+//! 2. The same source runs on the CPU under `support/cuda_emu.hpp` (one OS thread per CUDA
+//!    thread, real barriers and warp shuffles through shared slots), with the interpreter as
+//!    the oracle: outputs agree to 2e-6 of the output's largest magnitude and have the same
+//!    non-finite values. This checks the kernels' logic (row units, strided columns,
+//!    reductions), not GPU speed or the GPU's arithmetic. It needs a C++20 compiler (`c++`),
+//!    which the build image has; it is required, not skipped.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tensorforge_cuda::bench::GpuKernel;
+use tensorforge_cuda::kernels::compile_program;
+use tensorforge_cuda::nvrtc::{nvrtc_available, nvrtc_required, TEST_ARCHS};
+use tensorforge_graph::codegen::cuda::{render_program, CudaKernel, RowUnit};
+use tensorforge_graph::exec::{execute_with, fill_inputs, Pool};
+use tensorforge_graph::fusion::{compile, Program};
+use tensorforge_graph::ir::{Op, OpClass};
+use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
+use tensorforge_graph::synth::synthetic_graph;
+use tensorforge_graph::Graph;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every example graph and ONNX fixture, fused (the TorchScript exports' symbolic dims
+/// bound to batch 1, sequence 16).
+fn example_programs() -> Vec<(String, Program)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(root().join("examples/graphs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let g = Graph::from_json_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            out.push((p.display().to_string(), compile(&g).unwrap().fused));
+        }
+    }
+    let mut options = ImportOptions::default();
+    options.dims.insert("batch".into(), 1);
+    options.dims.insert("sequence".into(), 16);
+    for e in std::fs::read_dir(root().join("examples/onnx")).unwrap() {
+        let d = e.unwrap().path();
+        if d.join("model.onnx").exists() {
+            let imp = import_onnx_file_with(d.join("model.onnx"), &options)
+                .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            out.push((d.display().to_string(), compile(&imp.graph).unwrap().fused));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn every_example_kernel_compiles_with_nvrtc_and_matches_its_launcher() {
+    if !nvrtc_available() {
+        assert!(
+            !nvrtc_required(),
+            "TENSORFORGE_TEST_NVRTC_REQUIRED=1 but NVRTC cannot be loaded (LD_LIBRARY_PATH?)"
+        );
+        println!("SKIPPED: NVRTC cannot be loaded here (libnvrtc.so.12 on LD_LIBRARY_PATH)");
+        return;
+    }
+    let mut kernels = 0;
+    let programs = example_programs();
+    assert!(programs.len() >= 25, "{}", programs.len());
+    for (name, p) in &programs {
+        for arch in TEST_ARCHS {
+            let c = compile_program(p, name, arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            assert!(c.ptx.contains(&format!(".target {arch}")), "{name}");
+            kernels += c.entries.len();
+        }
+    }
+    // Far more than one kernel per program: a broken renderer that emitted none would pass
+    // the per-program check.
+    assert!(kernels > 300, "{kernels}");
+}
+
+/// Compile `source` (the program's translation unit) with a `main` that loads the inputs,
+/// launches every kernel in order on the emulator and writes every tensor the kernels
+/// write; returns them by tensor id.
+fn emulate(
+    label: &str,
+    p: &Program,
+    kernels: &[CudaKernel],
+    source: &str,
+    inputs: &HashMap<usize, Vec<f32>>,
+    block: u32,
+) -> HashMap<usize, Vec<f32>> {
+    let dir = emu_dir(label);
+    std::fs::create_dir_all(&dir).unwrap();
+    let numel = |t: usize| p.graph.tensors[t].numel as usize;
+    let mut tensors: BTreeSet<usize> = BTreeSet::new();
+    for k in kernels {
+        tensors.extend(k.inputs.iter().chain(&k.outputs));
+    }
+    let written: BTreeSet<usize> = kernels.iter().flat_map(|k| k.outputs.clone()).collect();
+    let mut main = String::from(
+        "#include \"cuda_emu.hpp\"\n#include \"kernels.cu\"\n#include <cstdio>\n#include <vector>\nint main(int, char **argv) {\n",
+    );
+    for &t in &tensors {
+        main.push_str(&format!(
+            "  std::vector<float> T{t}({});\n",
+            numel(t).max(1)
+        ));
+    }
+    main.push_str("  FILE *f = std::fopen(argv[1], \"rb\");\n");
+    let mut blob: Vec<u8> = vec![];
+    for &t in &tensors {
+        if let Some(v) = inputs.get(&t) {
+            assert_eq!(v.len(), numel(t), "{label}: tensor {t}");
+            main.push_str(&format!(
+                "  if (std::fread(T{t}.data(), 4, {n}, f) != {n}) return 3;\n",
+                n = v.len()
+            ));
+            blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        }
+    }
+    main.push_str("  std::fclose(f);\n");
+    for k in kernels {
+        // Two blocks for warp units (so rows are grid-strided over warps of both), three
+        // for block units.
+        let grid = match k.unit {
+            RowUnit::Warp => 2,
+            RowUnit::Block => 3,
+        };
+        let scratch = k.scratch_floats_for(grid, block).max(1);
+        let args: Vec<String> = k
+            .inputs
+            .iter()
+            .chain(&k.outputs)
+            .map(|t| format!("T{t}.data()"))
+            .chain(["S.data()".to_string(), format!("(long long){}", k.rows)])
+            .collect();
+        main.push_str(&format!(
+            "  {{ std::vector<float> S({scratch}); tf_emu_launch({grid}, {block}, {}, {}); }}\n",
+            k.symbol,
+            args.join(", ")
+        ));
+    }
+    main.push_str("  FILE *o = std::fopen(argv[2], \"wb\");\n");
+    for &t in &written {
+        main.push_str(&format!(
+            "  std::fwrite(T{t}.data(), 4, {}, o);\n",
+            numel(t)
+        ));
+    }
+    main.push_str("  std::fclose(o);\n  return 0;\n}\n");
+    std::fs::write(dir.join("kernels.cu"), source).unwrap();
+    std::fs::write(dir.join("main.cpp"), main).unwrap();
+    std::fs::write(dir.join("in.bin"), &blob).unwrap();
+    let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+    let exe = dir.join("emu");
+    let out = Command::new("c++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-x", "c++"])
+        .arg("-I")
+        .arg(&support)
+        .arg("-I")
+        .arg(&dir)
+        .arg(dir.join("main.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("a C++20 compiler (`c++`) is needed for the emulated kernels");
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe)
+        .arg(dir.join("in.bin"))
+        .arg(dir.join("out.bin"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{label}: emulated run failed");
+    let bytes = std::fs::read(dir.join("out.bin")).unwrap();
+    let mut vals = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut res = HashMap::new();
+    for &t in &written {
+        res.insert(t, vals.by_ref().take(numel(t)).collect());
+    }
+    res
+}
+
+fn emu_dir(label: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "tf-cuda-emu-{}-{}",
+        std::process::id(),
+        label.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    ))
+}
+
+/// Run `g` fused under the emulator and in the interpreter; returns the number of kernels
+/// emulated, or None when the program has a kernel the CUDA target does not render.
+fn check(label: &str, g: &Graph, block: u32) -> Option<usize> {
+    let c = compile(g).unwrap();
+    let p = &c.fused;
+    let cuda = render_program(p);
+    if !cuda.skipped.is_empty() {
+        return None;
+    }
+    // Every kernel input must be a source (input, weight, constant) or an earlier kernel's
+    // output: a view the CPU executor makes between kernels (a transpose) has no kernel.
+    let mut ready: BTreeSet<usize> = p
+        .graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op.base_class() == OpClass::Source)
+        .map(|(i, _)| p.graph.node_outputs[i][0])
+        .collect();
+    for k in &cuda.kernels {
+        if !k.inputs.iter().all(|t| ready.contains(t)) {
+            return None;
+        }
+        ready.extend(k.outputs.iter().copied());
+    }
+    let mut ins = HashMap::new();
+    fill_inputs(&p.graph, &mut ins, 11).unwrap();
+    let interp = execute_with(p, &ins, &mut Pool::default(), None).unwrap();
+    let by_name: HashMap<&str, usize> = p
+        .graph
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let mut inputs: HashMap<usize, Vec<f32>> = ins
+        .iter()
+        .filter_map(|(n, v)| by_name.get(n.as_str()).map(|&t| (t, v.clone())))
+        .collect();
+    // Constants are filled with their value, as the executor does.
+    for (i, n) in p.graph.nodes.iter().enumerate() {
+        if let Op::Constant { value, .. } = n.op {
+            let t = p.graph.node_outputs[i][0];
+            inputs.insert(t, vec![value as f32; p.graph.tensors[t].numel as usize]);
+        }
+    }
+    let got = emulate(label, p, &cuda.kernels, &cuda.source(), &inputs, block);
+    std::fs::write(
+        emu_dir(label).join("graph.json"),
+        serde_json::to_string_pretty(g).unwrap(),
+    )
+    .unwrap();
+    for (name, _, want) in &interp.outputs {
+        let t = by_name[name.as_str()];
+        let v = got
+            .get(&t)
+            .unwrap_or_else(|| panic!("{label}: output `{name}` not written by any kernel"));
+        let scale = want
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(1e-30f32, |m, v| m.max(v.abs()));
+        for (i, (x, y)) in v.iter().zip(want).enumerate() {
+            if x.is_finite() || y.is_finite() {
+                assert!(
+                    (x - y).abs() <= 2e-6 * scale,
+                    "{label} `{name}`[{i}]: emulated CUDA {x} vs interpreter {y} (scale {scale})"
+                );
+            } else {
+                assert!(
+                    (x.is_nan() && y.is_nan()) || x == y,
+                    "{label} `{name}`[{i}]: emulated CUDA {x} vs interpreter {y}"
+                );
+            }
+        }
+    }
+    // Kept where a check failed, to read the source and the launches.
+    let _ = std::fs::remove_dir_all(emu_dir(label));
+    Some(cuda.kernels.len())
+}
+
+/// The benchmark kernels with rows that a warp reduces (1000 columns) and rows that need
+/// the whole block (3000), on blocks of 2 and 8 warps.
+#[test]
+fn benchmark_kernels_under_the_emulator_agree_with_the_interpreter() {
+    for k in GpuKernel::ALL {
+        for (rows, cols, block) in [(7, 1000, 64), (3, 3000, 256), (5, 37, 64)] {
+            let g = Graph::from_json_str(&k.graph_json(rows, cols)).unwrap();
+            let label = format!("{}_{rows}x{cols}_b{block}", k.label());
+            assert_eq!(check(&label, &g, block), Some(1), "{label}");
+        }
+    }
+}
+
+/// Example graphs whose fused programs the CUDA target renders whole, and synthetic chains.
+#[test]
+fn example_and_synthetic_graphs_under_the_emulator_agree_with_the_interpreter() {
+    let mut kernels = 0;
+    for name in ["elementwise_chain", "logaddexp_chain", "residual_layernorm"] {
+        let p = root().join(format!("examples/graphs/{name}.json"));
+        let g = Graph::from_json_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        kernels += check(name, &g, 64).unwrap_or_else(|| panic!("{name}: not rendered whole"));
+    }
+    let mut synthetic = 0;
+    for seed in 0..32u64 {
+        let g = synthetic_graph(16, 3 + seed as usize % 4, 40 + 29 * seed as usize, seed);
+        if let Some(n) = check(&format!("synthetic_{seed}"), &g, 64) {
+            kernels += n;
+            synthetic += 1;
+        }
+    }
+    // Most synthetic graphs hold a matmul (left to cuBLAS, not rendered); enough do not.
+    assert!(
+        synthetic >= 6,
+        "{synthetic} synthetic graphs rendered whole"
+    );
+    assert!(kernels >= 10, "{kernels}");
+}
