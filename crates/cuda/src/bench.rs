@@ -894,3 +894,72 @@ mod tests {
         }
     }
 }
+
+/// Version of [`GpuBenchReport`]'s JSON.
+pub const GPU_BENCH_SCHEMA_VERSION: u32 = 1;
+
+/// A bandwidth-bound workload against a copy of as many bytes, timed in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BandwidthRow {
+    /// Workload name.
+    pub workload: String,
+    /// Compulsory bytes ÷ median time.
+    pub bytes_per_s: f64,
+    /// A device-to-device copy moving the same bytes (read + write) ÷ its median time.
+    pub copy_bytes_per_s: f64,
+    /// `bytes_per_s / copy_bytes_per_s`.
+    pub fraction_of_copy: f64,
+}
+
+/// What `bench --device cuda` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuBenchReport {
+    /// Always [`GPU_BENCH_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The GPU.
+    pub gpu: crate::device::GpuInfo,
+    /// One record per workload.
+    pub records: Vec<Record>,
+    /// Each generated kernel against the copy of its bytes.
+    pub bandwidth: Vec<BandwidthRow>,
+}
+
+/// Parse `specs`, open CUDA device `ordinal`, time every workload and, for each generated
+/// kernel, a copy of the same bytes (the bandwidth denominator, measured in the same run).
+/// Bad specs are reported before the device is opened.
+pub fn bench_gpu(
+    ordinal: usize,
+    specs: &[String],
+    o: &GpuHarnessOptions,
+) -> Result<GpuBenchReport> {
+    let suite = specs
+        .iter()
+        .map(|s| GpuWorkload::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    let gpu = Gpu::open(ordinal)?;
+    let records = run_gpu_suite(&gpu, &suite, o)?;
+    let mut bandwidth = vec![];
+    for (w, r) in suite.iter().zip(&records) {
+        if !matches!(w, GpuWorkload::Kernel { .. }) {
+            continue;
+        }
+        let copy = GpuWorkload::Copy {
+            bytes: ((w.bytes() / 2.0) as u64).max(16),
+        };
+        let c = run_gpu_suite(&gpu, std::slice::from_ref(&copy), o)?;
+        let bytes_per_s = w.bytes() / r.stats.p50_ns * 1e9;
+        let copy_bytes_per_s = copy.bytes() / c[0].stats.p50_ns * 1e9;
+        bandwidth.push(BandwidthRow {
+            workload: w.name(),
+            bytes_per_s,
+            copy_bytes_per_s,
+            fraction_of_copy: bytes_per_s / copy_bytes_per_s,
+        });
+    }
+    Ok(GpuBenchReport {
+        schema_version: GPU_BENCH_SCHEMA_VERSION,
+        gpu: gpu.info.clone(),
+        records,
+        bandwidth,
+    })
+}

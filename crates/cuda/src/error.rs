@@ -16,7 +16,7 @@ pub enum CudaError {
         value: String,
     },
     /// A CUDA library could not be opened.
-    #[error("{what} not found: none of {tried} could be loaded; {hint}")]
+    #[error("{what} cannot be loaded (tried {tried}); {hint}")]
     Missing {
         /// Which library (`the NVIDIA driver (libcuda)`, `NVRTC`, `cuBLAS`).
         what: &'static str,

@@ -10,6 +10,9 @@ use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tensorforge_cuda::bench::{bench_gpu, GpuHarnessOptions};
+use tensorforge_cuda::calibrate::calibrate_gpu;
+use tensorforge_cuda::device::{DeviceSpec, Gpu};
 use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
 use tensorforge_measure::counting::{count_suite, CountMode, CountOptions};
@@ -71,6 +74,12 @@ pub struct BenchArgs {
     /// Print the records as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where to run: `cpu` (default) or `cuda[:N]` (an NVIDIA GPU: workloads
+    /// `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16]` through cuBLAS,
+    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C` as generated CUDA,
+    /// `copy:bytes=B`; docs/gpu.md).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 /// Measure this CPU's ceilings and write a device profile.
@@ -94,6 +103,10 @@ pub struct CalibrateArgs {
     /// Print profile and provenance as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where to calibrate: `cpu` (default) or `cuda[:N]` (GPU probes; the profile is JSON,
+    /// written with --out, not stored).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 /// Predict a holdout suite from a calibrated profile and compare with measurement.
@@ -256,6 +269,9 @@ pub fn run_count(a: CountArgs) -> Result<()> {
 
 /// Run `tensorforge bench`.
 pub fn run_bench(a: BenchArgs) -> Result<()> {
+    if let DeviceSpec::Cuda(n) = DeviceSpec::parse(&a.device)? {
+        return run_bench_gpu(a, n);
+    }
     let threads = threads_arg(a.threads)?;
     let labels = parse_labels(&a.labels)?;
     if a.iterations == 0 {
@@ -358,6 +374,9 @@ struct CalibrateJson<'a> {
 
 /// Run `tensorforge calibrate`.
 pub fn run_calibrate(a: CalibrateArgs) -> Result<()> {
+    if let DeviceSpec::Cuda(n) = DeviceSpec::parse(&a.device)? {
+        return run_calibrate_gpu(a, n);
+    }
     let threads = threads_arg(a.threads)?;
     if let Some(o) = &a.out {
         check_parent(o, "--out")?;
@@ -577,6 +596,117 @@ pub fn run_validate(a: ValidateArgs) -> Result<()> {
     print!("{}", report_text(&report));
     for w in written {
         println!("plot written to {w}");
+    }
+    Ok(())
+}
+
+/// `bench --device cuda[:N]`: flags that only mean something on the CPU are refused.
+fn run_bench_gpu(a: BenchArgs, ordinal: usize) -> Result<()> {
+    for (given, flag) in [
+        (a.threads.is_some(), "--threads"),
+        (a.counts.is_some(), "--counts"),
+        (a.no_counts, "--no-counts"),
+    ] {
+        if given {
+            bail!(
+                "invalid `{flag}` with `--device {}`: it applies to the CPU only",
+                a.device
+            );
+        }
+    }
+    if a.iterations == 0 {
+        bail!("invalid `--iterations` = `0`: must be at least 1");
+    }
+    let labels = parse_labels(&a.labels)?;
+    let record = a.record || a.store.is_some();
+    let opts = GpuHarnessOptions {
+        warmup: a.warmup,
+        min_iterations: a.iterations,
+        time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
+        flush_l2: !a.no_rotate,
+        run_id: tensorforge_store::new_run_id(),
+        labels,
+    };
+    let report = bench_gpu(ordinal, &a.workloads, &opts)?;
+    let mut stored_in = None;
+    if record {
+        let store = Store::open(&store_path(&a.store))?;
+        store.insert_run(&report.records)?;
+        stored_in = Some(store.describe());
+    }
+    if a.json {
+        return print_json(&report);
+    }
+    let g = &report.gpu;
+    println!(
+        "{} ({}, compute capability {}.{}, {} SMs), run {}",
+        g.name, g.uuid, g.compute_capability.0, g.compute_capability.1, g.sm_count, opts.run_id
+    );
+    print!("{}", records_table(&report.records));
+    for b in &report.bandwidth {
+        println!(
+            "bandwidth [{}]: {}, {:.0} % of a copy of the same bytes ({}) in this run",
+            b.workload,
+            fmt::bandwidth(b.bytes_per_s),
+            b.fraction_of_copy * 100.0,
+            fmt::bandwidth(b.copy_bytes_per_s)
+        );
+    }
+    if let Some(p) = stored_in {
+        println!("recorded {} record(s) in {p}", report.records.len());
+    }
+    Ok(())
+}
+
+/// `calibrate --device cuda[:N]`.
+fn run_calibrate_gpu(a: CalibrateArgs, ordinal: usize) -> Result<()> {
+    if a.threads.is_some() {
+        bail!(
+            "invalid `--threads` with `--device {}`: it applies to the CPU only",
+            a.device
+        );
+    }
+    if a.store.is_some() {
+        bail!(
+            "invalid `--store` with `--device {}`: GPU profiles are written with --out, not stored",
+            a.device
+        );
+    }
+    if let Some(o) = &a.out {
+        check_parent(o, "--out")?;
+    }
+    let gpu = Gpu::open(ordinal)?;
+    let p = calibrate_gpu(&gpu, a.quick)?;
+    let json = serde_json::to_string_pretty(&p)?;
+    if let Some(o) = &a.out {
+        write_atomic(o, json.as_bytes())?;
+    }
+    if a.json {
+        println!("{json}");
+        return Ok(());
+    }
+    println!("{} ({})", p.gpu.name, p.gpu.uuid);
+    println!(
+        "HBM copy (read + write): {}",
+        fmt::bandwidth(p.hbm_copy_bytes_per_s)
+    );
+    println!(
+        "L2 read:                 {}",
+        fmt::bandwidth(p.l2_read_bytes_per_s)
+    );
+    println!(
+        "fp32 FMA peak:           {}",
+        fmt::rate(p.fp32_fma_flops_per_s, "FLOP")
+    );
+    for (d, r) in &p.gemm_flops_per_s {
+        println!("cuBLAS GEMM {d:>4}:        {}", fmt::rate(*r, "FLOP"));
+    }
+    println!(
+        "launch floor (median):   {}",
+        fmt::time(p.launch_floor_ns * 1e-9)
+    );
+    if let Some(o) = &a.out {
+        println!("wrote {}", o.display());
     }
     Ok(())
 }

@@ -1,0 +1,146 @@
+//! `bench` and `calibrate` with `--device cuda` through the binary. Argument and workload
+//! errors are checked on every machine (they come before the device is opened); where no
+//! NVIDIA driver exists, `--device cuda` must be one line naming it, exit 2, and nothing
+//! written. The run on a GPU prints SKIPPED where there is none.
+
+use assert_cmd::Command;
+use std::path::PathBuf;
+
+fn tf() -> Command {
+    let mut c = Command::cargo_bin("tensorforge").unwrap();
+    c.env("TENSORFORGE_STORE", "/nonexistent-dir/never.sqlite");
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf-gpu-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Exit 2 and exactly one line of stderr containing every `needle`.
+fn one_line_error(args: &[&str], needles: &[&str]) {
+    let out = tf().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` not in {err}");
+    }
+}
+
+#[test]
+fn bad_devices_workloads_and_cpu_only_flags_are_one_line_errors() {
+    one_line_error(
+        &["bench", "copy:bytes=1024", "--device", "gpu0"],
+        &["`--device` = `gpu0`"],
+    );
+    one_line_error(
+        &["bench", "gemm:m=8:n=8:k=8:dtype=fp64", "--device", "cuda"],
+        &["`dtype` = `fp64`"],
+    );
+    one_line_error(
+        &["bench", "gemm_tiny", "--device", "cuda"],
+        &["`workload` = `gemm_tiny`"],
+    );
+    one_line_error(
+        &[
+            "bench",
+            "copy:bytes=1024",
+            "--device",
+            "cuda",
+            "--threads",
+            "2",
+        ],
+        &["`--threads`", "CPU only"],
+    );
+    one_line_error(
+        &["calibrate", "--device", "cuda:1x"],
+        &["`--device` = `cuda:1x`"],
+    );
+}
+
+#[test]
+fn without_a_driver_cuda_is_a_one_line_error_and_writes_nothing() {
+    if tensorforge_cuda::device::driver_available() {
+        println!("SKIPPED: an NVIDIA driver is installed here (the GPU run is checked instead)");
+        return;
+    }
+    let d = tmp("nodriver");
+    let store = d.join("s.sqlite");
+    one_line_error(
+        &[
+            "bench",
+            "kernel:softmax:rows=64:cols=64",
+            "--device",
+            "cuda",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &["NVIDIA driver", "libcuda.so"],
+    );
+    let prof = d.join("p.json");
+    one_line_error(
+        &[
+            "calibrate",
+            "--device",
+            "cuda:0",
+            "--out",
+            prof.to_str().unwrap(),
+        ],
+        &["NVIDIA driver"],
+    );
+    assert!(
+        std::fs::read_dir(&d).unwrap().next().is_none(),
+        "something was written"
+    );
+}
+
+/// On a GPU: a copy, a generated softmax and a bf16 GEMM give records whose device is the
+/// GPU, and the softmax a bandwidth row against a copy of its bytes.
+#[test]
+fn on_a_gpu_bench_gives_gpu_records_and_bandwidth_fractions() {
+    if !tensorforge_cuda::device::driver_available()
+        || tensorforge_cuda::device::device_count().unwrap_or(0) == 0
+    {
+        println!("SKIPPED: no CUDA device here");
+        return;
+    }
+    let out = tf()
+        .args([
+            "bench",
+            "copy:bytes=1048576",
+            "kernel:softmax:rows=256:cols=2048",
+            "gemm:m=256:n=256:k=256:dtype=bf16",
+            "--device",
+            "cuda",
+            "--iterations",
+            "5",
+            "--time-budget-ms",
+            "10",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let recs = v["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 3);
+    for r in recs {
+        assert_eq!(r["device"]["kind"], "gpu");
+        assert!(r["device"]["gpu"]["uuid"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU-"));
+    }
+    let bw = v["bandwidth"].as_array().unwrap();
+    assert_eq!(bw.len(), 1);
+    let f = bw[0]["fraction_of_copy"].as_f64().unwrap();
+    assert!(f > 0.0 && f.is_finite(), "{f}");
+}
