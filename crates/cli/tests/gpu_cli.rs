@@ -59,6 +59,20 @@ fn bad_devices_workloads_and_cpu_only_flags_are_one_line_errors() {
         &["calibrate", "--device", "cuda:1x"],
         &["`--device` = `cuda:1x`"],
     );
+    one_line_error(&["validate", "--device", "cuda"], &["missing `--profile`"]);
+    let d = tmp("badprofile");
+    let p = d.join("p.json");
+    std::fs::write(&p, r#"{"schema_version":1}"#).unwrap();
+    one_line_error(
+        &[
+            "validate",
+            "--device",
+            "cuda",
+            "--profile",
+            p.to_str().unwrap(),
+        ],
+        &["p.json", "not a GPU profile"],
+    );
 }
 
 #[test]

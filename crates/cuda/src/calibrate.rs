@@ -49,7 +49,7 @@ extern "C" __global__ void tf_fma(float seed, int iters, float *out) {
 "#;
 
 /// One probe's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProbeResult {
     /// Probe name.
     pub name: String,
@@ -66,7 +66,7 @@ pub struct ProbeResult {
 }
 
 /// A calibrated GPU profile.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct GpuProfile {
     /// Always [`GPU_PROFILE_SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -86,6 +86,91 @@ pub struct GpuProfile {
     pub probes: Vec<ProbeResult>,
     /// What the profile leaves out.
     pub omits: Vec<String>,
+}
+
+impl GpuProfile {
+    /// Read a profile `calibrate --device cuda --out` wrote; `source` names it in errors.
+    pub fn from_json_str(text: &str, source: &str) -> Result<GpuProfile> {
+        let p: GpuProfile = serde_json::from_str(text).map_err(|e| {
+            CudaError::invalid(source, "profile", "…", format!("not a GPU profile: {e}"))
+        })?;
+        if p.schema_version != GPU_PROFILE_SCHEMA_VERSION {
+            return Err(CudaError::invalid(
+                source,
+                "schema_version",
+                p.schema_version,
+                format!("this build reads version {GPU_PROFILE_SCHEMA_VERSION}"),
+            ));
+        }
+        for (field, v) in [
+            ("hbm_copy_bytes_per_s", p.hbm_copy_bytes_per_s),
+            ("l2_read_bytes_per_s", p.l2_read_bytes_per_s),
+            ("fp32_fma_flops_per_s", p.fp32_fma_flops_per_s),
+            ("launch_floor_ns", p.launch_floor_ns),
+        ]
+        .into_iter()
+        .chain(p.gemm_flops_per_s.iter().map(|(k, v)| (k.as_str(), *v)))
+        {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(CudaError::invalid(
+                    source,
+                    field,
+                    v,
+                    "must be positive and finite",
+                ));
+            }
+        }
+        Ok(p)
+    }
+
+    /// The profile as a Core hardware spec: each dtype's peak is its cuBLAS GEMM rate at
+    /// 8192³ (what a large GEMM attains, not the datasheet figure), DRAM is the copy
+    /// bandwidth, and L2 a level with the L2 read bandwidth and the driver's L2 size.
+    pub fn hardware_spec(&self) -> Result<tensorforge_core::hardware::HardwareSpec> {
+        let mut peaks = serde_json::Map::new();
+        for (d, r) in &self.gemm_flops_per_s {
+            peaks.insert(d.clone(), (*r).into());
+        }
+        let v = serde_json::json!({
+            "schema_version": tensorforge_core::hardware::HARDWARE_SCHEMA_VERSION,
+            "name": format!("calibrated {}", self.gpu.name),
+            "description": format!("calibrated by tensorforge calibrate --device cuda on {}", self.gpu.uuid),
+            "peak_ops_per_s": peaks,
+            "dram": {"name": "dram", "capacity_bytes": self.gpu.memory_bytes, "bandwidth_bytes_per_s": self.hbm_copy_bytes_per_s},
+            "onchip": [{"name": "l2", "capacity_bytes": self.gpu.l2_bytes, "bandwidth_bytes_per_s": self.l2_read_bytes_per_s}],
+        });
+        let hw: tensorforge_core::hardware::HardwareSpec = serde_json::from_value(v)
+            .map_err(|e| CudaError::invalid("GPU profile", "hardware", "…", e.to_string()))?;
+        hw.validate()
+            .map_err(|e| CudaError::invalid("GPU profile", "hardware", "…", e.to_string()))?;
+        Ok(hw)
+    }
+}
+
+/// The workloads the probes measure (a holdout suite must not contain them): the GEMMs at
+/// 8192³ and 4096³ (quick) of every dtype and the copies of 1 GiB and 256 MiB.
+pub fn probe_workloads() -> Vec<crate::bench::GpuWorkload> {
+    use crate::bench::GpuWorkload;
+    let mut v = vec![
+        GpuWorkload::Copy { bytes: 1 << 30 },
+        GpuWorkload::Copy { bytes: 256 << 20 },
+    ];
+    for d in [8192u64, 4096] {
+        for dtype in [
+            GemmDtype::Fp32,
+            GemmDtype::Tf32,
+            GemmDtype::Fp16,
+            GemmDtype::Bf16,
+        ] {
+            v.push(GpuWorkload::Gemm {
+                m: d,
+                n: d,
+                k: d,
+                dtype,
+            });
+        }
+    }
+    v
 }
 
 fn probe(name: &str, work: f64, samples: Vec<f64>) -> Result<ProbeResult> {

@@ -79,7 +79,7 @@ pub fn device_count() -> Result<usize> {
 }
 
 /// What a record says about the GPU it ran on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct GpuInfo {
     /// Driver ordinal.
     pub ordinal: usize,

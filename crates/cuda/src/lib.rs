@@ -31,5 +31,6 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod nvrtc;
+pub mod validate;
 
 pub use error::{CudaError, Result};

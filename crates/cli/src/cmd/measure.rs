@@ -11,8 +11,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tensorforge_cuda::bench::{bench_gpu, GpuHarnessOptions};
-use tensorforge_cuda::calibrate::calibrate_gpu;
+use tensorforge_cuda::calibrate::{calibrate_gpu, GpuProfile};
 use tensorforge_cuda::device::{DeviceSpec, Gpu};
+use tensorforge_cuda::validate::{spec_lines, validate_gpu, HOLDOUT};
 use tensorforge_measure::calibrate::{calibrate, probe_label, CalibrateOptions, Calibration};
 use tensorforge_measure::context::{device_context, host_logical_cores, software_context};
 use tensorforge_measure::counting::{count_suite, CountMode, CountOptions};
@@ -136,6 +137,10 @@ pub struct ValidateArgs {
     /// Write roofline.svg and predicted_vs_measured.svg into this directory.
     #[arg(long)]
     pub plots: Option<PathBuf>,
+    /// Where to validate: `cpu` (default) or `cuda[:N]` (needs --profile from `calibrate
+    /// --device cuda --out`; --workloads is then a file of GPU specs, one per line).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 fn threads_arg(t: Option<usize>) -> Result<usize> {
@@ -537,6 +542,9 @@ fn report_text(r: &ValidationReport) -> String {
 
 /// Run `tensorforge validate`.
 pub fn run_validate(a: ValidateArgs) -> Result<()> {
+    if let DeviceSpec::Cuda(n) = DeviceSpec::parse(&a.device)? {
+        return run_validate_gpu(a, n);
+    }
     if let Some(d) = &a.plots {
         if d.exists() && !d.is_dir() {
             bail!("invalid `--plots` = `{}`: not a directory", d.display());
@@ -707,6 +715,91 @@ fn run_calibrate_gpu(a: CalibrateArgs, ordinal: usize) -> Result<()> {
     );
     if let Some(o) = &a.out {
         println!("wrote {}", o.display());
+    }
+    Ok(())
+}
+
+/// `validate --device cuda[:N]`.
+fn run_validate_gpu(a: ValidateArgs, ordinal: usize) -> Result<()> {
+    if a.plots.is_some() {
+        bail!(
+            "invalid `--plots` with `--device {}`: GPU validation has no plots yet",
+            a.device
+        );
+    }
+    if a.iterations == 0 {
+        bail!("invalid `--iterations` = `0`: must be at least 1");
+    }
+    let Some(pp) = &a.profile else {
+        bail!(
+            "missing `--profile`: `validate --device {}` needs the profile `calibrate --device {} --out FILE` wrote",
+            a.device,
+            a.device
+        );
+    };
+    let src = pp.display().to_string();
+    let text = std::fs::read_to_string(pp).with_context(|| format!("{src}: cannot read file"))?;
+    let profile = GpuProfile::from_json_str(&text, &src)?;
+    let specs: Vec<String> = match &a.workloads {
+        Some(w) => {
+            let ws = w.display().to_string();
+            let t =
+                std::fs::read_to_string(w).with_context(|| format!("{ws}: cannot read file"))?;
+            spec_lines(&t)
+        }
+        None => HOLDOUT.iter().map(|s| s.to_string()).collect(),
+    };
+    let opts = GpuHarnessOptions {
+        warmup: 3,
+        min_iterations: a.iterations,
+        time_budget_ns: a.time_budget_ms.saturating_mul(1_000_000),
+        flush_l2: true,
+        run_id: tensorforge_store::new_run_id(),
+        labels: BTreeMap::new(),
+    };
+    let gpu = Gpu::open(ordinal)?;
+    let report = validate_gpu(&gpu, &profile, &specs, &opts)?;
+    if a.record {
+        let store = Store::open(&store_path(&a.store))?;
+        store.insert_run(&report.records)?;
+    }
+    if a.json {
+        return print_json(&report);
+    }
+    println!("{} ({}), profile {src}", report.gpu.name, report.gpu.uuid);
+    let mut t = Table::new(&[
+        "workload",
+        "bound",
+        "predicted",
+        "measured p50",
+        "error",
+        "one roof",
+    ]);
+    for r in &report.rows {
+        t.row(vec![
+            r.workload.clone(),
+            r.bound.label().to_string(),
+            fmt::time(r.predicted_s),
+            fmt::time(r.measured_p50_s),
+            format!("{:+.1} %", r.error_pct),
+            if r.one_roof_binds {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+        ]);
+    }
+    print!("{}", t.render());
+    for r in &report.rows {
+        if let Some(c) = &r.likely_cause {
+            println!("disagreement expected [{}]: {c}", r.workload);
+        }
+    }
+    if let Some(m) = report.single_roof_mape_pct {
+        println!(
+            "one roof binds: {} of {} rows within 15 %, mean |error| {m:.1} %",
+            report.single_roof_within_tolerance, report.single_roof_rows
+        );
     }
     Ok(())
 }
