@@ -60,6 +60,16 @@ fn bad_devices_workloads_and_cpu_only_flags_are_one_line_errors() {
         &["`--device` = `cuda:1x`"],
     );
     one_line_error(&["validate", "--device", "cuda"], &["missing `--profile`"]);
+    one_line_error(
+        &[
+            "run",
+            "../../examples/graphs/elementwise_chain.json",
+            "--device",
+            "cuda",
+            "--bench",
+        ],
+        &["`--bench`", "CPU executor only"],
+    );
     let d = tmp("badprofile");
     let p = d.join("p.json");
     std::fs::write(&p, r#"{"schema_version":1}"#).unwrap();
@@ -105,10 +115,52 @@ fn without_a_driver_cuda_is_a_one_line_error_and_writes_nothing() {
         ],
         &["NVIDIA driver"],
     );
+    one_line_error(
+        &[
+            "run",
+            "../../examples/graphs/elementwise_chain.json",
+            "--device",
+            "cuda",
+        ],
+        &["NVIDIA driver"],
+    );
     assert!(
         std::fs::read_dir(&d).unwrap().next().is_none(),
         "something was written"
     );
+}
+
+/// On a GPU: every generated kernel of an ONNX fixture, alone on the GPU, agrees with the
+/// CPU executor (exit 0 only then).
+#[test]
+fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
+    if !tensorforge_cuda::device::driver_available()
+        || tensorforge_cuda::device::device_count().unwrap_or(0) == 0
+    {
+        println!("SKIPPED: no CUDA device here");
+        return;
+    }
+    let out = tf()
+        .args([
+            "run",
+            "../../examples/onnx/llama_sdpa_ts/model.onnx",
+            "--inputs",
+            "../../examples/onnx/llama_sdpa_ts/inputs",
+            "--device",
+            "cuda",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ks = v["kernels"].as_array().unwrap();
+    assert!(ks.len() >= 5, "{v}");
+    assert!(ks.iter().all(|k| k["agrees"] == true), "{v}");
 }
 
 /// On a GPU: a copy, a generated softmax and a bf16 GEMM give records whose device is the

@@ -160,6 +160,16 @@ pub enum GpuWorkload {
         /// Columns.
         cols: u64,
     },
+    /// RMSNorm, the gate and up projections (two cuBLAS f32 GEMMs) and SiLU(g)·u: the
+    /// generated RMSNorm and SwiGLU kernels around cuBLAS.
+    RmsnormSwiglu {
+        /// Tokens T.
+        tokens: u64,
+        /// Model width D.
+        d_model: u64,
+        /// Hidden width F.
+        d_ff: u64,
+    },
     /// A device-to-device copy of `bytes` (`cuMemcpyDtoDAsync`).
     Copy {
         /// Bytes copied.
@@ -235,11 +245,16 @@ impl GpuWorkload {
             ("copy", _) => GpuWorkload::Copy {
                 bytes: num("bytes")?,
             },
+            ("rmsnorm_swiglu", _) => GpuWorkload::RmsnormSwiglu {
+                tokens: num("tokens")?,
+                d_model: num("d")?,
+                d_ff: num("f")?,
+            },
             _ => {
                 return Err(bad(
                     "workload",
                     kind,
-                    "a GPU workload is gemm:m=M:n=N:k=K[:dtype=D], kernel:NAME:rows=R:cols=C or copy:bytes=B",
+                    "a GPU workload is gemm:m=M:n=N:k=K[:dtype=D], kernel:NAME:rows=R:cols=C, rmsnorm_swiglu:tokens=T:d=D:f=F or copy:bytes=B",
                 ))
             }
         };
@@ -262,6 +277,36 @@ impl GpuWorkload {
                 .and_then(|e| e.checked_mul(dtype.bytes())),
             GpuWorkload::Kernel { rows, cols, .. } => rows.checked_mul(cols)?.checked_mul(4),
             GpuWorkload::Copy { bytes } => Some(bytes),
+            GpuWorkload::RmsnormSwiglu {
+                tokens,
+                d_model,
+                d_ff,
+            } => [
+                tokens.checked_mul(d_model)?,
+                d_model.checked_mul(d_ff)?,
+                tokens.checked_mul(d_ff)?,
+            ]
+            .into_iter()
+            .max()?
+            .checked_mul(4),
+        }
+    }
+
+    /// The Core's kernel workload for the fused RMSNorm + SwiGLU (its FLOP and byte counts).
+    fn core_swiglu(&self) -> Option<tensorforge_core::kernel::KernelWorkload> {
+        match *self {
+            GpuWorkload::RmsnormSwiglu {
+                tokens,
+                d_model,
+                d_ff,
+            } => Some(
+                tensorforge_core::kernel::KernelWorkload::RmsnormSwigluFused {
+                    tokens: tokens as usize,
+                    d_model: d_model as usize,
+                    d_ff: d_ff as usize,
+                },
+            ),
+            _ => None,
         }
     }
 
@@ -275,6 +320,11 @@ impl GpuWorkload {
                 format!("kernel:{}:rows={rows}:cols={cols}", kernel.label())
             }
             GpuWorkload::Copy { bytes } => format!("copy:bytes={bytes}"),
+            GpuWorkload::RmsnormSwiglu {
+                tokens,
+                d_model,
+                d_ff,
+            } => format!("rmsnorm_swiglu:tokens={tokens}:d={d_model}:f={d_ff}"),
         }
     }
 
@@ -301,6 +351,18 @@ impl GpuWorkload {
                 params.insert("bytes".into(), (*bytes).into());
                 ("copy", "u8")
             }
+            GpuWorkload::RmsnormSwiglu {
+                tokens,
+                d_model,
+                d_ff,
+            } => {
+                params.insert("kernel".into(), "rmsnorm_swiglu".into());
+                params.insert("tokens".into(), (*tokens).into());
+                params.insert("d_model".into(), (*d_model).into());
+                params.insert("d_ff".into(), (*d_ff).into());
+                params.insert("backend".into(), "generated_cuda+cublas".into());
+                ("kernel", "fp32")
+            }
         };
         WorkloadIdentity {
             kind: kind.into(),
@@ -310,11 +372,14 @@ impl GpuWorkload {
         }
     }
 
-    /// FLOPs per call where counted (GEMM: 2·M·N·K).
+    /// FLOPs per call where counted (GEMM: 2·M·N·K; RMSNorm + SwiGLU: the Core's count).
     pub fn flops(&self) -> Option<f64> {
         match *self {
             GpuWorkload::Gemm { m, n, k, .. } => Some(2.0 * m as f64 * n as f64 * k as f64),
-            _ => None,
+            _ => self
+                .core_swiglu()
+                .and_then(|c| c.flops().ok().flatten())
+                .map(|f| f as f64),
         }
     }
 
@@ -334,6 +399,10 @@ impl GpuWorkload {
                 }
             }
             GpuWorkload::Copy { bytes } => 2.0 * bytes as f64,
+            GpuWorkload::RmsnormSwiglu { .. } => self
+                .core_swiglu()
+                .and_then(|c| c.compulsory_bytes().ok())
+                .unwrap_or(0) as f64,
         }
     }
 }
@@ -537,56 +606,164 @@ impl CublasGemm {
         })
     }
 
-    /// Enqueue one product. Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets
-    /// (n, m, k) with B first.
+    /// Enqueue one product.
     pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
-        let (ty, compute) = match self.dtype {
-            GemmDtype::Fp32 => (
-                cudaDataType::CUDA_R_32F,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-            GemmDtype::Tf32 => (
-                cudaDataType::CUDA_R_32F,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-            ),
-            GemmDtype::Fp16 => (
-                cudaDataType::CUDA_R_16F,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-            GemmDtype::Bf16 => (
-                cudaDataType::CUDA_R_16BF,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            ),
-        };
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let (a, b, c) = (self.a.ptr(gpu), self.b.ptr(gpu), self.c.ptr(gpu));
-        // SAFETY: the pointers are live device allocations of the sizes the dimensions
-        // imply (allocated in `new`), alpha and beta are host f32 (pointer mode host, the
-        // compute type is 32F), and the handle is bound to `gpu.stream`.
+        // SAFETY: a, b and c were allocated in `new` with m·k, k·n and m·n elements of
+        // the dtype's storage.
+        unsafe { gemm_ex(&self.blas, self.dtype, a, b, c, self.m, self.n, self.k) }
+    }
+}
+
+/// Enqueue row-major `C[m×n] = A[m×k]·B[k×n]` on `blas`'s stream. Row-major C = A·B is
+/// column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets (n, m, k) with B first.
+///
+/// # Safety
+/// `a`, `b` and `c` must be device allocations of at least m·k, k·n and m·n elements of
+/// `dtype`'s storage type, live until the work completes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_ex(
+    blas: &CudaBlas,
+    dtype: GemmDtype,
+    a: u64,
+    b: u64,
+    c: u64,
+    m: i32,
+    n: i32,
+    k: i32,
+) -> Result<()> {
+    let (ty, compute) = match dtype {
+        GemmDtype::Fp32 => (
+            cudaDataType::CUDA_R_32F,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        GemmDtype::Tf32 => (
+            cudaDataType::CUDA_R_32F,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        ),
+        GemmDtype::Fp16 => (
+            cudaDataType::CUDA_R_16F,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        GemmDtype::Bf16 => (
+            cudaDataType::CUDA_R_16BF,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+    };
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the caller's contract; alpha and beta are host f32 (pointer mode host, the
+    // compute type is 32F).
+    unsafe {
+        cudarc::cublas::result::gemm_ex(
+            *blas.handle(),
+            cublasOperation_t::CUBLAS_OP_N,
+            cublasOperation_t::CUBLAS_OP_N,
+            n,
+            m,
+            k,
+            (&alpha as *const f32).cast(),
+            b as *const _,
+            ty,
+            n,
+            a as *const _,
+            ty,
+            k,
+            (&beta as *const f32).cast(),
+            c as *mut _,
+            ty,
+            n,
+            compute,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(CudaError::cublas("GemmEx"))
+}
+
+fn new_blas(gpu: &Gpu) -> Result<CudaBlas> {
+    if !crate::device::cublas_available() {
+        return Err(CudaError::Missing {
+            what: "cuBLAS",
+            tried: "libcublas.so, libcublas.so.12".into(),
+            hint: "install the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu12` and put its lib folder on LD_LIBRARY_PATH",
+        });
+    }
+    CudaBlas::new(gpu.stream.clone()).map_err(CudaError::cublas("creating a handle"))
+}
+
+/// RMSNorm + SwiGLU on the GPU: the generated RMSNorm kernel, two cuBLAS f32 GEMMs
+/// reading its output, and the generated SiLU(g)·u kernel reading theirs.
+pub struct RmsnormSwigluRun {
+    norm: GeneratedRun,
+    act: GeneratedRun,
+    blas: CudaBlas,
+    w_gate: CudaSlice<f32>,
+    w_up: CudaSlice<f32>,
+    t: i32,
+    d: i32,
+    f: i32,
+}
+
+impl RmsnormSwigluRun {
+    /// Compile both kernels and allocate x, γ, the weights and every intermediate.
+    pub fn new(gpu: &Gpu, tokens: u64, d_model: u64, d_ff: u64) -> Result<RmsnormSwigluRun> {
+        let dim = |v: u64, f: &str| {
+            i32::try_from(v)
+                .map_err(|_| CudaError::invalid("rmsnorm_swiglu", f, v, "exceeds 2^31 - 1"))
+        };
+        let (t, d, f) = (dim(tokens, "tokens")?, dim(d_model, "d")?, dim(d_ff, "f")?);
+        let norm = GeneratedRun::new(
+            gpu,
+            &GpuKernel::Rmsnorm.graph_json(tokens, d_model),
+            "rmsnorm",
+        )?;
+        let act = GeneratedRun::new(gpu, &GpuKernel::Swiglu.graph_json(tokens, d_ff), "swiglu")?;
+        let scale = 1.0 / (d_model as f32).sqrt();
+        Ok(RmsnormSwigluRun {
+            norm,
+            act,
+            blas: new_blas(gpu)?,
+            w_gate: upload_f32(gpu, &fill((d_model * d_ff) as usize, 21, -scale, scale))?,
+            w_up: upload_f32(gpu, &fill((d_model * d_ff) as usize, 22, -scale, scale))?,
+            t,
+            d,
+            f,
+        })
+    }
+
+    /// Enqueue the four launches.
+    pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
+        self.norm.run(gpu)?;
+        let h = self.norm.ptr(gpu, "y")?;
+        let (g, u) = (self.act.ptr(gpu, "g")?, self.act.ptr(gpu, "u")?);
+        let (wg, wu) = (
+            self.w_gate.device_ptr(&gpu.stream).0,
+            self.w_up.device_ptr(&gpu.stream).0,
+        );
+        // SAFETY: h is the RMSNorm output [T, D]; wg and wu are [D, F]; g and u are the
+        // SwiGLU kernel's inputs [T, F]; all allocated above with those element counts.
         unsafe {
-            cudarc::cublas::result::gemm_ex(
-                *self.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_N,
-                cublasOperation_t::CUBLAS_OP_N,
-                self.n,
-                self.m,
-                self.k,
-                (&alpha as *const f32).cast(),
-                b as *const _,
-                ty,
-                self.n,
-                a as *const _,
-                ty,
-                self.k,
-                (&beta as *const f32).cast(),
-                c as *mut _,
-                ty,
-                self.n,
-                compute,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
+            gemm_ex(
+                &self.blas,
+                GemmDtype::Fp32,
+                h,
+                wg,
+                g,
+                self.t,
+                self.f,
+                self.d,
+            )?;
+            gemm_ex(
+                &self.blas,
+                GemmDtype::Fp32,
+                h,
+                wu,
+                u,
+                self.t,
+                self.f,
+                self.d,
+            )?;
         }
-        .map_err(CudaError::cublas("GemmEx"))
+        self.act.run(gpu)
     }
 }
 
@@ -596,6 +773,8 @@ pub struct GeneratedRun {
     buffers: Vec<CudaSlice<f32>>,
     /// Buffer index by tensor id.
     pub tensor_buffer: HashMap<usize, usize>,
+    /// Tensor id by name.
+    pub tensor_id: HashMap<String, usize>,
 }
 
 /// Blocks for a kernel: enough to cover its rows (a warp unit takes `BLOCK_THREADS / 32`
@@ -700,10 +879,15 @@ impl GeneratedRun {
             };
             launches.push((f, slots, cfg, k.rows as i64));
         }
+        let tensor_id = tensor_buffer
+            .keys()
+            .map(|&t| (tg.tensors[t].name.clone(), t))
+            .collect();
         Ok(GeneratedRun {
             launches,
             buffers,
             tensor_buffer,
+            tensor_id,
         })
     }
 
@@ -725,6 +909,19 @@ impl GeneratedRun {
             unsafe { b.launch(*cfg) }.map_err(CudaError::driver("launching a kernel"))?;
         }
         Ok(())
+    }
+
+    /// The device pointer of tensor `name`'s buffer.
+    pub fn ptr(&self, gpu: &Gpu, name: &str) -> Result<u64> {
+        let b = self
+            .tensor_id
+            .get(name)
+            .and_then(|t| self.tensor_buffer.get(t))
+            .ok_or_else(|| CudaError::Measurement {
+                what: format!("tensor `{name}`"),
+                reason: "not on the device".into(),
+            })?;
+        Ok(self.buffers[*b].device_ptr(&gpu.stream).0)
     }
 
     /// A tensor's values (after a run).
@@ -750,6 +947,8 @@ pub enum Prepared {
     Generated(Box<GeneratedRun>),
     /// A copy between two buffers.
     Copy(CudaSlice<u8>, CudaSlice<u8>),
+    /// RMSNorm + SwiGLU.
+    RmsnormSwiglu(Box<RmsnormSwigluRun>),
 }
 
 impl Prepared {
@@ -773,6 +972,13 @@ impl Prepared {
                     .map_err(CudaError::driver("allocating"))?;
                 Prepared::Copy(a, b)
             }
+            GpuWorkload::RmsnormSwiglu {
+                tokens,
+                d_model,
+                d_ff,
+            } => Prepared::RmsnormSwiglu(Box::new(RmsnormSwigluRun::new(
+                gpu, tokens, d_model, d_ff,
+            )?)),
         })
     }
 
@@ -785,6 +991,7 @@ impl Prepared {
                 .stream
                 .memcpy_dtod(a, b)
                 .map_err(CudaError::driver("cuMemcpyDtoDAsync")),
+            Prepared::RmsnormSwiglu(r) => r.run(gpu),
         }
     }
 }
@@ -876,6 +1083,21 @@ mod tests {
         // bf16 GEMM 64 × 32 × 16: (64·16 + 16·32 + 64·32) · 2 B = (1024 + 512 + 2048) · 2
         let g = GpuWorkload::parse("gemm:m=64:n=32:k=16:dtype=bf16").unwrap();
         assert_eq!(g.bytes(), 7168.0);
+    }
+
+    /// RMSNorm + SwiGLU counts as the Core does: T = 2, D = 3, F = 4.
+    #[test]
+    fn rmsnorm_swiglu_counts_are_the_cores() {
+        let w = GpuWorkload::parse("rmsnorm_swiglu:tokens=2:d=3:f=4").unwrap();
+        assert_eq!(w.name(), "rmsnorm_swiglu:tokens=2:d=3:f=4");
+        // 4·T·D·F + 4·T·D + 5·T·F = 96 + 24 + 40
+        assert_eq!(w.flops(), Some(160.0));
+        // 4 B · (T·D + D + 2·D·F + T·F) = 4 · (6 + 3 + 24 + 8)
+        assert_eq!(w.bytes(), 164.0);
+        assert!(GpuWorkload::parse("rmsnorm_swiglu:tokens=2:d=3")
+            .unwrap_err()
+            .to_string()
+            .contains("`f`"));
     }
 
     /// Every benchmark kernel's graph fuses to kernels the CUDA target renders, and (where

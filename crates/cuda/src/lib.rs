@@ -27,6 +27,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod check;
 pub mod device;
 pub mod error;
 pub mod kernels;

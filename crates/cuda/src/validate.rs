@@ -141,6 +141,28 @@ pub fn predict(w: &GpuWorkload, p: &GpuProfile) -> Result<(Bound, f64, Option<St
             };
             (r.bound, r.time_lower_bound_s, cause)
         }
+        GpuWorkload::RmsnormSwiglu {
+            tokens,
+            d_model,
+            d_ff,
+        } => {
+            let flops = w.flops().unwrap_or(0.0);
+            let r = roofline(&hw, DType::Fp32, flops, bytes, &[("l2", 0.0)])
+                .map_err(|e| CudaError::invalid(&w.name(), "roofline", "…", e.to_string()))?;
+            // h = RMSNorm(x) is written once and read by both GEMMs; g and u are written
+            // by the GEMMs and read by SwiGLU: 4·(3·T·D + 4·T·F) bytes the compulsory count
+            // leaves out.
+            let (t, d, f) = (tokens as f64, d_model as f64, d_ff as f64);
+            let extra = 4.0 * (3.0 * t * d + 4.0 * t * f);
+            let cause = (extra > 0.1 * bytes).then(|| {
+                format!(
+                    "four launches with h, g and u in HBM: {:.1} MB beyond the {:.1} MB the roofline charges",
+                    extra / 1e6,
+                    bytes / 1e6
+                )
+            });
+            (r.bound, r.time_lower_bound_s, cause)
+        }
         GpuWorkload::Kernel { .. } | GpuWorkload::Copy { .. } => {
             // No FLOP count for these kernels: the memory roof alone, bytes / copy bandwidth.
             (Bound::Memory, bytes / p.hbm_copy_bytes_per_s, None)

@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tensorforge_cuda::bench::GpuKernel;
+use tensorforge_cuda::check::{agreement, kernel_cases, Cases};
 use tensorforge_cuda::kernels::compile_program;
 use tensorforge_cuda::nvrtc::{nvrtc_available, nvrtc_required, TEST_ARCHS};
 use tensorforge_graph::codegen::cuda::{render_program, CudaKernel, RowUnit};
@@ -24,31 +25,43 @@ use tensorforge_graph::ir::{Op, OpClass};
 use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
 use tensorforge_graph::synth::synthetic_graph;
 use tensorforge_graph::Graph;
+use tensorforge_measure::graph_run::{npy_shapes, read_inputs};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Every example graph and ONNX fixture, fused (the TorchScript exports' symbolic dims
-/// bound to batch 1, sequence 16).
-fn example_programs() -> Vec<(String, Program)> {
+/// Every example graph and ONNX fixture, fused, with inputs: seeded values for the graphs;
+/// each fixture's own inputs (valid ids and masks, which also bind the TorchScript exports'
+/// symbolic dims) and weights.
+fn example_programs() -> Vec<(String, Program, HashMap<String, Vec<f32>>)> {
     let mut out = vec![];
     for e in std::fs::read_dir(root().join("examples/graphs")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "json") {
             let g = Graph::from_json_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            out.push((p.display().to_string(), compile(&g).unwrap().fused));
+            let prog = compile(&g).unwrap().fused;
+            let mut ins = HashMap::new();
+            fill_inputs(&prog.graph, &mut ins, 5).unwrap();
+            out.push((p.display().to_string(), prog, ins));
         }
     }
-    let mut options = ImportOptions::default();
-    options.dims.insert("batch".into(), 1);
-    options.dims.insert("sequence".into(), 16);
     for e in std::fs::read_dir(root().join("examples/onnx")).unwrap() {
         let d = e.unwrap().path();
         if d.join("model.onnx").exists() {
+            let dir = d.join("inputs");
+            let dir = dir.to_str().unwrap();
+            let options = ImportOptions {
+                input_shapes: npy_shapes(dir).unwrap(),
+                ..Default::default()
+            };
             let imp = import_onnx_file_with(d.join("model.onnx"), &options)
                 .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-            out.push((d.display().to_string(), compile(&imp.graph).unwrap().fused));
+            let prog = compile(&imp.graph).unwrap().fused;
+            let mut ins = imp.weights;
+            ins.extend(read_inputs(dir, &prog.graph).unwrap());
+            fill_inputs(&prog.graph, &mut ins, 5).unwrap();
+            out.push((d.display().to_string(), prog, ins));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -68,7 +81,7 @@ fn every_example_kernel_compiles_with_nvrtc_and_matches_its_launcher() {
     let mut kernels = 0;
     let programs = example_programs();
     assert!(programs.len() >= 25, "{}", programs.len());
-    for (name, p) in &programs {
+    for (name, p, _) in &programs {
         for arch in TEST_ARCHS {
             let c = compile_program(p, name, arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
             assert!(c.ptx.contains(&format!(".target {arch}")), "{name}");
@@ -274,6 +287,143 @@ fn check(label: &str, g: &Graph, block: u32) -> Option<usize> {
     // Kept where a check failed, to read the source and the launches.
     let _ = std::fs::remove_dir_all(emu_dir(label));
     Some(cuda.kernels.len())
+}
+
+/// Every rendered kernel of `cases`, each alone on the emulator on its recorded inputs;
+/// returns each case's outputs.
+fn emulate_cases(label: &str, cases: &Cases, block: u32) -> Vec<Vec<Vec<f32>>> {
+    let dir = emu_dir(label);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut main = String::from(
+        "#include \"cuda_emu.hpp\"\n#include \"kernels.cu\"\n#include <cstdio>\n#include <vector>\nint main(int, char **argv) {\n  FILE *f = std::fopen(argv[1], \"rb\");\n  FILE *o = std::fopen(argv[2], \"wb\");\n",
+    );
+    let mut blob: Vec<u8> = vec![];
+    for c in &cases.cases {
+        let k = &c.kernel;
+        let grid = match k.unit {
+            RowUnit::Warp => 2,
+            RowUnit::Block => 3,
+        };
+        main.push_str("  {\n");
+        let mut args = vec![];
+        for (j, v) in c.inputs.iter().enumerate() {
+            main.push_str(&format!(
+                "    std::vector<float> I{j}({n}); if (std::fread(I{j}.data(), 4, {n}, f) != {n}) return 3;\n",
+                n = v.len().max(1)
+            ));
+            if v.is_empty() {
+                blob.extend(0f32.to_le_bytes());
+            }
+            blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+            args.push(format!("I{j}.data()"));
+        }
+        for (j, v) in c.expected.iter().enumerate() {
+            main.push_str(&format!(
+                "    std::vector<float> O{j}({});\n",
+                v.len().max(1)
+            ));
+            args.push(format!("O{j}.data()"));
+        }
+        main.push_str(&format!(
+            "    std::vector<float> S({});\n",
+            k.scratch_floats_for(grid, block).max(1)
+        ));
+        args.push("S.data()".into());
+        args.push(format!("(long long){}", k.rows));
+        main.push_str(&format!(
+            "    tf_emu_launch({grid}, {block}, {}, {});\n",
+            k.symbol,
+            args.join(", ")
+        ));
+        for (j, v) in c.expected.iter().enumerate() {
+            main.push_str(&format!(
+                "    std::fwrite(O{j}.data(), 4, {}, o);\n",
+                v.len()
+            ));
+        }
+        main.push_str("  }\n");
+    }
+    main.push_str("  std::fclose(f);\n  std::fclose(o);\n  return 0;\n}\n");
+    std::fs::write(dir.join("kernels.cu"), cases.cuda.source()).unwrap();
+    std::fs::write(dir.join("main.cpp"), main).unwrap();
+    std::fs::write(dir.join("in.bin"), &blob).unwrap();
+    let out = compile_and_run(label, &dir);
+    let mut vals = out.into_iter();
+    cases
+        .cases
+        .iter()
+        .map(|c| {
+            c.expected
+                .iter()
+                .map(|v| vals.by_ref().take(v.len()).collect())
+                .collect()
+        })
+        .collect()
+}
+
+/// Compile `dir/main.cpp` against the emulator, run it on `dir/in.bin`, return the floats
+/// it wrote.
+fn compile_and_run(label: &str, dir: &Path) -> Vec<f32> {
+    let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+    let exe = dir.join("emu");
+    let out = Command::new("c++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-x", "c++"])
+        .arg("-I")
+        .arg(&support)
+        .arg("-I")
+        .arg(dir)
+        .arg(dir.join("main.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("a C++20 compiler (`c++`) is needed for the emulated kernels");
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe)
+        .arg(dir.join("in.bin"))
+        .arg(dir.join("out.bin"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{label}: emulated run failed");
+    std::fs::read(dir.join("out.bin"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Every rendered kernel of every example graph and ONNX fixture, alone under the emulator
+/// on the interpreter's inputs for it, against the interpreter's outputs.
+#[test]
+fn every_example_kernel_under_the_emulator_agrees_with_the_interpreter() {
+    let mut checked = 0;
+    for (name, p, ins) in example_programs() {
+        let cases = kernel_cases(&p, &ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if cases.cases.is_empty() {
+            continue;
+        }
+        let label = Path::new(&name)
+            .components()
+            .rev()
+            .take(2)
+            .map(|c| c.as_os_str().to_string_lossy().to_string())
+            .collect::<Vec<_>>()
+            .join("_");
+        let got = emulate_cases(&label, &cases, 64);
+        for (c, outs) in cases.cases.iter().zip(&got) {
+            for (j, (g, want)) in outs.iter().zip(&c.expected).enumerate() {
+                let a = agreement(g, want);
+                assert!(a.within(2e-6), "{name} kernel {} output {j}: {a:?}", c.name);
+            }
+            checked += 1;
+        }
+        let _ = std::fs::remove_dir_all(emu_dir(&label));
+    }
+    // Each fixture contributes several kernels; far fewer means kernels went unchecked.
+    assert!(checked >= 150, "{checked} kernels checked");
 }
 
 /// The benchmark kernels with rows that a warp reduces (1000 columns) and rows that need

@@ -302,6 +302,11 @@ pub struct RunArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// `cpu` (default), or `cuda[:N]`: run each generated kernel alone on the GPU, on the
+    /// inputs the CPU executor gives it, and compare its outputs with the CPU's (matmul and
+    /// opaque kernels stay on the CPU and are listed).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 /// `--dim NAME=VALUE` values and the shapes of the `.npy` files in `inputs`, as import
@@ -340,12 +345,82 @@ pub enum Executor {
 /// per core or `RAYON_NUM_THREADS`), always inside a pool of its own so that the run's other
 /// workers can stay awake between its parallel sections.
 pub fn run_graph(a: RunArgs) -> Result<()> {
+    if let tensorforge_cuda::device::DeviceSpec::Cuda(ordinal) =
+        tensorforge_cuda::device::DeviceSpec::parse(&a.device)?
+    {
+        return run_graph_gpu(a, ordinal);
+    }
     let n = match a.threads {
         Some(0) => bail!("invalid `--threads` = `0`: at least 1"),
         Some(n) => n,
         None => tensorforge_graph::exec::worker_threads(),
     };
     tensorforge_graph::exec::with_threads(n, || run_graph_here(a)).map_err(|e| anyhow!("{e}"))?
+}
+
+/// `run --device cuda[:N]`: each generated kernel on the GPU against the CPU executor.
+fn run_graph_gpu(a: RunArgs, ordinal: usize) -> Result<()> {
+    for (given, flag) in [
+        (a.bench, "--bench"),
+        (a.profile, "--profile"),
+        (a.unfused, "--unfused"),
+        (a.out.is_some(), "--out"),
+        (a.threads.is_some(), "--threads"),
+        (a.executor != Executor::Auto, "--executor"),
+    ] {
+        if given {
+            bail!(
+                "invalid `{flag}` with `--device {}`: it applies to the CPU executor only",
+                a.device
+            );
+        }
+    }
+    let options = import_options(&a.dims, a.inputs.as_deref())?;
+    let (g, weights, _) = load_graph_dims(&a.graph, &options, true)?;
+    let r = tensorforge_cuda::check::check_graph_on_gpu(
+        ordinal,
+        &g,
+        weights,
+        a.inputs.as_deref(),
+        a.seed,
+    )?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "graph `{}` on {} ({}): each generated kernel alone, on the CPU executor's inputs",
+            a.graph, r.gpu.name, r.gpu.uuid
+        );
+        let mut t = crate::render::Table::new(&[
+            "kernel",
+            "rows x cols",
+            "unit",
+            "max |err| / scale",
+            "agrees",
+            "GPU time",
+        ]);
+        for k in &r.kernels {
+            t.row(vec![
+                k.kernel.clone(),
+                format!("{} x {}", k.rows, k.cols),
+                format!("{:?}", k.unit).to_lowercase(),
+                format!("{:.1e}", k.agreement.relative()),
+                if k.agrees { "yes".into() } else { "NO".into() },
+                crate::fmt::time(k.gpu_ns * 1e-9),
+            ]);
+        }
+        print!("{}", t.render());
+        for (k, why) in &r.left_to_cpu {
+            println!("on the CPU [{k}]: {why}");
+        }
+    }
+    if !r.all_agree() {
+        bail!(
+            "{}: a generated kernel disagrees with the CPU executor on the GPU",
+            a.graph
+        );
+    }
+    Ok(())
 }
 
 /// [`run_graph`] on the current thread pool.

@@ -196,13 +196,48 @@ pub fn execute_with(
         pool: std::mem::take(pool),
         filters: &p.exec_memo.filters,
     };
-    let r = run_program_checked(p, inputs, &mut st, jit);
+    let r = run_program_checked(p, inputs, &mut st, jit, None);
     st.bufs.release_into(&mut st.pool);
     *pool = std::mem::take(&mut st.pool);
     r.map(|mut x| {
         x.elapsed_ns = t0.elapsed().as_nanos() as u64;
         x
     })
+}
+
+/// [`execute`] in the interpreter, calling `observe(kernel, tensor, values)` with each
+/// kernel's inputs (read from outside the kernel) before it runs and its outputs after: what
+/// another back end needs to run one kernel alone and compare (`tensorforge-cuda` does).
+///
+/// ```
+/// use std::collections::HashMap;
+/// let g = tensorforge_graph::Graph::from_json_str(r#"{"nodes":[
+///   {"name":"x","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},
+///   {"name":"y","op":"Exp","inputs":["x"]}]}"#).unwrap();
+/// let p = tensorforge_graph::fusion::compile(&g).unwrap().fused;
+/// let ins = HashMap::from([("x".to_string(), vec![0.0f32, 1.0])]);
+/// let mut seen = vec![];
+/// tensorforge_graph::exec::execute_observed(&p, &ins, &mut |k, t, v: &[f32]| {
+///     seen.push((k, p.graph.tensors[t].name.clone(), v.to_vec()))
+/// }).unwrap();
+/// assert_eq!(seen[0], (0, "x".to_string(), vec![0.0, 1.0]));
+/// assert_eq!(seen[1].1, "y");
+/// ```
+pub fn execute_observed(
+    p: &Program,
+    inputs: &HashMap<String, Vec<f32>>,
+    observe: &mut dyn FnMut(usize, usize, &[f32]),
+) -> Result<ExecResult> {
+    let tg = &p.graph;
+    let mut st = State {
+        tg,
+        bufs: program::Bufs::new(tg.tensors.len()),
+        pool: Pool::default(),
+        filters: &p.exec_memo.filters,
+    };
+    let r = run_program_checked(p, inputs, &mut st, None, Some(observe));
+    st.bufs.release_into(&mut st.pool);
+    r
 }
 
 /// Where one kernel's time goes: [`profile`]'s row.

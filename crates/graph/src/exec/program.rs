@@ -165,11 +165,16 @@ pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: 
     super::blocks::gather_runs(src, &sizes, &st, &mut idx, 0, src.len(), out);
 }
 
+/// Called with (kernel index, tensor id, values): each kernel's inputs before it runs,
+/// then its outputs after.
+pub type Observer<'o> = &'o mut dyn FnMut(usize, usize, &[f32]);
+
 pub(super) fn run_program_checked<'a>(
     p: &Program,
     inputs: &'a HashMap<String, Vec<f32>>,
     st: &mut State<'a>,
     jit: Option<&crate::jit::Jit>,
+    observe: Option<Observer<'_>>,
 ) -> Result<ExecResult> {
     check_size(&p.graph)?;
     if let Some(j) = jit {
@@ -179,7 +184,7 @@ pub(super) fn run_program_checked<'a>(
             ));
         }
     }
-    run_program(p, inputs, st, jit)
+    run_program(p, inputs, st, jit, observe)
 }
 
 fn run_program<'a>(
@@ -187,6 +192,7 @@ fn run_program<'a>(
     inputs: &'a HashMap<String, Vec<f32>>,
     st: &mut State<'a>,
     jit: Option<&crate::jit::Jit>,
+    mut observe: Option<Observer<'_>>,
 ) -> Result<ExecResult> {
     let tg = &p.graph;
     let t0 = std::time::Instant::now();
@@ -243,10 +249,26 @@ fn run_program<'a>(
                 }
             }
         }
+        if let Some(obs) = observe.as_mut() {
+            for t in kernel_inputs(tg, k) {
+                st.ensure(t)?;
+                if let Some(v) = st.bufs[t].as_deref() {
+                    obs(ki, t, v);
+                }
+            }
+        }
         match jit.and_then(|j| j.kernels[ki].as_ref()) {
             Some(jk) if k.kind == KernelKind::Matmul => run_matmul_jit(st, k, jk)?,
             Some(jk) => run_jit(st, k, jk)?,
             None => run_kernel(st, k, memo.get(ki).and_then(Option::as_ref))?,
+        }
+        if let Some(obs) = observe.as_mut() {
+            for &t in &k.outputs {
+                st.ensure(t)?;
+                if let Some(v) = st.bufs[t].as_deref() {
+                    obs(ki, t, v);
+                }
+            }
         }
         // Buffers no later kernel reads go back to the pool, so that the next kernel's
         // output of that length reuses one still in cache.
@@ -275,6 +297,19 @@ fn run_program<'a>(
         elapsed_ns,
         kernel_ns,
     })
+}
+
+/// The tensors kernel `k` reads from outside itself, in first-use order, each once.
+pub(crate) fn kernel_inputs(tg: &crate::ir::TypedGraph, k: &Kernel) -> Vec<usize> {
+    let mut v: Vec<usize> = vec![];
+    for &n in &k.nodes {
+        for &t in &tg.node_inputs[n] {
+            if !k.nodes.contains(&tg.producer[tg.base(t)]) && !v.contains(&t) {
+                v.push(t);
+            }
+        }
+    }
+    v
 }
 
 fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
