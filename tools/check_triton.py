@@ -13,6 +13,10 @@ non-finite values. Not part of CI (the interpreter is slow, and Triton is a 100 
 pinned versions in tools/triton_requirements.txt. Usage:
 
     /tmp/tritonvenv/bin/python tools/check_triton.py [path/to/tensorforge]
+
+With `--gpu` (a machine with an NVIDIA GPU, PyTorch and Triton; tools/gpu_check.sh runs it)
+the same kernels are compiled by Triton for the GPU and run on torch CUDA tensors instead
+of the interpreter; the comparison is the same.
 """
 import importlib.util
 import json
@@ -22,11 +26,28 @@ import sys
 import tempfile
 import types
 
-os.environ["TRITON_INTERPRET"] = "1"
+GPU = "--gpu" in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a != "--gpu"]
+if not GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
 import numpy as np  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "tensorforge")
+BIN = ARGS[0] if ARGS else os.path.join(ROOT, "target", "release", "tensorforge")
+
+
+def to_tensor(a):
+    """A flat float32 tensor for the launcher: NumPy-backed under the interpreter, a CUDA
+    tensor with --gpu."""
+    if not GPU:
+        return NpTensor(a)
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).ravel()).cuda()
+
+
+def to_numpy(t):
+    return t.arr if not GPU else t.detach().cpu().numpy()
 
 
 class _Storage:
@@ -147,13 +168,18 @@ def check(name, path, g, work):
     for n, shape in graph_inputs(g).items():
         a = rng.standard_normal(shape).astype(np.float32)
         np.save(os.path.join(d, "in", f"{n}.npy"), a)
-        tensors[n] = NpTensor(a)
+        tensors[n] = to_tensor(a)
     for n, a in graph_constants(g).items():
-        tensors[n] = NpTensor(a)
+        tensors[n] = to_tensor(a)
     subprocess.run([BIN, "run", path, "--executor", "interpreter", "--inputs",
                     os.path.join(d, "in"), "--out", os.path.join(d, "ref")], check=True,
                    capture_output=True)
-    sys.modules["torch"] = _fake_torch()
+    if GPU:
+        import torch
+
+        torch.set_default_device("cuda")
+    else:
+        sys.modules["torch"] = _fake_torch()
     spec = importlib.util.spec_from_file_location(f"k_{name}", os.path.join(d, "launcher.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -162,7 +188,7 @@ def check(name, path, g, work):
     for f in sorted(os.listdir(os.path.join(d, "ref"))):
         out = f[:-4]
         want = np.load(os.path.join(d, "ref", f)).ravel().astype(np.float64)
-        got = tensors[out].arr.astype(np.float64)
+        got = to_numpy(tensors[out]).astype(np.float64)
         fin = np.isfinite(want)
         same_nonfinite = np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(
             got[np.isinf(want)], want[np.isinf(want)])

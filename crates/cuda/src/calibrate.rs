@@ -34,6 +34,30 @@ extern "C" __global__ void tf_l2_read(const float4 *__restrict__ p, long long n4
     if (acc == -1.0f) out[0] = acc;
 }
 
+/* Tensor cores without memory: each warp issues 4 independent chains of
+ * mma.sync m16n8k16 (bf16 inputs, f32 accumulation; 2·16·8·16 = 4096 FLOPs each), `iters`
+ * rounds. sm_80 and later. On Hopper, mma.sync does not reach the rate of the wgmma
+ * instructions cuBLAS uses, so this is a lower bound on the tensor-core peak there. */
+extern "C" __global__ void tf_mma_bf16(int iters, float *out) {
+    const unsigned a0 = 0x3f803f80u ^ threadIdx.x, a1 = 0x3f803f80u, a2 = 0x3f803f80u, a3 = 0x3f803f80u;
+    const unsigned b0 = 0x3c003c00u, b1 = 0x3c003c00u ^ threadIdx.x;
+    float c[4][4];
+    for (int j = 0; j < 4; ++j)
+        for (int q = 0; q < 4; ++q) c[j][q] = 0.0f;
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                : "+f"(c[j][0]), "+f"(c[j][1]), "+f"(c[j][2]), "+f"(c[j][3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+    float s = 0.0f;
+    for (int j = 0; j < 4; ++j)
+        for (int q = 0; q < 4; ++q) s += c[j][q];
+    if (s == -1.0f) out[0] = s;
+}
+
 /* 8 independent FMA chains per thread, `iters` rounds: 16 · iters FLOPs per thread. */
 extern "C" __global__ void tf_fma(float seed, int iters, float *out) {
     float a0 = seed, a1 = seed + 1.0f, a2 = seed + 2.0f, a3 = seed + 3.0f;
@@ -80,6 +104,9 @@ pub struct GpuProfile {
     pub fp32_fma_flops_per_s: f64,
     /// cuBLAS GEMM rate at 8192³ by dtype, FLOP/s.
     pub gemm_flops_per_s: BTreeMap<String, f64>,
+    /// bf16 tensor cores through `mma.sync` with no memory traffic, FLOP/s (a lower bound
+    /// of the tensor-core peak on Hopper, whose wgmma is faster).
+    pub mma_sync_bf16_flops_per_s: f64,
     /// One empty kernel launch between two events, ns (median).
     pub launch_floor_ns: f64,
     /// Every probe's samples.
@@ -106,6 +133,7 @@ impl GpuProfile {
             ("hbm_copy_bytes_per_s", p.hbm_copy_bytes_per_s),
             ("l2_read_bytes_per_s", p.l2_read_bytes_per_s),
             ("fp32_fma_flops_per_s", p.fp32_fma_flops_per_s),
+            ("mma_sync_bf16_flops_per_s", p.mma_sync_bf16_flops_per_s),
             ("launch_floor_ns", p.launch_floor_ns),
         ]
         .into_iter()
@@ -208,7 +236,12 @@ pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
             .load_function(n)
             .map_err(CudaError::driver(format!("loading {n}")))
     };
-    let (empty, l2, fma) = (f("tf_empty")?, f("tf_l2_read")?, f("tf_fma")?);
+    let (empty, l2, fma, mma) = (
+        f("tf_empty")?,
+        f("tf_l2_read")?,
+        f("tf_fma")?,
+        f("tf_mma_bf16")?,
+    );
     let o = GpuHarnessOptions {
         warmup: 3,
         min_iterations: if quick { 10 } else { 30 },
@@ -299,6 +332,22 @@ pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
     })?;
     probes.push(probe("fp32_fma", threads * 16.0 * f64::from(iters), s)?);
 
+    // Tensor cores through mma.sync: 8 blocks of 256 threads (8 warps) per SM.
+    let mma_iters = 2048i32;
+    let s = timer.samples(&o, &mut || {
+        let mut b = gpu.stream.launch_builder(&mma);
+        b.arg(&mma_iters).arg(&mut sink);
+        // SAFETY: (int, float pointer) as declared.
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching"))?;
+        Ok(())
+    })?;
+    let warps = f64::from(sms * 8 * 8);
+    probes.push(probe(
+        "mma_sync_bf16",
+        warps * f64::from(mma_iters) * 4.0 * 4096.0,
+        s,
+    )?);
+
     // cuBLAS per dtype.
     let d: u64 = if quick { 4096 } else { 8192 };
     let mut gemm = BTreeMap::new();
@@ -331,6 +380,7 @@ pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
         hbm_copy_bytes_per_s: rate("hbm_copy"),
         l2_read_bytes_per_s: rate("l2_read"),
         fp32_fma_flops_per_s: rate("fp32_fma"),
+        mma_sync_bf16_flops_per_s: rate("mma_sync_bf16"),
         gemm_flops_per_s: gemm,
         launch_floor_ns: probes[0].p50_ns,
         probes,
@@ -341,4 +391,31 @@ pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
             "the copy probe's read and write share HBM: its rate is read + write bytes".into(),
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probes compile for Ampere and Hopper, with the entry points the calibration
+    /// launches.
+    #[test]
+    fn the_probe_kernels_compile_for_sm_80_and_sm_90() {
+        if !crate::nvrtc::nvrtc_available() {
+            assert!(!crate::nvrtc::nvrtc_required(), "NVRTC required but absent");
+            println!("SKIPPED: NVRTC cannot be loaded here");
+            return;
+        }
+        for arch in crate::nvrtc::TEST_ARCHS {
+            let ptx = compile_ptx(PROBE_SOURCE, "probes", arch).unwrap();
+            let names: Vec<String> = crate::nvrtc::ptx_entries(&ptx)
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
+            for n in ["tf_empty", "tf_l2_read", "tf_fma", "tf_mma_bf16"] {
+                assert!(names.iter().any(|x| x == n), "{arch}: {n} not in {names:?}");
+            }
+            assert!(ptx.contains("mma.sync.aligned.m16n8k16"), "{arch}");
+        }
+    }
 }

@@ -286,6 +286,7 @@ mod tests {
             hbm_copy_bytes_per_s: 4e12,
             l2_read_bytes_per_s: 12e12,
             fp32_fma_flops_per_s: 60e12,
+            mma_sync_bf16_flops_per_s: 600e12,
             gemm_flops_per_s: [
                 ("fp32".to_string(), 50e12),
                 ("tf32".to_string(), 400e12),
