@@ -1661,12 +1661,33 @@ impl<'a> Importer<'a> {
         if fold::FOLDABLE.contains(&op_type) {
             let args = self.fold_args(np);
             if let Some(r) = fold::fold(np, &args, self.opset) {
-                return Ok(match r {
-                    Ok(k) => Lowering::Static(Cow::Owned(fold::to_tensor(out, &k))),
-                    Err(why) => Lowering::Opaque(format!("constant folding failed: {why}")),
-                });
+                match r {
+                    Ok(k) => return Ok(Lowering::Static(Cow::Owned(fold::to_tensor(out, &k)))),
+                    // Not foldable (a result too large to hold at import, such as a causal
+                    // mask of a long sequence): the op runs at run time where it has a
+                    // lowering; where it has none, the folder's reason is the one given.
+                    Err(why) => {
+                        return Ok(match self.lower_at_run_time(np, name, out)? {
+                            Lowering::Opaque(_) => {
+                                Lowering::Opaque(format!("constant folding failed: {why}"))
+                            }
+                            l => l,
+                        })
+                    }
+                }
             }
         }
+        self.lower_at_run_time(np, name, out)
+    }
+
+    /// [`Self::lower`] without constant folding: the op as IR nodes, or why it has none.
+    fn lower_at_run_time(
+        &mut self,
+        np: &'a NodeProto,
+        name: &str,
+        out: &str,
+    ) -> Result<Lowering<'a>> {
+        let op_type = np.op_type.as_str();
         // Each family lowers its own ops (one file each).
         if elementwise::OPS.contains(&op_type)
             || crate::optable::UnaryFn::from_onnx(op_type).is_some()

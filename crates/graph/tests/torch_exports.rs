@@ -223,3 +223,44 @@ fn constants_fold_through_trilu_matmul_and_trigonometry() {
         assert_eq!(ops, ["Input", "Weight", "Mul"], "{case}: {ops:?}");
     }
 }
+
+/// A long sequence: the TorchScript Llama export builds its causal mask with `LessOrEqual`
+/// over the positions, [1, 1, S, S]. At S = 2048 that is 4 Mi elements, beyond what the
+/// importer folds into a constant (1 Mi), so the comparison must run at run time (before,
+/// the model did not load). The fused program (the attention streamed, the mask read per
+/// block) agrees with the unfused one (every score materialized) on ids and a padded mask.
+#[test]
+fn llama_at_2048_positions_compares_its_causal_mask_at_run_time() {
+    let s = 2048usize;
+    let mut o = ImportOptions::default();
+    o.dims.insert("batch".into(), 1);
+    o.dims.insert("sequence".into(), s);
+    let imp = import_onnx_file_with(root().join("llama_sdpa_ts/model.onnx"), &o)
+        .unwrap_or_else(|e| panic!("{e}"));
+    imp.require_runnable("llama_sdpa_ts").unwrap();
+    let cmp = imp
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.op.name() == "LessOrEqual")
+        .count();
+    assert_eq!(cmp, 1, "the mask's comparison is one run-time node");
+    let c = compile(&imp.graph).unwrap();
+    let mut ins: HashMap<String, Vec<f32>> = imp.weights.clone();
+    // Token ids below the vocabulary of 512; the last 100 positions padded out.
+    ins.insert(
+        "input_ids".into(),
+        (0..s).map(|i| ((i * 37 + 11) % 512) as f32).collect(),
+    );
+    ins.insert(
+        "attention_mask".into(),
+        (0..s)
+            .map(|i| if i < s - 100 { 1.0 } else { 0.0 })
+            .collect(),
+    );
+    let fused = execute(&c.fused, &ins).unwrap();
+    let unfused = execute(&c.unfused, &ins).unwrap();
+    let (ok, err, why) = tensorforge_graph::exec::compare(&fused, &unfused);
+    assert!(ok, "fused vs unfused: {err} {why}");
+    assert!(fused.outputs[0].2.iter().all(|v| v.is_finite()));
+}
