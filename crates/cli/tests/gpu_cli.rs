@@ -130,8 +130,8 @@ fn without_a_driver_cuda_is_a_one_line_error_and_writes_nothing() {
     );
 }
 
-/// On a GPU: every generated kernel of an ONNX fixture, alone on the GPU, agrees with the
-/// CPU executor (exit 0 only then).
+/// On a GPU: every generated kernel of an ONNX fixture, alone on the GPU, and the whole
+/// program on the GPU agree with the CPU executor (exit 0 only then).
 #[test]
 fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
     if !tensorforge_cuda::device::driver_available()
@@ -161,6 +161,10 @@ fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
     let ks = v["kernels"].as_array().unwrap();
     assert!(ks.len() >= 5, "{v}");
     assert!(ks.iter().all(|k| k["agrees"] == true), "{v}");
+    // The whole program: its GEMMs on cuBLAS, its output as the CPU's.
+    assert!(v["whole"]["cublas"].as_u64().unwrap() >= 4, "{v}");
+    let outs = v["whole"]["outputs"].as_array().unwrap();
+    assert!(!outs.is_empty() && outs.iter().all(|o| o["agrees"] == true), "{v}");
 }
 
 /// On a GPU: a copy, a generated softmax and a bf16 GEMM give records whose device is the

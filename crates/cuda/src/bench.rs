@@ -679,7 +679,7 @@ pub unsafe fn gemm_ex(
     .map_err(CudaError::cublas("GemmEx"))
 }
 
-fn new_blas(gpu: &Gpu) -> Result<CudaBlas> {
+pub(crate) fn new_blas(gpu: &Gpu) -> Result<CudaBlas> {
     if !crate::device::cublas_available() {
         return Err(CudaError::Missing {
             what: "cuBLAS",

@@ -5,7 +5,7 @@
 //! interpreter's ([`agreement`]). Kernels the CUDA target does not render (matmuls, opaque
 //! kernels) stay on the CPU and are listed with the reason. Left out: running a whole
 //! program on the GPU with its tensors staying there (the matmul and opaque kernels have no
-//! GPU path yet).
+//! GPU path yet; [`crate::exec`] runs the whole program, [`check_on_gpu`] does both).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -176,6 +176,33 @@ pub struct KernelCheck {
     pub gpu_ns: f64,
 }
 
+/// One graph output of the whole program on the GPU against the CPU interpreter's.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputCheck {
+    /// Output name.
+    pub name: String,
+    /// Agreement with the interpreter.
+    pub agreement: Agreement,
+    /// Within [`GPU_TOLERANCE`].
+    pub agrees: bool,
+}
+
+/// The whole program on the GPU ([`crate::exec`]): where each kernel ran, and its outputs
+/// against the CPU interpreter's.
+#[derive(Debug, Clone, Serialize)]
+pub struct WholeRun {
+    /// Every kernel and where it ran.
+    pub steps: Vec<crate::exec::Step>,
+    /// Kernels run as generated CUDA.
+    pub generated: usize,
+    /// Kernels run as cuBLAS GEMMs (and their epilogue).
+    pub cublas: usize,
+    /// Kernels run on the host, with their inputs copied back.
+    pub host: usize,
+    /// Each graph output against the interpreter.
+    pub outputs: Vec<OutputCheck>,
+}
+
 /// A program's kernels checked on the GPU.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuCheckReport {
@@ -189,12 +216,14 @@ pub struct GpuCheckReport {
     pub kernels: Vec<KernelCheck>,
     /// Kernels left to the CPU, with the reason.
     pub left_to_cpu: Vec<(String, String)>,
+    /// The whole program on the GPU.
+    pub whole: WholeRun,
 }
 
 impl GpuCheckReport {
-    /// Every rendered kernel agrees.
+    /// Every rendered kernel agrees, and so does every output of the whole program.
     pub fn all_agree(&self) -> bool {
-        self.kernels.iter().all(|k| k.agrees)
+        self.kernels.iter().all(|k| k.agrees) && self.whole.outputs.iter().all(|o| o.agrees)
     }
 }
 
@@ -297,12 +326,46 @@ pub fn check_on_gpu(
             gpu_ns: f64::from(ms) * 1e6,
         });
     }
+    let whole = whole_run(gpu, p, inputs)?;
     Ok(GpuCheckReport {
         schema_version: 1,
         graph: p.graph.name.clone(),
         gpu: gpu.info.clone(),
         kernels,
         left_to_cpu: cases.left_to_cpu,
+        whole,
+    })
+}
+
+/// The whole program on `gpu` against the interpreter.
+fn whole_run(gpu: &Gpu, p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<WholeRun> {
+    use crate::exec::Placement;
+    let want = tensorforge_graph::exec::execute(p, inputs).map_err(|e| CudaError::Graph {
+        name: p.graph.name.clone(),
+        message: e.to_string(),
+    })?;
+    let got = crate::exec::execute_on_gpu(gpu, p, inputs)?;
+    let outputs = got
+        .outputs
+        .iter()
+        .zip(&want.outputs)
+        .map(|((n, _, v), (_, _, w))| {
+            let a = agreement(v, w);
+            OutputCheck {
+                name: n.clone(),
+                agrees: a.within(GPU_TOLERANCE),
+                agreement: a,
+            }
+        })
+        .collect();
+    let count =
+        |f: &dyn Fn(&Placement) -> bool| got.steps.iter().filter(|s| f(&s.placement)).count();
+    Ok(WholeRun {
+        generated: count(&|p| matches!(p, Placement::Generated)),
+        cublas: count(&|p| matches!(p, Placement::Cublas { .. })),
+        host: count(&|p| matches!(p, Placement::Host(_))),
+        steps: got.steps,
+        outputs,
     })
 }
 

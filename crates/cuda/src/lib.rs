@@ -30,6 +30,7 @@ pub mod calibrate;
 pub mod check;
 pub mod device;
 pub mod error;
+pub mod exec;
 pub mod kernels;
 pub mod nvrtc;
 pub mod validate;

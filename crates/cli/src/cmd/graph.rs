@@ -303,8 +303,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// `cpu` (default), or `cuda[:N]`: run each generated kernel alone on the GPU, on the
-    /// inputs the CPU executor gives it, and compare its outputs with the CPU's (matmul and
-    /// opaque kernels stay on the CPU and are listed).
+    /// inputs the CPU executor gives it, then the whole program on the GPU (generated
+    /// kernels, cuBLAS GEMMs with generated epilogues, the other kernels on the host), and
+    /// compare both with the CPU executor.
     #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
     pub device: String,
 }
@@ -411,7 +412,20 @@ fn run_graph_gpu(a: RunArgs, ordinal: usize) -> Result<()> {
         }
         print!("{}", t.render());
         for (k, why) in &r.left_to_cpu {
-            println!("on the CPU [{k}]: {why}");
+            println!("not generated [{k}]: {why}");
+        }
+        let w = &r.whole;
+        println!(
+            "whole program on the GPU: {} generated kernel(s), {} on cuBLAS, {} on the host (inputs copied back)",
+            w.generated, w.cublas, w.host
+        );
+        for o in &w.outputs {
+            println!(
+                "  output `{}`: max |err| / scale {:.1e} against the CPU interpreter{}",
+                o.name,
+                o.agreement.relative(),
+                if o.agrees { "" } else { ": DISAGREES" }
+            );
         }
     }
     if !r.all_agree() {

@@ -206,8 +206,9 @@ pub fn execute_with(
 }
 
 /// [`execute`] in the interpreter, calling `observe(kernel, tensor, values)` with each
-/// kernel's inputs (read from outside the kernel) before it runs and its outputs after: what
-/// another back end needs to run one kernel alone and compare (`tensorforge-cuda` does).
+/// tensor the kernel reads from outside (a MatMul's transposed operand as its source)
+/// before it runs and its outputs after: what [`run_kernel_alone`] needs, and what another
+/// back end needs to run one kernel alone and compare (`tensorforge-cuda` does).
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -238,6 +239,58 @@ pub fn execute_observed(
     let r = run_program_checked(p, inputs, &mut st, None, Some(observe));
     st.bufs.release_into(&mut st.pool);
     r
+}
+
+/// Kernel `k` (one of `p`'s, or one made of its nodes, such as a matmul kernel's epilogue
+/// from [`crate::fusion::matmul_epilogue`]) alone in the interpreter, on `values` by tensor
+/// id (every tensor it reads, [`kernel_reads`], as [`execute_observed`] reports them); its
+/// outputs in the kernel's output order. A back end that runs some kernels itself runs the
+/// others this way.
+///
+/// ```
+/// use std::collections::HashMap;
+/// let g = tensorforge_graph::Graph::from_json_str(r#"{"nodes":[
+///   {"name":"x","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},
+///   {"name":"y","op":"Exp","inputs":["x"]}]}"#).unwrap();
+/// let p = tensorforge_graph::fusion::compile(&g).unwrap().fused;
+/// let x = p.graph.tensors.iter().position(|t| t.name == "x").unwrap();
+/// let vals = HashMap::from([(x, vec![0.0, 1.0])]);
+/// let out = tensorforge_graph::exec::run_kernel_alone(&p, &p.kernels[0], &vals).unwrap();
+/// assert_eq!(out[0][0], 1.0);
+/// ```
+pub fn run_kernel_alone(
+    p: &Program,
+    k: &crate::fusion::Kernel,
+    values: &HashMap<usize, Vec<f32>>,
+) -> Result<Vec<Vec<f32>>> {
+    program::run_kernel_alone(p, k, values)
+}
+
+/// The tensors kernel `k` reads from outside itself, each once, in first-use order; for a
+/// MatMul operand (and the attention's q, kt, v) that is a transpose of the last two axes,
+/// the transpose's source (the GEMM reads it strided).
+pub fn kernel_reads(tg: &crate::ir::TypedGraph, k: &crate::fusion::Kernel) -> Vec<usize> {
+    program::kernel_reads(tg, k)
+}
+
+/// The source of tensor `t` when `t` is a Transpose of its last two axes only (batch axes
+/// in place), which a GEMM reads in place as a transposed operand; None otherwise.
+pub fn transposed_source(tg: &crate::ir::TypedGraph, t: usize) -> Option<usize> {
+    crate::gemm::transposed_source(tg, t)
+}
+
+/// `src` (row-major, `shape`) with its axes permuted by `perm` (output axis `i` is input
+/// axis `perm[i]`), as the interpreter materializes a Transpose.
+///
+/// ```
+/// // [[1, 2, 3], [4, 5, 6]] transposed
+/// let t = tensorforge_graph::exec::transpose(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &[1, 0]);
+/// assert_eq!(t, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// ```
+pub fn transpose(src: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    let mut out = vec![];
+    program::transpose_into(src, shape, perm, &mut out);
+    out
 }
 
 /// Where one kernel's time goes: [`profile`]'s row.

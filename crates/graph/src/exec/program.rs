@@ -232,26 +232,13 @@ fn run_program<'a>(
     let mut kernel_ns = Vec::with_capacity(p.kernels.len());
     let mut tk = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
-        // Views the kernel reads from outside. A MatMul reads a transpose of the last two
-        // axes in place (strided), so only the transpose's source is made available.
-        for &n in &k.nodes {
-            let op = &tg.nodes[n].op;
-            for (j, &t) in tg.node_inputs[n].iter().enumerate() {
-                // Operands read through [`crate::gemm::operand`] (a MatMul's; the attention's
-                // q, kt and v, not its mask).
-                let mm =
-                    matches!(op, Op::MatMul) || (matches!(op, Op::FusedAttention { .. }) && j < 3);
-                if !k.nodes.contains(&tg.producer[tg.base(t)]) {
-                    match transposed_source(tg, t).filter(|_| mm) {
-                        Some(s) => st.ensure(s)?,
-                        None => st.ensure(t)?,
-                    }
-                }
-            }
+        // Views the kernel reads from outside (a MatMul's transposed operand as its source).
+        let reads = kernel_reads(tg, k);
+        for &t in &reads {
+            st.ensure(t)?;
         }
         if let Some(obs) = observe.as_mut() {
-            for t in kernel_inputs(tg, k) {
-                st.ensure(t)?;
+            for &t in &reads {
                 if let Some(v) = st.bufs[t].as_deref() {
                     obs(ki, t, v);
                 }
@@ -299,17 +286,75 @@ fn run_program<'a>(
     })
 }
 
-/// The tensors kernel `k` reads from outside itself, in first-use order, each once.
-pub(crate) fn kernel_inputs(tg: &crate::ir::TypedGraph, k: &Kernel) -> Vec<usize> {
+/// The tensors kernel `k` reads from outside itself, in first-use order, each once. A
+/// MatMul reads a transpose of the last two axes in place (strided), so for its operands
+/// (and the attention's q, kt and v) the transpose's source is listed instead.
+pub(crate) fn kernel_reads(tg: &TypedGraph, k: &Kernel) -> Vec<usize> {
     let mut v: Vec<usize> = vec![];
     for &n in &k.nodes {
-        for &t in &tg.node_inputs[n] {
-            if !k.nodes.contains(&tg.producer[tg.base(t)]) && !v.contains(&t) {
-                v.push(t);
+        let op = &tg.nodes[n].op;
+        for (j, &t) in tg.node_inputs[n].iter().enumerate() {
+            let mm = matches!(op, Op::MatMul) || (matches!(op, Op::FusedAttention { .. }) && j < 3);
+            if !k.nodes.contains(&tg.producer[tg.base(t)]) {
+                let r = transposed_source(tg, t).filter(|_| mm).unwrap_or(t);
+                if !v.contains(&r) {
+                    v.push(r);
+                }
             }
         }
     }
     v
+}
+
+/// Run kernel `k` (one of `p`'s, or one made from its nodes, such as a matmul kernel's
+/// epilogue) alone in the interpreter: `values` must hold every tensor it reads
+/// ([`kernel_reads`]: what [`super::execute_observed`] reports before the kernel); returns
+/// each of its outputs, in `Kernel::outputs` order.
+pub(crate) fn run_kernel_alone(
+    p: &Program,
+    k: &Kernel,
+    values: &HashMap<usize, Vec<f32>>,
+) -> Result<Vec<Vec<f32>>> {
+    let tg = &p.graph;
+    check_size(tg)?;
+    let mut st = State {
+        tg,
+        bufs: Bufs::new(tg.tensors.len()),
+        pool: Pool::default(),
+        filters: &p.exec_memo.filters,
+    };
+    for t in kernel_reads(tg, k) {
+        let v = values.get(&t).ok_or_else(|| GraphError::Input {
+            tensor: tg.tensors[t].name.clone(),
+            detail: format!("is read by kernel {} and was not given", k.name),
+        })?;
+        if v.len() as u64 != tg.tensors[t].numel {
+            return Err(GraphError::Input {
+                tensor: tg.tensors[t].name.clone(),
+                detail: format!("has {} elements, expected {}", v.len(), tg.tensors[t].numel),
+            });
+        }
+        st.bufs[t] = Some(Buf::Owned(v.clone()));
+    }
+    // The program's memoized node plans when `k` is one of its kernels.
+    let memo = p.exec_memo.plans(p);
+    let plan = p
+        .kernels
+        .iter()
+        .position(|x| x.nodes == k.nodes && x.outputs == k.outputs)
+        .and_then(|i| memo.get(i).and_then(Option::as_ref));
+    run_kernel(&mut st, k, plan)?;
+    let mut out = vec![];
+    for &t in &k.outputs {
+        st.ensure(t)?;
+        out.push(
+            st.bufs[t]
+                .as_deref()
+                .map(<[f32]>::to_vec)
+                .unwrap_or_default(),
+        );
+    }
+    Ok(out)
 }
 
 fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
