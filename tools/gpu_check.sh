@@ -65,6 +65,11 @@ for d in examples/onnx/*/; do
   fi
 done
 
+# The main job on the GPU, twice: the first run starts the history, the second is gated
+# against it (too little history to FAIL; the report shows the comparison).
+step quickstart_1 "$BIN" quickstart --device cuda --out-dir "$OUT/quickstart" --store "$OUT/store.sqlite" --time-budget-ms 100 --json
+step quickstart_2 "$BIN" quickstart --device cuda --out-dir "$OUT/quickstart" --store "$OUT/store.sqlite" --time-budget-ms 100 --json
+
 # Against PyTorch eager, and Triton on the GPU.
 step torch_compare python3 tools/gpu_torch_compare.py "$BIN" --out "$OUT/torch_compare.json"
 step triton_gpu python3 tools/check_triton.py "$BIN" --gpu

@@ -61,6 +61,10 @@ fn bad_devices_workloads_and_cpu_only_flags_are_one_line_errors() {
     );
     one_line_error(&["validate", "--device", "cuda"], &["missing `--profile`"]);
     one_line_error(
+        &["quickstart", "--device", "cuda", "--threads", "2"],
+        &["`--threads`", "CPU job only"],
+    );
+    one_line_error(
         &[
             "run",
             "../../examples/graphs/elementwise_chain.json",
@@ -124,6 +128,18 @@ fn without_a_driver_cuda_is_a_one_line_error_and_writes_nothing() {
         ],
         &["NVIDIA driver"],
     );
+    one_line_error(
+        &[
+            "quickstart",
+            "--device",
+            "cuda",
+            "--out-dir",
+            d.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &["NVIDIA driver"],
+    );
     assert!(
         std::fs::read_dir(&d).unwrap().next().is_none(),
         "something was written"
@@ -164,7 +180,10 @@ fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
     // The whole program: its GEMMs on cuBLAS, its output as the CPU's.
     assert!(v["whole"]["cublas"].as_u64().unwrap() >= 4, "{v}");
     let outs = v["whole"]["outputs"].as_array().unwrap();
-    assert!(!outs.is_empty() && outs.iter().all(|o| o["agrees"] == true), "{v}");
+    assert!(
+        !outs.is_empty() && outs.iter().all(|o| o["agrees"] == true),
+        "{v}"
+    );
 }
 
 /// On a GPU: a copy, a generated softmax and a bf16 GEMM give records whose device is the

@@ -28,6 +28,9 @@ pub enum JobError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] tensorforge_store::StoreError),
+    /// The GPU, its libraries or a GPU measurement failed.
+    #[error(transparent)]
+    Cuda(#[from] tensorforge_cuda::CudaError),
     /// The policy or the gate failed.
     #[error(transparent)]
     Ops(#[from] tensorforge_ops::OpsError),

@@ -18,6 +18,7 @@
 pub mod baseline;
 pub mod compare;
 pub mod error;
+pub mod gpu_quickstart;
 pub mod machine;
 pub mod quickstart;
 pub mod serve_plot;

@@ -56,6 +56,11 @@ pub struct QuickstartArgs {
     /// With --baseline-bin: A B B A rounds (each gives each build two timed runs).
     #[arg(long, default_value_t = 5, requires = "baseline_bin")]
     pub rounds: usize,
+    /// `cpu` (default) or `cuda[:N]`: the main job on an NVIDIA GPU (calibrate it, measure
+    /// the GPU holdout suite, validate, gate against earlier GPU runs on the same GPU;
+    /// docs/gpu.md).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
 }
 
 /// Run the main job; returns the gate's exit code.
@@ -67,6 +72,11 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
         )?,
         None => Policy::default_embedded(),
     };
+    if let tensorforge_cuda::device::DeviceSpec::Cuda(n) =
+        tensorforge_cuda::device::DeviceSpec::parse(&a.device)?
+    {
+        return run_gpu(&a, n, policy);
+    }
     let mut o = QuickstartOptions::new(
         a.store.clone().unwrap_or_else(default_store_path),
         a.out_dir.clone(),
@@ -101,6 +111,50 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
     }
     println!(
         "validation: pure roofline median APE {:.1} % over {} holdout workloads",
+        out.roofline_median_ape_pct, out.validated_workloads
+    );
+    println!(
+        "wrote {} and {}",
+        out.markdown_path.display(),
+        out.html_path.display()
+    );
+    println!("recorded run {} in {}", out.run_id, out.store);
+    println!("done in {:.1} s", out.duration_s);
+    Ok(out.exit_code)
+}
+
+/// `quickstart --device cuda[:N]`.
+fn run_gpu(a: &QuickstartArgs, ordinal: usize, policy: Policy) -> Result<u8> {
+    for (given, flag) in [
+        (a.threads != 1, "--threads"),
+        (a.counts.is_some(), "--counts"),
+        (a.no_counts, "--no-counts"),
+        (a.baseline_bin.is_some(), "--baseline-bin"),
+    ] {
+        if given {
+            anyhow::bail!(
+                "invalid `{flag}` with `--device {}`: it applies to the CPU job only",
+                a.device
+            );
+        }
+    }
+    let mut o = tensorforge_job::gpu_quickstart::GpuQuickstartOptions::new(
+        a.store.clone().unwrap_or_else(default_store_path),
+        a.out_dir.clone(),
+    );
+    o.ordinal = ordinal;
+    o.policy = policy;
+    o.time_budget_ns = a.time_budget_ms.saturating_mul(1_000_000);
+    o.min_iterations = a.iterations;
+    let out =
+        tensorforge_job::gpu_quickstart::run_gpu_quickstart(&o, &mut |line| eprintln!("{line}"))?;
+    if a.json {
+        super::print_json(&out)?;
+        return Ok(out.exit_code);
+    }
+    print_decision(&out.decision, &out.counting, &out.injected, &out.reasons);
+    println!(
+        "validation: median |error| {:.1} % over the holdout rows where one roof binds ({} rows in all)",
         out.roofline_median_ape_pct, out.validated_workloads
     );
     println!(
