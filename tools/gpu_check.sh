@@ -48,7 +48,8 @@ step bench_kernels "$BIN" bench --device cuda --json --iterations 20 --time-budg
   kernel:logaddexp:rows=16384:cols=4096 kernel:swiglu:rows=16384:cols=4096 \
   kernel:quantize:rows=16384:cols=4096 kernel:softmax:rows=65536:cols=1024 \
   gemm:m=8192:n=8192:k=8192:dtype=bf16 gemm:m=16384:n=16384:k=16384:dtype=bf16 \
-  rmsnorm_swiglu:tokens=4096:d=4096:f=11008
+  rmsnorm_swiglu:tokens=4096:d=4096:f=11008 graph:rmsnorm_swiglu_mlp graph:attention_softmax \
+  graph:residual_layernorm
 
 # Every generated kernel of every example graph and ONNX fixture, alone on the GPU, against
 # the CPU executor (exit 2 on disagreement).

@@ -175,6 +175,10 @@ pub enum GpuWorkload {
         /// Bytes copied.
         bytes: u64,
     },
+    /// A graph of the graph compiler run whole on the GPU ([`crate::exec`]): generated
+    /// kernels, cuBLAS GEMMs with generated epilogues, other kernels on the host (their
+    /// copies included in the time).
+    Graph(Box<tensorforge_measure::workload::GraphWorkload>),
 }
 
 /// Largest operand a GPU workload may allocate, bytes (16 GiB).
@@ -193,6 +197,16 @@ impl GpuWorkload {
     /// ```
     pub fn parse(spec: &str) -> Result<GpuWorkload> {
         let bad = |field: &str, value: &str, why: &str| CudaError::invalid(spec, field, value, why);
+        if spec.starts_with("graph:") {
+            // The CPU harness's graph specs (a built-in name or a .json file, mode=fused|unfused).
+            let ws = tensorforge_measure::workload::parse_workload(spec)?;
+            return match ws.into_iter().next().map(|w| w.kind) {
+                Some(tensorforge_measure::workload::WorkloadKind::Graph(g)) => {
+                    Ok(GpuWorkload::Graph(Box::new(g)))
+                }
+                _ => Err(bad("graph", spec, "not a graph workload")),
+            };
+        }
         let mut parts = spec.split(':');
         let kind = parts.next().unwrap_or("");
         let mut kernel = None;
@@ -254,7 +268,7 @@ impl GpuWorkload {
                 return Err(bad(
                     "workload",
                     kind,
-                    "a GPU workload is gemm:m=M:n=N:k=K[:dtype=D], kernel:NAME:rows=R:cols=C, rmsnorm_swiglu:tokens=T:d=D:f=F or copy:bytes=B",
+                    "a GPU workload is gemm:m=M:n=N:k=K[:dtype=D], kernel:NAME:rows=R:cols=C, rmsnorm_swiglu:tokens=T:d=D:f=F, graph:NAME|FILE.json[:mode=fused|unfused] or copy:bytes=B",
                 ))
             }
         };
@@ -277,6 +291,16 @@ impl GpuWorkload {
                 .and_then(|e| e.checked_mul(dtype.bytes())),
             GpuWorkload::Kernel { rows, cols, .. } => rows.checked_mul(cols)?.checked_mul(4),
             GpuWorkload::Copy { bytes } => Some(bytes),
+            GpuWorkload::Graph(ref g) => Some(
+                g.program("graph")
+                    .ok()?
+                    .graph
+                    .tensors
+                    .iter()
+                    .map(|t| t.numel.saturating_mul(4))
+                    .max()
+                    .unwrap_or(0),
+            ),
             GpuWorkload::RmsnormSwiglu {
                 tokens,
                 d_model,
@@ -289,6 +313,18 @@ impl GpuWorkload {
             .into_iter()
             .max()?
             .checked_mul(4),
+        }
+    }
+
+    /// The CPU harness's spec of a graph workload (its identity, FLOP and byte counts are
+    /// the traffic model's).
+    fn graph_spec(&self) -> Option<tensorforge_measure::WorkloadSpec> {
+        match self {
+            GpuWorkload::Graph(g) => Some(tensorforge_measure::WorkloadSpec {
+                name: format!("graph:{}", g.source),
+                kind: tensorforge_measure::workload::WorkloadKind::Graph((**g).clone()),
+            }),
+            _ => None,
         }
     }
 
@@ -313,6 +349,7 @@ impl GpuWorkload {
     /// Spec text.
     pub fn name(&self) -> String {
         match self {
+            GpuWorkload::Graph(g) => format!("graph:{}:mode={}", g.source, g.mode.label()),
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 format!("gemm:m={m}:n={n}:k={k}:dtype={}", dtype.label())
             }
@@ -330,6 +367,12 @@ impl GpuWorkload {
 
     /// Workload identity (its fingerprint is what gates compare).
     pub fn identity(&self) -> WorkloadIdentity {
+        if let Some(spec) = self.graph_spec() {
+            let mut id = spec.identity();
+            id.params.insert("backend".into(), "cuda".into());
+            id.name = self.name();
+            return id;
+        }
         let mut params = BTreeMap::new();
         let (kind, dtype) = match self {
             GpuWorkload::Gemm { m, n, k, dtype } => {
@@ -351,6 +394,7 @@ impl GpuWorkload {
                 params.insert("bytes".into(), (*bytes).into());
                 ("copy", "u8")
             }
+            GpuWorkload::Graph(_) => unreachable!("handled above"),
             GpuWorkload::RmsnormSwiglu {
                 tokens,
                 d_model,
@@ -376,6 +420,7 @@ impl GpuWorkload {
     pub fn flops(&self) -> Option<f64> {
         match *self {
             GpuWorkload::Gemm { m, n, k, .. } => Some(2.0 * m as f64 * n as f64 * k as f64),
+            GpuWorkload::Graph(_) => self.graph_spec()?.flops().ok().flatten(),
             _ => self
                 .core_swiglu()
                 .and_then(|c| c.flops().ok().flatten())
@@ -403,6 +448,10 @@ impl GpuWorkload {
                 .core_swiglu()
                 .and_then(|c| c.compulsory_bytes().ok())
                 .unwrap_or(0) as f64,
+            GpuWorkload::Graph(_) => self
+                .graph_spec()
+                .and_then(|s| s.bytes().ok().flatten())
+                .unwrap_or(0.0),
         }
     }
 }
@@ -940,7 +989,7 @@ impl GeneratedRun {
 }
 
 /// Something `bench --device cuda` can time.
-pub enum Prepared {
+pub enum Prepared<'g> {
     /// cuBLAS.
     Gemm(Box<CublasGemm>),
     /// Generated kernels.
@@ -949,11 +998,13 @@ pub enum Prepared {
     Copy(CudaSlice<u8>, CudaSlice<u8>),
     /// RMSNorm + SwiGLU.
     RmsnormSwiglu(Box<RmsnormSwigluRun>),
+    /// A whole program on the GPU.
+    Graph(Box<(crate::exec::DeviceProgram, crate::exec::CudaBackend<'g>)>),
 }
 
-impl Prepared {
+impl<'g> Prepared<'g> {
     /// Allocate and compile what `w` needs.
-    pub fn new(gpu: &Gpu, w: &GpuWorkload) -> Result<Prepared> {
+    pub fn new(gpu: &'g Gpu, w: &GpuWorkload) -> Result<Prepared<'g>> {
         Ok(match *w {
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 Prepared::Gemm(Box::new(CublasGemm::new(gpu, m, n, k, dtype)?))
@@ -979,6 +1030,22 @@ impl Prepared {
             } => Prepared::RmsnormSwiglu(Box::new(RmsnormSwigluRun::new(
                 gpu, tokens, d_model, d_ff,
             )?)),
+            GpuWorkload::Graph(ref g) => {
+                let p = g.program("graph").map_err(|e| CudaError::Graph {
+                    name: g.source.clone(),
+                    message: e.to_string(),
+                })?;
+                let mut ins = HashMap::new();
+                tensorforge_graph::exec::fill_inputs(&p.graph, &mut ins, 0).map_err(|e| {
+                    CudaError::Graph {
+                        name: g.source.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                let mut dev = crate::exec::CudaBackend::new(gpu)?;
+                let dp = crate::exec::DeviceProgram::new(&mut dev, &p, &ins)?;
+                Prepared::Graph(Box::new((dp, dev)))
+            }
         })
     }
 
@@ -992,6 +1059,10 @@ impl Prepared {
                 .memcpy_dtod(a, b)
                 .map_err(CudaError::driver("cuMemcpyDtoDAsync")),
             Prepared::RmsnormSwiglu(r) => r.run(gpu),
+            Prepared::Graph(b) => {
+                let (dp, dev) = &mut **b;
+                dp.run(dev)
+            }
         }
     }
 }
@@ -1083,6 +1154,27 @@ mod tests {
         // bf16 GEMM 64 × 32 × 16: (64·16 + 16·32 + 64·32) · 2 B = (1024 + 512 + 2048) · 2
         let g = GpuWorkload::parse("gemm:m=64:n=32:k=16:dtype=bf16").unwrap();
         assert_eq!(g.bytes(), 7168.0);
+    }
+
+    /// A graph workload is the CPU harness's graph (same content hash and counts) with the
+    /// backend in its identity, so GPU and CPU records never compare.
+    #[test]
+    fn graph_workloads_take_the_cpu_specs_identity_with_the_backend() {
+        let w = GpuWorkload::parse("graph:attention_softmax").unwrap();
+        assert_eq!(w.name(), "graph:attention_softmax:mode=fused");
+        let id = w.identity();
+        assert_eq!(id.kind, "graph");
+        assert_eq!(id.params["backend"], "cuda");
+        let cpu = tensorforge_measure::workload::parse_workload("graph:attention_softmax")
+            .unwrap()
+            .remove(0);
+        assert_ne!(id.fingerprint(), cpu.identity().fingerprint());
+        assert_eq!(Some(w.bytes()), cpu.bytes().unwrap());
+        let e = GpuWorkload::parse("graph:nope").unwrap_err().to_string();
+        assert!(
+            e.contains("`nope`") && e.contains("attention_softmax"),
+            "{e}"
+        );
     }
 
     /// RMSNorm + SwiGLU counts as the Core does: T = 2, D = 3, F = 4.

@@ -95,6 +95,9 @@ pub enum CudaError {
         /// Why the result is refused.
         reason: String,
     },
+    /// A workload spec the measure crate parses (graph workloads) was refused.
+    #[error(transparent)]
+    Measure(#[from] tensorforge_measure::MeasureError),
     /// Building a record failed.
     #[error(transparent)]
     Record(#[from] tensorforge_store::RecordError),

@@ -63,6 +63,8 @@ pub trait Backend {
     fn alloc(&mut self, n: usize) -> Result<usize>;
     /// A buffer's values.
     fn download(&mut self, b: usize) -> Result<Vec<f32>>;
+    /// Overwrite buffer `b` (of `v.len()` floats) with `v`.
+    fn write(&mut self, b: usize, v: &[f32]) -> Result<()>;
     /// Make the generated kernels of `source` launchable (NVRTC on a GPU).
     fn prepare(&mut self, source: &str) -> Result<()>;
     /// Launch `ck` (rendered from `k`) with `args` = its inputs then its outputs.
@@ -97,11 +99,14 @@ pub struct Step {
     pub placement: Placement,
 }
 
+/// Graph outputs: name, shape, values (as the CPU executor's `ExecResult::outputs`).
+pub type Outputs = Vec<(String, Vec<usize>, Vec<f32>)>;
+
 /// A program run on a device.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceRun {
     /// Graph outputs: name, shape, values.
-    pub outputs: Vec<(String, Vec<usize>, Vec<f32>)>,
+    pub outputs: Outputs,
     /// Every kernel, in order.
     pub steps: Vec<Step>,
 }
@@ -242,176 +247,265 @@ enum KernelPlan {
     Host(String),
 }
 
-/// Run `p` on `dev` with `inputs` (Input and Weight values by name; constants are filled).
+/// A program ready to run on a device: its plans, its generated kernels prepared, its
+/// inputs, weights and constants uploaded. Each [`DeviceProgram::run`] reuses the buffers
+/// the first one allocated.
+pub struct DeviceProgram {
+    p: Program,
+    plans: Vec<KernelPlan>,
+    /// Buffers of the sources (uploaded once).
+    sources: HashMap<usize, usize>,
+    /// Buffers of every other tensor, allocated by the first run and reused.
+    computed: HashMap<usize, usize>,
+    /// Which buffer holds each tensor after the last run.
+    live: HashMap<usize, usize>,
+}
+
+impl DeviceProgram {
+    /// Plan `p`, prepare its generated kernels on `dev` and upload `inputs` (Input and
+    /// Weight values by name; constants are filled).
+    pub fn new<B: Backend>(
+        dev: &mut B,
+        p: &Program,
+        inputs: &HashMap<String, Vec<f32>>,
+    ) -> Result<DeviceProgram> {
+        let tg = &p.graph;
+        let gerr = |m: String| CudaError::Graph {
+            name: tg.name.clone(),
+            message: m,
+        };
+        let mut plans = vec![];
+        let mut source = device_prelude();
+        for (ki, k) in p.kernels.iter().enumerate() {
+            let plan = match render_kernel(tg, k, ki) {
+                Ok(ck) => KernelPlan::Generated(ck),
+                Err(why) if k.kind == KernelKind::Matmul => match plan_matmul(tg, k, ki) {
+                    Ok(mp) => KernelPlan::Matmul(mp),
+                    Err(w) => KernelPlan::Host(format!("{why}; {w}")),
+                },
+                Err(why) => KernelPlan::Host(why),
+            };
+            match &plan {
+                KernelPlan::Generated(ck) => source.push_str(&ck.source),
+                KernelPlan::Matmul(MatmulPlan {
+                    epilogue: Some((_, ck)),
+                    ..
+                }) => source.push_str(&ck.source),
+                _ => {}
+            }
+            plans.push(plan);
+        }
+        dev.prepare(&source)?;
+        let mut sources = HashMap::new();
+        for (i, n) in tg.nodes.iter().enumerate() {
+            let t = tg.node_outputs[i][0];
+            match &n.op {
+                Op::Input { .. } | Op::Weight { .. } => {
+                    let v = inputs
+                        .get(&tg.tensors[t].name)
+                        .ok_or_else(|| gerr(format!("input `{}` not given", tg.tensors[t].name)))?;
+                    if v.len() as u64 != tg.tensors[t].numel {
+                        return Err(gerr(format!(
+                            "input `{}` has {} values, expected {}",
+                            tg.tensors[t].name,
+                            v.len(),
+                            tg.tensors[t].numel
+                        )));
+                    }
+                    sources.insert(t, dev.upload(v)?);
+                }
+                Op::Constant { value, .. } => {
+                    sources.insert(
+                        t,
+                        dev.upload(&vec![*value as f32; tg.tensors[t].numel as usize])?,
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(DeviceProgram {
+            p: p.clone(),
+            plans,
+            sources,
+            computed: HashMap::new(),
+            live: HashMap::new(),
+        })
+    }
+
+    /// Where each kernel runs, in order.
+    pub fn placements(&self) -> Vec<Step> {
+        self.p
+            .kernels
+            .iter()
+            .zip(&self.plans)
+            .map(|(k, plan)| Step {
+                kernel: k.name.clone(),
+                placement: match plan {
+                    KernelPlan::Generated(_) => Placement::Generated,
+                    KernelPlan::Matmul(mp) => Placement::Cublas {
+                        gemms: mp.gemms.len(),
+                        epilogue: mp.epilogue.is_some(),
+                    },
+                    KernelPlan::Host(why) => Placement::Host(why.clone()),
+                },
+            })
+            .collect()
+    }
+
+    /// The buffer a kernel writes tensor `t` into: the one an earlier run allocated, or a new
+    /// one.
+    fn out_buf<B: Backend>(&mut self, dev: &mut B, t: usize) -> Result<usize> {
+        if let Some(&b) = self.computed.get(&t) {
+            return Ok(b);
+        }
+        let b = dev.alloc(self.p.graph.tensors[t].numel as usize)?;
+        self.computed.insert(t, b);
+        Ok(b)
+    }
+
+    /// Enqueue every kernel once, in order (host kernels wait for their inputs).
+    pub fn run<B: Backend>(&mut self, dev: &mut B) -> Result<()> {
+        let p = self.p.clone();
+        let tg = &p.graph;
+        // Which tensors this run has written (views resolve only to those and the sources).
+        let mut live: HashMap<usize, usize> = self.sources.clone();
+        for ki in 0..p.kernels.len() {
+            let k = &p.kernels[ki];
+            match &self.plans[ki] {
+                KernelPlan::Generated(ck) => {
+                    let ck = ck.clone();
+                    let mut args = vec![];
+                    for &t in &ck.inputs {
+                        args.push(self.resolve(dev, &mut live, t)?);
+                    }
+                    for &t in &ck.outputs {
+                        let b = self.out_buf(dev, t)?;
+                        live.insert(t, b);
+                        args.push(b);
+                    }
+                    dev.launch(&ck, k, &args)?;
+                }
+                KernelPlan::Matmul(_) => {
+                    let KernelPlan::Matmul(mp) = &self.plans[ki] else {
+                        unreachable!()
+                    };
+                    let gemms = mp.gemms.clone();
+                    let epi = mp.epilogue.clone();
+                    for (g, a, b, c) in &gemms {
+                        let ba = self.resolve(dev, &mut live, *a)?;
+                        let bb = self.resolve(dev, &mut live, *b)?;
+                        let bc = self.out_buf(dev, *c)?;
+                        live.insert(*c, bc);
+                        dev.gemm(g, ba, bb, bc)?;
+                    }
+                    if let Some((ek, ck)) = &epi {
+                        let mut args = vec![];
+                        for &t in &ck.inputs {
+                            args.push(self.resolve(dev, &mut live, t)?);
+                        }
+                        for &t in &ck.outputs {
+                            let b = self.out_buf(dev, t)?;
+                            live.insert(t, b);
+                            args.push(b);
+                        }
+                        dev.launch(ck, ek, &args)?;
+                    }
+                }
+                KernelPlan::Host(_) => {
+                    let mut values = HashMap::new();
+                    for t in tensorforge_graph::exec::kernel_reads(tg, k) {
+                        let b = self.resolve(dev, &mut live, t)?;
+                        values.insert(t, dev.download(b)?);
+                    }
+                    let outs =
+                        tensorforge_graph::exec::run_kernel_alone(&p, k, &values).map_err(|e| {
+                            CudaError::Graph {
+                                name: tg.name.clone(),
+                                message: e.to_string(),
+                            }
+                        })?;
+                    for (&t, v) in k.outputs.iter().zip(&outs) {
+                        let b = self.out_buf(dev, t)?;
+                        dev.write(b, v)?;
+                        live.insert(t, b);
+                    }
+                }
+            }
+        }
+        self.live = live;
+        Ok(())
+    }
+
+    /// The graph outputs after a run.
+    pub fn outputs<B: Backend>(&mut self, dev: &mut B) -> Result<Outputs> {
+        let tg = self.p.graph.clone();
+        let mut live = std::mem::take(&mut self.live);
+        let mut out = vec![];
+        for &t in &tg.outputs {
+            let b = self.resolve(dev, &mut live, t)?;
+            out.push((
+                tg.tensors[t].name.clone(),
+                tg.tensors[t].shape.clone(),
+                dev.download(b)?,
+            ));
+        }
+        self.live = live;
+        Ok(out)
+    }
+
+    /// The buffer holding tensor `t` in this run: its own, its Reshape source's (the same
+    /// values), or a Transpose materialized on the host (into a buffer kept for later runs).
+    fn resolve<B: Backend>(
+        &mut self,
+        dev: &mut B,
+        live: &mut HashMap<usize, usize>,
+        t: usize,
+    ) -> Result<usize> {
+        if let Some(&b) = live.get(&t) {
+            return Ok(b);
+        }
+        let tg = &self.p.graph;
+        let p = tg.producer[t];
+        let op = tg.nodes[p].op.clone();
+        let src = tg.node_inputs[p].first().copied();
+        let b = match (&op, src) {
+            (Op::Reshape { .. }, Some(s)) => self.resolve(dev, live, s)?,
+            (Op::Transpose { perm }, Some(s)) => {
+                let sb = self.resolve(dev, live, s)?;
+                let v = dev.download(sb)?;
+                let shape = self.p.graph.tensors[s].shape.clone();
+                let moved = tensorforge_graph::exec::transpose(&v, &shape, perm);
+                let b = self.out_buf(dev, t)?;
+                dev.write(b, &moved)?;
+                b
+            }
+            _ => {
+                return Err(CudaError::Graph {
+                    name: tg.name.clone(),
+                    message: format!(
+                        "tensor `{}` is read before any kernel wrote it",
+                        tg.tensors[t].name
+                    ),
+                })
+            }
+        };
+        live.insert(t, b);
+        Ok(b)
+    }
+}
+
+/// Run `p` once on `dev` with `inputs`; its outputs and where each kernel ran.
 pub fn execute_on<B: Backend>(
     dev: &mut B,
     p: &Program,
     inputs: &HashMap<String, Vec<f32>>,
 ) -> Result<DeviceRun> {
-    let tg = &p.graph;
-    let gerr = |m: String| CudaError::Graph {
-        name: tg.name.clone(),
-        message: m,
-    };
-    // Plans, and one translation unit of every generated kernel and epilogue.
-    let mut plans = vec![];
-    let mut source = device_prelude();
-    for (ki, k) in p.kernels.iter().enumerate() {
-        let plan = match render_kernel(tg, k, ki) {
-            Ok(ck) => KernelPlan::Generated(ck),
-            Err(why) if k.kind == KernelKind::Matmul => match plan_matmul(tg, k, ki) {
-                Ok(mp) => KernelPlan::Matmul(mp),
-                Err(w) => KernelPlan::Host(format!("{why}; {w}")),
-            },
-            Err(why) => KernelPlan::Host(why),
-        };
-        match &plan {
-            KernelPlan::Generated(ck) => source.push_str(&ck.source),
-            KernelPlan::Matmul(MatmulPlan {
-                epilogue: Some((_, ck)),
-                ..
-            }) => source.push_str(&ck.source),
-            _ => {}
-        }
-        plans.push(plan);
-    }
-    dev.prepare(&source)?;
-    // Sources on the device.
-    let mut buf: HashMap<usize, usize> = HashMap::new();
-    for (i, n) in tg.nodes.iter().enumerate() {
-        let t = tg.node_outputs[i][0];
-        match &n.op {
-            Op::Input { .. } | Op::Weight { .. } => {
-                let v = inputs
-                    .get(&tg.tensors[t].name)
-                    .ok_or_else(|| gerr(format!("input `{}` not given", tg.tensors[t].name)))?;
-                if v.len() as u64 != tg.tensors[t].numel {
-                    return Err(gerr(format!(
-                        "input `{}` has {} values, expected {}",
-                        tg.tensors[t].name,
-                        v.len(),
-                        tg.tensors[t].numel
-                    )));
-                }
-                buf.insert(t, dev.upload(v)?);
-            }
-            Op::Constant { value, .. } => {
-                buf.insert(
-                    t,
-                    dev.upload(&vec![*value as f32; tg.tensors[t].numel as usize])?,
-                );
-            }
-            _ => {}
-        }
-    }
-    let mut steps = vec![];
-    for (ki, (k, plan)) in p.kernels.iter().zip(&plans).enumerate() {
-        let _ = ki;
-        let placement = match plan {
-            KernelPlan::Generated(ck) => {
-                let mut args = vec![];
-                for &t in &ck.inputs {
-                    args.push(resolve(dev, tg, &mut buf, t)?);
-                }
-                for &t in &ck.outputs {
-                    let b = dev.alloc(tg.tensors[t].numel as usize)?;
-                    buf.insert(t, b);
-                    args.push(b);
-                }
-                dev.launch(ck, k, &args)?;
-                Placement::Generated
-            }
-            KernelPlan::Matmul(mp) => {
-                for (g, a, b, c) in &mp.gemms {
-                    let (ba, bb) = (
-                        resolve(dev, tg, &mut buf, *a)?,
-                        resolve(dev, tg, &mut buf, *b)?,
-                    );
-                    let bc = dev.alloc(tg.tensors[*c].numel as usize)?;
-                    buf.insert(*c, bc);
-                    dev.gemm(g, ba, bb, bc)?;
-                }
-                if let Some((epi, ck)) = &mp.epilogue {
-                    let mut args = vec![];
-                    for &t in &ck.inputs {
-                        args.push(resolve(dev, tg, &mut buf, t)?);
-                    }
-                    for &t in &ck.outputs {
-                        let b = dev.alloc(tg.tensors[t].numel as usize)?;
-                        buf.insert(t, b);
-                        args.push(b);
-                    }
-                    dev.launch(ck, epi, &args)?;
-                }
-                Placement::Cublas {
-                    gemms: mp.gemms.len(),
-                    epilogue: mp.epilogue.is_some(),
-                }
-            }
-            KernelPlan::Host(why) => {
-                let mut values = HashMap::new();
-                for t in tensorforge_graph::exec::kernel_reads(tg, k) {
-                    let b = resolve(dev, tg, &mut buf, t)?;
-                    values.insert(t, dev.download(b)?);
-                }
-                let outs = tensorforge_graph::exec::run_kernel_alone(p, k, &values)
-                    .map_err(|e| gerr(e.to_string()))?;
-                for (&t, v) in k.outputs.iter().zip(&outs) {
-                    buf.insert(t, dev.upload(v)?);
-                }
-                Placement::Host(why.clone())
-            }
-        };
-        steps.push(Step {
-            kernel: k.name.clone(),
-            placement,
-        });
-    }
-    let mut outputs = vec![];
-    for &t in &tg.outputs {
-        let b = resolve(dev, tg, &mut buf, t)?;
-        outputs.push((
-            tg.tensors[t].name.clone(),
-            tg.tensors[t].shape.clone(),
-            dev.download(b)?,
-        ));
-    }
-    Ok(DeviceRun { outputs, steps })
-}
-
-/// The buffer holding tensor `t`: its own, its Reshape source's (the same values), or a
-/// Transpose materialized on the host.
-fn resolve<B: Backend>(
-    dev: &mut B,
-    tg: &TypedGraph,
-    buf: &mut HashMap<usize, usize>,
-    t: usize,
-) -> Result<usize> {
-    if let Some(&b) = buf.get(&t) {
-        return Ok(b);
-    }
-    let p = tg.producer[t];
-    let b = match &tg.nodes[p].op {
-        Op::Reshape { .. } => resolve(dev, tg, buf, tg.node_inputs[p][0])?,
-        Op::Transpose { perm } => {
-            let s = tg.node_inputs[p][0];
-            let sb = resolve(dev, tg, buf, s)?;
-            let v = dev.download(sb)?;
-            let moved = tensorforge_graph::exec::transpose(&v, &tg.tensors[s].shape, perm);
-            dev.upload(&moved)?
-        }
-        _ => {
-            return Err(CudaError::Graph {
-                name: tg.name.clone(),
-                message: format!(
-                    "tensor `{}` is read before any kernel wrote it",
-                    tg.tensors[t].name
-                ),
-            })
-        }
-    };
-    buf.insert(t, b);
-    Ok(b)
+    let mut dp = DeviceProgram::new(dev, p, inputs)?;
+    dp.run(dev)?;
+    Ok(DeviceRun {
+        outputs: dp.outputs(dev)?,
+        steps: dp.placements(),
+    })
 }
 
 /// [`Backend`] on a GPU: buffers in device memory, kernels from NVRTC, GEMMs by cuBLAS.
@@ -422,6 +516,8 @@ pub struct CudaBackend<'g> {
     bufs: Vec<(CudaSlice<f32>, usize)>,
     module: Option<Arc<CudaModule>>,
     blas: cudarc::cublas::CudaBlas,
+    /// The scratch buffer launches share (grown when a launch needs more), and its size.
+    scratch: Option<(usize, usize)>,
 }
 
 impl<'g> CudaBackend<'g> {
@@ -432,6 +528,7 @@ impl<'g> CudaBackend<'g> {
             bufs: vec![],
             module: None,
             blas: crate::bench::new_blas(gpu)?,
+            scratch: None,
         })
     }
 
@@ -473,6 +570,23 @@ impl Backend for CudaBackend<'_> {
         Ok(v)
     }
 
+    fn write(&mut self, b: usize, v: &[f32]) -> Result<()> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        let (s, n) = &mut self.bufs[b];
+        if *n != v.len() {
+            return Err(CudaError::Measurement {
+                what: format!("buffer {b}"),
+                reason: format!("holds {n} floats, written with {}", v.len()),
+            });
+        }
+        self.gpu
+            .stream
+            .memcpy_htod(v, s)
+            .map_err(CudaError::driver("copying to the device"))
+    }
+
     fn prepare(&mut self, source: &str) -> Result<()> {
         let ptx = crate::nvrtc::compile_ptx(source, "program", self.gpu.info.arch())?;
         self.module = Some(
@@ -493,7 +607,15 @@ impl Backend for CudaBackend<'_> {
             .load_function(&ck.symbol)
             .map_err(CudaError::driver(format!("loading {}", ck.symbol)))?;
         let grid = crate::bench::grid_for(ck, self.gpu.info.sm_count);
-        let scratch = self.alloc(ck.scratch_floats_for(grid, BLOCK_THREADS))?;
+        let need = ck.scratch_floats_for(grid, BLOCK_THREADS).max(1);
+        let scratch = match self.scratch {
+            Some((b, n)) if n >= need => b,
+            _ => {
+                let b = self.alloc(need)?;
+                self.scratch = Some((b, need));
+                b
+            }
+        };
         let mut ptrs: Vec<u64> = args.iter().map(|&b| self.ptr(b)).collect();
         ptrs.push(self.ptr(scratch));
         let rows = ck.rows as i64;

@@ -163,6 +163,21 @@ pub fn predict(w: &GpuWorkload, p: &GpuProfile) -> Result<(Bound, f64, Option<St
             });
             (r.bound, r.time_lower_bound_s, cause)
         }
+        GpuWorkload::Graph(_) => {
+            let flops = w.flops().unwrap_or(0.0);
+            let t = if flops > 0.0 {
+                roofline(&hw, DType::Fp32, flops, bytes.max(1.0), &[("l2", 0.0)])
+                    .map_err(|e| CudaError::invalid(&w.name(), "roofline", "…", e.to_string()))?
+                    .time_lower_bound_s
+            } else {
+                bytes / p.hbm_copy_bytes_per_s
+            };
+            (
+                Bound::Memory,
+                t,
+                Some("a whole program: one launch floor per kernel, kernels run on the host and their copies are not in the roofline".into()),
+            )
+        }
         GpuWorkload::Kernel { .. } | GpuWorkload::Copy { .. } => {
             // No FLOP count for these kernels: the memory roof alone, bytes / copy bandwidth.
             (Bound::Memory, bytes / p.hbm_copy_bytes_per_s, None)

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use tensorforge_cuda::check::agreement;
-use tensorforge_cuda::exec::{execute_on, Backend, GemmCall, Placement};
+use tensorforge_cuda::exec::{execute_on, Backend, DeviceProgram, GemmCall, Placement};
 use tensorforge_cuda::Result;
 use tensorforge_graph::codegen::cuda::CudaKernel;
 use tensorforge_graph::exec::{execute, fill_inputs, kernel_reads, run_kernel_alone};
@@ -36,6 +36,11 @@ impl Backend for HostBackend<'_> {
     }
     fn download(&mut self, b: usize) -> Result<Vec<f32>> {
         Ok(self.bufs[b].clone())
+    }
+    fn write(&mut self, b: usize, v: &[f32]) -> Result<()> {
+        assert_eq!(self.bufs[b].len(), v.len());
+        self.bufs[b].copy_from_slice(v);
+        Ok(())
     }
     fn prepare(&mut self, _source: &str) -> Result<()> {
         Ok(())
@@ -204,4 +209,37 @@ fn transposed_and_batched_gemm_operands_match_the_interpreter() {
         gemms += n;
     }
     assert_eq!(gemms, 3);
+}
+
+/// A prepared program runs again without new buffers (the first run's are reused) and gives
+/// the same outputs: what `bench --device cuda graph:…` times.
+#[test]
+fn a_prepared_program_reuses_its_buffers_run_after_run() {
+    let d = root().join("examples/onnx/llama_sdpa_ts");
+    let dir = d.join("inputs");
+    let dir = dir.to_str().unwrap();
+    let options = ImportOptions {
+        input_shapes: npy_shapes(dir).unwrap(),
+        ..Default::default()
+    };
+    let imp = import_onnx_file_with(d.join("model.onnx"), &options).unwrap();
+    let p = compile(&imp.graph).unwrap().fused;
+    let mut ins = imp.weights;
+    ins.extend(read_inputs(dir, &p.graph).unwrap());
+    let mut dev = HostBackend {
+        p: &p,
+        bufs: vec![],
+        launches: 0,
+        gemms: 0,
+    };
+    let mut dp = DeviceProgram::new(&mut dev, &p, &ins).unwrap();
+    dp.run(&mut dev).unwrap();
+    let first = dp.outputs(&mut dev).unwrap();
+    let n = dev.bufs.len();
+    dp.run(&mut dev).unwrap();
+    assert_eq!(dev.bufs.len(), n, "the second run allocated");
+    let second = dp.outputs(&mut dev).unwrap();
+    assert_eq!(first, second);
+    let want = execute(&p, &ins).unwrap();
+    assert!(agreement(&second[0].2, &want.outputs[0].2).within(1e-5));
 }
