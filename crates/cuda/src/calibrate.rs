@@ -9,7 +9,6 @@
 use crate::bench::{CublasGemm, GemmDtype, GpuHarnessOptions, Timer};
 use crate::device::{Gpu, GpuInfo};
 use crate::error::{CudaError, Result};
-use crate::nvrtc::compile_ptx;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -226,7 +225,7 @@ fn probe(name: &str, work: f64, samples: Vec<f64>) -> Result<ProbeResult> {
 
 /// Run every probe on `gpu`; `quick` takes fewer samples and a smaller GEMM (4096³).
 pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
-    let ptx = compile_ptx(PROBE_SOURCE, "probes", gpu.info.arch())?;
+    let (ptx, _) = crate::nvrtc::compile_ptx_cached(PROBE_SOURCE, "probes", gpu.info.arch())?;
     let module = gpu
         .ctx
         .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
@@ -396,6 +395,7 @@ pub fn calibrate_gpu(gpu: &Gpu, quick: bool) -> Result<GpuProfile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nvrtc::compile_ptx;
 
     /// The probes compile for Ampere and Hopper, with the entry points the calibration
     /// launches.

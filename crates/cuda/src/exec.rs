@@ -588,7 +588,7 @@ impl Backend for CudaBackend<'_> {
     }
 
     fn prepare(&mut self, source: &str) -> Result<()> {
-        let ptx = crate::nvrtc::compile_ptx(source, "program", self.gpu.info.arch())?;
+        let (ptx, _) = crate::nvrtc::compile_ptx_cached(source, "program", self.gpu.info.arch())?;
         self.module = Some(
             self.gpu
                 .ctx

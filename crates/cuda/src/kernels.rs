@@ -1,10 +1,11 @@
-//! The graph compiler's generated CUDA, compiled to PTX by NVRTC and checked: every
+//! The graph compiler's generated CUDA, compiled to PTX by NVRTC (through the disk cache)
+//! and checked: every
 //! rendered kernel must appear as an entry point whose parameters are the generator's
 //! (`I…`, `O…`, `scratch`, `rows`: all 64-bit). This runs without a GPU. Left out: loading
 //! and launching (see [`crate::device`]), and assembling to SASS (no `ptxas` here).
 
 use crate::error::{CudaError, Result};
-use crate::nvrtc::{compile_ptx, ptx_entries, PtxEntry};
+use crate::nvrtc::{compile_ptx_cached, ptx_entries, PtxEntry};
 use tensorforge_graph::codegen::cuda::{render_program, CudaProgram};
 use tensorforge_graph::fusion::Program;
 
@@ -19,13 +20,15 @@ pub struct CompiledProgram {
     pub ptx: String,
     /// Its entry points.
     pub entries: Vec<PtxEntry>,
+    /// Whether the PTX came from the disk cache.
+    pub cached: bool,
 }
 
 /// Render `p`'s kernels as CUDA, compile them with NVRTC for `arch` and check each
 /// kernel's entry point against its parameter list. `name` labels errors.
 pub fn compile_program(p: &Program, name: &str, arch: &'static str) -> Result<CompiledProgram> {
     let cuda = render_program(p);
-    let ptx = compile_ptx(&cuda.source(), name, arch)?;
+    let (ptx, cached) = compile_ptx_cached(&cuda.source(), name, arch)?;
     let entries = ptx_entries(&ptx);
     check_entries(&cuda, &entries, name)?;
     Ok(CompiledProgram {
@@ -33,6 +36,7 @@ pub fn compile_program(p: &Program, name: &str, arch: &'static str) -> Result<Co
         arch,
         ptx,
         entries,
+        cached,
     })
 }
 

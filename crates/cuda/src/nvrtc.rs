@@ -1,9 +1,10 @@
 //! NVRTC: CUDA C++ to PTX at run time, and the entry points of the PTX it gives back.
 //! NVRTC is a compiler library, not a device: it runs on any Linux machine where
 //! `libnvrtc.so.12` can be loaded (the `nvidia-cuda-nvrtc-cu12` wheel provides it; CI
-//! installs it and puts its `lib` folder on `LD_LIBRARY_PATH`). Left out: caching PTX on
-//! disk (the module cache of [`crate::graph`] keeps it per process), and `ptxas`: the PTX is
-//! not assembled to SASS until the driver loads it.
+//! installs it and puts its `lib` folder on `LD_LIBRARY_PATH`). PTX is cached on disk beside
+//! the C JIT's objects ([`compile_ptx_cached`]), keyed by the source, the architecture, the
+//! options and NVRTC's version. Left out: `ptxas` (the PTX is assembled to SASS by the
+//! driver when it loads it).
 
 use crate::error::{CudaError, Result};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
@@ -65,6 +66,47 @@ pub fn compile_ptx(source: &str, name: &str, arch: &'static str) -> Result<Strin
             log: e.to_string(),
         }),
     }
+}
+
+/// NVRTC's version `(major, minor)`, when it loads.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    if !nvrtc_available() {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library loads (checked above); both pointers are valid.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+}
+
+/// Options every compile uses (part of the cache key).
+const OPTIONS_KEY: &str = "ftz=false prec-div=true prec-sqrt=true --std=c++17";
+
+/// Where [`compile_ptx_cached`] keeps PTX: `ptx/` in the C JIT's cache folder
+/// (`TENSORFORGE_CACHE_DIR`, else the XDG cache folder).
+pub fn ptx_cache_dir() -> std::path::PathBuf {
+    tensorforge_graph::jit::cache_dir().join("ptx")
+}
+
+/// [`compile_ptx`] through the disk cache: `(ptx, true)` when the cache had it. The key is
+/// SHA-256 of NVRTC's version, `arch`, the options and `source`; a cache that cannot be
+/// written only costs the next process a compile.
+pub fn compile_ptx_cached(source: &str, name: &str, arch: &'static str) -> Result<(String, bool)> {
+    let (major, minor) = nvrtc_version().ok_or_else(nvrtc_missing)?;
+    let head = format!("tensorforge-ptx-1\0nvrtc {major}.{minor}\0{arch}\0{OPTIONS_KEY}\0");
+    let key = tensorforge_core::digest::sha256_hex(&[head.as_bytes(), source.as_bytes()]);
+    let path = ptx_cache_dir().join(format!("{key}.ptx"));
+    if let Ok(ptx) = std::fs::read_to_string(&path) {
+        // A truncated or foreign file is not trusted: it must end its last entry.
+        if ptx.contains(".entry") && ptx.trim_end().ends_with('}') {
+            return Ok((ptx, true));
+        }
+    }
+    let ptx = compile_ptx(source, name, arch)?;
+    if std::fs::create_dir_all(ptx_cache_dir()).is_ok() {
+        let _ = tensorforge_store::write_atomic(&path, ptx.as_bytes());
+    }
+    Ok((ptx, false))
 }
 
 /// One `.entry` of a PTX module: its name and the PTX type of each parameter in order
@@ -134,6 +176,33 @@ pub fn ptx_entries(ptx: &str) -> Vec<PtxEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The second compile of the same source for the same architecture comes from the
+    /// disk cache; another architecture does not.
+    #[test]
+    fn ptx_is_cached_by_source_and_architecture() {
+        if !nvrtc_available() {
+            assert!(!nvrtc_required(), "NVRTC required but absent");
+            println!("SKIPPED: NVRTC cannot be loaded here");
+            return;
+        }
+        // A source no earlier run can have cached.
+        let nonce = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let src = format!("/* {nonce} */\nextern \"C\" __global__ void tf_t(float *x) {{ x[threadIdx.x] += 1.0f; }}\n");
+        let (a, hit_a) = compile_ptx_cached(&src, "t", "sm_80").unwrap();
+        let (b, hit_b) = compile_ptx_cached(&src, "t", "sm_80").unwrap();
+        let (c, hit_c) = compile_ptx_cached(&src, "t", "sm_90").unwrap();
+        assert!(!hit_a && hit_b && !hit_c, "{hit_a} {hit_b} {hit_c}");
+        assert_eq!(a, b);
+        assert!(c.contains(".target sm_90") && a.contains(".target sm_80"));
+    }
 
     #[test]
     fn entries_and_their_parameter_types_are_read_from_ptx() {
