@@ -264,3 +264,43 @@ fn llama_at_2048_positions_compares_its_causal_mask_at_run_time() {
     assert!(ok, "fused vs unfused: {err} {why}");
     assert!(fused.outputs[0].2.iter().all(|v| v.is_finite()));
 }
+
+/// The ResNet's global average pooling (`mean` over H and W, ONNX ReduceMean with axes
+/// [2, 3]) is one reduction over the 8 × 8 = 64 values of each map, between two views, not
+/// one reduction per axis (the first over rows of only 8); the fixtures' agreement with
+/// onnxruntime is checked above.
+#[test]
+fn a_mean_over_trailing_axes_is_one_reduction() {
+    for name in ["resnet_dynamo", "resnet_ts"] {
+        let dir = root().join(name);
+        let inputs = npy_dir(&dir.join("inputs"));
+        let options = ImportOptions {
+            input_shapes: inputs
+                .iter()
+                .map(|(k, (s, _))| (k.clone(), s.clone()))
+                .collect(),
+            ..ImportOptions::default()
+        };
+        let imp = import_onnx_file_with(dir.join("model.onnx"), &options).unwrap();
+        let means: Vec<&tensorforge_graph::ir::Node> = imp
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| n.op.name() == "ReduceMean")
+            .collect();
+        assert_eq!(means.len(), 1, "{name}");
+        let c = compile(&imp.graph).unwrap();
+        let tg = &c.fused.graph;
+        let m = tg
+            .nodes
+            .iter()
+            .position(|n| n.op.name() == "ReduceMean")
+            .unwrap();
+        // [2, 32, 8, 8] flattened to [2, 32, 64], reduced over 64.
+        assert_eq!(
+            tg.tensors[tg.node_inputs[m][0]].shape,
+            [2, 32, 64],
+            "{name}"
+        );
+    }
+}

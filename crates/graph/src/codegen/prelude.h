@@ -308,6 +308,19 @@ TF_INLINE void tf_prefetch_row(const float *p, int64_t n) {
 
 /* Row max ignoring NaN (the interpreter's f32::max), and whether a NaN was seen. */
 TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
+    if (n < TF_MAX_LANES) {
+        /* A short row (a pooling window, a small spatial axis): the lanes would only add
+         * their setup and combination to a handful of elements. Same result. */
+        float r = -INFINITY;
+        int nan = 0;
+        for (int64_t c = 0; c < n; ++c) {
+            float v = x[c];
+            nan |= v != v;
+            r = v > r ? v : r;
+        }
+        *nan_out = nan;
+        return r;
+    }
     float m[TF_MAX_LANES];
     int32_t bad[TF_MAX_LANES];
     for (int k = 0; k < TF_MAX_LANES; ++k) {
@@ -345,6 +358,13 @@ TF_INLINE double tf_lanes_sum(double *s) {
 
 /* Σ x[c], in double. */
 TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
+    if (n < TF_SUM_LANES) {
+        /* A short row: the lanes' loop would not run and every element would go to lane 0
+         * in order, so this sequential sum is the same value without the lanes' setup. */
+        double s = 0.0;
+        for (int64_t c = 0; c < n; ++c) s += (double)x[c];
+        return s;
+    }
     double s[TF_SUM_LANES];
     for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;
@@ -356,6 +376,11 @@ TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
 
 /* Σ x[c]², in double. */
 TF_INLINE double tf_row_sumsq(const float *restrict x, int64_t n) {
+    if (n < TF_SUM_LANES) {
+        double s = 0.0;
+        for (int64_t c = 0; c < n; ++c) s += (double)x[c] * (double)x[c];
+        return s;
+    }
     double s[TF_SUM_LANES];
     for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;
@@ -367,6 +392,14 @@ TF_INLINE double tf_row_sumsq(const float *restrict x, int64_t n) {
 
 /* Σ (x[c] − mean)², in double. */
 TF_INLINE double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mean) {
+    if (n < TF_SUM_LANES) {
+        double s = 0.0;
+        for (int64_t c = 0; c < n; ++c) {
+            double d = (double)x[c] - mean;
+            s += d * d;
+        }
+        return s;
+    }
     double s[TF_SUM_LANES];
     for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
     int64_t c = 0;

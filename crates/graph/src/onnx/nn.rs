@@ -137,31 +137,17 @@ impl<'a> Importer<'a> {
                 if rank < 3 {
                     opaque!("expects rank ≥ 3, has {rank}");
                 }
-                // The mean over every spatial axis, one axis at a time (keepdims).
-                let mut v = vec![];
-                let mut cur = ins[0].clone();
-                for (k, axis) in (2..rank).rev().enumerate() {
-                    let o = if axis == 2 {
-                        out.to_string()
-                    } else {
-                        format!("{out}#mean{k}")
-                    };
-                    v.push(Node {
-                        name: if axis == 2 {
-                            name.to_string()
-                        } else {
-                            format!("{name}#mean{k}")
-                        },
-                        op: Op::ReduceMean {
-                            axis: axis as i64,
-                            keepdims: true,
-                        },
-                        inputs: vec![cur.clone()],
-                        outputs: vec![o.clone()],
-                    });
-                    cur = o;
-                }
-                Lowering::Nodes(v)
+                // The mean over every spatial axis: one reduction over them flattened.
+                let shape = self.specs[&ins[0]].shape.clone();
+                Lowering::Nodes(super::reduce::reduce_trailing(
+                    name,
+                    out,
+                    &ins[0],
+                    &shape,
+                    rank - 2,
+                    super::reduce::Reduce::Mean,
+                    true,
+                ))
             }
             "Gemm" => {
                 if n_in != 2 && n_in != 3 {

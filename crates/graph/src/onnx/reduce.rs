@@ -1,5 +1,5 @@
-//! The reduction family of the ONNX front end: ReduceSum / ReduceMax / ReduceMean (one IR
-//! node per axis), Softmax / LogSoftmax (the IR normalizes the last axis) and CumSum. Left
+//! The reduction family of the ONNX front end: ReduceSum / ReduceMax / ReduceMean (over
+//! trailing axes one reduction of them flattened, otherwise one IR node per axis), Softmax / LogSoftmax (the IR normalizes the last axis) and CumSum. Left
 //! out: the other Reduce* ops, ArgMax / ArgMin and TopK.
 
 use super::*;
@@ -70,6 +70,30 @@ impl<'a> Importer<'a> {
                     norm.push(k);
                 }
                 norm.sort_unstable_by(|a, b| b.cmp(a));
+                // Trailing axes only (a global pooling's mean over H and W): one reduction
+                // over them flattened, between two views, instead of one pass per axis (the
+                // last axis alone is often short: 8 columns of an 8 × 8 map).
+                let shape = self.specs[&x[0]].shape.clone();
+                let trailing = norm
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &a)| a == rank - 1 - i as i64);
+                if trailing {
+                    let kind = match op_type {
+                        "ReduceSum" => Reduce::Sum,
+                        "ReduceMax" => Reduce::Max,
+                        _ => Reduce::Mean,
+                    };
+                    return Ok(Lowering::Nodes(reduce_trailing(
+                        name,
+                        out,
+                        &x[0],
+                        &shape,
+                        norm.len(),
+                        kind,
+                        keepdims,
+                    )));
+                }
                 let mut v = vec![];
                 let mut cur = x[0].clone();
                 let last = norm.len() - 1;
@@ -128,4 +152,80 @@ impl<'a> Importer<'a> {
             _ => Lowering::Opaque(format!("op `{op_type}` has no IR equivalent")),
         })
     }
+}
+
+/// Which reduction [`reduce_trailing`] makes.
+#[derive(Clone, Copy)]
+pub(super) enum Reduce {
+    Sum,
+    Max,
+    Mean,
+}
+
+/// The reduction of `x` (of `shape`) over its last `n` axes as one reduction over them
+/// flattened: a Reshape to `[lead…, prod(trailing)]`, the reduction over its last axis, and
+/// (with `keepdims`) a Reshape to `[lead…, 1, …, 1]`. A sum of the flattened values, their
+/// max, or their mean (equal-size groups) is the reduction over the axes themselves.
+pub(super) fn reduce_trailing(
+    name: &str,
+    out: &str,
+    x: &str,
+    shape: &[usize],
+    n: usize,
+    kind: Reduce,
+    keepdims: bool,
+) -> Vec<Node> {
+    let lead = &shape[..shape.len() - n];
+    let flat: usize = shape[shape.len() - n..].iter().product();
+    let mut flat_shape: Vec<i64> = lead.iter().map(|&d| d as i64).collect();
+    flat_shape.push(flat as i64);
+    let axis = lead.len() as i64;
+    let reduced = if keepdims {
+        format!("{out}#r")
+    } else {
+        out.to_string()
+    };
+    let op = match kind {
+        Reduce::Sum => Op::ReduceSum {
+            axis,
+            keepdims: false,
+        },
+        Reduce::Max => Op::ReduceMax {
+            axis,
+            keepdims: false,
+        },
+        Reduce::Mean => Op::ReduceMean {
+            axis,
+            keepdims: false,
+        },
+    };
+    let mut v = vec![
+        Node {
+            name: format!("{name}#flat"),
+            op: Op::Reshape { shape: flat_shape },
+            inputs: vec![x.to_string()],
+            outputs: vec![format!("{out}#flat")],
+        },
+        Node {
+            name: if keepdims {
+                format!("{name}#r")
+            } else {
+                name.to_string()
+            },
+            op,
+            inputs: vec![format!("{out}#flat")],
+            outputs: vec![reduced.clone()],
+        },
+    ];
+    if keepdims {
+        let mut kept: Vec<i64> = lead.iter().map(|&d| d as i64).collect();
+        kept.extend(std::iter::repeat_n(1, n));
+        v.push(Node {
+            name: name.to_string(),
+            op: Op::Reshape { shape: kept },
+            inputs: vec![reduced],
+            outputs: vec![out.to_string()],
+        });
+    }
+    v
 }
