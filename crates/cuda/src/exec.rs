@@ -352,146 +352,151 @@ impl DeviceProgram {
             .collect()
     }
 
-    /// The buffer a kernel writes tensor `t` into: the one an earlier run allocated, or a new
-    /// one.
-    fn out_buf<B: Backend>(&mut self, dev: &mut B, t: usize) -> Result<usize> {
-        if let Some(&b) = self.computed.get(&t) {
-            return Ok(b);
-        }
-        let b = dev.alloc(self.p.graph.tensors[t].numel as usize)?;
-        self.computed.insert(t, b);
-        Ok(b)
-    }
-
-    /// Enqueue every kernel once, in order (host kernels wait for their inputs).
+    /// Enqueue every kernel once, in order (host kernels wait for their inputs). Nothing
+    /// is cloned or allocated on the host per run but what a host kernel needs.
     pub fn run<B: Backend>(&mut self, dev: &mut B) -> Result<()> {
-        let p = self.p.clone();
+        let DeviceProgram {
+            p,
+            plans,
+            sources,
+            computed,
+            live: last,
+        } = self;
         let tg = &p.graph;
         // Which tensors this run has written (views resolve only to those and the sources).
-        let mut live: HashMap<usize, usize> = self.sources.clone();
-        for ki in 0..p.kernels.len() {
-            let k = &p.kernels[ki];
-            match &self.plans[ki] {
+        let mut live: HashMap<usize, usize> = sources.clone();
+        for (k, plan) in p.kernels.iter().zip(plans.iter()) {
+            match plan {
                 KernelPlan::Generated(ck) => {
-                    let ck = ck.clone();
-                    let mut args = vec![];
-                    for &t in &ck.inputs {
-                        args.push(self.resolve(dev, &mut live, t)?);
-                    }
-                    for &t in &ck.outputs {
-                        let b = self.out_buf(dev, t)?;
-                        live.insert(t, b);
-                        args.push(b);
-                    }
-                    dev.launch(&ck, k, &args)?;
+                    let args = launch_args(dev, tg, computed, &mut live, ck)?;
+                    dev.launch(ck, k, &args)?;
                 }
-                KernelPlan::Matmul(_) => {
-                    let KernelPlan::Matmul(mp) = &self.plans[ki] else {
-                        unreachable!()
-                    };
-                    let gemms = mp.gemms.clone();
-                    let epi = mp.epilogue.clone();
-                    for (g, a, b, c) in &gemms {
-                        let ba = self.resolve(dev, &mut live, *a)?;
-                        let bb = self.resolve(dev, &mut live, *b)?;
-                        let bc = self.out_buf(dev, *c)?;
+                KernelPlan::Matmul(mp) => {
+                    for (g, a, b, c) in &mp.gemms {
+                        let ba = resolve(dev, tg, computed, &mut live, *a)?;
+                        let bb = resolve(dev, tg, computed, &mut live, *b)?;
+                        let bc = out_buf(dev, tg, computed, *c)?;
                         live.insert(*c, bc);
                         dev.gemm(g, ba, bb, bc)?;
                     }
-                    if let Some((ek, ck)) = &epi {
-                        let mut args = vec![];
-                        for &t in &ck.inputs {
-                            args.push(self.resolve(dev, &mut live, t)?);
-                        }
-                        for &t in &ck.outputs {
-                            let b = self.out_buf(dev, t)?;
-                            live.insert(t, b);
-                            args.push(b);
-                        }
+                    if let Some((ek, ck)) = &mp.epilogue {
+                        let args = launch_args(dev, tg, computed, &mut live, ck)?;
                         dev.launch(ck, ek, &args)?;
                     }
                 }
                 KernelPlan::Host(_) => {
                     let mut values = HashMap::new();
                     for t in tensorforge_graph::exec::kernel_reads(tg, k) {
-                        let b = self.resolve(dev, &mut live, t)?;
+                        let b = resolve(dev, tg, computed, &mut live, t)?;
                         values.insert(t, dev.download(b)?);
                     }
                     let outs =
-                        tensorforge_graph::exec::run_kernel_alone(&p, k, &values).map_err(|e| {
+                        tensorforge_graph::exec::run_kernel_alone(p, k, &values).map_err(|e| {
                             CudaError::Graph {
                                 name: tg.name.clone(),
                                 message: e.to_string(),
                             }
                         })?;
                     for (&t, v) in k.outputs.iter().zip(&outs) {
-                        let b = self.out_buf(dev, t)?;
+                        let b = out_buf(dev, tg, computed, t)?;
                         dev.write(b, v)?;
                         live.insert(t, b);
                     }
                 }
             }
         }
-        self.live = live;
+        *last = live;
         Ok(())
     }
 
     /// The graph outputs after a run.
     pub fn outputs<B: Backend>(&mut self, dev: &mut B) -> Result<Outputs> {
-        let tg = self.p.graph.clone();
-        let mut live = std::mem::take(&mut self.live);
+        let tg = &self.p.graph;
         let mut out = vec![];
         for &t in &tg.outputs {
-            let b = self.resolve(dev, &mut live, t)?;
+            let b = resolve(dev, tg, &mut self.computed, &mut self.live, t)?;
             out.push((
                 tg.tensors[t].name.clone(),
                 tg.tensors[t].shape.clone(),
                 dev.download(b)?,
             ));
         }
-        self.live = live;
         Ok(out)
     }
+}
 
-    /// The buffer holding tensor `t` in this run: its own, its Reshape source's (the same
-    /// values), or a Transpose materialized on the host (into a buffer kept for later runs).
-    fn resolve<B: Backend>(
-        &mut self,
-        dev: &mut B,
-        live: &mut HashMap<usize, usize>,
-        t: usize,
-    ) -> Result<usize> {
-        if let Some(&b) = live.get(&t) {
-            return Ok(b);
-        }
-        let tg = &self.p.graph;
-        let p = tg.producer[t];
-        let op = tg.nodes[p].op.clone();
-        let src = tg.node_inputs[p].first().copied();
-        let b = match (&op, src) {
-            (Op::Reshape { .. }, Some(s)) => self.resolve(dev, live, s)?,
-            (Op::Transpose { perm }, Some(s)) => {
-                let sb = self.resolve(dev, live, s)?;
-                let v = dev.download(sb)?;
-                let shape = self.p.graph.tensors[s].shape.clone();
-                let moved = tensorforge_graph::exec::transpose(&v, &shape, perm);
-                let b = self.out_buf(dev, t)?;
-                dev.write(b, &moved)?;
-                b
-            }
-            _ => {
-                return Err(CudaError::Graph {
-                    name: tg.name.clone(),
-                    message: format!(
-                        "tensor `{}` is read before any kernel wrote it",
-                        tg.tensors[t].name
-                    ),
-                })
-            }
-        };
-        live.insert(t, b);
-        Ok(b)
+/// A launch's buffers: each input resolved, then each output's buffer.
+fn launch_args<B: Backend>(
+    dev: &mut B,
+    tg: &TypedGraph,
+    computed: &mut HashMap<usize, usize>,
+    live: &mut HashMap<usize, usize>,
+    ck: &CudaKernel,
+) -> Result<Vec<usize>> {
+    let mut args = Vec::with_capacity(ck.inputs.len() + ck.outputs.len());
+    for &t in &ck.inputs {
+        args.push(resolve(dev, tg, computed, live, t)?);
     }
+    for &t in &ck.outputs {
+        let b = out_buf(dev, tg, computed, t)?;
+        live.insert(t, b);
+        args.push(b);
+    }
+    Ok(args)
+}
+
+/// The buffer a kernel writes tensor `t` into: the one an earlier run allocated, or a new
+/// one.
+fn out_buf<B: Backend>(
+    dev: &mut B,
+    tg: &TypedGraph,
+    computed: &mut HashMap<usize, usize>,
+    t: usize,
+) -> Result<usize> {
+    if let Some(&b) = computed.get(&t) {
+        return Ok(b);
+    }
+    let b = dev.alloc(tg.tensors[t].numel as usize)?;
+    computed.insert(t, b);
+    Ok(b)
+}
+
+/// The buffer holding tensor `t` in this run: its own, its Reshape source's (the same
+/// values), or a Transpose materialized on the host (into a buffer kept for later runs).
+fn resolve<B: Backend>(
+    dev: &mut B,
+    tg: &TypedGraph,
+    computed: &mut HashMap<usize, usize>,
+    live: &mut HashMap<usize, usize>,
+    t: usize,
+) -> Result<usize> {
+    if let Some(&b) = live.get(&t) {
+        return Ok(b);
+    }
+    let p = tg.producer[t];
+    let src = tg.node_inputs[p].first().copied();
+    let b = match (&tg.nodes[p].op, src) {
+        (Op::Reshape { .. }, Some(s)) => resolve(dev, tg, computed, live, s)?,
+        (Op::Transpose { perm }, Some(s)) => {
+            let sb = resolve(dev, tg, computed, live, s)?;
+            let v = dev.download(sb)?;
+            let moved = tensorforge_graph::exec::transpose(&v, &tg.tensors[s].shape, perm);
+            let b = out_buf(dev, tg, computed, t)?;
+            dev.write(b, &moved)?;
+            b
+        }
+        _ => {
+            return Err(CudaError::Graph {
+                name: tg.name.clone(),
+                message: format!(
+                    "tensor `{}` is read before any kernel wrote it",
+                    tg.tensors[t].name
+                ),
+            })
+        }
+    };
+    live.insert(t, b);
+    Ok(b)
 }
 
 /// Run `p` once on `dev` with `inputs`; its outputs and where each kernel ran.
@@ -518,6 +523,8 @@ pub struct CudaBackend<'g> {
     blas: cudarc::cublas::CudaBlas,
     /// The scratch buffer launches share (grown when a launch needs more), and its size.
     scratch: Option<(usize, usize)>,
+    /// Functions looked up in the module, by name.
+    functions: HashMap<String, cudarc::driver::CudaFunction>,
 }
 
 impl<'g> CudaBackend<'g> {
@@ -529,6 +536,7 @@ impl<'g> CudaBackend<'g> {
             module: None,
             blas: crate::bench::new_blas(gpu)?,
             scratch: None,
+            functions: HashMap::new(),
         })
     }
 
@@ -588,6 +596,7 @@ impl Backend for CudaBackend<'_> {
     }
 
     fn prepare(&mut self, source: &str) -> Result<()> {
+        self.functions.clear();
         let (ptx, _) = crate::nvrtc::compile_ptx_cached(source, "program", self.gpu.info.arch())?;
         self.module = Some(
             self.gpu
@@ -599,13 +608,17 @@ impl Backend for CudaBackend<'_> {
     }
 
     fn launch(&mut self, ck: &CudaKernel, _k: &Kernel, args: &[usize]) -> Result<()> {
-        let module = self.module.as_ref().ok_or_else(|| CudaError::Measurement {
-            what: ck.symbol.clone(),
-            reason: "launched before the module was prepared".into(),
-        })?;
-        let f = module
-            .load_function(&ck.symbol)
-            .map_err(CudaError::driver(format!("loading {}", ck.symbol)))?;
+        if !self.functions.contains_key(&ck.symbol) {
+            let module = self.module.as_ref().ok_or_else(|| CudaError::Measurement {
+                what: ck.symbol.clone(),
+                reason: "launched before the module was prepared".into(),
+            })?;
+            let f = module
+                .load_function(&ck.symbol)
+                .map_err(CudaError::driver(format!("loading {}", ck.symbol)))?;
+            self.functions.insert(ck.symbol.clone(), f);
+        }
+        let f = self.functions[&ck.symbol].clone();
         let grid = crate::bench::grid_for(ck, self.gpu.info.sm_count);
         let need = ck.scratch_floats_for(grid, BLOCK_THREADS).max(1);
         let scratch = match self.scratch {
