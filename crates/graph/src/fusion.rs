@@ -611,11 +611,70 @@ pub fn exposed(tg: &TypedGraph, t: usize) -> bool {
 
 type Verdict = std::result::Result<(FusionRule, String), String>;
 
+/// Most elementwise nodes a convolution kernel takes as its epilogue (ResNet's Add + ReLU).
+const CONV_EPILOGUE_MAX: usize = 3;
+
+/// Whether node `i` joins convolution kernel `g` as an epilogue: a unary op, or a binary op
+/// with its other operand from memory of the same shape, applied to the kernel's last value
+/// (the convolution's output or the previous epilogue node's), which nothing else reads.
+fn conv_epilogue(
+    tg: &TypedGraph,
+    grp: &Group,
+    group_of: &[Option<usize>],
+    g: usize,
+    i: usize,
+) -> Verdict {
+    let k = kname(g);
+    let op = &tg.nodes[i].op;
+    if tg.class(i) != OpClass::Elementwise || !(op.is_unary() || op.is_binary()) {
+        return Err(format!(
+            "kernel {k} is a convolution; only a same-shape unary or binary op joins it as an epilogue"
+        ));
+    }
+    if grp.nodes.len() > CONV_EPILOGUE_MAX {
+        return Err(format!(
+            "kernel {k}'s convolution already has {CONV_EPILOGUE_MAX} epilogue ops"
+        ));
+    }
+    let last = tg.node_outputs[*grp.nodes.last().unwrap_or(&grp.nodes[0])][0];
+    let mut chain = 0;
+    for &t in &tg.node_inputs[i] {
+        if group_of[tg.producer[tg.base(t)]] == Some(g) {
+            if t != last {
+                return Err(format!(
+                    "input `{}` is not kernel {k}'s last value (a view of it, or an earlier one)",
+                    tg.tensors[t].name
+                ));
+            }
+            chain += 1;
+        }
+    }
+    if chain != 1 {
+        return Err(format!("reads kernel {k}'s value {chain} times"));
+    }
+    if tg.consumers[last] != [i] || exposed(tg, last) {
+        return Err(format!(
+            "`{}` is also read elsewhere or is a graph output; it must be stored",
+            tg.tensors[last].name
+        ));
+    }
+    Ok((
+        FusionRule::ConvEpilogue,
+        format!(
+            "{} applied to kernel {k}'s convolution output while it is in cache, instead of a kernel of its own that reads it back",
+            op.name()
+        ),
+    ))
+}
+
 fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: usize) -> Verdict {
     let k = kname(g);
     let op = &tg.nodes[i].op;
     let out = &tg.tensors[tg.node_outputs[i][0]].shape;
     let class = tg.class(i);
+    if grp.kind == KernelKind::Opaque && matches!(tg.nodes[grp.nodes[0]].op, Op::Conv2d { .. }) {
+        return conv_epilogue(tg, grp, group_of, g, i);
+    }
     match grp.kind {
         KernelKind::Reduction | KernelKind::Pattern | KernelKind::Opaque => {
             return Err(format!(
@@ -1052,6 +1111,54 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.label());
         }
+    }
+
+    /// A residual block's tail: conv → Add(skip) → ReLU is one kernel; a second conv whose
+    /// output is also a graph output keeps its ReLU apart (the output must be stored). The
+    /// fused program's values equal the unfused program's (same code paths: exactly).
+    #[test]
+    fn a_convolution_takes_its_activation_and_residual_as_an_epilogue() {
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[1,4,6,6],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[4,4,3,3],"dtype":"fp32"}},
+          {"name":"w2","op":"Weight","attrs":{"shape":[4,4,3,3],"dtype":"fp32"}},
+          {"name":"c","op":"Conv2d","inputs":["x","w"],"attrs":{"strides":[1,1],"pads":[1,1,1,1],"dilations":[1,1],"group":1}},
+          {"name":"a","op":"Add","inputs":["c","x"]},
+          {"name":"r","op":"ReLU","inputs":["a"]},
+          {"name":"c2","op":"Conv2d","inputs":["r","w2"],"attrs":{"strides":[1,1],"pads":[1,1,1,1],"dilations":[1,1],"group":1}},
+          {"name":"r2","op":"ReLU","inputs":["c2"]}],
+          "outputs":["r2","c2"]}"#))
+        .unwrap();
+        let p = &c.fused;
+        assert_eq!(p.kernels.len(), 3, "{:#?}", c.decisions);
+        let names = |k: &Kernel| -> Vec<String> {
+            k.nodes
+                .iter()
+                .map(|&n| p.graph.nodes[n].name.clone())
+                .collect()
+        };
+        assert_eq!(names(&p.kernels[0]), ["c", "a", "r"]);
+        assert_eq!(names(&p.kernels[1]), ["c2"]);
+        assert_eq!(names(&p.kernels[2]), ["r2"]);
+        let refused = c
+            .decisions
+            .iter()
+            .find(|d| d.node == "r2" && !d.accepted)
+            .unwrap();
+        assert!(
+            refused.reason.contains("graph output"),
+            "{}",
+            refused.reason
+        );
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| d.node == "a" && d.accepted && d.rule == FusionRule::ConvEpilogue));
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&p.graph, &mut ins, 3).unwrap();
+        let fused = crate::exec::execute(p, &ins).unwrap();
+        let unfused = crate::exec::execute(&c.unfused, &ins).unwrap();
+        assert_eq!(fused.outputs, unfused.outputs);
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub enum FusionRule {
     RowScalarEpilogue,
     /// An elementwise op on a matmul's output joins it as an epilogue.
     MatmulEpilogue,
+    /// An elementwise op on a convolution's output (activation, residual Add) joins the
+    /// convolution's kernel, applied while the output is in cache.
+    ConvEpilogue,
     /// An elementwise producer joins the reduction that reads it (the kernel becomes a row kernel).
     ProducerIntoReduction,
     /// A reduction over the same rows joins a row kernel.
@@ -106,6 +109,7 @@ impl FusionRule {
             FusionRule::RowPrologue => "row_prologue",
             FusionRule::RowScalarEpilogue => "row_scalar_epilogue",
             FusionRule::MatmulEpilogue => "matmul_epilogue",
+            FusionRule::ConvEpilogue => "conv_epilogue",
             FusionRule::ProducerIntoReduction => "producer_into_reduction",
             FusionRule::DependentReduction => "dependent_reduction",
             FusionRule::Attention => "attention",

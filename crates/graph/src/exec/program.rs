@@ -286,6 +286,35 @@ fn run_program<'a>(
     })
 }
 
+/// The elementwise nodes after a convolution in its kernel (`FusionRule::ConvEpilogue`),
+/// each one pass over the output while it is in cache; a value consumed by the next node is
+/// returned to the pool.
+fn conv_epilogue(st: &mut State, k: &Kernel) -> Result<()> {
+    let tg = st.tg;
+    for w in k.nodes.windows(2) {
+        let (prev, e) = (w[0], w[1]);
+        let chain = tg.node_outputs[prev][0];
+        let o = tg.node_outputs[e][0];
+        let ins = &tg.node_inputs[e];
+        let mut y = st.pool.take(tg.tensors[o].numel as usize)?;
+        let val = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+        let op = &tg.nodes[e].op;
+        if ins.len() == 1 {
+            super::elementwise::unary_apply(op, val(ins[0]), &mut y);
+        } else {
+            super::elementwise::binary_apply(
+                op,
+                super::elementwise::Src::S(val(ins[0])),
+                super::elementwise::Src::S(val(ins[1])),
+                &mut y,
+            );
+        }
+        st.bufs[o] = Some(y.into());
+        st.bufs.release(chain, &mut st.pool);
+    }
+    Ok(())
+}
+
 /// The tensors kernel `k` reads from outside itself, in first-use order, each once. A
 /// MatMul reads a transpose of the last two axes in place (strided), so for its operands
 /// (and the attention's q, kt and v) the transpose's source is listed instead.
@@ -578,7 +607,7 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
                     st.bufs[o] = Some(out.into());
-                    Ok(())
+                    conv_epilogue(st, k)
                 }
                 Op::AvgPool2d {
                     kernel,
