@@ -19,6 +19,27 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// Whether a CUDA device is here; prints SKIPPED when not.
+fn gpu_present() -> bool {
+    let here = tensorforge_cuda::device::driver_available()
+        && tensorforge_cuda::device::device_count().unwrap_or(0) > 0;
+    if !here {
+        println!("SKIPPED: no CUDA device here");
+    }
+    here
+}
+
+/// Run the binary with `args`, require success, parse its stdout as JSON.
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = tf().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Exit 2 and exactly one line of stderr containing every `needle`.
 fn one_line_error(args: &[&str], needles: &[&str]) {
     let out = tf().args(args).output().unwrap();
@@ -150,30 +171,18 @@ fn without_a_driver_cuda_is_a_one_line_error_and_writes_nothing() {
 /// program on the GPU agree with the CPU executor (exit 0 only then).
 #[test]
 fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
-    if !tensorforge_cuda::device::driver_available()
-        || tensorforge_cuda::device::device_count().unwrap_or(0) == 0
-    {
-        println!("SKIPPED: no CUDA device here");
+    if !gpu_present() {
         return;
     }
-    let out = tf()
-        .args([
-            "run",
-            "../../examples/onnx/llama_sdpa_ts/model.onnx",
-            "--inputs",
-            "../../examples/onnx/llama_sdpa_ts/inputs",
-            "--device",
-            "cuda",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "run",
+        "../../examples/onnx/llama_sdpa_ts/model.onnx",
+        "--inputs",
+        "../../examples/onnx/llama_sdpa_ts/inputs",
+        "--device",
+        "cuda",
+        "--json",
+    ]);
     let ks = v["kernels"].as_array().unwrap();
     assert!(ks.len() >= 5, "{v}");
     assert!(ks.iter().all(|k| k["agrees"] == true), "{v}");
@@ -190,34 +199,22 @@ fn on_a_gpu_every_generated_kernel_agrees_with_the_cpu() {
 /// GPU, and the softmax a bandwidth row against a copy of its bytes.
 #[test]
 fn on_a_gpu_bench_gives_gpu_records_and_bandwidth_fractions() {
-    if !tensorforge_cuda::device::driver_available()
-        || tensorforge_cuda::device::device_count().unwrap_or(0) == 0
-    {
-        println!("SKIPPED: no CUDA device here");
+    if !gpu_present() {
         return;
     }
-    let out = tf()
-        .args([
-            "bench",
-            "copy:bytes=1048576",
-            "kernel:softmax:rows=256:cols=2048",
-            "gemm:m=256:n=256:k=256:dtype=bf16",
-            "--device",
-            "cuda",
-            "--iterations",
-            "5",
-            "--time-budget-ms",
-            "10",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "bench",
+        "copy:bytes=1048576",
+        "kernel:softmax:rows=256:cols=2048",
+        "gemm:m=256:n=256:k=256:dtype=bf16",
+        "--device",
+        "cuda",
+        "--iterations",
+        "5",
+        "--time-budget-ms",
+        "10",
+        "--json",
+    ]);
     assert_eq!(v["schema_version"], 1);
     let recs = v["records"].as_array().unwrap();
     assert_eq!(recs.len(), 3);

@@ -184,12 +184,6 @@ fn plan_matmul(tg: &TypedGraph, k: &Kernel, ki: usize) -> std::result::Result<Ma
         .copied()
         .filter(|&n| matches!(tg.nodes[n].op, Op::MatMul))
         .collect();
-    let rest: Vec<usize> = k
-        .nodes
-        .iter()
-        .copied()
-        .filter(|&n| !matches!(tg.nodes[n].op, Op::MatMul))
-        .collect();
     let mut gemms = vec![];
     for &n in &mm {
         // A product that reads another product of this kernel cannot run whole first.
@@ -201,39 +195,16 @@ fn plan_matmul(tg: &TypedGraph, k: &Kernel, ki: usize) -> std::result::Result<Ma
         }
         gemms.push(plan_gemm(tg, n).ok_or("operand layout or batch the GEMM path does not take")?);
     }
-    if rest.is_empty() {
+    if mm.len() == k.nodes.len() {
         return Ok(MatmulPlan {
             gemms,
             epilogue: None,
         });
     }
-    // The epilogue: the other nodes, elementwise over the first product's shape, reading
-    // the products from memory.
-    let products: Vec<usize> = mm.iter().map(|&n| tg.node_outputs[n][0]).collect();
-    let shape = &tg.tensors[products[0]].shape;
-    for &n in &rest {
-        let op = &tg.nodes[n].op;
-        if !(op.is_unary() || op.is_binary()) || tg.tensors[tg.node_outputs[n][0]].shape != *shape {
-            return Err(format!("{} is not an elementwise epilogue", op.name()));
-        }
-    }
-    let mut inputs = k.inputs.clone();
-    inputs.extend(&products);
-    let epi = Kernel {
-        name: k.name.clone(),
-        kind: KernelKind::Elementwise,
-        nodes: rest,
-        rows: tg.tensors[products[0]].numel,
-        cols: 1,
-        inputs,
-        outputs: k
-            .outputs
-            .iter()
-            .copied()
-            .filter(|t| !products.contains(t))
-            .collect(),
-        pattern: k.pattern.clone(),
-    };
+    // The other nodes, elementwise over the products' shape, reading them from memory (the
+    // bias Add among them: the GEMM does not add it).
+    let epi = tensorforge_graph::fusion::matmul_epilogue_with(tg, k, false)
+        .ok_or("its other nodes are not an elementwise epilogue over the products")?;
     let ck = render_kernel(tg, &epi, ki)?;
     Ok(MatmulPlan {
         gemms,

@@ -6,17 +6,17 @@
 //! output's magnitude: the GEMM sums in f64 here, faer in f32 there). A wrong buffer for a
 //! parameter, a wrong orientation, leading dimension or stride fails it.
 
+mod support;
+
 use std::collections::HashMap;
-use std::path::Path;
+use support::{example_programs, fixture, root};
 use tensorforge_cuda::check::agreement;
 use tensorforge_cuda::exec::{execute_on, Backend, DeviceProgram, GemmCall, Placement};
 use tensorforge_cuda::Result;
 use tensorforge_graph::codegen::cuda::CudaKernel;
 use tensorforge_graph::exec::{execute, fill_inputs, kernel_reads, run_kernel_alone};
 use tensorforge_graph::fusion::{compile, Kernel, Program};
-use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
 use tensorforge_graph::Graph;
-use tensorforge_measure::graph_run::{npy_shapes, read_inputs};
 
 struct HostBackend<'p> {
     p: &'p Program,
@@ -100,10 +100,6 @@ impl Backend for HostBackend<'_> {
     }
 }
 
-fn root() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Runs `p` through the host backend and the interpreter; returns (generated launches,
 /// GEMMs, kernels left to the host).
 fn check(label: &str, p: &Program, ins: &HashMap<String, Vec<f32>>) -> (usize, usize, usize) {
@@ -137,33 +133,8 @@ fn every_example_runs_on_the_device_plan_as_in_the_interpreter() {
         gemms += g;
         host += h;
     };
-    for e in std::fs::read_dir(root().join("examples/graphs")).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "json") {
-            let g = Graph::from_json_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let p = compile(&g).unwrap().fused;
-            let mut ins = HashMap::new();
-            fill_inputs(&p.graph, &mut ins, 9).unwrap();
-            add(check(&path.display().to_string(), &p, &ins));
-        }
-    }
-    for e in std::fs::read_dir(root().join("examples/onnx")).unwrap() {
-        let d = e.unwrap().path();
-        if !d.join("model.onnx").exists() || !d.join("inputs").exists() {
-            continue;
-        }
-        let dir = d.join("inputs");
-        let dir = dir.to_str().unwrap();
-        let options = ImportOptions {
-            input_shapes: npy_shapes(dir).unwrap(),
-            ..Default::default()
-        };
-        let imp = import_onnx_file_with(d.join("model.onnx"), &options).unwrap();
-        let p = compile(&imp.graph).unwrap().fused;
-        let mut ins = imp.weights;
-        ins.extend(read_inputs(dir, &p.graph).unwrap());
-        fill_inputs(&p.graph, &mut ins, 9).unwrap();
-        add(check(&d.display().to_string(), &p, &ins));
+    for (name, p, ins) in example_programs() {
+        add(check(&name, &p, &ins));
     }
     // Each path is exercised many times over: generated kernels, GEMMs (linear layers,
     // attention products, transposed operands), and host fallbacks (gathers, convolutions).
@@ -215,17 +186,7 @@ fn transposed_and_batched_gemm_operands_match_the_interpreter() {
 /// the same outputs: what `bench --device cuda graph:…` times.
 #[test]
 fn a_prepared_program_reuses_its_buffers_run_after_run() {
-    let d = root().join("examples/onnx/llama_sdpa_ts");
-    let dir = d.join("inputs");
-    let dir = dir.to_str().unwrap();
-    let options = ImportOptions {
-        input_shapes: npy_shapes(dir).unwrap(),
-        ..Default::default()
-    };
-    let imp = import_onnx_file_with(d.join("model.onnx"), &options).unwrap();
-    let p = compile(&imp.graph).unwrap().fused;
-    let mut ins = imp.weights;
-    ins.extend(read_inputs(dir, &p.graph).unwrap());
+    let (p, ins) = fixture(&root().join("examples/onnx/llama_sdpa_ts"));
     let mut dev = HostBackend {
         p: &p,
         bufs: vec![],

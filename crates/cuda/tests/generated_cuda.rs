@@ -11,9 +11,12 @@
 //!    reductions), not GPU speed or the GPU's arithmetic. It needs a C++20 compiler (`c++`),
 //!    which the build image has; it is required, not skipped.
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::{example_programs, root};
 use tensorforge_cuda::bench::GpuKernel;
 use tensorforge_cuda::check::{agreement, kernel_cases, Cases};
 use tensorforge_cuda::kernels::compile_program;
@@ -22,51 +25,8 @@ use tensorforge_graph::codegen::cuda::{render_program, CudaKernel, RowUnit};
 use tensorforge_graph::exec::{execute_with, fill_inputs, Pool};
 use tensorforge_graph::fusion::{compile, Program};
 use tensorforge_graph::ir::{Op, OpClass};
-use tensorforge_graph::onnx::{import_onnx_file_with, ImportOptions};
 use tensorforge_graph::synth::synthetic_graph;
 use tensorforge_graph::Graph;
-use tensorforge_measure::graph_run::{npy_shapes, read_inputs};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Every example graph and ONNX fixture, fused, with inputs: seeded values for the graphs;
-/// each fixture's own inputs (valid ids and masks, which also bind the TorchScript exports'
-/// symbolic dims) and weights.
-fn example_programs() -> Vec<(String, Program, HashMap<String, Vec<f32>>)> {
-    let mut out = vec![];
-    for e in std::fs::read_dir(root().join("examples/graphs")).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "json") {
-            let g = Graph::from_json_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            let prog = compile(&g).unwrap().fused;
-            let mut ins = HashMap::new();
-            fill_inputs(&prog.graph, &mut ins, 5).unwrap();
-            out.push((p.display().to_string(), prog, ins));
-        }
-    }
-    for e in std::fs::read_dir(root().join("examples/onnx")).unwrap() {
-        let d = e.unwrap().path();
-        if d.join("model.onnx").exists() {
-            let dir = d.join("inputs");
-            let dir = dir.to_str().unwrap();
-            let options = ImportOptions {
-                input_shapes: npy_shapes(dir).unwrap(),
-                ..Default::default()
-            };
-            let imp = import_onnx_file_with(d.join("model.onnx"), &options)
-                .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-            let prog = compile(&imp.graph).unwrap().fused;
-            let mut ins = imp.weights;
-            ins.extend(read_inputs(dir, &prog.graph).unwrap());
-            fill_inputs(&prog.graph, &mut ins, 5).unwrap();
-            out.push((d.display().to_string(), prog, ins));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
 
 #[test]
 fn every_example_kernel_compiles_with_nvrtc_and_matches_its_launcher() {
@@ -166,34 +126,7 @@ fn emulate(
     std::fs::write(dir.join("kernels.cu"), source).unwrap();
     std::fs::write(dir.join("main.cpp"), main).unwrap();
     std::fs::write(dir.join("in.bin"), &blob).unwrap();
-    let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
-    let exe = dir.join("emu");
-    let out = Command::new("c++")
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-x", "c++"])
-        .arg("-I")
-        .arg(&support)
-        .arg("-I")
-        .arg(&dir)
-        .arg(dir.join("main.cpp"))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("a C++20 compiler (`c++`) is needed for the emulated kernels");
-    assert!(
-        out.status.success(),
-        "{label}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = Command::new(&exe)
-        .arg(dir.join("in.bin"))
-        .arg(dir.join("out.bin"))
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{label}: emulated run failed");
-    let bytes = std::fs::read(dir.join("out.bin")).unwrap();
-    let mut vals = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut vals = compile_and_run(label, &dir).into_iter();
     let mut res = HashMap::new();
     for &t in &written {
         res.insert(t, vals.by_ref().take(numel(t)).collect());

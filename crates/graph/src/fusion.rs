@@ -171,6 +171,12 @@ pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
 /// shape too and reads only tensors from outside the kernel (so that every product can be
 /// computed, whole, before the epilogue runs).
 pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
+    matmul_epilogue_with(tg, k, true)
+}
+
+/// [`matmul_epilogue`]; with `gemm_adds_bias` false the bias Add stays in the epilogue
+/// (a GEMM that does not add the bias itself, such as the GPU executor's cuBLAS call).
+pub fn matmul_epilogue_with(tg: &TypedGraph, k: &Kernel, gemm_adds_bias: bool) -> Option<Kernel> {
     if k.kind != KernelKind::Matmul {
         return None;
     }
@@ -178,7 +184,7 @@ pub fn matmul_epilogue(tg: &TypedGraph, k: &Kernel) -> Option<Kernel> {
     if !matches!(tg.nodes[first].op, Op::MatMul) || rest.is_empty() {
         return None;
     }
-    let (prod, rest) = match matmul_bias(tg, k) {
+    let (prod, rest) = match matmul_bias(tg, k).filter(|_| gemm_adds_bias) {
         Some((add, _)) => (tg.node_outputs[add][0], &rest[1..]),
         None => (tg.node_outputs[first][0], rest),
     };

@@ -9,11 +9,11 @@
 //! carry no instruction counts, so timed metrics decide. Not controlled: clocks (recorded
 //! from NVML, not locked), other processes on the GPU.
 
-use crate::baseline::{labelled_history, LabelledHistory};
+use crate::baseline::labelled_history;
 use crate::error::{JobError, Result};
-use crate::machine::{slowdown, MachineState};
+use crate::machine::{downgrade_for_drift, MachineState};
 use crate::quickstart::{
-    write_reports, QuickstartOutcome, CONFIRMATION_ATTEMPTS, QUICKSTART_LABEL_KEY,
+    check_out_dir, write_reports, QuickstartOutcome, CONFIRMATION_ATTEMPTS, QUICKSTART_LABEL_KEY,
     QUICKSTART_OUTCOME_SCHEMA_VERSION,
 };
 use std::collections::BTreeMap;
@@ -24,8 +24,8 @@ use tensorforge_cuda::calibrate::calibrate_gpu;
 use tensorforge_cuda::device::Gpu;
 use tensorforge_cuda::validate::{validate_gpu, GpuValidationReport, HOLDOUT};
 use tensorforge_ops::{
-    downgrade_timed_failures, gate, render_html_with_lead, render_markdown_with_lead, Date,
-    HtmlBody, HtmlSection, Policy, Report, Verdict,
+    gate, render_html_with_lead, render_markdown_with_lead, Date, HtmlBody, HtmlSection, Policy,
+    Report, Verdict,
 };
 use tensorforge_store::Store;
 
@@ -64,22 +64,7 @@ impl GpuQuickstartOptions {
 }
 
 fn check(o: &GpuQuickstartOptions) -> Result<()> {
-    if o.out_dir.exists() && !o.out_dir.is_dir() {
-        return Err(JobError::invalid(
-            "out_dir",
-            o.out_dir.display(),
-            "not a directory",
-        ));
-    }
-    for name in ["report.md", "report.html"] {
-        if o.out_dir.join(name).is_dir() {
-            return Err(JobError::invalid(
-                "out_dir",
-                o.out_dir.display(),
-                format!("{name} there is a directory; the report cannot be written"),
-            ));
-        }
-    }
+    check_out_dir(&o.out_dir)?;
     if o.min_iterations == 0 {
         return Err(JobError::invalid("iterations", 0, "must be at least 1"));
     }
@@ -175,16 +160,14 @@ pub fn run_gpu_quickstart(
         validation.single_roof_within_tolerance, validation.single_roof_rows
     ));
 
-    let LabelledHistory {
-        runs: history_infos,
-        records: history,
-    } = labelled_history(
+    let hist = labelled_history(
         &store,
         &machine_id,
         QUICKSTART_LABEL_KEY,
         GPU_QUICKSTART_LABEL,
         o.policy.history.lookback,
     )?;
+    let (history_infos, history) = (&hist.runs, &hist.records);
     let today = Date::today_utc();
     let first_run = history_infos.is_empty();
     let mut confirmations = vec![];
@@ -199,7 +182,7 @@ pub fn run_gpu_quickstart(
             "[4/6] gating against {} earlier run(s) on this GPU",
             history_infos.len()
         ));
-        let mut g = gate(&o.policy, &history, &candidate, today);
+        let mut g = gate(&o.policy, history, &candidate, today);
         for attempt in 1..=CONFIRMATION_ATTEMPTS {
             let sus: Vec<&GpuWorkload> = suite
                 .iter()
@@ -229,35 +212,11 @@ pub fn run_gpu_quickstart(
             ropts.run_id = format!("{}-confirm{attempt}", opts.run_id);
             let again: Vec<GpuWorkload> = sus.into_iter().cloned().collect();
             candidate.extend(run_gpu_suite(&gpu, &again, &ropts)?);
-            g = gate(&o.policy, &history, &candidate, today);
+            g = gate(&o.policy, history, &candidate, today);
         }
-        let past: Vec<MachineState> = history_infos
-            .iter()
-            .filter_map(|info| {
-                history
-                    .iter()
-                    .find(|r| r.run_id == info.run_id)
-                    .and_then(|r| MachineState::from_labels(&r.labels))
-            })
-            .collect();
-        let allowed = o
-            .policy
-            .metrics
-            .get(&tensorforge_ops::Metric::LatencyP50)
-            .map_or(0.05, |m| m.max_relative);
-        if let Some((slow, probe)) = slowdown(&machine, &past) {
-            if slow > allowed {
-                let why = format!(
-                    "the GPU itself measured {:.1} % slower in this run than the median of {} earlier run(s) ({probe} of the calibration), beyond the allowed {:.1} %: a timed change cannot be attributed to the build",
-                    slow * 100.0,
-                    past.len(),
-                    allowed * 100.0
-                );
-                if downgrade_timed_failures(&mut g, &why) > 0 {
-                    progress(&format!("      {why}"));
-                    machine_note = Some(why);
-                }
-            }
+        if let Some(why) = downgrade_for_drift(&o.policy, &machine, &hist, &mut g, "GPU") {
+            progress(&format!("      {why}"));
+            machine_note = Some(why);
         }
         let code = g.exit_code();
         let decision = format!(
@@ -266,7 +225,7 @@ pub fn run_gpu_quickstart(
             history_infos.len()
         );
         (
-            Report::new(g, &history, &candidate, Some(&hw)),
+            Report::new(g, history, &candidate, Some(&hw)),
             decision,
             code,
         )

@@ -104,6 +104,45 @@ pub fn slowdown(now: &MachineState, history: &[MachineState]) -> Option<(f64, &'
     })
 }
 
+/// When `now` is slower than the median machine state of the history's runs (read from
+/// their records' labels) by more than the policy's allowed p50 regression: the timed FAILs
+/// of `g` become INCONCLUSIVE and the sentence saying why is returned (None when nothing
+/// was downgraded). `what` names the machine in the sentence (`machine`, `GPU`).
+pub fn downgrade_for_drift(
+    policy: &tensorforge_ops::Policy,
+    now: &MachineState,
+    history: &crate::baseline::LabelledHistory,
+    g: &mut tensorforge_ops::GateResult,
+    what: &str,
+) -> Option<String> {
+    let past: Vec<MachineState> = history
+        .runs
+        .iter()
+        .filter_map(|info| {
+            history
+                .records
+                .iter()
+                .find(|r| r.run_id == info.run_id)
+                .and_then(|r| MachineState::from_labels(&r.labels))
+        })
+        .collect();
+    let allowed = policy
+        .metrics
+        .get(&tensorforge_ops::Metric::LatencyP50)
+        .map_or(0.05, |m| m.max_relative);
+    let (slow, probe) = slowdown(now, &past)?;
+    if slow <= allowed {
+        return None;
+    }
+    let why = format!(
+        "the {what} itself measured {:.1} % slower in this run than the median of {} earlier run(s) ({probe}), beyond the allowed {:.1} %: a timed change cannot be attributed to the build",
+        slow * 100.0,
+        past.len(),
+        allowed * 100.0
+    );
+    (tensorforge_ops::downgrade_timed_failures(g, &why) > 0).then_some(why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,9 +17,9 @@
 //! INCONCLUSIVE ("machine drift"), since the build cannot be blamed for them.
 //! Not controlled: what other tenants do, frequency scaling, and thread placement.
 
-use crate::baseline::{labelled_history, LabelledHistory};
+use crate::baseline::labelled_history;
 use crate::error::{JobError, Result};
-use crate::machine::{slowdown, MachineState};
+use crate::machine::{downgrade_for_drift, MachineState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -35,8 +35,8 @@ use tensorforge_measure::validation_table::{
 };
 use tensorforge_measure::{ValidationReport, WorkloadSpec};
 use tensorforge_ops::{
-    downgrade_timed_failures, gate, render_html_with_lead, render_markdown_with_lead, Date,
-    GateResult, HtmlBody, HtmlSection, Policy, Report, Verdict,
+    gate, render_html_with_lead, render_markdown_with_lead, Date, GateResult, HtmlBody,
+    HtmlSection, Policy, Report, Verdict,
 };
 use tensorforge_store::{write_all_atomic, Store};
 
@@ -152,21 +152,22 @@ fn suspects(g: &GateResult) -> BTreeSet<String> {
         .collect()
 }
 
-/// Check the options before anything is measured.
-fn check(o: &QuickstartOptions) -> Result<()> {
-    if o.out_dir.exists() && !o.out_dir.is_dir() {
+/// The report folder must be a folder (or not exist yet), and the two reports must not be
+/// folders in it.
+pub(crate) fn check_out_dir(out_dir: &std::path::Path) -> Result<()> {
+    if out_dir.exists() && !out_dir.is_dir() {
         return Err(JobError::invalid(
             "out_dir",
-            o.out_dir.display(),
+            out_dir.display(),
             "not a directory",
         ));
     }
     for name in ["report.md", "report.html"] {
-        let p = o.out_dir.join(name);
+        let p = out_dir.join(name);
         if p.is_dir() {
             return Err(JobError::invalid(
                 "out_dir",
-                o.out_dir.display(),
+                out_dir.display(),
                 format!(
                     "{} is a directory; the report cannot be written there",
                     p.display()
@@ -174,6 +175,12 @@ fn check(o: &QuickstartOptions) -> Result<()> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Check the options before anything is measured.
+fn check(o: &QuickstartOptions) -> Result<()> {
+    check_out_dir(&o.out_dir)?;
     if o.min_iterations == 0 {
         return Err(JobError::invalid("iterations", 0, "must be at least 1"));
     }
@@ -277,16 +284,14 @@ pub fn run_quickstart(
     // The history: the last `lookback` quickstart runs on this machine at this thread
     // count (the per-job form of the baseline rule, crate::baseline), looked up before this
     // run is recorded.
-    let LabelledHistory {
-        runs: history_infos,
-        records: history,
-    } = labelled_history(
+    let hist = labelled_history(
         &store,
         &machine_id,
         QUICKSTART_LABEL_KEY,
         &label_value,
         o.policy.history.lookback,
     )?;
+    let (history_infos, history) = (&hist.runs, &hist.records);
 
     progress("[3/6] validating the model against the measurement");
     for v in &validation.variants {
@@ -309,7 +314,7 @@ pub fn run_quickstart(
             "[4/6] gating against {} earlier run(s) on this machine",
             history_infos.len()
         ));
-        let mut g = gate(&o.policy, &history, &candidate, today);
+        let mut g = gate(&o.policy, history, &candidate, today);
         for attempt in 1..=CONFIRMATION_ATTEMPTS {
             let sus = suspects(&g);
             if sus.is_empty() {
@@ -346,40 +351,16 @@ pub fn run_quickstart(
                 }
             }
             candidate.extend(again);
-            g = gate(&o.policy, &history, &candidate, today);
+            g = gate(&o.policy, history, &candidate, today);
         }
         if !confirmations.is_empty() {
             machine = machine.slowest(MachineState::probe(threads)?);
         }
         // A slower machine is not a slower build: compare the machine's own speed in this
         // run with the history's.
-        let past: Vec<MachineState> = history_infos
-            .iter()
-            .filter_map(|info| {
-                history
-                    .iter()
-                    .find(|r| r.run_id == info.run_id)
-                    .and_then(|r| MachineState::from_labels(&r.labels))
-            })
-            .collect();
-        let allowed = o
-            .policy
-            .metrics
-            .get(&tensorforge_ops::Metric::LatencyP50)
-            .map_or(0.05, |m| m.max_relative);
-        if let Some((slow, probe)) = slowdown(&machine, &past) {
-            if slow > allowed {
-                let why = format!(
-                    "the machine itself measured {:.1} % slower in this run than the median of {} earlier run(s) ({probe}), beyond the allowed {:.1} %: a timed change cannot be attributed to the build",
-                    slow * 100.0,
-                    past.len(),
-                    allowed * 100.0
-                );
-                if downgrade_timed_failures(&mut g, &why) > 0 {
-                    progress(&format!("      {why}"));
-                    machine_note = Some(why);
-                }
-            }
+        if let Some(why) = downgrade_for_drift(&o.policy, &machine, &hist, &mut g, "machine") {
+            progress(&format!("      {why}"));
+            machine_note = Some(why);
         }
         let code = g.exit_code();
         let decision = format!(
@@ -393,7 +374,7 @@ pub fn run_quickstart(
             }
         );
         (
-            Report::new(g, &history, &candidate, Some(&cal.profile)),
+            Report::new(g, history, &candidate, Some(&cal.profile)),
             decision,
             code,
         )

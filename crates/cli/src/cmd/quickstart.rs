@@ -101,18 +101,32 @@ pub fn run_quickstart(a: QuickstartArgs) -> Result<u8> {
     }
     o.count_options = Some(co);
     let out = run_job(&o, &mut |line| eprintln!("{line}"))?;
-    if a.json {
-        super::print_json(&out)?;
+    print_outcome(
+        a.json,
+        &out,
+        &format!(
+            "validation: pure roofline median APE {:.1} % over {} holdout workloads",
+            out.roofline_median_ape_pct, out.validated_workloads
+        ),
+    )
+}
+
+/// The job's outcome: JSON, or the decision, the validation line, where the reports and
+/// the run went; the gate's exit code.
+fn print_outcome(
+    json: bool,
+    out: &tensorforge_job::quickstart::QuickstartOutcome,
+    validation: &str,
+) -> Result<u8> {
+    if json {
+        super::print_json(out)?;
         return Ok(out.exit_code);
     }
     print_decision(&out.decision, &out.counting, &out.injected, &out.reasons);
     for v in &out.ceiling_violations {
         println!("{v}");
     }
-    println!(
-        "validation: pure roofline median APE {:.1} % over {} holdout workloads",
-        out.roofline_median_ape_pct, out.validated_workloads
-    );
+    println!("{validation}");
     println!(
         "wrote {} and {}",
         out.markdown_path.display(),
@@ -148,23 +162,14 @@ fn run_gpu(a: &QuickstartArgs, ordinal: usize, policy: Policy) -> Result<u8> {
     o.min_iterations = a.iterations;
     let out =
         tensorforge_job::gpu_quickstart::run_gpu_quickstart(&o, &mut |line| eprintln!("{line}"))?;
-    if a.json {
-        super::print_json(&out)?;
-        return Ok(out.exit_code);
-    }
-    print_decision(&out.decision, &out.counting, &out.injected, &out.reasons);
-    println!(
-        "validation: median |error| {:.1} % over the holdout rows where one roof binds ({} rows in all)",
-        out.roofline_median_ape_pct, out.validated_workloads
-    );
-    println!(
-        "wrote {} and {}",
-        out.markdown_path.display(),
-        out.html_path.display()
-    );
-    println!("recorded run {} in {}", out.run_id, out.store);
-    println!("done in {:.1} s", out.duration_s);
-    Ok(out.exit_code)
+    print_outcome(
+        a.json,
+        &out,
+        &format!(
+            "validation: median |error| {:.1} % over the holdout rows where one roof binds ({} rows in all)",
+            out.roofline_median_ape_pct, out.validated_workloads
+        ),
+    )
 }
 
 /// `quickstart --baseline-bin`: the two-builds job.

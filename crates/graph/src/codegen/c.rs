@@ -241,6 +241,7 @@ fn row_strided_inputs(
 
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
+    let nest = lower(tg, k)?;
     let Nest {
         plans,
         elementwise,
@@ -255,11 +256,17 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         has_lse,
         scratch_floats,
         gathers,
-    } = lower(tg, k)?;
+    } = &nest;
+    let (elementwise, elems, rows, cols, has_lse, scratch_floats) = (
+        *elementwise,
+        *elems,
+        *rows,
+        *cols,
+        *has_lse,
+        *scratch_floats,
+    );
     let l = cols;
     let input = |t: usize| slot_of[&t];
-    let operand =
-        |pi: usize, bi: usize, col: bool| super::operand(&plans, &steps, &slot_of, l, pi, bi, col);
 
     let sym = format!("tf_k{idx}");
     let mut body = String::new();
@@ -297,7 +304,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     // short enough that the hardware prefetcher does not run ahead into the next row: the
     // next row of every row-strided input is asked for while this one is computed.
     if !elementwise {
-        for i in row_strided_inputs(&plans, &steps, &input) {
+        for i in row_strided_inputs(plans, steps, &input) {
             let _ = writeln!(
                 w,
                 "        if (r + 1 < r1) tf_prefetch_row(I{i} + (r + 1) * {l}LL, {l}LL);"
@@ -312,78 +319,35 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     } else {
         let _ = writeln!(w, "        const int64_t cn = {l}LL;");
     }
-    super::write_gather_bases(w, &gathers, l);
+    super::write_gather_bases(w, gathers, l);
     let mut pi = 0;
     while pi < plans.len() {
         let p = &plans[pi];
         let op = &tg.nodes[p.node].op;
-        let store = |w: &mut String, pi: usize, val: &str, col: bool| {
+        // A per-row value's store (a run's stores are in its body).
+        let store = |w: &mut String, pi: usize, val: &str| {
             if let Some(o) = plans[pi].store {
-                if col {
-                    let _ = writeln!(w, "            O{o}[r * {l}LL + c] = {val};");
-                } else {
-                    let _ = writeln!(w, "        O{o}[r] = {val};");
-                }
+                let _ = writeln!(w, "        O{o}[r] = {val};");
             }
         };
         match steps[pi] {
-            Step::Elem(run_id) => {
-                let _ = writeln!(w, "        for (int64_t c = 0; c < cn; ++c) {{");
-                let mut q = pi;
-                while q < plans.len() && steps[q] == Step::Elem(run_id) {
-                    let qop = &tg.nodes[plans[q].node].op;
-                    let args: Vec<String> = (0..plans[q].binds.len())
-                        .map(|bi| operand(q, bi, true))
-                        .collect::<Result<_, _>>()?;
-                    let e = if args.len() == 1 {
-                        unary_expr(qop, &args[0])
-                    } else {
-                        binary_expr(qop, &args[0], &args[1])
-                    }
-                    .ok_or_else(|| format!("{} has no C form", qop.name()))?;
-                    let _ = writeln!(w, "            const float v{q} = {e};");
-                    if needs_row[q] {
-                        let _ = writeln!(w, "            a{q}[c] = v{q};");
-                    }
-                    store(w, q, &format!("v{q}"), true);
-                    q += 1;
-                }
-                let _ = writeln!(w, "        }}");
-                pi = q;
+            Step::Elem(_) => {
+                let (body, next) = nest.run_body(tg, pi)?;
+                let _ = writeln!(
+                    w,
+                    "        for (int64_t c = 0; c < cn; ++c) {{\n{body}        }}"
+                );
+                pi = next;
                 continue;
             }
             Step::PerRow => {
-                let args: Vec<String> = (0..p.binds.len())
-                    .map(|bi| operand(pi, bi, false))
-                    .collect::<Result<_, _>>()?;
-                let e = if args.len() == 1 {
-                    unary_expr(op, &args[0])
-                } else {
-                    binary_expr(op, &args[0], &args[1])
-                }
-                .ok_or_else(|| format!("{} has no C form", op.name()))?;
+                let e = nest.node_expr(tg, pi, false)?;
                 let _ = writeln!(w, "        const float p{pi} = {e};");
-                store(w, pi, &format!("p{pi}"), false);
+                store(w, pi, &format!("p{pi}"));
             }
             Step::Row => {
-                let x = match &p.binds[0] {
-                    Bind::Internal {
-                        pos,
-                        per_row: false,
-                        ..
-                    } => format!("a{pos}"),
-                    Bind::Flat(t) | Bind::Direct(t) => format!("(I{} + r * {l}LL)", input(*t)),
-                    _ => return Err(format!("{} reads a row it cannot address", op.name())),
-                };
-                let param = |j: usize| match p.binds.get(j) {
-                    Some(Bind::Direct(t)) | Some(Bind::Flat(t)) => Ok(format!("I{}", input(*t))),
-                    _ => Err(format!("{} parameters must come from memory", op.name())),
-                };
-                // The row op's output row: its scratch row, or straight into the output.
-                let ydst = match (needs_row[pi], p.store) {
-                    (false, Some(o)) => format!("O{o} + r * {l}LL"),
-                    _ => format!("a{pi}"),
-                };
+                let (x, ydst) = nest.row_addr(tg, pi)?;
+                let param = |j: usize| nest.row_param(tg, pi, j);
                 let _ = writeln!(w, "        {{ const float *restrict x = {x};");
                 match op {
                     Op::ReduceSum { .. } | Op::ReduceMean { .. } => {
@@ -449,7 +413,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                     other => return Err(format!("{} has no C form", other.name())),
                 }
                 if p.per_row {
-                    store(w, pi, &format!("p{pi}"), false);
+                    store(w, pi, &format!("p{pi}"));
                 } else if let (Some(o), true) = (p.store, needs_row[pi]) {
                     let _ = writeln!(
                         w,
@@ -493,7 +457,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         rows,
         cols,
         elems,
-        inputs,
+        inputs: inputs.clone(),
         outputs: k.outputs.clone(),
         scratch_floats,
         source,

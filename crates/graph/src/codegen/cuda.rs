@@ -21,9 +21,7 @@
 //! NVRTC compiles this source without any system header (`tensorforge-cuda` checks every
 //! example graph's kernels that way in the tests).
 
-use super::c::{binary_expr, unary_expr};
-use super::{lower, operand, write_gather_bases, Nest, Step};
-use crate::exec::Bind;
+use super::{lower, write_gather_bases, Nest, Step};
 use crate::fusion::{Kernel, Program};
 use crate::ir::{Op, TypedGraph};
 use std::fmt::Write;
@@ -244,6 +242,7 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
 /// Render kernel `k` (index `idx` in its program) as a `__global__` function, or say why it
 /// has no CUDA form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CudaKernel, String> {
+    let nest = lower(tg, k)?;
     let Nest {
         plans,
         elementwise,
@@ -251,18 +250,23 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CudaKern
         rows,
         cols,
         inputs,
-        slot_of,
+        slot_of: _,
         steps,
         needs_row,
         row_off,
         has_lse,
         scratch_floats,
         gathers,
-    } = lower(tg, k)?;
+    } = &nest;
+    let (elementwise, elems, rows, cols, has_lse, scratch_floats) = (
+        *elementwise,
+        *elems,
+        *rows,
+        *cols,
+        *has_lse,
+        *scratch_floats,
+    );
     let l = cols;
-    let input = |t: usize| slot_of[&t];
-    let operand =
-        |pi: usize, bi: usize, col: bool| operand(&plans, &steps, &slot_of, l, pi, bi, col);
     let sym = format!("tf_k{idx}");
     let mut w = String::new();
     let _ = writeln!(
@@ -334,73 +338,29 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CudaKern
             let _ = writeln!(w, "        float p{pi};");
         }
     }
-    write_gather_bases(&mut w, &gathers, l);
+    write_gather_bases(&mut w, gathers, l);
     const COLS: &str = "for (int64_t c = t0; c < cn; c += nt)";
     let mut pi = 0;
     while pi < plans.len() {
         let p = &plans[pi];
         let op = &tg.nodes[p.node].op;
         match steps[pi] {
-            Step::Elem(run_id) => {
-                let _ = writeln!(w, "        {COLS} {{");
-                let mut q = pi;
-                while q < plans.len() && steps[q] == Step::Elem(run_id) {
-                    let qop = &tg.nodes[plans[q].node].op;
-                    let args: Vec<String> = (0..plans[q].binds.len())
-                        .map(|bi| operand(q, bi, true))
-                        .collect::<Result<_, _>>()?;
-                    let e = if args.len() == 1 {
-                        unary_expr(qop, &args[0])
-                    } else {
-                        binary_expr(qop, &args[0], &args[1])
-                    }
-                    .ok_or_else(|| format!("{} has no CUDA form", qop.name()))?;
-                    let _ = writeln!(w, "            const float v{q} = {e};");
-                    if needs_row[q] {
-                        let _ = writeln!(w, "            a{q}[c] = v{q};");
-                    }
-                    if let Some(o) = plans[q].store {
-                        let _ = writeln!(w, "            O{o}[r * {l}LL + c] = v{q};");
-                    }
-                    q += 1;
-                }
-                let _ = writeln!(w, "        }}");
-                pi = q;
+            Step::Elem(_) => {
+                let (body, next) = nest.run_body(tg, pi)?;
+                let _ = writeln!(w, "        {COLS} {{\n{body}        }}");
+                pi = next;
                 continue;
             }
             Step::PerRow => {
-                let args: Vec<String> = (0..p.binds.len())
-                    .map(|bi| operand(pi, bi, false))
-                    .collect::<Result<_, _>>()?;
-                let e = if args.len() == 1 {
-                    unary_expr(op, &args[0])
-                } else {
-                    binary_expr(op, &args[0], &args[1])
-                }
-                .ok_or_else(|| format!("{} has no CUDA form", op.name()))?;
+                let e = nest.node_expr(tg, pi, false)?;
                 let _ = writeln!(w, "        const float p{pi} = {e};");
                 if let Some(o) = p.store {
                     let _ = writeln!(w, "        if (t0 == 0) O{o}[r] = p{pi};");
                 }
             }
             Step::Row => {
-                let x = match &p.binds[0] {
-                    Bind::Internal {
-                        pos,
-                        per_row: false,
-                        ..
-                    } => format!("a{pos}"),
-                    Bind::Flat(t) | Bind::Direct(t) => format!("(I{} + r * {l}LL)", input(*t)),
-                    _ => return Err(format!("{} reads a row it cannot address", op.name())),
-                };
-                let param = |j: usize| match p.binds.get(j) {
-                    Some(Bind::Direct(t)) | Some(Bind::Flat(t)) => Ok(format!("I{}", input(*t))),
-                    _ => Err(format!("{} parameters must come from memory", op.name())),
-                };
-                let ydst = match (needs_row[pi], p.store) {
-                    (false, Some(o)) => format!("O{o} + r * {l}LL"),
-                    _ => format!("a{pi}"),
-                };
+                let (x, ydst) = nest.row_addr(tg, pi)?;
+                let param = |j: usize| nest.row_param(tg, pi, j);
                 let _ = writeln!(w, "        {{ const float *x = {x};");
                 // The row's max ignoring NaN and whether it holds one, for the softmax family.
                 let row_max = format!(
@@ -489,7 +449,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CudaKern
         rows,
         cols,
         elems,
-        inputs,
+        inputs: inputs.clone(),
         outputs: k.outputs.clone(),
         scratch_floats,
         unit,

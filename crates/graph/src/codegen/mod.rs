@@ -174,6 +174,91 @@ pub(crate) fn write_gather_bases(
     }
 }
 
+impl Nest {
+    /// Node `q`'s value as a C expression over its operands (`col`: inside a loop over the
+    /// row's columns), for the C and CUDA renderers.
+    pub(crate) fn node_expr(&self, tg: &TypedGraph, q: usize, col: bool) -> Result<String, String> {
+        let p = &self.plans[q];
+        let op = &tg.nodes[p.node].op;
+        let args: Vec<String> = (0..p.binds.len())
+            .map(|bi| {
+                operand(
+                    &self.plans,
+                    &self.steps,
+                    &self.slot_of,
+                    self.cols,
+                    q,
+                    bi,
+                    col,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        if args.len() == 1 {
+            c::unary_expr(op, &args[0])
+        } else {
+            c::binary_expr(op, &args[0], &args[1])
+        }
+        .ok_or_else(|| format!("{} has no C form", op.name()))
+    }
+
+    /// The statements inside the column loop of the elementwise run starting at plan `pi`
+    /// (each node's value in a register, its scratch row, its store), and the plan after
+    /// the run.
+    pub(crate) fn run_body(&self, tg: &TypedGraph, pi: usize) -> Result<(String, usize), String> {
+        use std::fmt::Write;
+        let l = self.cols;
+        let run = self.steps[pi];
+        let mut w = String::new();
+        let mut q = pi;
+        while q < self.plans.len() && self.steps[q] == run {
+            let e = self.node_expr(tg, q, true)?;
+            let _ = writeln!(w, "            const float v{q} = {e};");
+            if self.needs_row[q] {
+                let _ = writeln!(w, "            a{q}[c] = v{q};");
+            }
+            if let Some(o) = self.plans[q].store {
+                let _ = writeln!(w, "            O{o}[r * {l}LL + c] = v{q};");
+            }
+            q += 1;
+        }
+        Ok((w, q))
+    }
+
+    /// A row op's addresses: the row it reads (`x`) and the row it writes (`ydst`: its
+    /// scratch row, or straight into its output when nothing in the kernel reads it).
+    pub(crate) fn row_addr(&self, tg: &TypedGraph, pi: usize) -> Result<(String, String), String> {
+        let p = &self.plans[pi];
+        let l = self.cols;
+        let op = &tg.nodes[p.node].op;
+        let x = match &p.binds[0] {
+            Bind::Internal {
+                pos,
+                per_row: false,
+                ..
+            } => format!("a{pos}"),
+            Bind::Flat(t) | Bind::Direct(t) => format!("(I{} + r * {l}LL)", self.slot_of[t]),
+            _ => return Err(format!("{} reads a row it cannot address", op.name())),
+        };
+        let ydst = match (self.needs_row[pi], p.store) {
+            (false, Some(o)) => format!("O{o} + r * {l}LL"),
+            _ => format!("a{pi}"),
+        };
+        Ok((x, ydst))
+    }
+
+    /// Row op `pi`'s parameter `j` (a norm's gain or bias), which must come from memory.
+    pub(crate) fn row_param(&self, tg: &TypedGraph, pi: usize, j: usize) -> Result<String, String> {
+        let p = &self.plans[pi];
+        match p.binds.get(j) {
+            Some(Bind::Direct(t)) | Some(Bind::Flat(t)) => Ok(format!("I{}", self.slot_of[t])),
+            _ => Err(format!(
+                "{} parameters must come from memory",
+                tg.nodes[p.node].op.name()
+            )),
+        }
+    }
+}
+
 /// Lower kernel `k` to the loop nest, or say why it has none.
 pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
     match k.kind {
