@@ -6,7 +6,7 @@
 //! - [`kernels`]: the graph compiler's generated CUDA compiled and checked against its
 //!   launch contract (no GPU needed);
 //! - [`device`]: opening a GPU, its identity and state for records;
-//! - [`bench`]: workloads timed with CUDA events (cuBLAS GEMMs by dtype, generated
+//! - [`mod@bench`]: workloads timed with CUDA events (cuBLAS GEMMs by dtype, generated
 //!   kernels, copies) into records;
 //! - [`calibrate`]: probes for the roofline's ceilings into a GPU profile.
 //!

@@ -11,7 +11,6 @@
 //! [`c::render_program`] says why for each kernel it leaves out.
 
 pub mod c;
-/// CUDA C rendering.
 pub mod cuda;
 /// Triton rendering.
 pub mod triton;
