@@ -29,7 +29,12 @@ fn fixtures() -> Vec<String> {
     v
 }
 
-fn check(name: &str) -> Vec<String> {
+/// A fixture's input files by name: shape and values.
+type Npys = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// Fixture `name` imported with its symbolic dims bound from its input files, and those
+/// inputs by name.
+fn import(name: &str) -> (tensorforge_graph::onnx::OnnxImport, Npys) {
     let dir = root().join(name);
     let inputs = npy_dir(&dir.join("inputs"));
     let options = ImportOptions {
@@ -41,6 +46,12 @@ fn check(name: &str) -> Vec<String> {
     };
     let imp = import_onnx_file_with(dir.join("model.onnx"), &options)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
+    (imp, inputs)
+}
+
+fn check(name: &str) -> Vec<String> {
+    let dir = root().join(name);
+    let (imp, inputs) = import(name);
     imp.require_runnable(name).unwrap_or_else(|e| panic!("{e}"));
     let c = compile(&imp.graph).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut ins: HashMap<String, Vec<f32>> = imp.weights.clone();
@@ -272,16 +283,7 @@ fn llama_at_2048_positions_compares_its_causal_mask_at_run_time() {
 #[test]
 fn a_mean_over_trailing_axes_is_one_reduction() {
     for name in ["resnet_dynamo", "resnet_ts"] {
-        let dir = root().join(name);
-        let inputs = npy_dir(&dir.join("inputs"));
-        let options = ImportOptions {
-            input_shapes: inputs
-                .iter()
-                .map(|(k, (s, _))| (k.clone(), s.clone()))
-                .collect(),
-            ..ImportOptions::default()
-        };
-        let imp = import_onnx_file_with(dir.join("model.onnx"), &options).unwrap();
+        let (imp, _) = import(name);
         let means: Vec<&tensorforge_graph::ir::Node> = imp
             .graph
             .nodes

@@ -13,8 +13,8 @@ use crate::baseline::labelled_history;
 use crate::error::{JobError, Result};
 use crate::machine::{downgrade_for_drift, MachineState};
 use crate::quickstart::{
-    check_out_dir, write_reports, QuickstartOutcome, CONFIRMATION_ATTEMPTS, QUICKSTART_LABEL_KEY,
-    QUICKSTART_OUTCOME_SCHEMA_VERSION,
+    check_out_dir, confirmation_note, suspects, write_reports, QuickstartOutcome,
+    CONFIRMATION_ATTEMPTS, QUICKSTART_LABEL_KEY, QUICKSTART_OUTCOME_SCHEMA_VERSION,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use tensorforge_cuda::device::Gpu;
 use tensorforge_cuda::validate::{validate_gpu, GpuValidationReport, HOLDOUT};
 use tensorforge_ops::{
     gate, render_html_with_lead, render_markdown_with_lead, Date, HtmlBody, HtmlSection, Policy,
-    Report, Verdict,
+    Report,
 };
 use tensorforge_store::Store;
 
@@ -184,28 +184,16 @@ pub fn run_gpu_quickstart(
         ));
         let mut g = gate(&o.policy, history, &candidate, today);
         for attempt in 1..=CONFIRMATION_ATTEMPTS {
+            let fps = suspects(&g);
             let sus: Vec<&GpuWorkload> = suite
                 .iter()
-                .filter(|w| {
-                    let fp = w.identity().fingerprint();
-                    g.rows.iter().any(|r| {
-                        r.decides
-                            && r.fingerprint == fp
-                            && matches!(r.verdict, Verdict::Fail | Verdict::Inconclusive)
-                            && r.p_value.is_some()
-                    })
-                })
+                .filter(|w| fps.contains(&w.identity().fingerprint()))
                 .collect();
             if sus.is_empty() {
                 break;
             }
             let names: Vec<String> = sus.iter().map(|w| w.name()).collect();
-            let note = format!(
-                "confirmation attempt {attempt}: {} against history ({}); measured again as one more candidate run: {}",
-                g.overall.label(),
-                g.reasons.join("; "),
-                names.join(", ")
-            );
+            let note = confirmation_note(attempt, &g, &names);
             progress(&format!("      {note}"));
             confirmations.push(note);
             let mut ropts = opts.clone();

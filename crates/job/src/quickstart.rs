@@ -142,7 +142,7 @@ pub struct QuickstartOutcome {
 /// Fingerprints of the workloads whose deciding run-level test says FAIL or INCONCLUSIVE
 /// (with a p-value: "too little history" rows are not re-measured, since more measurement
 /// of this build cannot add history; counts are not re-measured, they do not change).
-fn suspects(g: &GateResult) -> BTreeSet<String> {
+pub(crate) fn suspects(g: &GateResult) -> BTreeSet<String> {
     g.rows
         .iter()
         .filter(|r| r.decides)
@@ -150,6 +150,16 @@ fn suspects(g: &GateResult) -> BTreeSet<String> {
         .filter(|r| r.p_value.is_some())
         .map(|r| r.fingerprint.clone())
         .collect()
+}
+
+/// The line that reports confirmation attempt `attempt` of the workloads `names`.
+pub(crate) fn confirmation_note(attempt: u32, g: &GateResult, names: &[String]) -> String {
+    format!(
+        "confirmation attempt {attempt}: {} against history ({}); measured again as one more candidate run: {}",
+        g.overall.label(),
+        g.reasons.join("; "),
+        names.join(", ")
+    )
 }
 
 /// The report folder must be a folder (or not exist yet), and the two reports must not be
@@ -329,12 +339,7 @@ pub fn run_quickstart(
                 break;
             }
             let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
-            let note = format!(
-                "confirmation attempt {attempt}: {} against history ({}); measured again as one more candidate run: {}",
-                g.overall.label(),
-                g.reasons.join("; "),
-                names.join(", ")
-            );
+            let note = confirmation_note(attempt, &g, &names);
             progress(&format!("      {note}"));
             confirmations.push(note);
             let mut ropts = opts.clone();
