@@ -8,7 +8,10 @@ calls to fill about 0.2 s (after warm-up), then TensorForge's best whole `execut
 copying the outputs out, the JIT where it compiles), and records
     ratio = onnxruntime time / TensorForge time   (> 1: TensorForge is faster).
 Rounds alternate the two, so drift on a shared machine hits both; the table gives the
-ratio's min / median / max over the rounds, and each side's median time.
+ratio's min / median / max over the rounds, and each side's median time. Between
+onnxruntime's measurement and TensorForge's process the script waits 0.2 s, so that
+onnxruntime's spinning workers (its thread pool spins after each run) have gone idle and do
+not share the cores with TensorForge's run.
 
 Usage (repository root, with onnxruntime and numpy installed):
     python tools/ort_compare.py [--threads 1,2] [--rounds 5] [--bin target/release/tensorforge] [DIR ...]
@@ -90,6 +93,9 @@ def main():
             ts, os_, ratios, agree = [], [], [], True
             for _ in range(a.rounds):
                 o = ort_best(sess, feeds)
+                # onnxruntime's workers spin for a while after a run; TensorForge's process
+                # would share the cores with them. Let them go idle first.
+                time.sleep(0.2)
                 t, ok = tf_best(a.bin, d, th, reps)
                 agree &= ok
                 os_.append(o)
