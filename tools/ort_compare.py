@@ -13,8 +13,12 @@ onnxruntime's measurement and TensorForge's process the script waits 0.2 s, so t
 onnxruntime's spinning workers (its thread pool spins after each run) have gone idle and do
 not share the cores with TensorForge's run.
 
+With `--bin` given more than once, every binary runs in each round, right after
+onnxruntime's measurement and in turn (the order rotating from round to round), and the
+table has one row per binary: two builds compared against the same onnxruntime figures.
+
 Usage (repository root, with onnxruntime and numpy installed):
-    python tools/ort_compare.py [--threads 1,2] [--rounds 5] [--bin target/release/tensorforge] [DIR ...]
+    python tools/ort_compare.py [--threads 1,2] [--rounds 5] [--bin target/release/tensorforge ...] [DIR ...]
 DIR: folders holding model.onnx and inputs/*.npy (default: every examples/onnx/* fixture;
 tools/export_bench_models.py writes larger ones). The first lines name the CPU, its vector
 ISA and the SIMD level TensorForge picks (TENSORFORGE_SIMD caps it).
@@ -71,14 +75,16 @@ def main():
     ap.add_argument("dirs", nargs="*")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--bin", default=os.path.abspath("target/release/tensorforge"))
+    ap.add_argument("--bin", action="append")
     a = ap.parse_args()
+    bins = a.bin or [os.path.abspath("target/release/tensorforge")]
     dirs = a.dirs or sorted(os.path.dirname(p) for p in glob.glob("examples/onnx/*/model.onnx"))
     model, isa = cpu()
     print(f"cpu: {model}; vector ISA: {isa}; TENSORFORGE_SIMD={os.environ.get('TENSORFORGE_SIMD', '(unset)')}")
     print(f"onnxruntime {ort.__version__}; {a.rounds} interleaved rounds; ratio = ort time / tf time (> 1: tf faster)")
-    print("| model | threads | ort median µs | tf median µs | ratio min | ratio median | ratio max |")
-    print("|---|---|---|---|---|---|---|")
+    many = len(bins) > 1
+    print(f"| model | threads |{' binary |' if many else ''} ort median µs | tf median µs | ratio min | ratio median | ratio max |")
+    print(f"|---|---|{'---|' if many else ''}---|---|---|---|---|")
     for d in dirs:
         name = os.path.basename(os.path.normpath(d))
         for th in [int(t) for t in a.threads.split(",")]:
@@ -90,22 +96,28 @@ def main():
             feeds = {i.name: np.load(f"{d}/inputs/{i.name}.npy") for i in sess.get_inputs()}
             o = ort_best(sess, feeds, 0.05)
             reps = max(3, min(50, int(0.2e9 / max(o, 1))))
-            ts, os_, ratios, agree = [], [], [], True
-            for _ in range(a.rounds):
+            os_ = []
+            ts = {b: [] for b in bins}
+            ratios = {b: [] for b in bins}
+            agree = {b: True for b in bins}
+            for rnd in range(a.rounds):
                 o = ort_best(sess, feeds)
-                # onnxruntime's workers spin for a while after a run; TensorForge's process
-                # would share the cores with them. Let them go idle first.
-                time.sleep(0.2)
-                t, ok = tf_best(a.bin, d, th, reps)
-                agree &= ok
                 os_.append(o)
-                ts.append(t)
-                ratios.append(o / t)
-            r = sorted(ratios)
-            note = "" if agree else " (fused/unfused DISAGREE)"
-            print(f"| {name} | {th} | {statistics.median(os_)/1e3:.1f} | {statistics.median(ts)/1e3:.1f} | "
-                  f"{r[0]:.2f} | {statistics.median(r):.2f} | {r[-1]:.2f} |{note}", flush=True)
-
+                for i in range(len(bins)):
+                    b = bins[(rnd + i) % len(bins)]
+                    # onnxruntime's workers spin for a while after a run; TensorForge's
+                    # process would share the cores with them. Let them go idle first.
+                    time.sleep(0.2)
+                    t, ok = tf_best(b, d, th, reps)
+                    agree[b] &= ok
+                    ts[b].append(t)
+                    ratios[b].append(o / t)
+            for b in bins:
+                r = sorted(ratios[b])
+                note = "" if agree[b] else " (fused/unfused DISAGREE)"
+                col = f" {b} |" if many else ""
+                print(f"| {name} | {th} |{col} {statistics.median(os_)/1e3:.1f} | {statistics.median(ts[b])/1e3:.1f} | "
+                      f"{r[0]:.2f} | {statistics.median(r):.2f} | {r[-1]:.2f} |{note}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -124,6 +124,17 @@ struct Group {
     alive: bool,
 }
 
+/// True when `a` and `b` are the same shape once leading axes of size 1 are dropped
+/// (`[1, 128, 1024]` and `[128, 1024]`): the same elements in the same order, and any
+/// broadcast against the trailing axes the same.
+pub(crate) fn same_but_leading_ones(a: &[usize], b: &[usize]) -> bool {
+    let strip = |s: &[usize]| {
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        s[lead..].to_vec()
+    };
+    strip(a) == strip(b)
+}
+
 fn numel(s: &[usize]) -> u64 {
     s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
@@ -194,7 +205,7 @@ pub fn matmul_epilogue_with(tg: &TypedGraph, k: &Kernel, gemm_adds_bias: bool) -
     for &n in rest {
         let op = &tg.nodes[n].op;
         let out = tg.node_outputs[n][0];
-        if tg.tensors[out].shape != *shape {
+        if !same_but_leading_ones(&tg.tensors[out].shape, shape) {
             return None;
         }
         if matches!(op, Op::MatMul) {
@@ -717,7 +728,15 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
                     }
                     v = tg.node_inputs[tg.producer[v]][0];
                 }
-                if matches!(via, Op::Transpose { .. }) || grp.kind != KernelKind::Elementwise {
+                // A matmul kernel's epilogue runs over its output in its own layout: a
+                // view of it fuses only when it adds or drops leading axes of size 1 (the
+                // `[1, S, D]` around a `[S, D]` product that exporters write), which moves
+                // no element and leaves every broadcast over the trailing axes as it is.
+                let matmul_view = grp.kind == KernelKind::Matmul
+                    && same_but_leading_ones(&tg.tensors[t].shape, &tg.tensors[b].shape);
+                if matches!(via, Op::Transpose { .. })
+                    || (grp.kind != KernelKind::Elementwise && !matmul_view)
+                {
                     return Err(format!(
                         "input `{}` reaches it through a {} view of kernel {k}'s value; fusing across it would change the element order",
                         tg.tensors[t].name,
@@ -805,13 +824,13 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
             }
         }
         (KernelKind::Matmul, OpClass::Elementwise | OpClass::Broadcast) => {
-            if out != dom {
+            if !same_but_leading_ones(out, dom) {
                 return Err(format!(
                     "output {out:?} differs from the matmul output {dom:?}; not an epilogue"
                 ));
             }
             for &(_, t) in &internal {
-                if &tg.tensors[t].shape != dom {
+                if !same_but_leading_ones(&tg.tensors[t].shape, dom) {
                     return Err(format!(
                         "input `{}` is not a full matmul output tile",
                         tg.tensors[t].name
@@ -1249,15 +1268,45 @@ mod tests {
     }
 
     #[test]
+    fn an_epilogue_through_a_leading_ones_view_fuses_into_the_matmul() {
+        // GPT-2's exported MLP: the `[S, D]` product viewed as `[1, S, D]` before GELU. The
+        // view moves no element, so the activation joins the matmul's kernel as its
+        // epilogue; a view that regroups the rows ([2, 16] of a [4, 8] product) does not.
+        let graph = |shape: &str| {
+            g(&format!(
+                r#"{{"nodes":[
+          {{"name":"a","op":"Input","attrs":{{"shape":[4,8],"dtype":"fp32"}}}},
+          {{"name":"w","op":"Weight","attrs":{{"shape":[8,8],"dtype":"fp32"}}}},
+          {{"name":"mm","op":"MatMul","inputs":["a","w"]}},
+          {{"name":"m","op":"Reshape","attrs":{{"shape":{shape}}},"inputs":["mm"]}},
+          {{"name":"y","op":"Tanh","inputs":["m"]}}]}}"#
+            ))
+        };
+        let fused = compile(&graph("[1,4,8]")).unwrap();
+        assert_eq!(fused.fused.kernels.len(), 1, "{:#?}", fused.fused.kernels);
+        assert_eq!(fused.fused.kernels[0].kind, KernelKind::Matmul);
+        assert!(fused
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::MatmulEpilogue));
+        let apart = compile(&graph("[2,16]")).unwrap();
+        assert_eq!(apart.fused.kernels.len(), 2, "{:#?}", apart.fused.kernels);
+        assert!(same_but_leading_ones(&[1, 1, 4, 8], &[4, 8]));
+        assert!(!same_but_leading_ones(&[4, 1, 8], &[4, 8]));
+        assert!(!same_but_leading_ones(&[2, 16], &[4, 8]));
+    }
+
+    #[test]
     fn sibling_elementwise_kernels_meeting_in_one_op_merge() {
-        // GELU-tanh's shape as exported from GPT-2: two branches over a reshaped product `m`
-        // (the reshape keeps them out of the matmul's kernel) meet in `y`. Without the merge, `t`'s kernel stores its output and
-        // `y`'s kernel reads it back; with it, one elementwise kernel after the matmul.
+        // GELU-tanh's shape: two branches over a reshaped product `m` (a reshape that
+        // regroups the rows keeps them out of the matmul's kernel) meet in `y`. Without the
+        // merge, `t`'s kernel stores its output and `y`'s kernel reads it back; with it, one
+        // elementwise kernel after the matmul.
         let c = compile(&g(r#"{"nodes":[
           {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
           {"name":"w","op":"Weight","attrs":{"shape":[8,8],"dtype":"fp32"}},
           {"name":"mm","op":"MatMul","inputs":["a","w"]},
-          {"name":"m","op":"Reshape","attrs":{"shape":[1,4,8]},"inputs":["mm"]},
+          {"name":"m","op":"Reshape","attrs":{"shape":[2,16]},"inputs":["mm"]},
           {"name":"h","op":"Mul","inputs":["m","m"]},
           {"name":"p","op":"Neg","inputs":["m"]},
           {"name":"t","op":"Tanh","inputs":["p"]},

@@ -91,6 +91,16 @@ impl<'a> Operand<'a> {
         (self.batch, self.rows, self.cols)
     }
 
+    /// Row and column strides within one matrix, in elements.
+    pub fn strides(&self) -> (usize, usize) {
+        (self.rs, self.cs)
+    }
+
+    /// The values, `batch · rows · cols` of them.
+    pub fn values(&self) -> &'a [f32] {
+        self.data
+    }
+
     /// True when the matrices are row-major and back to back (the batch folds into rows).
     pub fn is_row_major(&self) -> bool {
         self.cs == 1 && (self.rs == self.cols || self.rows <= 1)

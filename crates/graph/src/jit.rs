@@ -1226,6 +1226,49 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
     }
 
     #[test]
+    fn an_epilogue_reading_the_product_through_a_view_is_compiled() {
+        // GPT-2's exported MLP: the `[S, D]` product (a weight on the right, so the packed
+        // GEMM computes it) viewed as `[1, S, D]`, then an activation with two branches
+        // (y = tanh(m)·m). The epilogue reads the product through the view.
+        let g = crate::ir::Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[7,40],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[40,24],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[24],"dtype":"fp32"}},
+          {"name":"p","op":"MatMul","inputs":["x","w"]},
+          {"name":"z","op":"Add","inputs":["p","b"]},
+          {"name":"m","op":"Reshape","attrs":{"shape":[1,7,24]},"inputs":["z"]},
+          {"name":"t","op":"Tanh","inputs":["m"]},
+          {"name":"y","op":"Mul","inputs":["t","m"]}]}"#,
+        )
+        .unwrap();
+        let c = crate::fusion::compile(&g).unwrap();
+        assert_eq!(c.fused.kernels.len(), 1, "{:#?}", c.fused.kernels);
+        let (ins, a, b) = compiled_and_interpreted(&c.fused, 0, 11);
+        assert_eq!(a.len(), 7 * 24);
+        let v = |n: &str| &ins[n];
+        for i in 0..7 {
+            for jj in 0..24 {
+                let dot: f64 = (0..40)
+                    .map(|k| v("x")[i * 40 + k] as f64 * v("w")[k * 24 + jj] as f64)
+                    .sum();
+                let m = dot + v("b")[jj] as f64;
+                let want = m.tanh() * m;
+                let scale = want.abs().max(1.0);
+                for (what, got) in [
+                    ("compiled", a[i * 24 + jj]),
+                    ("interpreted", b[i * 24 + jj]),
+                ] {
+                    assert!(
+                        (got as f64 - want).abs() < 1e-5 * scale,
+                        "{what} {i},{jj}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_gated_mlp_epilogue_reads_both_products() {
         // y = silu(x·wg) · (x·wu), Llama's gate and up projections: one matmul kernel with
         // two MatMuls; both products are computed whole, then one compiled epilogue reads

@@ -400,11 +400,34 @@ impl Kernel {
                 (1, false) => x86::tile512::<1, true>(kc, a, b, cols, c, ldc, rows, acc),
                 (_, false) => x86::tile512::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
             },
-            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null()) {
-                (1, true) => x86::tile256::<1, false>(kc, a, b, cols, c, ldc, rows, acc),
-                (_, true) => x86::tile256::<2, false>(kc, a, b, cols, c, ldc, rows, acc),
-                (1, false) => x86::tile256::<1, true>(kc, a, b, cols, c, ldc, rows, acc),
-                (_, false) => x86::tile256::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
+            // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
+            // (`vmaskmovps`) cost several times a plain one on AMD's cores (Zen 3: a masked
+            // store is microcoded), once per step for B and once per tile for C.
+            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), cols % 8 != 0) {
+                (1, true, false) => {
+                    x86::tile256::<1, false, false>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (_, true, false) => {
+                    x86::tile256::<2, false, false>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (1, false, false) => {
+                    x86::tile256::<1, true, false>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (_, false, false) => {
+                    x86::tile256::<2, true, false>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (1, true, true) => {
+                    x86::tile256::<1, false, true>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (_, true, true) => {
+                    x86::tile256::<2, false, true>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (1, false, true) => {
+                    x86::tile256::<1, true, true>(kc, a, b, cols, c, ldc, rows, acc)
+                }
+                (_, false, true) => {
+                    x86::tile256::<2, true, true>(kc, a, b, cols, c, ldc, rows, acc)
+                }
             },
             _ => unreachable!("Kernel is only built for AVX2 and AVX-512"),
         }
@@ -644,11 +667,11 @@ mod x86 {
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), idx)
     }
 
-    /// AVX2 + FMA tile: 6 rows × `NV` vectors of 8 columns; the last vector under a mask of
-    /// `cols − 8·(NV − 1)` lanes.
+    /// AVX2 + FMA tile: 6 rows × `NV` vectors of 8 columns; with `MASKED` the last vector
+    /// under a mask of `cols − 8·(NV − 1)` lanes, else every vector whole (`cols = 8·NV`).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile256<const NV: usize, const OFFS: bool>(
+    pub(super) unsafe fn tile256<const NV: usize, const OFFS: bool, const MASKED: bool>(
         kc: usize,
         a: *const f32,
         b: Rows,
@@ -660,14 +683,13 @@ mod x86 {
     ) {
         const MR: usize = 6;
         let tail = mask8(cols - 8 * (NV - 1));
-        let full = _mm256_set1_epi32(-1);
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
             let mut bv = [_mm256_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
-                *x = if v + 1 == NV {
+                *x = if MASKED && v + 1 == NV {
                     _mm256_maskload_ps(bp.add(b.vec_off[v]), tail)
                 } else {
                     _mm256_loadu_ps(bp.add(b.vec_off[v]))
@@ -686,13 +708,19 @@ mod x86 {
                 break;
             }
             for (v, x) in row.iter().enumerate() {
-                let m = if v + 1 == NV { tail } else { full };
                 let p = c.add(r * ldc + 8 * v);
                 let mut y = *x;
-                if accumulate {
-                    y = _mm256_add_ps(y, _mm256_maskload_ps(p, m));
+                if MASKED && v + 1 == NV {
+                    if accumulate {
+                        y = _mm256_add_ps(y, _mm256_maskload_ps(p, tail));
+                    }
+                    _mm256_maskstore_ps(p, tail, y);
+                } else {
+                    if accumulate {
+                        y = _mm256_add_ps(y, _mm256_loadu_ps(p));
+                    }
+                    _mm256_storeu_ps(p, y);
                 }
-                _mm256_maskstore_ps(p, m, y);
             }
         }
     }

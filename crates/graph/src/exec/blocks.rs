@@ -193,7 +193,18 @@ pub(super) fn product_into(st: &State, n: usize, c: &mut [f32], accumulate: bool
             )
         })
     };
-    crate::gemm::matmul_acc(operand(0)?, operand(1)?, c, accumulate).map_err(|e| exec_err(tg, n, e))
+    let (a, b) = (operand(0)?, operand(1)?);
+    // A weight on the right (read in place or through a transpose of its last two axes)
+    // runs through the packed kernel with the weight packed once ([`super::linear`]).
+    let rhs = tg.node_inputs[n][1];
+    let stored = crate::gemm::transposed_source(tg, rhs).unwrap_or(rhs);
+    if matches!(tg.nodes[tg.producer[stored]].op, Op::Weight { .. })
+        && super::linear::packed_weight_product(st.filters, n, a, b, c, accumulate)
+            .map_err(|e| exec_err(tg, n, e))?
+    {
+        return Ok(());
+    }
+    crate::gemm::matmul_acc(a, b, c, accumulate).map_err(|e| exec_err(tg, n, e))
 }
 
 /// Every row of `c` set to bias tensor `b` (one value per column), for node `n`'s GEMM to

@@ -30,6 +30,7 @@ mod blocks;
 mod conv;
 mod elementwise;
 mod inputs;
+mod linear;
 mod pool;
 mod pooling;
 mod program;

@@ -890,7 +890,18 @@ fn run_matmul_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Res
             prods.push(t);
         }
     }
-    let r = run_jit(st, k, jk);
+    // The epilogue may read a product through a view (the `[1, S, D]` Reshape of a
+    // `[S, D]` product, `fusion::same_but_leading_ones`): share the product's buffer.
+    let mut r = Ok(());
+    for &t in &jk.meta.inputs {
+        if let Err(e) = st.ensure(t) {
+            r = Err(e);
+            break;
+        }
+    }
+    if r.is_ok() {
+        r = run_jit(st, k, jk);
+    }
     for t in prods {
         release_unless_stored(st, k, t);
     }

@@ -120,6 +120,8 @@ pub struct FilterCache(Mutex<HashMap<(usize, Form), Arc<Filters>>>);
 enum Form {
     Winograd,
     Direct,
+    /// A MatMul's right operand packed in panels of columns ([`Kernel::pack_b`]).
+    Right,
 }
 
 impl Clone for FilterCache {
@@ -164,6 +166,34 @@ impl FilterCache {
     ) -> Result<Arc<Filters>, String> {
         self.get_or_make(kern, (node, Form::Direct), w, || {
             pack_filters(kern, group, kg, crs, w)
+        })
+    }
+
+    /// MatMul node `node`'s right operand `w` (`k × n`, element (p, j) at `w[p·rs + j·cs]`)
+    /// packed for `kern` ([`Kernel::pack_b`], [`Kernel::packed_b_len`] values): the weight of
+    /// a linear layer ([`super::linear`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn packed_right(
+        &self,
+        kern: Kernel,
+        node: usize,
+        k: usize,
+        n: usize,
+        rs: usize,
+        cs: usize,
+        w: &[f32],
+    ) -> Result<Arc<Filters>, String> {
+        self.get_or_make(kern, (node, Form::Right), w, || {
+            let len = kern
+                .packed_b_len(k, n)
+                .ok_or_else(|| format!("packed weight of {k}x{n} overflows"))?;
+            let mut out: Vec<f32> = Vec::new();
+            out.try_reserve_exact(len)
+                .map_err(|_| format!("cannot allocate {len} packed weight values"))?;
+            out.resize(len, 0.0);
+            kern.pack_b(w, k, n, rs, cs, &mut out)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
         })
     }
 
