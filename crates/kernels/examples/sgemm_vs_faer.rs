@@ -45,6 +45,8 @@ fn main() {
         ("linear 128x256x768", 128, 256, 768, true),
         ("linear 128x1024x256", 128, 1024, 256, true),
         ("linear 197x192x576", 197, 192, 576, true),
+        ("linear 197x768x192", 197, 768, 192, true),
+        ("linear 197x192x768", 197, 192, 768, true),
     ];
     for (what, m, k, n, pack_a_per_call) in shapes {
         let a_sets: Vec<Vec<f32>> = (0..sets)

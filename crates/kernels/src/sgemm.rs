@@ -12,15 +12,17 @@
 //! im2col buffer, an activation): the microkernel loads `nr` consecutive values per step, the
 //! last vector of a panel under a lane mask, so a partial panel never reads past its row.
 //!
-//! Loop order (BLIS's, with the whole of M as one block): K in blocks of [`KC`] (the `KC × nr`
-//! slice of B then stays in L1 while every row panel of A passes over it), then column panels
-//! of B, then row panels of A. Every product is a fused multiply-add, so a result equals the
-//! sum in the order k = 0, 1, … within a K block, each block's sum then added to C; it can
+//! Loop order (BLIS's): K in blocks of [`Kernel::kc`] (the `kc × nr` slice of B then stays
+//! in L1 or close to it while row panels of A pass over it), M in blocks of [`Kernel::mc`]
+//! rows (that block of packed A stays in L2 while every column panel of B passes over it),
+//! then column panels of B, then row panels of A. Every product is a fused multiply-add, so
+//! a result equals the sum in the order k = 0, 1, … within a K block, each block's sum then
+//! added to C; it can
 //! differ from another GEMM's result in the last bits (faer's, a naive loop's).
 //!
 //! Left out: other element types, a transposed C, threading (a caller splits the rows in
-//! whole panels, [`Kernel::panel_rows`]), an M blocking for very tall A (a row panel set of
-//! `M × KC` floats is meant to sit in L2: fine to M ≈ 512), and a kernel for CPUs without
+//! whole panels, [`Kernel::panel_rows`]), block sizes read from the CPU's caches (they are
+//! fixed for a 32–48 KiB L1 and a 512 KiB–2 MiB L2), and a kernel for CPUs without
 //! AVX2 (aarch64 NEON included): there [`Kernel::detect`] returns `None` and callers keep
 //! their fallback GEMM.
 //!
@@ -45,9 +47,17 @@ use crate::KernelError;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Depth of one K block: the `KC × nr` slice of B (32 KiB at `nr` = 32) stays in a 48 KiB L1
-/// while every row panel of A passes over it.
-pub const KC: usize = 256;
+/// Bytes of one K block's slice of B (`kc × nr` floats, [`Kernel::kc`]): 32 KiB at either
+/// width (AVX-512: 256 × 32; AVX2: 512 × 16). Measured on AMD EPYC (Zen 3, AVX2; the
+/// `sgemm_vs_faer` example, docs/performance.md): depth 512 against 256 ran the linear
+/// shapes 1–10 % faster (197 × 768 × 192: 691 against 762 µs), fewer passes over C and
+/// fewer tile calls outweighing a slice that fills the 32 KiB L1 rather than half of it;
+/// 256 at AVX-512 was measured on an AVX-512 Xeon and EPYC in earlier sessions.
+pub const B_SLICE_BYTES: usize = 32 << 10;
+
+/// Bytes of one block of packed A (`mc × kc` floats) that the microkernel sweeps once per
+/// panel of B: half of a 512 KiB L2, so that the block stays there with room for C.
+pub const A_BLOCK_BYTES: usize = 256 << 10;
 
 /// A microkernel family for one instruction set: its tile of `mr` rows × `nr` columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +165,17 @@ impl Kernel {
     /// Columns of one panel of packed B.
     pub fn panel_cols(&self) -> usize {
         self.nr
+    }
+
+    /// Depth of one K block: `kc × nr` floats of B make [`B_SLICE_BYTES`].
+    pub fn kc(&self) -> usize {
+        B_SLICE_BYTES / (4 * self.nr)
+    }
+
+    /// Rows of one M block: a whole number of panels of A whose `mc × kc` floats fit
+    /// [`A_BLOCK_BYTES`] (at least one panel).
+    pub fn mc(&self) -> usize {
+        (A_BLOCK_BYTES / (4 * self.kc() * self.mr)).max(1) * self.mr
     }
 
     /// f32 lanes of one vector (16 for AVX-512, 8 for AVX2): a [`Right::Runs`] run is a
@@ -315,58 +336,64 @@ impl Kernel {
         let packed_b = matches!(b, Right::Packed(_));
         let c_ptr = c.as_mut_ptr();
         let (mr, nr) = (self.mr, self.nr);
+        let (kcmax, mc) = (self.kc(), self.mc());
         let mut pc = 0;
         while pc < k {
-            let kc = KC.min(k - pc);
+            let kc = kcmax.min(k - pc);
             let acc = accumulate || pc > 0;
-            let mut j0 = 0;
-            while j0 < n {
-                let cols = nr.min(n - j0);
-                // SAFETY (all pointer arithmetic below): the checks above bound every panel:
-                // packed B panel j0/nr spans nr·k floats from (j0/nr)·nr·k, the block starts
-                // pc·nr into it; row-major B row pc + t, columns j0..j0 + cols lie inside
-                // `span(k, n, ld, 1)`; packed A panel i0/mr spans mr·k floats; C rows
-                // i0..i0 + rows, columns j0..j0 + cols lie inside `span(m, n, ldc, 1)`.
-                // Offsets rows: row pc + t at b_ptr + offsets[pc + t] + j0, each checked to
-                // hold n values.
-                // Runs: vector v of the tile starts at column j0 + lanes·v, inside run
-                // (j0 + lanes·v) / run (runs are whole vectors), at that run's offset.
-                let w = self.lanes();
-                let mut vec_off = [0, w];
-                if let Some((run, ro)) = runs {
-                    for (v, o) in vec_off.iter_mut().enumerate() {
-                        let j = (j0 + w * v).min(n - 1);
-                        *o = ro[j / run] + j % run;
+            let mut ib = 0;
+            while ib < m {
+                let mend = (ib + mc).min(m);
+                let mut j0 = 0;
+                while j0 < n {
+                    let cols = nr.min(n - j0);
+                    // SAFETY (all pointer arithmetic below): the checks above bound every panel:
+                    // packed B panel j0/nr spans nr·k floats from (j0/nr)·nr·k, the block starts
+                    // pc·nr into it; row-major B row pc + t, columns j0..j0 + cols lie inside
+                    // `span(k, n, ld, 1)`; packed A panel i0/mr spans mr·k floats; C rows
+                    // i0..i0 + rows, columns j0..j0 + cols lie inside `span(m, n, ldc, 1)`.
+                    // Offsets rows: row pc + t at b_ptr + offsets[pc + t] + j0, each checked to
+                    // hold n values.
+                    // Runs: vector v of the tile starts at column j0 + lanes·v, inside run
+                    // (j0 + lanes·v) / run (runs are whole vectors), at that run's offset.
+                    let w = self.lanes();
+                    let mut vec_off = [0, w];
+                    if let Some((run, ro)) = runs {
+                        for (v, o) in vec_off.iter_mut().enumerate() {
+                            let j = (j0 + w * v).min(n - 1);
+                            *o = ro[j / run] + j % run;
+                        }
                     }
+                    let (bp, op) = unsafe {
+                        if runs.is_some() {
+                            (b_ptr, offs.add(pc))
+                        } else if packed_b {
+                            (b_ptr.add((j0 / nr) * b_panel_stride + pc * nr), offs)
+                        } else if offs.is_null() {
+                            (b_ptr.add(pc * ldb + j0), offs)
+                        } else {
+                            (b_ptr.add(j0), offs.add(pc))
+                        }
+                    };
+                    let mut i0 = ib;
+                    while i0 < mend {
+                        let rows = mr.min(mend - i0);
+                        unsafe {
+                            let ap = a_packed.as_ptr().add(i0 * k + pc * mr);
+                            let cp = c_ptr.add(i0 * ldc + j0);
+                            let brows = Rows {
+                                ptr: bp,
+                                ld: ldb,
+                                offs: op,
+                                vec_off,
+                            };
+                            self.tile(kc, ap, brows, cols, cp, ldc, rows, acc);
+                        }
+                        i0 += mr;
+                    }
+                    j0 += nr;
                 }
-                let (bp, op) = unsafe {
-                    if runs.is_some() {
-                        (b_ptr, offs.add(pc))
-                    } else if packed_b {
-                        (b_ptr.add((j0 / nr) * b_panel_stride + pc * nr), offs)
-                    } else if offs.is_null() {
-                        (b_ptr.add(pc * ldb + j0), offs)
-                    } else {
-                        (b_ptr.add(j0), offs.add(pc))
-                    }
-                };
-                let mut i0 = 0;
-                while i0 < m {
-                    let rows = mr.min(m - i0);
-                    unsafe {
-                        let ap = a_packed.as_ptr().add(i0 * k + pc * mr);
-                        let cp = c_ptr.add(i0 * ldc + j0);
-                        let brows = Rows {
-                            ptr: bp,
-                            ld: ldb,
-                            offs: op,
-                            vec_off,
-                        };
-                        self.tile(kc, ap, brows, cols, cp, ldc, rows, acc);
-                    }
-                    i0 += mr;
-                }
-                j0 += nr;
+                ib = mend;
             }
             pc += kc;
         }
@@ -785,8 +812,11 @@ mod tests {
     #[test]
     fn every_edge_and_layout_matches_the_reference() {
         // Shapes straddling every tile edge: rows around mr (6, 8), columns around one and
-        // two vectors (8, 16, 32), K around one block (256).
+        // two vectors (8, 16, 32), K around one block (kc: 256 at AVX-512, 512 at AVX2),
+        // and rows past one M block (mc: 256 and 126 rows) with K past two blocks.
         let shapes = [
+            (300, 20, 1100),
+            (130, 9, 513),
             (1, 1, 1),
             (5, 7, 3),
             (6, 16, 9),

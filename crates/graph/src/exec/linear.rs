@@ -4,7 +4,11 @@
 //! panels once per weight buffer and kept in the program's memo ([`super::winograd::FilterCache`]),
 //! so a run reads it as one sequential stream instead of packing it again on every call (what
 //! faer does with an operand it is handed); the activation `A` (row-major, any batch folded
-//! into its rows) is packed per call into a buffer each worker keeps.
+//! into its rows) is packed per call into a buffer each worker keeps, one K block
+//! ([`Kernel::kc`] columns) at a time, just before the block's products,
+//! so that the block is still in L2 when the microkernel sweeps it once per panel of `B`
+//! (packing the whole of a 197 × 768 `A`, 605 KB, first left the first blocks in L3 by the
+//! time they were used). The weight is packed in the same K blocks.
 //!
 //! Threading: with more than one worker and at least [`crate::gemm::PAR_MIN_MACS`]
 //! multiply-adds, the rows of `C` split among the workers in whole panels of `A` when there
@@ -98,10 +102,18 @@ pub(super) fn packed_weight_product(
                 // SAFETY: worker w writes only columns j0..j0 + cols of each row (disjoint
                 // across workers); `gemm` checks the span (rows - 1)·n + cols ≤ len - j0.
                 let c = unsafe { std::slice::from_raw_parts_mut(cptr.get().add(j0), len - j0) };
-                let bpart = &pb[(j0 / nr) * nr * k..];
-                with_packed_a(kern, av, rows, k, |pa| {
-                    kern.gemm(rows, cols, k, pa, Right::Packed(bpart), c, n, accumulate)
-                        .map_err(|e| e.to_string())
+                k_blocks(kern, av, rows, k, n, pb, j0, |kc, pa, bblk, first| {
+                    kern.gemm(
+                        rows,
+                        cols,
+                        kc,
+                        pa,
+                        Right::Packed(bblk),
+                        c,
+                        n,
+                        accumulate || !first,
+                    )
+                    .map_err(|e| e.to_string())
                 })
             })?;
     }
@@ -132,23 +144,40 @@ fn rows_block(
     c: &mut [f32],
     accumulate: bool,
 ) -> Result<(), String> {
-    with_packed_a(kern, a, rows, k, |pa| {
-        kern.gemm(rows, n, k, pa, Right::Packed(pb), c, n, accumulate)
-            .map_err(|e| e.to_string())
+    k_blocks(kern, a, rows, k, n, pb, 0, |kc, pa, bblk, first| {
+        kern.gemm(
+            rows,
+            n,
+            kc,
+            pa,
+            Right::Packed(bblk),
+            c,
+            n,
+            accumulate || !first,
+        )
+        .map_err(|e| e.to_string())
     })
 }
 
-/// Runs `f` on `a` (`rows × k`, row-major) packed for `kern` in this thread's buffer.
-fn with_packed_a<R>(
+/// For each K block of `a` (`rows × k`, row-major) in turn: the block packed for `kern` in
+/// this thread's buffer, and the same block of the packed weight `pb` (`k × n` in K blocks,
+/// [`FilterCache::packed_right`]) from its column `j0` (a multiple of the kernel's panel
+/// width) on, handed to `f(kc, packed A block, packed B block, first)`.
+#[allow(clippy::too_many_arguments)]
+fn k_blocks(
     kern: Kernel,
     a: &[f32],
     rows: usize,
     k: usize,
-    f: impl FnOnce(&[f32]) -> Result<R, String>,
-) -> Result<R, String> {
+    n: usize,
+    pb: &[f32],
+    j0: usize,
+    mut f: impl FnMut(usize, &[f32], &[f32], bool) -> Result<(), String>,
+) -> Result<(), String> {
+    let kcmax = kern.kc().min(k);
     let need = kern
-        .packed_a_len(rows, k)
-        .ok_or_else(|| format!("packed A of {rows} x {k} overflows"))?;
+        .packed_a_len(rows, kcmax)
+        .ok_or_else(|| format!("packed A of {rows} x {kcmax} overflows"))?;
     PACKED_A.with(|cell| {
         let mut buf = cell.borrow_mut();
         if buf.len() < need {
@@ -157,9 +186,19 @@ fn with_packed_a<R>(
                 .map_err(|_| format!("cannot allocate {need} packed values of A"))?;
             buf.resize(need, 0.0);
         }
-        kern.pack_a(a, rows, k, k, 1, &mut buf[..need])
-            .map_err(|e| e.to_string())?;
-        f(&buf[..need])
+        let nr = kern.panel_cols();
+        let mut at = 0;
+        for pc in (0..k).step_by(kcmax) {
+            let kc = kcmax.min(k - pc);
+            let alen = kern.packed_a_len(rows, kc).unwrap_or(0);
+            kern.pack_a(&a[pc..], rows, kc, k, 1, &mut buf[..alen])
+                .map_err(|e| e.to_string())?;
+            let blen = kern.packed_b_len(kc, n).unwrap_or(0);
+            let bblk = &pb[at..at + blen][(j0 / nr) * nr * kc..];
+            f(kc, &buf[..alen], bblk, pc == 0)?;
+            at += blen;
+        }
+        Ok(())
     })
 }
 

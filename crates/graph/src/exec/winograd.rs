@@ -170,8 +170,10 @@ impl FilterCache {
     }
 
     /// MatMul node `node`'s right operand `w` (`k × n`, element (p, j) at `w[p·rs + j·cs]`)
-    /// packed for `kern` ([`Kernel::pack_b`], [`Kernel::packed_b_len`] values): the weight of
-    /// a linear layer ([`super::linear`]).
+    /// packed for `kern` in blocks of [`Kernel::kc`] rows, one after
+    /// another, each the [`Kernel::pack_b`] packing of its `kc × n` rows
+    /// ([`Kernel::packed_b_len`]`(k, n)` values in all): the weight of a linear layer
+    /// ([`super::linear`]), which runs one K block at a time.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn packed_right(
         &self,
@@ -191,8 +193,14 @@ impl FilterCache {
             out.try_reserve_exact(len)
                 .map_err(|_| format!("cannot allocate {len} packed weight values"))?;
             out.resize(len, 0.0);
-            kern.pack_b(w, k, n, rs, cs, &mut out)
-                .map_err(|e| e.to_string())?;
+            let mut at = 0;
+            for pc in (0..k).step_by(kern.kc()) {
+                let kc = kern.kc().min(k - pc);
+                let blen = kern.packed_b_len(kc, n).unwrap_or(0);
+                kern.pack_b(&w[pc * rs..], kc, n, rs, cs, &mut out[at..at + blen])
+                    .map_err(|e| e.to_string())?;
+                at += blen;
+            }
             Ok(out)
         })
     }
