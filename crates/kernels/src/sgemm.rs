@@ -430,7 +430,7 @@ impl Kernel {
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
             // (`vmaskmovps`) cost several times a plain one on AMD's cores (Zen 3: a masked
             // store is microcoded), once per step for B and once per tile for C.
-            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), cols % 8 != 0) {
+            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), !cols.is_multiple_of(8)) {
                 (1, true, false) => {
                     x86::tile256::<1, false, false>(kc, a, b, cols, c, ldc, rows, acc)
                 }
