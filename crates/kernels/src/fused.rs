@@ -289,7 +289,7 @@ pub fn rmsnorm_swiglu_fused_stream(
     let workers = workers_for(shape, n_tiles);
     let mut h = vec![0.0f32; tb_max * d];
     let mut written = 0u64;
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(out);
     let mut r0 = 0;
     while r0 < t {
         let tb = FUSED_SMALL_T.min(t - r0);
@@ -519,7 +519,7 @@ pub fn rmsnorm_swiglu_fused_tiled(
     let workers = workers_for(shape, n_tiles);
     let mut h = vec![0.0f32; tb_max * d];
     let mut written = 0u64;
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(out);
     let mut r0 = 0;
     while r0 < t {
         let tb = row_block.min(t - r0);
@@ -559,14 +559,24 @@ pub fn rmsnorm_swiglu_fused_tiled(
     })
 }
 
-/// Raw output pointer shared by the tile tasks (each writes a disjoint sub-block).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: used only to write disjoint regions of one `&mut [f32]` that outlives the tasks.
+/// Raw output pointer shared by parallel tasks that each write a disjoint part of one
+/// `&mut [f32]` (the tile tasks here, the column blocks of the graph crate's linear layers),
+/// which outlives them. Building one is safe; every write through [`OutPtr::get`] is the
+/// caller's `unsafe` block, which must keep the tasks' regions disjoint and in bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct OutPtr(*mut f32);
+// SAFETY: the pointer is only dereferenced in callers' unsafe blocks that write disjoint
+// regions of a buffer outliving the tasks (see the type's documentation).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 impl OutPtr {
-    fn get(self) -> *mut f32 {
+    /// The start of `out`.
+    pub fn new(out: &mut [f32]) -> Self {
+        OutPtr(out.as_mut_ptr())
+    }
+
+    /// The pointer.
+    pub fn get(self) -> *mut f32 {
         self.0
     }
 }

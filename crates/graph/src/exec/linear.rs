@@ -24,6 +24,7 @@ use super::winograd::FilterCache;
 use crate::gemm::{Operand, PAR_MIN_MACS};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use tensorforge_kernels::fused::OutPtr;
 use tensorforge_kernels::sgemm::{Kernel, Right};
 
 thread_local! {
@@ -79,20 +80,22 @@ pub(super) fn packed_weight_product(
     let panels_m = rows.div_ceil(mr);
     let panels_n = n.div_ceil(nr);
     if workers == 1 {
-        return rows_block(kern, av, rows, k, n, pb, out, accumulate).map(|_| true);
+        return product_block(kern, av, rows, k, n, 0, n, pb, out, accumulate).map(|_| true);
     }
     if panels_m >= 2 * workers {
         // Rows in whole panels of A, one block per worker.
         let per = panels_m.div_ceil(workers) * mr;
         out.par_chunks_mut(per * n)
             .zip(av.par_chunks(per * k))
-            .try_for_each(|(c, a)| rows_block(kern, a, c.len() / n, k, n, pb, c, accumulate))?;
+            .try_for_each(|(c, a)| {
+                product_block(kern, a, c.len() / n, k, n, 0, n, pb, c, accumulate)
+            })?;
     } else {
         // Columns in whole panels of B: each worker writes its columns of every row (C's row
         // stride stays n) from the whole of A.
         let per_panels = panels_n.div_ceil(workers);
         let per = per_panels * nr;
-        let cptr = SendPtr(out.as_mut_ptr());
+        let cptr = OutPtr::new(out);
         let len = out.len();
         (0..panels_n.div_ceil(per_panels))
             .into_par_iter()
@@ -102,60 +105,31 @@ pub(super) fn packed_weight_product(
                 // SAFETY: worker w writes only columns j0..j0 + cols of each row (disjoint
                 // across workers); `gemm` checks the span (rows - 1)·n + cols ≤ len - j0.
                 let c = unsafe { std::slice::from_raw_parts_mut(cptr.get().add(j0), len - j0) };
-                k_blocks(kern, av, rows, k, n, pb, j0, |kc, pa, bblk, first| {
-                    kern.gemm(
-                        rows,
-                        cols,
-                        kc,
-                        pa,
-                        Right::Packed(bblk),
-                        c,
-                        n,
-                        accumulate || !first,
-                    )
-                    .map_err(|e| e.to_string())
-                })
+                product_block(kern, av, rows, k, n, j0, cols, pb, c, accumulate)
             })?;
     }
     Ok(true)
 }
 
-/// A raw pointer to C that the column split hands to its workers.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: the workers write disjoint columns (see the column split).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// `c (+)= a · B` for a block of `rows` rows of row-major `a` and the whole packed `B`.
+/// `c (+)= a · B[:, j0..j0 + cols]` for a block of `rows` rows of row-major `a` and the
+/// packed `B` (`c`'s row stride is `n`, its first element column `j0`'s).
 #[allow(clippy::too_many_arguments)]
-fn rows_block(
+fn product_block(
     kern: Kernel,
     a: &[f32],
     rows: usize,
     k: usize,
     n: usize,
+    j0: usize,
+    cols: usize,
     pb: &[f32],
     c: &mut [f32],
     accumulate: bool,
 ) -> Result<(), String> {
-    k_blocks(kern, a, rows, k, n, pb, 0, |kc, pa, bblk, first| {
-        kern.gemm(
-            rows,
-            n,
-            kc,
-            pa,
-            Right::Packed(bblk),
-            c,
-            n,
-            accumulate || !first,
-        )
-        .map_err(|e| e.to_string())
+    k_blocks(kern, a, rows, k, n, pb, j0, |kc, pa, bblk, first| {
+        let acc = accumulate || !first;
+        kern.gemm(rows, cols, kc, pa, Right::Packed(bblk), c, n, acc)
+            .map_err(|e| e.to_string())
     })
 }
 
