@@ -428,8 +428,8 @@ impl Kernel {
                 (_, false) => x86::tile512::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
             },
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
-            // (`vmaskmovps`) cost several times a plain one on AMD's cores (Zen 3: a masked
-            // store is microcoded), once per step for B and once per tile for C.
+            // (`vmaskmovps`, once per step for B and once per tile for C) made the whole
+            // tiles up to 1.5x slower on AMD EPYC (Zen 3; docs/performance.md).
             Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), !cols.is_multiple_of(8)) {
                 (1, true, false) => {
                     x86::tile256::<1, false, false>(kc, a, b, cols, c, ldc, rows, acc)

@@ -16,7 +16,8 @@
 //! panels of `B` (a short `A`, such as one token's row, is then packed by each worker).
 //!
 //! Left out: CPUs without the packed kernel (AVX2 + FMA or AVX-512F; aarch64 included), where
-//! [`packed_weight_product`] declines and faer runs the product; weights of more than one
+//! [`packed_weight_product`] declines and faer runs the product; products of at most
+//! [`crate::gemm::SMALL_MACS`] multiply-adds (the plain loop there costs less than packing); weights of more than one
 //! matrix (a batched right operand); other element types. The packed copy doubles the
 //! weight's memory (the original stays bound to the graph).
 
@@ -50,6 +51,10 @@ pub(super) fn packed_weight_product(
     let (ab, m, k) = a.dims();
     let (bb, bk, n) = b.dims();
     if bb != 1 || bk != k || !a.is_row_major() || k == 0 || n == 0 {
+        return Ok(false);
+    }
+    // A product at or below SMALL_MACS keeps `gemm`'s plain loop: packing costs more.
+    if ab.saturating_mul(m).saturating_mul(k).saturating_mul(n) <= crate::gemm::SMALL_MACS {
         return Ok(false);
     }
     let rows = ab
@@ -318,14 +323,21 @@ mod tests {
     }
 
     #[test]
-    fn a_batched_right_operand_is_declined() {
+    fn a_batched_or_tiny_product_is_declined() {
         let cache = FilterCache::default();
-        let a = vals(2 * 3 * 4, 1);
-        let b = vals(2 * 4 * 5, 2);
-        let ao = Operand::row_major(&a, 2, 3, 4).unwrap();
-        let bo = Operand::row_major(&b, 2, 4, 5).unwrap();
-        let mut c = vec![0.0; 2 * 3 * 5];
+        // 2 · 20 · 40 · 30 = 48 000 multiply-adds: large enough, but two weight matrices.
+        let a = vals(2 * 20 * 40, 1);
+        let b = vals(2 * 40 * 30, 2);
+        let ao = Operand::row_major(&a, 2, 20, 40).unwrap();
+        let bo = Operand::row_major(&b, 2, 40, 30).unwrap();
+        let mut c = vec![0.0; 2 * 20 * 30];
         assert!(!packed_weight_product(&cache, 0, ao, bo, &mut c, false).unwrap());
+        // One weight but 4 · 8 · 32 = 1024 multiply-adds (SMALL_MACS): the plain loop's.
+        let (a, b) = (vals(4 * 8, 3), vals(8 * 32, 4));
+        let ao = Operand::row_major(&a, 1, 4, 8).unwrap();
+        let bo = Operand::row_major(&b, 1, 8, 32).unwrap();
+        let mut c = vec![0.0; 4 * 32];
+        assert!(!packed_weight_product(&cache, 1, ao, bo, &mut c, false).unwrap());
         assert!(
             c.iter().all(|&x| x == 0.0),
             "a declined product leaves C as it was"
