@@ -105,6 +105,23 @@ pub enum Right<'a> {
     },
 }
 
+/// How the microkernel reads A (`m × k`).
+#[derive(Clone, Copy, Debug)]
+pub enum Left<'a> {
+    /// Packed by [`Kernel::pack_a`] (a slice starting at a panel boundary is a block of rows).
+    Packed(&'a [f32]),
+    /// Row-major in place: element (i, p) at `data[i * ld + p]`, `ld ≥ k`. The microkernel
+    /// broadcasts from `mr` rows at once, so nothing is packed: an activation read once per
+    /// product (a linear layer's) costs no extra pass. A partial last panel re-reads its last
+    /// row for the missing ones (their results are not stored), never past `m` rows.
+    RowMajor {
+        /// The values.
+        data: &'a [f32],
+        /// Row stride in elements.
+        ld: usize,
+    },
+}
+
 fn invalid(msg: String) -> KernelError {
     KernelError::InvalidArgument(msg)
 }
@@ -249,15 +266,41 @@ impl Kernel {
         ldc: usize,
         accumulate: bool,
     ) -> Result<(), KernelError> {
+        self.gemm_left(m, n, k, Left::Packed(a_packed), b, c, ldc, accumulate)
+    }
+
+    /// [`Kernel::gemm`] with A as [`Left`] says: packed, or row-major in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_left(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Left,
+        b: Right,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) -> Result<(), KernelError> {
         let bad = |what: &str| invalid(format!("sgemm: {what} for a {m}×{k}·{k}×{n} product"));
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let a_need = self
-            .packed_a_len(m, k)
-            .ok_or_else(|| bad("packed A overflows"))?;
-        if a_packed.len() < a_need {
-            return Err(bad("packed A is too short"));
+        match a {
+            Left::Packed(a_packed) => {
+                let a_need = self
+                    .packed_a_len(m, k)
+                    .ok_or_else(|| bad("packed A overflows"))?;
+                if a_packed.len() < a_need {
+                    return Err(bad("packed A is too short"));
+                }
+            }
+            Left::RowMajor { data, ld } => {
+                let need = span(m, k, ld, 1).ok_or_else(|| bad("A overflows"))?;
+                if ld < k || data.len() < need {
+                    return Err(bad("A is too short or its stride below k"));
+                }
+            }
         }
         let c_need = span(m, n, ldc, 1).ok_or_else(|| bad("C overflows"))?;
         if ldc < n || c.len() < c_need {
@@ -379,7 +422,15 @@ impl Kernel {
                     while i0 < mend {
                         let rows = mr.min(mend - i0);
                         unsafe {
-                            let ap = a_packed.as_ptr().add(i0 * k + pc * mr);
+                            // Packed: panel i0/mr from (i0/mr)·mr·k, the block pc·mr into
+                            // it (a_ld 0); row-major: row i0 at i0·ld, column pc (rows i0..i0
+                            // + rows, columns pc..pc + kc inside `span(m, k, ld, 1)`).
+                            let (ap, a_ld) = match a {
+                                Left::Packed(d) => (d.as_ptr().add(i0 * k + pc * mr), 0),
+                                Left::RowMajor { data, ld } => {
+                                    (data.as_ptr().add(i0 * ld + pc), ld)
+                                }
+                            };
                             let cp = c_ptr.add(i0 * ldc + j0);
                             let brows = Rows {
                                 ptr: bp,
@@ -387,7 +438,7 @@ impl Kernel {
                                 offs: op,
                                 vec_off,
                             };
-                            self.tile(kc, ap, brows, cols, cp, ldc, rows, acc);
+                            self.tile(kc, ap, a_ld, brows, cols, cp, ldc, rows, acc);
                         }
                         i0 += mr;
                     }
@@ -403,15 +454,17 @@ impl Kernel {
     /// One tile: `rows ≤ mr` rows and `cols ≤ nr` columns of C from `kc` steps.
     ///
     /// # Safety
-    /// `a` has `kc · mr` readable floats; B rows `0..kc` (see [`Rows`]) have `cols` readable
-    /// floats each; C rows `0..rows` (stride `ldc`) have `cols` writable floats each; the
-    /// CPU supports `self.level`.
+    /// `a_ld` 0: `a` has `kc · mr` readable floats (packed); else rows `0..rows` of `a` at
+    /// stride `a_ld` have `kc` readable floats each; B rows `0..kc` (see [`Rows`]) have
+    /// `cols` readable floats each; C rows `0..rows` (stride `ldc`) have `cols` writable
+    /// floats each; the CPU supports `self.level`.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     unsafe fn tile(
         &self,
         kc: usize,
         a: *const f32,
+        a_ld: usize,
         b: Rows,
         cols: usize,
         c: *mut f32,
@@ -422,45 +475,45 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             Level::Avx512 => match (cols.div_ceil(16), b.offs.is_null()) {
-                (1, true) => x86::tile512::<1, false>(kc, a, b, cols, c, ldc, rows, acc),
-                (_, true) => x86::tile512::<2, false>(kc, a, b, cols, c, ldc, rows, acc),
-                (1, false) => x86::tile512::<1, true>(kc, a, b, cols, c, ldc, rows, acc),
-                (_, false) => x86::tile512::<2, true>(kc, a, b, cols, c, ldc, rows, acc),
+                (1, true) => x86::tile512::<1, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
+                (_, true) => x86::tile512::<2, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
+                (1, false) => x86::tile512::<1, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
+                (_, false) => x86::tile512::<2, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
             },
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
             // (`vmaskmovps`, once per step for B and once per tile for C) made the whole
             // tiles up to 1.5x slower on AMD EPYC (Zen 3; docs/performance.md).
             Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), !cols.is_multiple_of(8)) {
                 (1, true, false) => {
-                    x86::tile256::<1, false, false>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<1, false, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (_, true, false) => {
-                    x86::tile256::<2, false, false>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<2, false, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (1, false, false) => {
-                    x86::tile256::<1, true, false>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<1, true, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (_, false, false) => {
-                    x86::tile256::<2, true, false>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<2, true, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (1, true, true) => {
-                    x86::tile256::<1, false, true>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<1, false, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (_, true, true) => {
-                    x86::tile256::<2, false, true>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<2, false, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (1, false, true) => {
-                    x86::tile256::<1, true, true>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<1, true, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
                 (_, false, true) => {
-                    x86::tile256::<2, true, true>(kc, a, b, cols, c, ldc, rows, acc)
+                    x86::tile256::<2, true, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
                 }
             },
             _ => unreachable!("Kernel is only built for AVX2 and AVX-512"),
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (kc, a, b, cols, c, ldc, rows, acc);
+            let _ = (kc, a, a_ld, b, cols, c, ldc, rows, acc);
             unreachable!("Kernel is only built on x86-64")
         }
     }
@@ -550,6 +603,20 @@ impl Rows {
 mod x86 {
     use super::*;
 
+    /// Where row r of a tile's A is, relative to its step pointer, and how far the pointer
+    /// moves per step: packed (`a_ld` 0) row r at r, `MR` a step; row-major row r at
+    /// `min(r, rows − 1) · a_ld` (the rows past a partial panel re-read its last row), 1 a
+    /// step.
+    #[inline(always)]
+    pub(super) fn a_offsets<const MR: usize>(a_ld: usize, rows: usize) -> ([usize; MR], usize) {
+        if a_ld == 0 {
+            (std::array::from_fn(|r| r), MR)
+        } else {
+            let last = rows.max(1) - 1;
+            (std::array::from_fn(|r| r.min(last) * a_ld), 1)
+        }
+    }
+
     /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; the last vector under a mask of
     /// `cols − 16·(NV − 1)` lanes.
     #[allow(clippy::too_many_arguments)]
@@ -557,6 +624,7 @@ mod x86 {
     pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool>(
         kc: usize,
         a: *const f32,
+        a_ld: usize,
         b: Rows,
         cols: usize,
         c: *mut f32,
@@ -572,6 +640,7 @@ mod x86 {
             (1u16 << last) - 1
         };
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows);
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
@@ -584,12 +653,12 @@ mod x86 {
                 };
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*ap.add(r));
+                let av = _mm512_set1_ps(*ap.add(aoff[r]));
                 for (x, y) in row.iter_mut().zip(bv.iter()) {
                     *x = _mm512_fmadd_ps(av, *y, *x);
                 }
             }
-            ap = ap.add(MR);
+            ap = ap.add(step);
         }
         for (r, row) in acc.iter().enumerate() {
             if r >= rows {
@@ -701,6 +770,7 @@ mod x86 {
     pub(super) unsafe fn tile256<const NV: usize, const OFFS: bool, const MASKED: bool>(
         kc: usize,
         a: *const f32,
+        a_ld: usize,
         b: Rows,
         cols: usize,
         c: *mut f32,
@@ -711,6 +781,7 @@ mod x86 {
         const MR: usize = 6;
         let tail = mask8(cols - 8 * (NV - 1));
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows);
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
@@ -723,12 +794,12 @@ mod x86 {
                 };
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(r));
+                let av = _mm256_broadcast_ss(&*ap.add(aoff[r]));
                 for (x, y) in row.iter_mut().zip(bv.iter()) {
                     *x = _mm256_fmadd_ps(av, *y, *x);
                 }
             }
-            ap = ap.add(MR);
+            ap = ap.add(step);
         }
         for (r, row) in acc.iter().enumerate() {
             if r >= rows {
@@ -857,6 +928,21 @@ mod tests {
                     };
                     let mut c = c0.clone();
                     kern.gemm(m, n, k, &ap, right, &mut c, ldc, acc).unwrap();
+                    if !transposed_a {
+                        // A read in place (row stride k + 5, the gaps NaN, the slice ending
+                        // at row m's last value): the same products in the same order as
+                        // packed, so the same bits.
+                        let lda = k + 5;
+                        let mut ar = vec![f32::NAN; (m - 1) * lda + k];
+                        for i in 0..m {
+                            ar[i * lda..i * lda + k].copy_from_slice(&a[i * k..(i + 1) * k]);
+                        }
+                        let mut c2 = c0.clone();
+                        let left = Left::RowMajor { data: &ar, ld: lda };
+                        kern.gemm_left(m, n, k, left, right, &mut c2, ldc, acc)
+                            .unwrap();
+                        assert_eq!(c2, c, "{kern:?} {m}×{n}×{k} row-major A pb={packed_b}");
+                    }
                     let want = reference(m, n, k, &a, rs, cs, &b, ldb, &c0, ldc, acc);
                     for i in 0..m {
                         for j in 0..ldc {
@@ -1015,6 +1101,13 @@ mod tests {
             assert!(kern.gemm(4, 4, 4, &ap, r, &mut c, 3, false).is_err());
             let mut out = vec![0.0; 3];
             assert!(kern.pack_a(&b, 4, 4, 4, 1, &mut out).is_err());
+            // Row-major A: 4 rows of 4 at stride 4 need 16 values; a stride below k is wrong.
+            let a = vec![0.0; 15];
+            let l = Left::RowMajor { data: &a, ld: 4 };
+            assert!(kern.gemm_left(4, 4, 4, l, r, &mut c, 4, false).is_err());
+            let a = vec![0.0; 16];
+            let l = Left::RowMajor { data: &a, ld: 3 };
+            assert!(kern.gemm_left(4, 4, 4, l, r, &mut c, 4, false).is_err());
         }
     }
 

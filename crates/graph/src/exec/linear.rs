@@ -2,36 +2,28 @@
 //! the Kernels crate's packed `sgemm`: the weight `B` (`K × N`, read in place or through a
 //! transpose of its last two axes, as ONNX `Gemm` with `transB` gives it) is packed into
 //! panels once per weight buffer and kept in the program's memo ([`super::winograd::FilterCache`]),
-//! so a run reads it as one sequential stream instead of packing it again on every call (what
-//! faer does with an operand it is handed); the activation `A` (row-major, any batch folded
-//! into its rows) is packed per call into a buffer each worker keeps, one K block
-//! ([`Kernel::kc`] columns) at a time, just before the block's products,
-//! so that the block is still in L2 when the microkernel sweeps it once per panel of `B`
-//! (packing the whole of a 197 × 768 `A`, 605 KB, first left the first blocks in L3 by the
-//! time they were used). The weight is packed in the same K blocks.
+//! so a run reads it as one sequential stream (faer is handed the plain matrix on every call
+//! and arranges it itself); the activation `A` (row-major, any batch folded
+//! into its rows) is read in place ([`Left::RowMajor`]): packing it cost 41–98 µs a call on
+//! the GPT-2 and ViT shapes (AMD EPYC, AVX2; docs/performance.md), 5–24 % of the product.
+//! The weight is packed in K blocks of [`Kernel::kc`] rows, run one after another.
 //!
 //! Threading: with more than one worker and at least [`crate::gemm::PAR_MIN_MACS`]
 //! multiply-adds, the rows of `C` split among the workers in whole panels of `A` when there
-//! are enough of them (each worker packs only its own rows), else the columns split in whole
-//! panels of `B` (a short `A`, such as one token's row, is then packed by each worker).
+//! are enough of them, else the columns split in whole panels of `B` (a short `A`, such as
+//! one token's row, is then read by each worker).
 //!
 //! Left out: CPUs without the packed kernel (AVX2 + FMA or AVX-512F; aarch64 included), where
 //! [`packed_weight_product`] declines and faer runs the product; products of at most
-//! [`crate::gemm::SMALL_MACS`] multiply-adds (the plain loop there costs less than packing); weights of more than one
-//! matrix (a batched right operand); other element types. The packed copy doubles the
+//! [`crate::gemm::SMALL_MACS`] multiply-adds (the plain loop there costs less); weights of
+//! more than one matrix (a batched right operand); other element types. The packed copy doubles the
 //! weight's memory (the original stays bound to the graph).
 
 use super::winograd::FilterCache;
 use crate::gemm::{Operand, PAR_MIN_MACS};
 use rayon::prelude::*;
-use std::cell::RefCell;
 use tensorforge_kernels::fused::OutPtr;
-use tensorforge_kernels::sgemm::{Kernel, Right};
-
-thread_local! {
-    /// Each worker's packed rows of `A`, grown to the largest product it has run and kept.
-    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
+use tensorforge_kernels::sgemm::{Kernel, Left, Right};
 
 /// `out (+)= a · b` through the packed kernel when `b` is weight `node`'s single matrix and
 /// `a` is row-major (its batch folded into rows): `Ok(true)` when it ran, `Ok(false)` when the
@@ -131,54 +123,46 @@ fn product_block(
     c: &mut [f32],
     accumulate: bool,
 ) -> Result<(), String> {
-    k_blocks(kern, a, rows, k, n, pb, j0, |kc, pa, bblk, first| {
+    k_blocks(kern, a, k, n, pb, j0, |kc, left, bblk, first| {
         let acc = accumulate || !first;
-        kern.gemm(rows, cols, kc, pa, Right::Packed(bblk), c, n, acc)
+        kern.gemm_left(rows, cols, kc, left, Right::Packed(bblk), c, n, acc)
             .map_err(|e| e.to_string())
     })
 }
 
-/// For each K block of `a` (`rows × k`, row-major) in turn: the block packed for `kern` in
-/// this thread's buffer, and the same block of the packed weight `pb` (`k × n` in K blocks,
-/// [`FilterCache::packed_right`]) from its column `j0` (a multiple of the kernel's panel
-/// width) on, handed to `f(kc, packed A block, packed B block, first)`.
+/// For each K block of `a` (`rows × k`, row-major) in turn: the block read in place, and the
+/// same block of the packed weight `pb` (`k × n` in K blocks, [`FilterCache::packed_right`])
+/// from its column `j0` (a multiple of the kernel's panel width) on, handed to
+/// `f(kc, A block, packed B block, first)`.
 #[allow(clippy::too_many_arguments)]
 fn k_blocks(
     kern: Kernel,
     a: &[f32],
-    rows: usize,
     k: usize,
     n: usize,
     pb: &[f32],
     j0: usize,
-    mut f: impl FnMut(usize, &[f32], &[f32], bool) -> Result<(), String>,
+    mut f: impl FnMut(usize, Left, &[f32], bool) -> Result<(), String>,
 ) -> Result<(), String> {
     let kcmax = kern.kc().min(k);
-    let need = kern
-        .packed_a_len(rows, kcmax)
-        .ok_or_else(|| format!("packed A of {rows} x {kcmax} overflows"))?;
-    PACKED_A.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        if buf.len() < need {
-            let extra = need - buf.len();
-            buf.try_reserve_exact(extra)
-                .map_err(|_| format!("cannot allocate {need} packed values of A"))?;
-            buf.resize(need, 0.0);
-        }
-        let nr = kern.panel_cols();
-        let mut at = 0;
-        for pc in (0..k).step_by(kcmax) {
-            let kc = kcmax.min(k - pc);
-            let alen = kern.packed_a_len(rows, kc).unwrap_or(0);
-            kern.pack_a(&a[pc..], rows, kc, k, 1, &mut buf[..alen])
-                .map_err(|e| e.to_string())?;
-            let blen = kern.packed_b_len(kc, n).unwrap_or(0);
-            let bblk = &pb[at..at + blen][(j0 / nr) * nr * kc..];
-            f(kc, &buf[..alen], bblk, pc == 0)?;
-            at += blen;
-        }
-        Ok(())
-    })
+    let nr = kern.panel_cols();
+    let mut at = 0;
+    for pc in (0..k).step_by(kcmax) {
+        let kc = kcmax.min(k - pc);
+        let blen = kern.packed_b_len(kc, n).unwrap_or(0);
+        let bblk = &pb[at..at + blen][(j0 / nr) * nr * kc..];
+        f(
+            kc,
+            Left::RowMajor {
+                data: &a[pc..],
+                ld: k,
+            },
+            bblk,
+            pc == 0,
+        )?;
+        at += blen;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
