@@ -1,7 +1,9 @@
 //! `sgemm` (this crate's packed GEMM) against faer's `matmul` on one thread, on the shapes the
 //! executor runs: a convolution's product (filter `M × K` packed once, as at load; im2col
-//! columns `K × N` read in place) and a linear layer's (activation `M × K` packed on every
-//! call; weight `K × N` packed once). faer gets the same row-major operands and `Par::Seq`.
+//! columns `K × N` read in place) and a linear layer's (activation `M × K` read in place,
+//! [`Left::RowMajor`]; weight `K × N` packed once). For the linear shapes the line also gives
+//! what packing the activation would cost per call (`pack_a`, best of `rounds` × `reps`),
+//! the pass the in-place read saves. faer gets the same row-major operands and `Par::Seq`.
 //! Each round times `reps` calls of each side, alternating which goes first (see `support`);
 //! the line gives faer time ÷ sgemm time per round (> 1: sgemm faster), min / median / max.
 //! Run: `cargo run --release -p tensorforge-kernels --example sgemm_vs_faer -- [rounds]
@@ -15,7 +17,7 @@ mod support;
 use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use support::{interleave, min_median_max};
-use tensorforge_kernels::sgemm::{Kernel, Right};
+use tensorforge_kernels::sgemm::{Kernel, Left, Right};
 
 fn main() {
     let rounds: usize = std::env::args()
@@ -35,7 +37,7 @@ fn main() {
         "kernel {:?}, {rounds} rounds, {sets} operand set(s) in rotation",
         kern.level()
     );
-    // (what, M, K, N, A packed per call)
+    // (what, M, K, N, linear: A read in place, B a weight packed once)
     let shapes = [
         ("conv 16->16 3x3 16x16", 16, 144, 256, false),
         ("conv 32->32 3x3 8x8", 32, 288, 64, false),
@@ -48,7 +50,7 @@ fn main() {
         ("linear 197x768x192", 197, 768, 192, true),
         ("linear 197x192x768", 197, 192, 768, true),
     ];
-    for (what, m, k, n, pack_a_per_call) in shapes {
+    for (what, m, k, n, linear) in shapes {
         let a_sets: Vec<Vec<f32>> = (0..sets)
             .map(|w| tensorforge_core::rng::SplitMix64::f32_pm1_vec(1 + 1000 * w as u64, m * k))
             .collect();
@@ -91,21 +93,25 @@ fn main() {
             || {
                 for i in 0..reps {
                     let w = i % sets;
-                    let right = if pack_a_per_call {
-                        kern.pack_a(&a_sets[w], m, k, k, 1, &mut ap).unwrap();
-                        Right::Packed(&bps[w])
-                    } else {
-                        Right::RowMajor {
-                            data: &bs[w],
-                            ld: n,
-                        }
-                    };
                     let c = if w == 0 {
                         &mut c_ours
                     } else {
                         &mut c_sets_ours[w]
                     };
-                    kern.gemm(m, n, k, &ap, right, c, n, false).unwrap();
+                    if linear {
+                        let left = Left::RowMajor {
+                            data: &a_sets[w],
+                            ld: k,
+                        };
+                        let right = Right::Packed(&bps[w]);
+                        kern.gemm_left(m, n, k, left, right, c, n, false).unwrap();
+                    } else {
+                        let right = Right::RowMajor {
+                            data: &bs[w],
+                            ld: n,
+                        };
+                        kern.gemm(m, n, k, &ap, right, c, n, false).unwrap();
+                    }
                 }
             },
         );
@@ -124,9 +130,23 @@ fn main() {
         let (_, of, _) = min_median_max(&r.copy_s);
         let (_, oo, _) = min_median_max(&r.kernel_s);
         let flops = 2.0 * (m * n * k) as f64 * reps as f64;
+        let pack = if linear {
+            let mut best = f64::MAX;
+            for _ in 0..rounds {
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    kern.pack_a(a, m, k, k, 1, &mut ap).unwrap();
+                    std::hint::black_box(&ap);
+                }
+                best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+            }
+            format!("  pack_a {:.1} us", best * 1e6)
+        } else {
+            String::new()
+        };
         println!(
             "{what:24} faer {:8.2} us ({:5.1} GFLOP/s)  sgemm {:8.2} us ({:5.1} GFLOP/s)  \
-             faer/sgemm {lo:.2} / {med:.2} / {hi:.2}  max|diff| {err:.1e}",
+             faer/sgemm {lo:.2} / {med:.2} / {hi:.2}  max|diff| {err:.1e}{pack}",
             of / reps as f64 * 1e6,
             flops / of * 1e-9,
             oo / reps as f64 * 1e6,

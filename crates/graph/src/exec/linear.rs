@@ -4,8 +4,9 @@
 //! panels once per weight buffer and kept in the program's memo ([`super::winograd::FilterCache`]),
 //! so a run reads it as one sequential stream (faer is handed the plain matrix on every call
 //! and arranges it itself); the activation `A` (row-major, any batch folded
-//! into its rows) is read in place ([`Left::RowMajor`]): packing it cost 41–98 µs a call on
-//! the GPT-2 and ViT shapes (AMD EPYC, AVX2; docs/performance.md), 5–24 % of the product.
+//! into its rows) is read in place ([`Left::RowMajor`]): packing it cost 20–138 µs a call on
+//! the GPT-2 and ViT shapes, 4–17 % of the product (the `sgemm_vs_faer` example, AMD EPYC
+//! with AVX2; docs/performance.md).
 //! The weight is packed in K blocks of [`Kernel::kc`] rows, run one after another.
 //!
 //! Threading: with more than one worker and at least [`crate::gemm::PAR_MIN_MACS`]
