@@ -70,12 +70,13 @@ impl CProgram {
 
 /// The files `tensorforge codegen --target c` writes, as `(file name, contents)`:
 /// `prelude.h`; one `<kernel>.c` per rendered kernel (including the prelude, with the
-/// fusion decisions that formed it as a comment); `program.c`, the translation unit the JIT
-/// compiles; and `manifest.json`, the launcher's contract (per kernel: symbol, rows, columns,
-/// input and output tensor names, scratch floats; and the kernels left to the interpreter
-/// with the reason).
+/// fusion decisions that formed it as a comment; a matmul kernel's file holds its compiled
+/// epilogue, which reads the product from memory, as the JIT renders it); `program.c`, the
+/// translation unit the JIT compiles; and `manifest.json`, the launcher's contract (per
+/// kernel: symbol, rows, columns, input and output tensor names, scratch floats; and the
+/// kernels left to the interpreter with the reason).
 pub fn files(p: &Program) -> Vec<(String, String)> {
-    let cp = render_program(p);
+    let cp = render_program_with(p, true);
     let tg = &p.graph;
     let mut out = vec![("prelude.h".to_string(), PRELUDE.to_string())];
     let mut manifest = vec![];
@@ -85,6 +86,11 @@ pub fn files(p: &Program) -> Vec<(String, String)> {
             "/* TensorForge kernel {} ({:?}), {} rows x {} columns.\n",
             k.name, k.kind, ck.rows, ck.cols
         );
+        if k.kind == crate::fusion::KernelKind::Matmul {
+            head.push_str(
+                " * Its elementwise epilogue: the product is computed by the GEMM and read from memory.\n",
+            );
+        }
         for line in super::decision_lines(p, &k.name) {
             head.push_str(&format!(" * {}\n", line.replace("*/", "* /")));
         }
