@@ -172,15 +172,7 @@ mod tests {
     use std::sync::Arc;
 
     fn vals(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
+        tensorforge_core::rng::SplitMix64::f32_pm1_vec(seed, n)
     }
 
     /// `c0 + a·b` in f64, with b given as `k × n` row-major (`bt` false) or as its transpose
