@@ -840,7 +840,15 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
             ),
             (
                 "row_exp_shift",
-                "return (float)tf_row_exp_shift(a, 0.5f, y, n);",
+                "return (float)tf_row_exp_shift(a, 0.5f, y, n, a + 16, (const float *)0, y + 16);",
+            ),
+            (
+                "rmsnorm_row_next",
+                "return (float)tf_rmsnorm_row_next(a, 0.5f, a, y, a + 1, n);",
+            ),
+            (
+                "layernorm_row_next",
+                "return (float)tf_layernorm_row_next(a, 0.1f, 0.5f, a, a, y, a + 1, n);",
             ),
         ];
         let mut src = String::from(PRELUDE);
@@ -929,6 +937,111 @@ void t_lae(const float *restrict a, const float *restrict b, float *restrict y, 
         }
         eprintln!("{name}: max {:.2} ulp (at x = {:e})", worst.0, worst.1);
         worst.0
+    }
+
+    /// The row helpers that stream the next row while they write this one: a norm's
+    /// statistic of the next row must be exactly what the plain statistic gives (the same
+    /// lanes, order and tail), its output row exactly the plain loop's, and the softmax
+    /// exponential's blocked float sum within its stated bound of the exact sum of the values
+    /// it stored, which must be tf_exp_nonpos's bit for bit. Lengths cover the short-row
+    /// path, one lane group, block edges (256) and a tail.
+    #[test]
+    fn streaming_row_helpers_match_the_plain_ones() {
+        let src = format!(
+            "{PRELUDE}
+double t_sumsq(const float *x, int64_t n) {{ return tf_row_sumsq(x, n); }}
+double t_sum(const float *x, int64_t n) {{ return tf_row_sum(x, n); }}
+double t_rms_next(const float *x, float inv, const float *g, float *y, const float *xn, int64_t n) {{ return tf_rmsnorm_row_next(x, inv, g, y, xn, n); }}
+double t_ln_next(const float *x, float mean, float inv, const float *g, const float *b, float *y, const float *xn, int64_t n) {{ return tf_layernorm_row_next(x, mean, inv, g, b, y, xn, n); }}
+double t_exp_shift(const float *x, float m, float *y, int64_t n, float *w) {{ return tf_row_exp_shift(x, m, y, n, x, (const float *)0, w); }}
+void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp_nonpos(x[i]); }}
+"
+        );
+        let o = object_for(src, &compiler(), &compiler_id().unwrap()).unwrap();
+        type Stat = unsafe extern "C" fn(*const f32, i64) -> f64;
+        type Rms =
+            unsafe extern "C" fn(*const f32, f32, *const f32, *mut f32, *const f32, i64) -> f64;
+        type Ln = unsafe extern "C" fn(
+            *const f32,
+            f32,
+            f32,
+            *const f32,
+            *const f32,
+            *mut f32,
+            *const f32,
+            i64,
+        ) -> f64;
+        type ExpShift = unsafe extern "C" fn(*const f32, f32, *mut f32, i64, *mut f32) -> f64;
+        // SAFETY: these symbols are defined above with these signatures.
+        let (sumsq, sum, rms, ln, es, en) = unsafe {
+            (
+                *o.lib.get::<Stat>(b"t_sumsq\0").unwrap(),
+                *o.lib.get::<Stat>(b"t_sum\0").unwrap(),
+                *o.lib.get::<Rms>(b"t_rms_next\0").unwrap(),
+                *o.lib.get::<Ln>(b"t_ln_next\0").unwrap(),
+                *o.lib.get::<ExpShift>(b"t_exp_shift\0").unwrap(),
+                *o.lib.get::<F1>(b"t_expn\0").unwrap(),
+            )
+        };
+        use tensorforge_core::rng::SplitMix64;
+        for (i, n) in [1usize, 5, 15, 16, 17, 255, 256, 257, 1000, 1024, 4099]
+            .into_iter()
+            .enumerate()
+        {
+            let s = 10 * i as u64;
+            let x = SplitMix64::f32_pm1_vec(s, n);
+            let xn: Vec<f32> = SplitMix64::f32_pm1_vec(s + 1, n)
+                .iter()
+                .map(|v| 3.0 * v)
+                .collect();
+            let g = SplitMix64::f32_pm1_vec(s + 2, n);
+            let b = SplitMix64::f32_pm1_vec(s + 3, n);
+            let (inv, mean) = (1.25f32, 0.125f32);
+            let mut y = vec![0f32; n];
+            let ni = n as i64;
+            // SAFETY: every pointer covers n floats; y is not aliased.
+            unsafe {
+                let next = rms(x.as_ptr(), inv, g.as_ptr(), y.as_mut_ptr(), xn.as_ptr(), ni);
+                assert_eq!(next.to_bits(), sumsq(xn.as_ptr(), ni).to_bits(), "n = {n}");
+                for c in 0..n {
+                    assert_eq!(y[c].to_bits(), (x[c] * inv * g[c]).to_bits(), "n = {n}");
+                }
+                let next = ln(
+                    x.as_ptr(),
+                    mean,
+                    inv,
+                    g.as_ptr(),
+                    b.as_ptr(),
+                    y.as_mut_ptr(),
+                    xn.as_ptr(),
+                    ni,
+                );
+                assert_eq!(next.to_bits(), sum(xn.as_ptr(), ni).to_bits(), "n = {n}");
+                for c in 0..n {
+                    let want = (x[c] - mean) * inv * g[c] + b[c];
+                    assert_eq!(y[c].to_bits(), want.to_bits(), "n = {n}");
+                }
+                // Softmax's exponential of x − m with m the row's maximum.
+                let m = xn.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut w = vec![0f32; n];
+                let total = es(xn.as_ptr(), m, y.as_mut_ptr(), ni, w.as_mut_ptr());
+                let shifted: Vec<f32> = xn.iter().map(|v| v - m).collect();
+                let mut want = vec![0f32; n];
+                en(shifted.as_ptr(), want.as_mut_ptr(), ni);
+                assert_eq!(
+                    y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "n = {n}"
+                );
+                let exact: f64 = y.iter().map(|&v| v as f64).sum();
+                // Each float lane adds at most 256 / 16 = 16 values, 15 roundings of at most
+                // 2^-24 of the running sum: |error| <= 15 · 2^-24 · exact ≈ 8.9e-7 · exact.
+                assert!(
+                    (total - exact).abs() <= 15.0 * 2f64.powi(-24) * exact,
+                    "n = {n}: {total} against {exact}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -245,6 +245,61 @@ fn row_strided_inputs(
     v
 }
 
+/// How a row kernel streams the next row of its row-strided inputs (see `render_kernel`).
+#[derive(Default)]
+struct RowStreams {
+    /// Input slots whose next row a row op reads in its own loop (no prefetch at the
+    /// row's start for them).
+    streamed: Vec<usize>,
+    /// The softmax-family op that prefetches inside its exponential's loop, and the input
+    /// slots (at most two) it asks for.
+    exp_op: Option<usize>,
+    exp_prefetch: Vec<usize>,
+    /// Norms (RMSNorm, LayerNorm) reading an input row directly: each takes the next row's
+    /// first statistic in the loop that writes this row (`tf_*_row_next`).
+    pipelined: std::collections::BTreeSet<usize>,
+}
+
+fn row_streams(
+    tg: &TypedGraph,
+    plans: &[crate::exec::NodePlan],
+    steps: &[Step],
+    input: &dyn Fn(usize) -> usize,
+) -> RowStreams {
+    let strided = row_strided_inputs(plans, steps, input);
+    let mut s = RowStreams::default();
+    for (pi, p) in plans.iter().enumerate() {
+        if steps[pi] != Step::Row || p.per_row {
+            continue;
+        }
+        match &tg.nodes[p.node].op {
+            Op::RmsNorm { .. } | Op::LayerNorm { .. } => {
+                if let Some(Bind::Flat(t) | Bind::Direct(t)) = p.binds.first() {
+                    let i = input(*t);
+                    if !s.streamed.contains(&i) {
+                        s.pipelined.insert(pi);
+                        s.streamed.push(i);
+                    }
+                }
+            }
+            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. }
+                if s.exp_op.is_none() =>
+            {
+                s.exp_op = Some(pi);
+                s.exp_prefetch = strided
+                    .iter()
+                    .copied()
+                    .filter(|i| !s.streamed.contains(i))
+                    .take(2)
+                    .collect();
+                s.streamed.extend(s.exp_prefetch.iter().copied());
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
     let nest = lower(tg, k)?;
@@ -308,9 +363,21 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     let _ = writeln!(w, "    for (int64_t r = r0; r < r1; ++r) {{");
     // A row kernel reads each row in several passes (statistics, then the output), each
     // short enough that the hardware prefetcher does not run ahead into the next row: the
-    // next row of every row-strided input is asked for while this one is computed.
+    // next row of every row-strided input is read while this one is computed. A norm whose
+    // row comes straight from an input takes the next row's first statistic in the loop
+    // that writes this row; the first softmax-family op asks for up to two inputs' next
+    // rows line by line inside its exponential's loop; the other inputs' next rows are
+    // asked for at the row's start.
+    let stream = if elementwise {
+        RowStreams::default()
+    } else {
+        row_streams(tg, plans, steps, &input)
+    };
     if !elementwise {
         for i in row_strided_inputs(plans, steps, &input) {
+            if stream.streamed.contains(&i) {
+                continue;
+            }
             let _ = writeln!(
                 w,
                 "        if (r + 1 < r1) tf_prefetch_row(I{i} + (r + 1) * {l}LL, {l}LL);"
@@ -380,26 +447,55 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                             w,
                             "          const int fin = !nan && m != INFINITY && m != -INFINITY;"
                         );
+                        let pf = |j: usize| match stream.exp_prefetch.get(j) {
+                            Some(i) if stream.exp_op == Some(pi) => {
+                                format!("r + 1 < r1 ? I{i} + (r + 1) * {l}LL : (const float *)0")
+                            }
+                            _ => "(const float *)0".to_string(),
+                        };
+                        let (p0, p1) = (pf(0), pf(1));
+                        // The next row of the output this op writes, fetched for writing.
+                        let pw = match (stream.exp_op == Some(pi), needs_row[pi], p.store) {
+                            (true, false, Some(o)) if !matches!(op, Op::LogSumExp { .. }) => {
+                                format!("r + 1 < r1 ? O{o} + (r + 1) * {l}LL : (float *)0")
+                            }
+                            _ => "(float *)0".to_string(),
+                        };
                         match op {
                             Op::Softmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = {ydst};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn, {p0}, {p1}, {pw}); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             Op::LogSoftmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = {ydst};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn)); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn, {p0}, {p1}, {pw})); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             _ => {
                                 let _ = writeln!(
                                     w,
-                                    "          p{pi} = nan ? NAN : !fin ? m : (float)((double)m + log(tf_row_exp_shift(x, m, lse_tmp, cn))); }}"
+                                    "          p{pi} = nan ? NAN : !fin ? m : (float)((double)m + log(tf_row_exp_shift(x, m, lse_tmp, cn, {p0}, {p1}, {pw}))); }}"
                                 );
                             }
                         }
+                    }
+                    Op::RmsNorm { eps } if stream.pipelined.contains(&pi) => {
+                        let g = param(1)?;
+                        let _ = writeln!(
+                            w,
+                            "          const double ss = nx{pi}_ok ? nx{pi} : tf_row_sumsq(x, cn);\n          const float inv = (float)(1.0 / sqrt(ss / (double){l} + {eps:?}));\n          float *restrict y = {ydst};\n          if (r + 1 < r1) {{ nx{pi} = tf_rmsnorm_row_next(x, inv, {g}, y, x + {l}LL, cn); nx{pi}_ok = 1; }}\n          else for (int64_t c = 0; c < cn; ++c) y[c] = x[c] * inv * {g}[c]; }}"
+                        );
+                    }
+                    Op::LayerNorm { eps } if stream.pipelined.contains(&pi) => {
+                        let g = param(1)?;
+                        let b = param(2)?;
+                        let _ = writeln!(
+                            w,
+                            "          const double mean = (nx{pi}_ok ? nx{pi} : tf_row_sum(x, cn)) / (double){l};\n          const float inv = (float)(1.0 / sqrt(tf_row_sumsq_dev(x, cn, mean) / (double){l} + {eps:?}));\n          const float mf = (float)mean;\n          float *restrict y = {ydst};\n          if (r + 1 < r1) {{ nx{pi} = tf_layernorm_row_next(x, mf, inv, {g}, {b}, y, x + {l}LL, cn); nx{pi}_ok = 1; }}\n          else for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - mf) * inv * {g}[c] + {b}[c]; }}"
+                        );
                     }
                     Op::RmsNorm { eps } => {
                         let g = param(1)?;
@@ -451,6 +547,12 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         .collect();
     for o in 0..k.outputs.len() {
         decl_in.push_str(&format!("    float *restrict O{o} = out[{o}];\n"));
+    }
+    // A pipelined norm's statistic of the next row, carried from one row to the next.
+    for pi in &stream.pipelined {
+        decl_in.push_str(&format!(
+            "    double nx{pi} = 0.0;\n    int nx{pi}_ok = 0;\n"
+        ));
     }
     let source = body.replacen(
         "    for (int64_t r = r0;",
@@ -525,6 +627,44 @@ mod tests {
         assert!(!k
             .source
             .contains(&format!("tf_prefetch_row(I{}", slot("g"))));
+    }
+
+    /// A norm reading its rows straight from an input takes the next row's statistic in
+    /// the loop that writes this row, and a softmax asks for the next rows of its input
+    /// (to read) and of its output (to write) inside its exponential's loop; neither asks
+    /// for that input's next row again at the row's start.
+    #[test]
+    fn row_ops_on_inputs_stream_the_next_row_inside_their_loops() {
+        let (k, names) = kernel_source(
+            r#"{"nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[8,1024],"dtype":"fp32"}},
+              {"name":"g","op":"Weight","attrs":{"shape":[1024],"dtype":"fp32"}},
+              {"name":"y","op":"RMSNorm","inputs":["x","g"],"attrs":{"eps":1e-6}}]}"#,
+        );
+        let x = names.iter().position(|n| n == "x").unwrap();
+        assert!(
+            k.source.contains(&format!(
+                "tf_rmsnorm_row_next(x, inv, I{}, y, x + 1024LL, cn)",
+                1 - x
+            )),
+            "{}",
+            k.source
+        );
+        assert!(k.source.contains("nx0_ok ? nx0 : tf_row_sumsq(x, cn)"));
+        assert!(!k.source.contains("tf_prefetch_row("), "{}", k.source);
+        let (k, _) = kernel_source(
+            r#"{"nodes":[
+              {"name":"x","op":"Input","attrs":{"shape":[8,1024],"dtype":"fp32"}},
+              {"name":"y","op":"Softmax","inputs":["x"],"attrs":{"axis":-1}}]}"#,
+        );
+        assert!(
+            k.source.contains(
+                "tf_row_exp_shift(x, m, y, cn, r + 1 < r1 ? I0 + (r + 1) * 1024LL : (const float *)0, (const float *)0, r + 1 < r1 ? O0 + (r + 1) * 1024LL : (float *)0)"
+            ),
+            "{}",
+            k.source
+        );
+        assert!(!k.source.contains("tf_prefetch_row("), "{}", k.source);
     }
 
     /// An elementwise kernel reads one stream front to back: no prefetch is emitted.

@@ -430,10 +430,117 @@ TF_INLINE double tf_row_sumsq_dev(const float *restrict x, int64_t n, double mea
     return tf_lanes_sum(s);
 }
 
+/* Ask for the 64-byte line at p to be read (tf_prefetch_line) or written
+ * (tf_prefetch_line_w: fetched for ownership, so that the store that follows does not wait
+ * for it); no-op for NULL and where the compiler has no prefetch. */
+TF_INLINE void tf_prefetch_line(const float *p) {
+#if defined(__GNUC__) && !defined(__CUDACC__)
+    if (p) __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+TF_INLINE void tf_prefetch_line_w(float *p) {
+#if defined(__GNUC__) && !defined(__CUDACC__)
+    if (p) __builtin_prefetch(p, 1, 3);
+#else
+    (void)p;
+#endif
+}
+
+/* Elements per block of tf_row_exp_shift's float lanes (each lane sums 256 / TF_SUM_LANES
+ * values in float before the block goes into the double lanes). */
+#define TF_EXP_BLOCK 256
+
 /* y[c] = e^(x[c] − m) for m the row's finite maximum (so every x[c] − m <= 0, NaN-free);
- * returns Σ y in double. */
+ * returns Σ y. The sum is taken as the values are stored, in TF_SUM_LANES float lanes over
+ * blocks of TF_EXP_BLOCK elements whose lanes are then added into double lanes: every float
+ * lane adds at most 16 values in (0, 1], so a block's sum is within 16·2^-24 ≈ 1e-6 of
+ * exact relative to itself, and the rows' length only grows the double part. (Summing in
+ * double lanes as the values are stored kept the loop from vectorizing well: a separate
+ * double pass was faster than that, and this is faster than both.) While it works it asks
+ * for one line of p0 and of p1 per TF_SUM_LANES elements (the next row of the kernel's
+ * row-strided inputs, or NULL), and for one line of pw to write (the next row of the
+ * output, or NULL): spread over the exponentials, those transfers overlap the arithmetic,
+ * where one burst of requests at the row's start did not, and the stores into y no longer
+ * wait for their lines one by one. */
 TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
-                                      int64_t n) {
-    for (int64_t c = 0; c < n; ++c) y[c] = tf_exp_nonpos(x[c] - m);
-    return tf_row_sum(y, n);
+                                  int64_t n, const float *p0, const float *p1, float *pw) {
+    double d[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) d[k] = 0.0;
+    int64_t c = 0;
+    while (c + TF_SUM_LANES <= n) {
+        const int64_t e = c + TF_EXP_BLOCK < n ? c + TF_EXP_BLOCK : n;
+        float s[TF_SUM_LANES];
+        for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0f;
+        for (; c + TF_SUM_LANES <= e; c += TF_SUM_LANES) {
+            tf_prefetch_line(p0 ? p0 + c : p0);
+            tf_prefetch_line(p1 ? p1 + c : p1);
+            tf_prefetch_line_w(pw ? pw + c : pw);
+            for (int k = 0; k < TF_SUM_LANES; ++k) {
+                const float v = tf_exp_nonpos(x[c + k] - m);
+                y[c + k] = v;
+                s[k] += v;
+            }
+        }
+        for (int k = 0; k < TF_SUM_LANES; ++k) d[k] += (double)s[k];
+    }
+    for (; c < n; ++c) {
+        const float v = tf_exp_nonpos(x[c] - m);
+        y[c] = v;
+        d[0] += (double)v;
+    }
+    return tf_lanes_sum(d);
+}
+
+/* One RMSNorm row, y[c] = x[c]·inv·g[c], and Σ xn[c]² of the next row xn, computed in the
+ * same loop: the next row streams in from memory while this one is written, as in a copy
+ * (the statistic's pass alone, then the writing pass alone, left each half of the
+ * memory traffic idle in turn). The sum has tf_row_sumsq's lanes, order and tail, so it is
+ * the same value. */
+TF_INLINE double tf_rmsnorm_row_next(const float *restrict x, float inv,
+                                     const float *restrict g, float *restrict y,
+                                     const float *restrict xn, int64_t n) {
+    if (n < TF_SUM_LANES) {
+        for (int64_t c = 0; c < n; ++c) y[c] = x[c] * inv * g[c];
+        return tf_row_sumsq(xn, n);
+    }
+    double s[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
+    int64_t c = 0;
+    for (; c + TF_SUM_LANES <= n; c += TF_SUM_LANES)
+        for (int k = 0; k < TF_SUM_LANES; ++k) {
+            y[c + k] = x[c + k] * inv * g[c + k];
+            s[k] += (double)xn[c + k] * (double)xn[c + k];
+        }
+    for (; c < n; ++c) {
+        y[c] = x[c] * inv * g[c];
+        s[0] += (double)xn[c] * (double)xn[c];
+    }
+    return tf_lanes_sum(s);
+}
+
+/* One LayerNorm row, y[c] = (x[c] − mean)·inv·g[c] + b[c], and Σ xn[c] of the next row in
+ * the same loop (as tf_rmsnorm_row_next; tf_row_sum's lanes, so the same value). */
+TF_INLINE double tf_layernorm_row_next(const float *restrict x, float mean, float inv,
+                                       const float *restrict g, const float *restrict b,
+                                       float *restrict y, const float *restrict xn,
+                                       int64_t n) {
+    if (n < TF_SUM_LANES) {
+        for (int64_t c = 0; c < n; ++c) y[c] = (x[c] - mean) * inv * g[c] + b[c];
+        return tf_row_sum(xn, n);
+    }
+    double s[TF_SUM_LANES];
+    for (int k = 0; k < TF_SUM_LANES; ++k) s[k] = 0.0;
+    int64_t c = 0;
+    for (; c + TF_SUM_LANES <= n; c += TF_SUM_LANES)
+        for (int k = 0; k < TF_SUM_LANES; ++k) {
+            y[c + k] = (x[c + k] - mean) * inv * g[c + k] + b[c + k];
+            s[k] += (double)xn[c + k];
+        }
+    for (; c < n; ++c) {
+        y[c] = (x[c] - mean) * inv * g[c] + b[c];
+        s[0] += (double)xn[c];
+    }
+    return tf_lanes_sum(s);
 }
