@@ -2,8 +2,10 @@
 //! Numerics ("zero-overflow reformulation"): Log(Add(Exp a, Exp b)) → LogAddExp(a, b);
 //! Log(ReduceSum(Exp x)) → LogSumExp(x); Div(Exp x, ReduceSum(Exp x)) → Softmax(x). Named
 //! pattern: RMSNorm → (MatMul gate, MatMul up) → SiLU → Mul → the Kernels crate's fused
-//! RMSNorm+SwiGLU. Rewrites replace the root node and drop nodes left without readers; a
-//! pattern whose intermediates are read elsewhere (or are graph outputs) is refused.
+//! RMSNorm+SwiGLU. Layout: a scalar Mul after views (Reshape, Transpose) moves before them,
+//! into the producer's kernel. Rewrites replace the root node and drop nodes left without
+//! readers; a pattern whose intermediates are read elsewhere (or are graph outputs) is
+//! refused.
 //! Not covered: algebraic simplification, constant folding, commuted or scaled variants.
 
 use crate::error::Result;
@@ -87,6 +89,11 @@ pub enum FusionRule {
     /// Scores, scale, mask, softmax and the weighted sum of an attention matched as one
     /// streamed kernel (`FusedAttention`).
     Attention,
+    /// `Mul(views(y), c)` with `c` a scalar constant rewritten to `views(Mul(y, c))`: the
+    /// same products before the layout change, where the multiply joins `y`'s producer (a
+    /// linear layer's epilogue) instead of running as a kernel of its own over the
+    /// rearranged tensor (the query and key scales after the head-split Transpose).
+    ScaleBeforeView,
 }
 
 impl FusionRule {
@@ -113,6 +120,7 @@ impl FusionRule {
             FusionRule::ProducerIntoReduction => "producer_into_reduction",
             FusionRule::DependentReduction => "dependent_reduction",
             FusionRule::Attention => "attention",
+            FusionRule::ScaleBeforeView => "scale_before_view",
         }
     }
 }
@@ -321,6 +329,8 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
             }
             Op::Binary { f: BinaryFn::Mul } => {
                 if let Some(d) = swiglu_pattern(tg, i, &mut nodes) {
+                    dec.push(d);
+                } else if let Some(d) = scale_before_view(tg, i, &mut nodes) {
                     dec.push(d);
                 }
             }
@@ -561,6 +571,82 @@ fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -
     ))
 }
 
+/// `Mul(t, c)` (either order) with `c` a one-element Constant and `t` the end of a chain of
+/// views (Reshape, Transpose) of `y`, where `y` comes from a MatMul or an elementwise op:
+/// the Mul moves before the views, `views(Mul(y, c))`. Each element is multiplied by the
+/// same `c` either way (a view moves no value), so the result is bit for bit the same; the
+/// Mul then joins `y`'s producer kernel (a linear layer's epilogue, in registers) where it
+/// ran as an elementwise kernel of its own over the rearranged tensor. ViT's and GPT-2's
+/// exporters scale the query and key after the head-split Transpose this way. Every tensor
+/// of the chain, `y` and the Mul's output must have one reader and not be graph outputs.
+fn scale_before_view(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+    let ins = &tg.node_inputs[i];
+    let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
+    let scalar = |t: usize| matches!(op_of(t), Op::Constant { .. }) && tg.tensors[t].numel == 1;
+    let (tpos, c) = match (scalar(ins[0]), scalar(ins[1])) {
+        (false, true) => (0, ins[1]),
+        (true, false) => (1, ins[0]),
+        _ => return None,
+    };
+    let t = ins[tpos];
+    let out = tg.node_outputs[i][0];
+    let only_reader = |x: usize, reader: usize| {
+        tg.consumers[x].len() == 1 && tg.consumers[x][0] == reader && !tg.outputs.contains(&x)
+    };
+    if tg.outputs.contains(&out) || tg.tensors[out].shape != tg.tensors[t].shape {
+        return None;
+    }
+    // Walk the views back from t to y.
+    let mut views = vec![];
+    let mut x = t;
+    let mut reader = i;
+    while matches!(op_of(x), Op::Reshape { .. } | Op::Transpose { .. }) {
+        if !only_reader(x, reader) {
+            return None;
+        }
+        reader = tg.producer[x];
+        views.push(reader);
+        x = tg.node_inputs[reader][0];
+    }
+    let y = x;
+    let first_view = *views.last()?;
+    let producer_ok = matches!(op_of(y), Op::MatMul | Op::Binary { .. } | Op::Unary { .. });
+    if !producer_ok || !only_reader(y, first_view) || tg.tensors[y].dtype != tg.tensors[out].dtype {
+        return None;
+    }
+    let name = |t: usize| tg.tensors[t].name.clone();
+    // Mul(y, c) (operands in their order) → the first view reads it → the Mul's readers read
+    // the last view's output.
+    nodes[i].inputs[tpos] = name(y);
+    nodes[first_view].inputs[0] = name(out);
+    for &r in &tg.consumers[out] {
+        for inp in nodes[r].inputs.iter_mut() {
+            if *inp == name(out) {
+                *inp = name(t);
+            }
+        }
+    }
+    let view_names: Vec<&str> = views
+        .iter()
+        .rev()
+        .map(|&v| tg.nodes[v].name.as_str())
+        .collect();
+    Some(Decision::new(
+        Stage::Rewrite,
+        &tg.nodes[i].name,
+        Some(&tg.nodes[tg.producer[y]].name),
+        true,
+        FusionRule::ScaleBeforeView,
+        format!(
+            "Mul({t}, {c}) -> {views}(Mul({y}, {c})): a scalar multiply commutes with the views ({views}), the same products bit for bit; it joins {y}'s producer instead of running as a kernel of its own over the rearranged tensor",
+            t = name(t),
+            c = name(c),
+            y = name(y),
+            views = view_names.join(" -> ")
+        ),
+    ))
+}
+
 /// `Where(IsNaN(s), z, s)` with `s` a Softmax and `z` a Constant 0: the guard PyTorch's
 /// exporters put after a masked softmax (a fully masked row is NaN; it becomes 0). A softmax
 /// is NaN or in [0, 1] (never −0), so the guard equals `Max(s, z)` with Max the IEEE maxNum
@@ -739,6 +825,75 @@ mod tests {
             assert!((y[j] as f64 - e[j] / sum).abs() < 1e-6, "{j}: {}", y[j]);
         }
         assert_eq!(&y[4..], &[0.0; 8], "fully masked and NaN rows are 0");
+    }
+
+    /// A linear layer's output split into heads and scaled after the Transpose (ViT's query
+    /// and key); `extra` adds a second reader of the Transpose's output.
+    fn scaled_heads(extra: bool) -> Graph {
+        let other = if extra {
+            r#",{"name":"o","op":"Exp","inputs":["t"]}"#
+        } else {
+            ""
+        };
+        Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+          {{"name":"x","op":"Input","attrs":{{"shape":[1,6,8],"dtype":"fp32"}}}},
+          {{"name":"w","op":"Weight","attrs":{{"shape":[8,8],"dtype":"fp32"}}}},
+          {{"name":"b","op":"Weight","attrs":{{"shape":[8],"dtype":"fp32"}}}},
+          {{"name":"mm","op":"MatMul","inputs":["x","w"]}},
+          {{"name":"y","op":"Add","inputs":["mm","b"]}},
+          {{"name":"r","op":"Reshape","attrs":{{"shape":[1,6,2,4]}},"inputs":["y"]}},
+          {{"name":"t","op":"Transpose","attrs":{{"perm":[0,2,1,3]}},"inputs":["r"]}},
+          {{"name":"c","op":"Constant","attrs":{{"shape":[1],"dtype":"fp32","value":0.35}}}},
+          {{"name":"q","op":"Mul","inputs":["t","c"]}},
+          {{"name":"z","op":"Exp","inputs":["q"]}}{other}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_scale_after_a_head_split_moves_into_the_linear_layer() {
+        let c = crate::fusion::compile(&scaled_heads(false)).unwrap();
+        let d = c
+            .decisions
+            .iter()
+            .find(|d| d.rule == FusionRule::ScaleBeforeView)
+            .expect("the rewrite fired");
+        assert!(d.accepted && d.reason.contains("r -> t"), "{}", d.reason);
+        // The Mul now reads the linear layer's output and joins its matmul kernel; the
+        // views read the Mul; Exp reads the views' end (still [1, 2, 6, 4]).
+        let g = &c.fused.graph;
+        let node = |n: &str| g.nodes.iter().position(|x| x.name == n).unwrap();
+        assert_eq!(g.nodes[node("q")].inputs, vec!["y", "c"]);
+        assert_eq!(g.nodes[node("r")].inputs, vec!["q"]);
+        assert_eq!(g.nodes[node("z")].inputs, vec!["t"]);
+        let z = g.node_outputs[node("z")][0];
+        assert_eq!(g.tensors[z].shape, vec![1, 2, 6, 4]);
+        let k = c
+            .fused
+            .kernels
+            .iter()
+            .find(|k| k.nodes.contains(&node("mm")))
+            .unwrap();
+        assert!(k.nodes.contains(&node("q")), "{:?}", k.nodes);
+        // The same values as the graph as written (same products; the GEMM paths of the
+        // fused and unfused programs may round the bias differently).
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&c.unfused.graph, &mut ins, 3).unwrap();
+        let a = crate::exec::execute(&c.fused, &ins).unwrap();
+        let b = crate::exec::execute(&c.unfused, &ins).unwrap();
+        for (x, y) in a.outputs[0].2.iter().zip(&b.outputs[0].2) {
+            assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn a_scale_of_a_view_read_elsewhere_stays() {
+        let c = crate::fusion::compile(&scaled_heads(true)).unwrap();
+        assert!(!c
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::ScaleBeforeView));
     }
 
     #[test]

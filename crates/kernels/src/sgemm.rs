@@ -483,32 +483,35 @@ impl Kernel {
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
             // (`vmaskmovps`, once per step for B and once per tile for C) made the whole
             // tiles up to 1.5x slower on AMD EPYC (Zen 3; docs/performance.md).
-            Level::Avx2 => match (cols.div_ceil(8), b.offs.is_null(), !cols.is_multiple_of(8)) {
-                (1, true, false) => {
-                    x86::tile256::<1, false, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
+            Level::Avx2 => {
+                // The tile's rows: a whole panel, or the fewest of 4 and 2 that cover a
+                // partial last panel (M = 128 is 21 panels of 6 and one of 2).
+                macro_rules! rows_tile {
+                    ($nv:literal, $offs:literal, $masked:literal) => {
+                        match rows {
+                            5.. => x86::tile256::<$nv, $offs, $masked, 6>(
+                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
+                            ),
+                            3 | 4 => x86::tile256::<$nv, $offs, $masked, 4>(
+                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
+                            ),
+                            _ => x86::tile256::<$nv, $offs, $masked, 2>(
+                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
+                            ),
+                        }
+                    };
                 }
-                (_, true, false) => {
-                    x86::tile256::<2, false, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
+                match (cols.div_ceil(8), b.offs.is_null(), !cols.is_multiple_of(8)) {
+                    (1, true, false) => rows_tile!(1, false, false),
+                    (_, true, false) => rows_tile!(2, false, false),
+                    (1, false, false) => rows_tile!(1, true, false),
+                    (_, false, false) => rows_tile!(2, true, false),
+                    (1, true, true) => rows_tile!(1, false, true),
+                    (_, true, true) => rows_tile!(2, false, true),
+                    (1, false, true) => rows_tile!(1, true, true),
+                    (_, false, true) => rows_tile!(2, true, true),
                 }
-                (1, false, false) => {
-                    x86::tile256::<1, true, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-                (_, false, false) => {
-                    x86::tile256::<2, true, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-                (1, true, true) => {
-                    x86::tile256::<1, false, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-                (_, true, true) => {
-                    x86::tile256::<2, false, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-                (1, false, true) => {
-                    x86::tile256::<1, true, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-                (_, false, true) => {
-                    x86::tile256::<2, true, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc)
-                }
-            },
+            }
             _ => unreachable!("Kernel is only built for AVX2 and AVX-512"),
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -603,14 +606,18 @@ impl Rows {
 mod x86 {
     use super::*;
 
-    /// Where row r of a tile's A is, relative to its step pointer, and how far the pointer
-    /// moves per step: packed (`a_ld` 0) row r at r, `MR` a step; row-major row r at
-    /// `min(r, rows − 1) · a_ld` (the rows past a partial panel re-read its last row), 1 a
-    /// step.
+    /// Where row r of a tile's first `MR` rows of A is, relative to its step pointer, and
+    /// how far the pointer moves per step: packed (`a_ld` 0) row r at r, `panel` (the packed
+    /// panel's width, ≥ `MR`) a step; row-major row r at `min(r, rows − 1) · a_ld` (the rows
+    /// past a partial panel re-read its last row), 1 a step.
     #[inline(always)]
-    pub(super) fn a_offsets<const MR: usize>(a_ld: usize, rows: usize) -> ([usize; MR], usize) {
+    pub(super) fn a_offsets<const MR: usize>(
+        a_ld: usize,
+        rows: usize,
+        panel: usize,
+    ) -> ([usize; MR], usize) {
         if a_ld == 0 {
-            (std::array::from_fn(|r| r), MR)
+            (std::array::from_fn(|r| r), panel)
         } else {
             let last = rows.max(1) - 1;
             (std::array::from_fn(|r| r.min(last) * a_ld), 1)
@@ -640,7 +647,7 @@ mod x86 {
             (1u16 << last) - 1
         };
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows);
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
@@ -763,11 +770,18 @@ mod x86 {
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), idx)
     }
 
-    /// AVX2 + FMA tile: 6 rows × `NV` vectors of 8 columns; with `MASKED` the last vector
-    /// under a mask of `cols − 8·(NV − 1)` lanes, else every vector whole (`cols = 8·NV`).
+    /// AVX2 + FMA tile: `MR` rows (6, a whole panel; 4 or 2 for the last panel's `rows`,
+    /// so that a partial panel does not cost a whole one) × `NV` vectors of 8 columns; with
+    /// `MASKED` the last vector under a mask of `cols − 8·(NV − 1)` lanes, else every vector
+    /// whole (`cols = 8·NV`). Packed A advances a whole panel (6) per step.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile256<const NV: usize, const OFFS: bool, const MASKED: bool>(
+    pub(super) unsafe fn tile256<
+        const NV: usize,
+        const OFFS: bool,
+        const MASKED: bool,
+        const MR: usize,
+    >(
         kc: usize,
         a: *const f32,
         a_ld: usize,
@@ -778,10 +792,9 @@ mod x86 {
         rows: usize,
         accumulate: bool,
     ) {
-        const MR: usize = 6;
         let tail = mask8(cols - 8 * (NV - 1));
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows);
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
