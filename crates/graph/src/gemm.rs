@@ -40,9 +40,16 @@ pub fn transposed_source(tg: &TypedGraph, t: usize) -> Option<usize> {
     (lead_in_place && perm[r - 2] == r - 1 && perm[r - 1] == r - 2).then(|| tg.node_inputs[p][0])
 }
 
+/// Batch axes an operand keeps after merging contiguous ones (a view with more is
+/// materialized instead).
+const MAX_BATCH_AXES: usize = 4;
+
 /// One MatMul operand as faer reads it: `batch` matrices of `rows` × `cols`, element
-/// (b, i, j) at `data[b * rows * cols + i * rs + j * cs]`. Built only by the checked
-/// constructors, which guarantee every such offset is inside `data`.
+/// (b, i, j) at `data[offset(b) + i * rs + j * cs]`, where `offset(b)` unravels `b` over the
+/// batch axes (outermost first, each a size and a stride). Stored operands have one batch
+/// axis of stride `rows · cols`; a view read in place ([`Operand::strided`]: a head split,
+/// a transpose) has its own strides. Built only by the checked constructors, which
+/// guarantee every such offset is inside `data`.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
     data: &'a [f32],
@@ -51,6 +58,9 @@ pub struct Operand<'a> {
     cols: usize,
     rs: usize,
     cs: usize,
+    /// Batch axes (size, stride), outermost first; `nb` of them are used.
+    baxes: [(usize, usize); MAX_BATCH_AXES],
+    nb: usize,
 }
 
 impl<'a> Operand<'a> {
@@ -72,6 +82,8 @@ impl<'a> Operand<'a> {
             cols,
             rs,
             cs,
+            baxes: [(batch, rows.saturating_mul(cols)), (1, 0), (1, 0), (1, 0)],
+            nb: 1,
         })
     }
 
@@ -80,10 +92,64 @@ impl<'a> Operand<'a> {
         Self::checked(data, batch, rows, cols, cols, 1)
     }
 
-    /// The transpose of the last two axes of row-major `[batch, cols, rows]` values, read in
-    /// place: element (i, j) of a batch matrix is the source's (j, i).
+    /// The transpose of row-major `[batch, cols, rows]` values (`[batch, rows, cols]`), read in
+    /// place: element (i, j) of a batch matrix is the source's (j, i). (The executor builds
+    /// such operands through [`Operand::strided`]; tests build them directly.)
+    #[cfg(test)]
     pub fn transposed(data: &'a [f32], batch: usize, rows: usize, cols: usize) -> Option<Self> {
         Self::checked(data, batch, rows, cols, 1, rows)
+    }
+
+    /// A view of `data` with any strides: `axes` lists (size, stride) per axis, outermost
+    /// first, the last two being the matrices' rows and columns. Batch axes of size 1 are
+    /// dropped and adjacent ones that are contiguous with each other merged; `None` when
+    /// more than [`MAX_BATCH_AXES`] remain, when there are fewer than two axes, or when the
+    /// largest offset, Σ (size − 1) · stride, is outside `data`.
+    pub fn strided(data: &'a [f32], axes: &[(usize, usize)]) -> Option<Self> {
+        let r = axes.len();
+        if r < 2 {
+            return None;
+        }
+        let ((rows, rs), (cols, cs)) = (axes[r - 2], axes[r - 1]);
+        let mut baxes = [(1usize, 0usize); MAX_BATCH_AXES];
+        let mut nb = 0;
+        let mut batch = 1usize;
+        for &(size, stride) in &axes[..r - 2] {
+            batch = batch.checked_mul(size)?;
+            if size == 1 {
+                continue;
+            }
+            if nb > 0 && baxes[nb - 1].1 == stride.checked_mul(size)? {
+                // Contiguous with the axis before: one longer axis.
+                baxes[nb - 1] = (baxes[nb - 1].0 * size, stride);
+            } else {
+                if nb == MAX_BATCH_AXES {
+                    return None;
+                }
+                baxes[nb] = (size, stride);
+                nb += 1;
+            }
+        }
+        let n = batch.checked_mul(rows)?.checked_mul(cols)?;
+        if n > 0 {
+            let mut last = 0usize;
+            for &(size, stride) in axes {
+                last = last.checked_add((size - 1).checked_mul(stride)?)?;
+            }
+            if last >= data.len() || isize::try_from(data.len()).is_err() {
+                return None;
+            }
+        }
+        Some(Operand {
+            data,
+            batch,
+            rows,
+            cols,
+            rs,
+            cs,
+            baxes,
+            nb,
+        })
     }
 
     /// Matrices, rows and columns: `(batch, rows, cols)`.
@@ -96,24 +162,38 @@ impl<'a> Operand<'a> {
         (self.rs, self.cs)
     }
 
-    /// The values, `batch · rows · cols` of them.
+    /// The values the operand reads from (a view's whole source).
     pub fn values(&self) -> &'a [f32] {
         self.data
     }
 
-    /// True when the matrices are row-major and back to back (the batch folds into rows).
+    /// True when the matrices are row-major and back to back from the start of
+    /// [`Operand::values`] (the batch folds into rows).
     pub fn is_row_major(&self) -> bool {
-        self.cs == 1 && (self.rs == self.cols || self.rows <= 1)
+        let back_to_back =
+            self.batch <= 1 || (self.nb == 1 && self.baxes[0].1 == self.rows * self.cols);
+        self.cs == 1 && (self.rs == self.cols || self.rows <= 1) && back_to_back
+    }
+
+    /// Where batch matrix `b` starts in [`Operand::values`].
+    pub fn offset(&self, mut b: usize) -> usize {
+        let mut off = 0;
+        for &(size, stride) in self.baxes[..self.nb].iter().rev() {
+            off += (b % size) * stride;
+            b /= size;
+        }
+        off
     }
 
     /// Batch matrix `b` (`b < batch`) as a faer view.
     pub(crate) fn mat(&self, b: usize) -> MatRef<'a, f32> {
         assert!(b < self.batch.max(1));
-        let off = b * self.rows * self.cols;
-        // SAFETY: `checked` made data.len() == batch * rows * cols; the view's elements are
-        // at off + i * rs + j * cs <= off + rows * cols - 1 < data.len() (see `checked`),
-        // the strides fit isize because the whole length does, and the slice outlives 'a.
-        // `as_ptr` is non-null even for an empty slice.
+        let off = if self.batch == 0 { 0 } else { self.offset(b) };
+        // SAFETY: the constructors bound every element's offset, off + i * rs + j * cs for
+        // i < rows, j < cols, below data.len() (`checked`: the matrices are back to back
+        // and fill data; `strided`: the largest offset is checked), the strides fit isize
+        // because the whole length does, and the slice outlives 'a. `as_ptr` is non-null
+        // even for an empty slice.
         unsafe {
             MatRef::from_raw_parts(
                 self.data.as_ptr().add(off.min(self.data.len())),
@@ -126,9 +206,109 @@ impl<'a> Operand<'a> {
     }
 }
 
-/// The operand tensor `t` of a MatMul: its own buffer when it has one (row-major), else,
-/// when it is a transpose of the last two axes of a stored tensor, that tensor read with
-/// swapped strides. `None` when neither buffer is available or the sizes disagree.
+/// `t` as (size, stride) axes over the buffer of the tensor its views (Reshape, Transpose)
+/// start from, and that tensor: a Transpose permutes the axes, a Reshape regroups them where
+/// the strides allow it (splitting an axis, or merging axes that are contiguous with each
+/// other). `None` when `t` is not a view, or when a Reshape regroups axes that are not
+/// contiguous (such a view must be copied).
+pub fn view_layout(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usize)>)> {
+    let mut chain = vec![];
+    let mut x = t;
+    loop {
+        let p = *tg.producer.get(x)?;
+        match tg.nodes[p].op {
+            Op::Reshape { .. } | Op::Transpose { .. } => {
+                chain.push(p);
+                x = tg.node_inputs[p][0];
+            }
+            _ => break,
+        }
+    }
+    if chain.is_empty() {
+        return None;
+    }
+    let shape = &tg.tensors[x].shape;
+    let mut axes: Vec<(usize, usize)> = vec![(0, 0); shape.len()];
+    let mut stride = 1usize;
+    for (a, &d) in axes.iter_mut().zip(shape).rev() {
+        *a = (d, stride);
+        stride = stride.checked_mul(d)?;
+    }
+    for &p in chain.iter().rev() {
+        let out = tg.node_outputs[p][0];
+        axes = match &tg.nodes[p].op {
+            Op::Transpose { perm } => perm
+                .iter()
+                .map(|&q| axes.get(q).copied())
+                .collect::<Option<_>>()?,
+            _ => regroup(&axes, &tg.tensors[out].shape)?,
+        };
+    }
+    Some((x, axes))
+}
+
+/// The strides of `new` sizes over the same elements as `axes` (size, stride), in the same
+/// order, without moving them: each run of old axes whose strides chain (stride of one =
+/// size · stride of the next, size-1 axes aside) is one contiguous block the new sizes may
+/// split or merge freely; a new axis may not straddle two blocks. `None` otherwise or when
+/// the element counts differ.
+fn regroup(axes: &[(usize, usize)], new: &[usize]) -> Option<Vec<(usize, usize)>> {
+    let numel: usize = axes.iter().map(|a| a.0).product();
+    if new.iter().product::<usize>() != numel {
+        return None;
+    }
+    if numel == 0 {
+        let mut s = 1;
+        let mut out = vec![(0, 0); new.len()];
+        for (o, &d) in out.iter_mut().zip(new).rev() {
+            *o = (d, s);
+            s *= d.max(1);
+        }
+        return Some(out);
+    }
+    // Blocks of old axes (size-1 axes dropped): (elements, stride of the innermost axis).
+    let mut blocks: Vec<(usize, usize)> = vec![];
+    let mut prev_stride = 0usize;
+    for &(size, stride) in axes.iter().filter(|a| a.0 != 1) {
+        match blocks.last_mut() {
+            Some(b) if prev_stride == size * stride => {
+                b.0 *= size;
+                b.1 = stride;
+            }
+            _ => blocks.push((size, stride)),
+        }
+        prev_stride = stride;
+    }
+    // Assign new axes to blocks from the innermost: each block's elements are covered by
+    // consecutive new axes whose strides grow from the block's innermost stride.
+    let mut out = vec![(1usize, 0usize); new.len()];
+    let mut j = new.len();
+    for &(elems, inner) in blocks.iter().rev() {
+        let mut covered = 1usize;
+        while covered < elems {
+            j = j.checked_sub(1)?;
+            let d = new[j];
+            out[j] = (d, inner * covered);
+            covered = covered.checked_mul(d)?;
+        }
+        if covered != elems {
+            return None;
+        }
+    }
+    // Leading size-1 axes left over.
+    for (o, &d) in out.iter_mut().zip(new).take(j) {
+        if d != 1 {
+            return None;
+        }
+        *o = (1, 0);
+    }
+    Some(out)
+}
+
+/// The operand tensor `t` of a MatMul: its own buffer when it has one (row-major), else the
+/// buffer its views start from, read in place with the views' strides ([`view_layout`]: a
+/// transpose of the last two axes, a head split). `None` when neither buffer is available,
+/// the view cannot be read in place, or the sizes disagree.
 pub fn operand<'a>(
     tg: &TypedGraph,
     buf: impl Fn(usize) -> Option<&'a [f32]>,
@@ -144,8 +324,8 @@ pub fn operand<'a>(
     if let Some(v) = buf(t) {
         return Operand::row_major(v, batch, rows, cols);
     }
-    let s = transposed_source(tg, t)?;
-    Operand::transposed(buf(s)?, batch, rows, cols)
+    let (s, axes) = view_layout(tg, t)?;
+    Operand::strided(buf(s)?, &axes)
 }
 
 /// Workers a row split of `rows` rows uses: one per thread, at least 16 rows each.
@@ -286,8 +466,8 @@ pub fn matmul_acc(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) -> 
 fn small_matmul(a: Operand, b: Operand, out: &mut [f32], accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     for (bi, c) in out.chunks_mut(m * n).enumerate() {
-        let ao = bi * m * k;
-        let bo = if b.batch == 1 { 0 } else { bi * k * n };
+        let ao = a.offset(bi);
+        let bo = if b.batch == 1 { 0 } else { b.offset(bi) };
         for (i, y) in c.chunks_mut(n).enumerate() {
             if !accumulate {
                 y.fill(0.0);
@@ -318,7 +498,7 @@ mod tests {
     fn reference(a: &Operand, b: &Operand) -> Vec<f64> {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         let at = |o: &Operand, bi: usize, i: usize, j: usize| {
-            o.data[bi * o.rows * o.cols + i * o.rs + j * o.cs] as f64
+            o.data[o.offset(bi) + i * o.rs + j * o.cs] as f64
         };
         let mut out = vec![];
         for bi in 0..a.batch {
@@ -444,6 +624,86 @@ mod tests {
             );
         })
         .unwrap();
+    }
+
+    /// Regrouping by hand: a contiguous [6] splits into [2, 3] (strides 3, 1); the transpose
+    /// of a [2, 3] (axes (3, 1), (2, 3)) cannot merge into [6] but takes a trailing 1; the
+    /// head split [S·H·D] → [S, H, D] of a stored row keeps the row's strides.
+    #[test]
+    fn regroup_splits_and_merges_only_contiguous_axes() {
+        assert_eq!(regroup(&[(6, 1)], &[2, 3]), Some(vec![(2, 3), (3, 1)]));
+        assert_eq!(regroup(&[(3, 1), (2, 3)], &[6]), None);
+        assert_eq!(
+            regroup(&[(3, 1), (2, 3)], &[3, 2, 1]).map(|v| v[..2].to_vec()),
+            Some(vec![(3, 1), (2, 3)])
+        );
+        // [5, 12] rows of a [5, 12] tensor → [5, 3, 4]: (5, 12), (3, 4), (4, 1).
+        assert_eq!(
+            regroup(&[(5, 12), (12, 1)], &[5, 3, 4]),
+            Some(vec![(5, 12), (3, 4), (4, 1)])
+        );
+        // Merging back a split that a transpose reordered: [3, 5, 4] with strides (4, 12,
+        // 1) (a head split's transpose) → [3, 20] straddles the non-contiguous S and D.
+        assert_eq!(regroup(&[(3, 4), (5, 12), (4, 1)], &[3, 20]), None);
+        assert_eq!(regroup(&[(6, 1)], &[4]), None, "element counts differ");
+    }
+
+    /// A head split read in place: q stored [B, S, H, D], the view [B, H, S, D] (Transpose
+    /// [0, 2, 1, 3] of it) as the left operand and the keys' [B, H, D, S] (Transpose [0, 2,
+    /// 3, 1]) as the right: the products equal those of copies made by explicit index
+    /// arithmetic.
+    #[test]
+    fn head_split_views_are_read_in_place() {
+        // (2, 5, 3, 4): 600 multiply-adds, the plain loop; (2, 40, 3, 16): faer.
+        for (bsz, sq, h, d) in [(2usize, 5usize, 3usize, 4usize), (2, 40, 3, 16)] {
+            head_split_case(bsz, sq, h, d);
+        }
+    }
+
+    fn head_split_case(bsz: usize, sq: usize, h: usize, d: usize) {
+        let q = vals(bsz * sq * h * d, 21);
+        let kk = vals(bsz * sq * h * d, 22);
+        let at =
+            |x: &[f32], b: usize, s: usize, hh: usize, e: usize| x[((b * sq + s) * h + hh) * d + e];
+        // Copies: qh[b, h, s, e] = q[b, s, h, e]; kt[b, h, e, s] = k[b, s, h, e].
+        let mut qh = vec![];
+        let mut kt = vec![];
+        for b in 0..bsz {
+            for hh in 0..h {
+                for s in 0..sq {
+                    for e in 0..d {
+                        qh.push(at(&q, b, s, hh, e));
+                    }
+                }
+                for e in 0..d {
+                    for s in 0..sq {
+                        kt.push(at(&kk, b, s, hh, e));
+                    }
+                }
+            }
+        }
+        // Strides of the stored [B, S, H, D]: (S·H·D, H·D, D, 1).
+        let (sb, ss, sh) = (sq * h * d, h * d, d);
+        let qv = Operand::strided(&q, &[(bsz, sb), (h, sh), (sq, ss), (d, 1)]).unwrap();
+        let kv = Operand::strided(&kk, &[(bsz, sb), (h, sh), (d, 1), (sq, ss)]).unwrap();
+        assert!(!qv.is_row_major());
+        let mut got = vec![0f32; bsz * h * sq * sq];
+        matmul_acc(qv, kv, &mut got, false).unwrap();
+        let mut want = vec![0f32; got.len()];
+        let (qc, kc) = (
+            Operand::row_major(&qh, bsz * h, sq, d).unwrap(),
+            Operand::row_major(&kt, bsz * h, d, sq).unwrap(),
+        );
+        matmul_acc(qc, kc, &mut want, false).unwrap();
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        for (x, y) in got.iter().zip(&want) {
+            assert!((x - y).abs() <= 1e-6 * scale, "{x} vs {y}");
+        }
+        check(qc, kc);
+        // An offset past the end is refused.
+        assert!(
+            Operand::strided(&q[..q.len() - 1], &[(bsz, sb), (h, sh), (sq, ss), (d, 1)]).is_none()
+        );
     }
 
     #[test]

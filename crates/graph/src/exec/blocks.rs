@@ -819,8 +819,8 @@ mod matmul_tests {
             .map(|v| v * 0.25)
             .collect();
         assert_eq!(run_both(&gb, &ins, &want), 0, "no copy");
-        // Another permutation keeps the copy path (and the counter sees it): [1, 0, 2]
-        // moves the batch axis, so the operand is materialized before the product.
+        // Two transposes that move the batch axis and back compose to the stored layout:
+        // read in place too.
         let gp = mm_graph(
             &[("q", &[b, m, k]), ("kk", &[b, k, n])],
             r#"{"name":"kp","op":"Transpose","attrs":{"perm":[1,0,2]},"inputs":["kk"]},
@@ -831,7 +831,31 @@ mod matmul_tests {
         let mut ins = HashMap::new();
         fill_inputs(&compile(&gp).unwrap().unfused.graph, &mut ins, 16).unwrap();
         let want = naive(&ins["q"], &ins["kk"], b, m, k, n, false);
-        assert!(run_both(&gp, &ins, &want) > 0);
+        assert_eq!(run_both(&gp, &ins, &want), 0, "no copy");
+        // A Reshape that merges axes which the Transpose made non-contiguous keeps the copy
+        // path (and the counter sees it): kk [b, k, n] → [k, b, n] → [k, b·n], read as the
+        // right operand of x [m, k].
+        let gr = mm_graph(
+            &[("x", &[m, k]), ("kk", &[b, k, n])],
+            &format!(
+                r#"{{"name":"kp","op":"Transpose","attrs":{{"perm":[1,0,2]}},"inputs":["kk"]}},
+                   {{"name":"kr","op":"Reshape","attrs":{{"shape":[{k},{bn}]}},"inputs":["kp"]}},
+                   {{"name":"y","op":"MatMul","inputs":["x","kr"]}}"#,
+                bn = b * n
+            ),
+            "y",
+        );
+        let mut ins = HashMap::new();
+        fill_inputs(&compile(&gr).unwrap().unfused.graph, &mut ins, 17).unwrap();
+        // kr[q, bi·n + j] = kk[bi, q, j].
+        let kr: Vec<f32> = (0..k)
+            .flat_map(|q| {
+                let kk = &ins["kk"];
+                (0..b * n).map(move |c| kk[(c / n) * k * n + q * n + c % n])
+            })
+            .collect();
+        let want = naive(&ins["x"], &kr, 1, m, k, b * n, false);
+        assert!(run_both(&gr, &ins, &want) > 0);
     }
 }
 

@@ -11,7 +11,6 @@ use super::pooling::{PoolKind, PoolShape};
 use super::{ExecResult, Pool};
 use crate::error::{GraphError, Result};
 use crate::fusion::{Kernel, KernelKind, Program};
-use crate::gemm::transposed_source;
 use crate::ir::{norm_axis, Op, TypedGraph};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -325,7 +324,11 @@ pub(crate) fn kernel_reads(tg: &TypedGraph, k: &Kernel) -> Vec<usize> {
         for (j, &t) in tg.node_inputs[n].iter().enumerate() {
             let mm = matches!(op, Op::MatMul) || (matches!(op, Op::FusedAttention { .. }) && j < 3);
             if !k.nodes.contains(&tg.producer[tg.base(t)]) {
-                let r = transposed_source(tg, t).filter(|_| mm).unwrap_or(t);
+                // A MatMul reads a view of a stored tensor in place, with the view's
+                // strides (`gemm::view_layout`); other views are made first.
+                let r = crate::gemm::view_layout(tg, t)
+                    .filter(|_| mm)
+                    .map_or(t, |(s, _)| s);
                 if !v.contains(&r) {
                     v.push(r);
                 }
