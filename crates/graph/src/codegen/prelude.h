@@ -214,7 +214,14 @@ TF_INLINE float tf_logaddexp(float a, float b) {
 TF_INLINE float tf_fmax(float a, float b) { return (b != b || a > b) ? a : b; }
 TF_INLINE float tf_fmin(float a, float b) { return (b != b || a < b) ? a : b; }
 
-TF_INLINE float tf_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
+/* 1 / (1 + e^(−x)), from e = e^(−|x|) ≤ 1 (tf_exp_nonpos, the cheaper exponential):
+ * 1 / (1 + e) for x ≥ 0, e / (1 + e) below; one division either way. Below x = −87.34 it
+ * is 0 where the true value is a subnormal (under 1.2e-38); ±inf give 1 and 0; NaN stays. */
+TF_INLINE float tf_sigmoid(float x) {
+    const float e = tf_exp_nonpos(-fabsf(x));
+    const float r = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+    return x == x ? r : x;
+}
 
 /* tanh x, float, branch-free: Cephes' odd polynomial on |x| < 0.625 (relative accuracy
  * down to the smallest x), else (1 − e)/(1 + e) with e = e^(−2|x|) ≤ e^(−1.25) (no
