@@ -1,7 +1,9 @@
 //! MatMul products of the CPU executor, computed with faer (the GEMM the kernels and measure
-//! crates already use). An operand is described by its buffer and the strides of its last
-//! two axes, so that a Transpose of the last two axes of a stored tensor is read in place
-//! (swapped strides) instead of being copied first. A batched product whose right operand
+//! crates already use). An operand is described by its buffer, the strides of its last two
+//! axes and those of its batch axes, so that a view of a stored tensor (a Transpose of the
+//! last two axes, attention's head split: [`view_layout`]) is read in place instead of being
+//! copied first; a Reshape that regroups non-contiguous axes is not expressible as strides
+//! and is still copied. A batched product whose right operand
 //! is shared (rank 2) and whose left operand is row-major folds the batch into M (one GEMM);
 //! other batches run one product per batch matrix, in parallel across the batch when there
 //! are at least as many products as workers (each product sequential), and one after another
@@ -72,19 +74,13 @@ impl<'a> Operand<'a> {
         rs: usize,
         cs: usize,
     ) -> Option<Self> {
+        // Matrices back to back, filling `data` exactly: within one matrix the largest
+        // offset is (rows-1)*rs + (cols-1)*cs = rows*cols - 1 for both layouts below.
         let n = batch.checked_mul(rows)?.checked_mul(cols)?;
-        // Within one matrix the largest offset is (rows-1)*rs + (cols-1)*cs = rows*cols - 1
-        // for both layouts below, so `data.len() == batch * rows * cols` bounds every read.
-        (data.len() == n && isize::try_from(n).is_ok()).then_some(Operand {
-            data,
-            batch,
-            rows,
-            cols,
-            rs,
-            cs,
-            baxes: [(batch, rows.saturating_mul(cols)), (1, 0), (1, 0), (1, 0)],
-            nb: 1,
-        })
+        if data.len() != n {
+            return None;
+        }
+        Self::strided(data, &[(batch, rows * cols), (rows, rs), (cols, cs)])
     }
 
     /// Row-major `[batch, rows, cols]` values.
