@@ -107,25 +107,7 @@ impl<'a> Operand<'a> {
             return None;
         }
         let ((rows, rs), (cols, cs)) = (axes[r - 2], axes[r - 1]);
-        let mut baxes = [(1usize, 0usize); MAX_BATCH_AXES];
-        let mut nb = 0;
-        let mut batch = 1usize;
-        for &(size, stride) in &axes[..r - 2] {
-            batch = batch.checked_mul(size)?;
-            if size == 1 {
-                continue;
-            }
-            if nb > 0 && baxes[nb - 1].1 == stride.checked_mul(size)? {
-                // Contiguous with the axis before: one longer axis.
-                baxes[nb - 1] = (baxes[nb - 1].0 * size, stride);
-            } else {
-                if nb == MAX_BATCH_AXES {
-                    return None;
-                }
-                baxes[nb] = (size, stride);
-                nb += 1;
-            }
-        }
+        let (baxes, nb, batch) = batch_axes(&axes[..r - 2])?;
         let n = batch.checked_mul(rows)?.checked_mul(cols)?;
         if n > 0 {
             let mut last = 0usize;
@@ -202,11 +184,40 @@ impl<'a> Operand<'a> {
     }
 }
 
+/// Batch axes (size, stride), outermost first, with size-1 axes dropped and each axis
+/// merged into the one before when the two are contiguous: the axes, how many are used, and
+/// the batch count. `None` when more than [`MAX_BATCH_AXES`] remain or on overflow.
+#[allow(clippy::type_complexity)]
+fn batch_axes(axes: &[(usize, usize)]) -> Option<([(usize, usize); MAX_BATCH_AXES], usize, usize)> {
+    let mut baxes = [(1usize, 0usize); MAX_BATCH_AXES];
+    let mut nb = 0;
+    let mut batch = 1usize;
+    for &(size, stride) in axes {
+        batch = batch.checked_mul(size)?;
+        if size == 1 {
+            continue;
+        }
+        if nb > 0 && baxes[nb - 1].1 == stride.checked_mul(size)? {
+            // Contiguous with the axis before: one longer axis.
+            baxes[nb - 1] = (baxes[nb - 1].0 * size, stride);
+        } else {
+            if nb == MAX_BATCH_AXES {
+                return None;
+            }
+            baxes[nb] = (size, stride);
+            nb += 1;
+        }
+    }
+    Some((baxes, nb, batch))
+}
+
 /// `t` as (size, stride) axes over the buffer of the tensor its views (Reshape, Transpose)
 /// start from, and that tensor: a Transpose permutes the axes, a Reshape regroups them where
 /// the strides allow it (splitting an axis, or merging axes that are contiguous with each
-/// other). `None` when `t` is not a view, or when a Reshape regroups axes that are not
-/// contiguous (such a view must be copied).
+/// other). `None` when `t` is not a view, when a Reshape regroups axes that are not
+/// contiguous, or when the result is no MatMul operand [`Operand::strided`] can describe
+/// (fewer than two axes, more than [`MAX_BATCH_AXES`] batch axes left): such a view must be
+/// copied, and the executor asks for the copy exactly when this is `None`.
 pub fn view_layout(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usize)>)> {
     let mut chain = vec![];
     let mut x = t;
@@ -240,6 +251,10 @@ pub fn view_layout(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usiz
             _ => regroup(&axes, &tg.tensors[out].shape)?,
         };
     }
+    if axes.len() < 2 {
+        return None;
+    }
+    batch_axes(&axes[..axes.len() - 2])?;
     Some((x, axes))
 }
 

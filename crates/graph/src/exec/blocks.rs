@@ -856,6 +856,34 @@ mod matmul_tests {
             .collect();
         let want = naive(&ins["x"], &kr, 1, m, k, b * n, false);
         assert!(run_both(&gr, &ins, &want) > 0);
+        // Five batch axes reversed by a Transpose cannot merge (each axis's stride is smaller
+        // than the next one's extent), more than an operand describes in place: copied, and
+        // still the right product. a [2,2,2,2,2,3,4], perm [4,3,2,1,0,5,6]: output batch
+        // index (o0..o4) reads a[o4, o3, o2, o1, o0].
+        let gt = mm_graph(
+            &[("a", &[2, 2, 2, 2, 2, 3, 4]), ("w", &[4, 5])],
+            r#"{"name":"at","op":"Transpose","attrs":{"perm":[4,3,2,1,0,5,6]},"inputs":["a"]},
+               {"name":"y","op":"MatMul","inputs":["at","w"]}"#,
+            "y",
+        );
+        let mut ins = HashMap::new();
+        fill_inputs(&compile(&gt).unwrap().unfused.graph, &mut ins, 18).unwrap();
+        let a = &ins["a"];
+        let mut at = vec![];
+        for o in 0..32usize {
+            // o = o0·16 + o1·8 + o2·4 + o3·2 + o4; the source index is (o4, o3, o2, o1, o0).
+            let d = [
+                (o >> 4) & 1,
+                (o >> 3) & 1,
+                (o >> 2) & 1,
+                (o >> 1) & 1,
+                o & 1,
+            ];
+            let src = d[4] * 16 + d[3] * 8 + d[2] * 4 + d[1] * 2 + d[0];
+            at.extend_from_slice(&a[src * 12..(src + 1) * 12]);
+        }
+        let want = naive(&at, &ins["w"], 32, 3, 4, 5, false);
+        assert!(run_both(&gt, &ins, &want) > 0);
     }
 }
 
