@@ -130,17 +130,15 @@ def main():
     for k in kernels:
         elems, cols, rows = k["elements"], max(k["cols"], 1), k["rows"]
         per = max(16384 // cols, 1)
-        # Buffers by tensor name, shared by every build (same inputs, same sizes).
-        sizes = {}
+        # Buffers by tensor name, shared by every build (same inputs). Tensor sizes are not in
+        # the manifest: `elements` values for each covers a whole-domain tensor and a
+        # broadcast one (smaller) alike.
+        names = []
         for b in builds:
             mk = same_kernel(b[1], k)
-            for name in mk["inputs"] + mk["outputs"]:
-                sizes[name] = None
-        # Sizes are not in the manifest per tensor: an input of the whole domain has
-        # `elements` values; a broadcast one fewer. Allocate `elements` for each (reads
-        # stay inside), which covers both.
+            names += [n for n in mk["inputs"] + mk["outputs"] if n not in names]
         lib0 = builds[0][0]
-        bufs = {name: floats(lib0, elems, 1 + i) for i, name in enumerate(sizes)}
+        bufs = {name: floats(lib0, elems, 1 + i) for i, name in enumerate(names)}
         src, dst = floats(lib0, elems, 99), (ctypes.c_float * max(elems, 1))()
         results = {i: [] for i in range(len(builds))}
         copies = []
