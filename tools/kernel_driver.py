@@ -38,7 +38,7 @@ if platform.machine() in ("x86_64", "AMD64"):
 DRIVER = r"""
 #include <time.h>
 #include <stdlib.h>
-typedef void (*kfn)(const float *const *, float *const *, int64_t, int64_t, float *);
+typedef void (*kfn)(const float *const *, float *const *, int64_t, int64_t, int64_t, float *);
 static double now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -50,7 +50,7 @@ double tf_time_kernel(kfn f, const float *const *in, float *const *out, int64_t 
     double best = 1e300;
     for (int p = 0; p < passes; ++p) {
         double t = now_ns();
-        for (int64_t r = 0; r < rows; r += per) f(in, out, r, r + per < rows ? r + per : rows, scratch);
+        for (int64_t r = 0; r < rows; r += per) f(in, out, r, r + per < rows ? r + per : rows, rows, scratch);
         t = now_ns() - t;
         if (t < best) best = t;
     }

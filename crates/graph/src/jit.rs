@@ -114,7 +114,7 @@ pub enum JitError {
     },
 }
 
-type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
+type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, i64, *mut f32);
 
 /// One compiled kernel.
 pub(crate) struct JitKernel {

@@ -854,7 +854,16 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
         // it reads the inputs it was rendered with, whose buffers hold their tensors'
         // element counts (checked above), writes rows [r0, r1) of outputs sized to their
         // tensors, and uses `scratch_floats` of scratch.
-        unsafe { f(p.0, p.1, r0 as i64, r1 as i64, scratch.as_mut_ptr()) }
+        unsafe {
+            f(
+                p.0,
+                p.1,
+                r0 as i64,
+                r1 as i64,
+                rows as i64,
+                scratch.as_mut_ptr(),
+            )
+        }
     };
     let init = || vec![0f32; m.scratch_floats.max(1)];
     if m.elems >= 1 << 16 && nblocks > 1 {
