@@ -50,8 +50,10 @@ const PAR_MIN_MACS: usize = 1 << 20;
 const PAR_MIN_TASKS_MACS: usize = 1 << 22;
 /// The same while the run keeps its other workers awake (module `spin`): a hand-off then
 /// costs about a microsecond, and the ResNet fixture's 1.2 Mi convolutions (two images) run
-/// on two workers in well under the time of one.
-const PAR_MIN_TASKS_MACS_SPINNING: usize = 1 << 19;
+/// on two workers in well under the time of one. Its stem (3 → 16 channels, 0.2 Mi over two
+/// images) gains too: 12.7–13.7 → 8.2–11.1 µs on two workers, and the whole fixture at two
+/// threads 65.5–68.8 → 63.9–65.5 µs (4 alternated rounds, AMD EPYC Zen 3, AVX2; was 1 << 19).
+const PAR_MIN_TASKS_MACS_SPINNING: usize = 1 << 17;
 
 /// Where one (image, group) product finds its right operand `[C/g · R · S, P · Q]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
