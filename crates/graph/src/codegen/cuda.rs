@@ -94,7 +94,8 @@ pub fn device_prelude() -> String {
          #define TF_FN __device__\n\
          #define restrict __restrict__\n\
          #define TF_MAX_LANES 1\n\
-         #define TF_SUM_LANES 1\n",
+         #define TF_SUM_LANES 1\n\
+         #define TF_EXP_LANES 1\n",
     );
     s.push_str(super::c::PRELUDE);
     s.push_str(BLOCK_HELPERS);
