@@ -375,9 +375,8 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     // call's last row left one row in 16 of a 1024-column softmax to wait on memory:
     // 0.58 → 0.51 ns per element in a C driver on AMD EPYC Zen 3, AVX2). `rn`, the rows of
     // the whole domain, is an argument so that one function serves every row count. A
-    // pipelined norm
-    // takes the statistic of the next call's first row too, and that call recomputes it
-    // from cache.
+    // pipelined norm takes the statistic of the next call's first row too, and that call
+    // recomputes it from cache.
     let stream = if elementwise {
         RowStreams::default()
     } else {

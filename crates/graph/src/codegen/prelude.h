@@ -396,12 +396,15 @@ TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
     return r;
 }
 
-/* Σ s[k] over TF_SUM_LANES lanes, pairwise. */
-TF_INLINE double tf_lanes_sum(double *s) {
-    for (int w = TF_SUM_LANES / 2; w > 0; w /= 2)
+/* Σ s[k] over n lanes (a power of two), pairwise. */
+TF_INLINE double tf_lanes_sum_n(double *s, int n) {
+    for (int w = n / 2; w > 0; w /= 2)
         for (int k = 0; k < w; ++k) s[k] += s[k + w];
     return s[0];
 }
+
+/* Σ s[k] over TF_SUM_LANES lanes, pairwise. */
+TF_INLINE double tf_lanes_sum(double *s) { return tf_lanes_sum_n(s, TF_SUM_LANES); }
 
 /* Σ x[c], in double. */
 TF_INLINE double tf_row_sum(const float *restrict x, int64_t n) {
@@ -499,13 +502,6 @@ TF_INLINE void tf_prefetch_line_w(float *p) {
  * TF_EXP_LANES values in float before the block goes into the double lanes). */
 #define TF_EXP_BLOCK 256
 
-/* Σ d[k] over TF_EXP_LANES lanes, pairwise. */
-TF_INLINE double tf_exp_lanes_sum(double *d) {
-    for (int w = TF_EXP_LANES / 2; w > 0; w /= 2)
-        for (int k = 0; k < w; ++k) d[k] += d[k + w];
-    return d[0];
-}
-
 /* y[c] = e^(x[c] − m) for m the row's finite maximum (so every x[c] − m <= 0, NaN-free);
  * returns Σ y. The sum is taken as the values are stored, in TF_EXP_LANES float lanes over
  * blocks of TF_EXP_BLOCK elements whose lanes are then added into double lanes: every float
@@ -545,7 +541,7 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
         y[c] = v;
         d[0] += (double)v;
     }
-    return tf_exp_lanes_sum(d);
+    return tf_lanes_sum_n(d, TF_EXP_LANES);
 }
 
 /* One RMSNorm row, y[c] = x[c]·inv·g[c], and Σ xn[c]² of the next row xn, computed in the
