@@ -184,18 +184,15 @@ fn ci_runs_the_readme_test_command_and_it_shares_the_main_jobs_build() {
     assert!(test.contains("--release"), "{test}");
 }
 
-/// Packages and their features in the workspace's resolve, one `name version [features]` per
-/// line, with or without dev-dependencies.
-fn resolved_features(dev: bool) -> std::collections::BTreeSet<String> {
+/// Packages and their features in one build's resolve, one `name version [features]` per
+/// line: `select` picks the packages as on a cargo command line (nothing: the default
+/// members, as `cargo build --release` does), `edges` the dependency kinds.
+fn resolved_features(select: &[&str], edges: &str) -> std::collections::BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let edges = if dev {
-        "normal,build,dev"
-    } else {
-        "normal,build"
-    };
     let out = std::process::Command::new(cargo)
         .current_dir(root())
-        .args(["tree", "--workspace", "--offline", "-e", edges])
+        .args(["tree", "--offline", "-e", edges])
+        .args(select)
         .args(["--prefix", "none", "-f", "{p} [{f}]"])
         .output()
         .unwrap();
@@ -211,16 +208,35 @@ fn resolved_features(dev: bool) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The package of a `name version [features]` line.
+fn package(line: &str) -> &str {
+    line.split(" [").next().unwrap()
+}
+
 #[test]
-fn tests_resolve_the_same_features_as_the_main_job() {
-    // Every package of the main job's build appears with the same features when
-    // dev-dependencies join the resolve; otherwise `cargo test --release` recompiles it and
-    // everything above it (docs/architecture.md, "Build sharing").
-    let main_job = resolved_features(false);
-    let with_dev = resolved_features(true);
-    let differ: Vec<&String> = main_job.difference(&with_dev).collect();
+fn tests_and_the_python_build_resolve_the_same_features_as_the_main_job() {
+    // The main job builds the default members (`cargo build --release`); the README's test
+    // command the whole workspace with dev-dependencies; maturin the Python package alone
+    // (`-p tensorforge-python`). Every package the main job builds must appear with the
+    // same features in the other two, or they recompile it and everything above it (a clean
+    // CI spent 200 s rebuilding faer, serde and every workspace crate for the tests when the
+    // Python package's numpy and pyo3 turned on two features; docs/architecture.md, "Build
+    // sharing").
+    let main_job = resolved_features(&[], "normal,build");
+    let tests = resolved_features(&["--workspace"], "normal,build,dev");
+    let differ: Vec<&String> = main_job.difference(&tests).collect();
     assert!(
         differ.is_empty(),
-        "features differ once dev-dependencies resolve: {differ:?}"
+        "features differ between `cargo build --release` and the README's tests: {differ:?}"
+    );
+    let python = resolved_features(&["-p", "tensorforge-python"], "normal,build");
+    let shared: std::collections::BTreeSet<&str> = main_job.iter().map(|l| package(l)).collect();
+    let differ: Vec<&String> = python
+        .iter()
+        .filter(|l| shared.contains(package(l)) && !main_job.contains(*l))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "features differ between `cargo build --release` and maturin's build: {differ:?}"
     );
 }
