@@ -103,6 +103,11 @@ pub fn compile(g: &Graph) -> Result<Compiled> {
     if let Some(ag) = ag {
         rtg = ag.into_typed()?;
     }
+    let (sg, scales) = crate::rewrite::power_of_two_scales(&rtg)?;
+    decisions.extend(scales);
+    if let Some(sg) = sg {
+        rtg = sg.into_typed()?;
+    }
     let unfused = Program::unfused(tg);
     let fused = Program::fused(rtg);
     decisions.extend(fused.decisions.iter().cloned());

@@ -3,10 +3,12 @@
 //! Log(ReduceSum(Exp x)) → LogSumExp(x); Div(Exp x, ReduceSum(Exp x)) → Softmax(x). Named
 //! pattern: RMSNorm → (MatMul gate, MatMul up) → SiLU → Mul → the Kernels crate's fused
 //! RMSNorm+SwiGLU. Layout: a scalar Mul after views (Reshape, Transpose) moves before them,
-//! into the producer's kernel. Rewrites replace the root node and drop nodes left without
+//! into the producer's kernel. Exact: scalar multiplications by powers of two folded
+//! ([`power_of_two_scales`]). Rewrites replace the root node and drop nodes left without
 //! readers; a pattern whose intermediates are read elsewhere (or are graph outputs) is
 //! refused.
-//! Not covered: algebraic simplification, constant folding, commuted or scaled variants.
+//! Not covered: algebraic simplification beyond powers of two, constant folding in general,
+//! commuted or scaled variants.
 
 use crate::error::Result;
 use crate::ir::{norm_axis, BinaryFn, Graph, Op, OpClass, TypedGraph, UnaryFn};
@@ -97,6 +99,10 @@ pub enum FusionRule {
     /// linear layer's epilogue) instead of running as a kernel of its own over the
     /// rearranged tensor (the query and key scales after the head-split Transpose).
     ScaleBeforeView,
+    /// Scalar multiplications folded where one factor is a power of two, exactly:
+    /// `Mul(Mul(a, c1), c2)` → `Mul(a, c1·c2)`, and `Mul(Mul(p, c1), Mul(q, c2))` →
+    /// `Mul(p, q)` where `c1·c2 = 1` (GELU's `0.5·x · 2σ(2u)` after `tanh_plus_one`).
+    PowerOfTwoScale,
 }
 
 impl FusionRule {
@@ -125,6 +131,7 @@ impl FusionRule {
             FusionRule::Attention => "attention",
             FusionRule::ScaleBeforeView => "scale_before_view",
             FusionRule::TanhPlusOne => "tanh_plus_one",
+            FusionRule::PowerOfTwoScale => "power_of_two_scale",
         }
     }
 }
@@ -423,6 +430,131 @@ pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
         return Ok((None, dec));
     }
     Ok((Some(without_dead_nodes(tg, nodes)), dec))
+}
+
+/// Scalar multiplications folded where a factor is a power of two, applied after the
+/// other rewrites (it finds the `2` that `tanh_plus_one` introduces):
+/// - `Mul(Mul(a, c1), c2)` → `Mul(a, c1·c2)` (GPT-2's `2·(0.79788·r)` → `1.59577·r`);
+/// - `Mul(Mul(p, c1), Mul(q, c2))` → `Mul(p, q)` where `c1·c2 = 1` (its `(0.5·x)·(2·σ)` →
+///   `x·σ`),
+///
+/// with `c1`, `c2` one-element f32 constants, one of them (both, in the second form) a power
+/// of two, and each inner product read only here. Scaling by 2^k commutes with rounding, so
+/// `round(round(a·c1)·2^k) = round(a·c1·2^k)`: the result is the same float wherever no
+/// intermediate overflows or leaves the normal range, and where one does, the folded form is
+/// the more accurate. Nodes and tensors keep their names; a new constant is named
+/// `<node>::scale`. Returns the graph unchanged (None) when nothing matched.
+pub fn power_of_two_scales(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
+    let mut nodes = tg.nodes.clone();
+    let mut dec = vec![];
+    for i in 0..tg.nodes.len() {
+        if matches!(tg.nodes[i].op, Op::Binary { f: BinaryFn::Mul }) {
+            if let Some(d) = fold_scales(tg, i, &mut nodes) {
+                dec.push(d);
+            }
+        }
+    }
+    if dec.is_empty() {
+        return Ok((None, dec));
+    }
+    Ok((Some(without_dead_nodes(tg, nodes)), dec))
+}
+
+/// A finite, normal power of two (its f32 mantissa bits are zero).
+fn power_of_two(c: f32) -> bool {
+    c.is_normal() && c.to_bits() & 0x007f_ffff == 0
+}
+
+fn fold_scales(tg: &TypedGraph, i: usize, nodes: &mut Vec<crate::ir::Node>) -> Option<Decision> {
+    let fp32 = |t: usize| tg.tensors[t].dtype == crate::ir::DType::Fp32;
+    // The value of a one-element f32 constant.
+    let scalar = |t: usize| match &tg.nodes[tg.producer[t]].op {
+        Op::Constant { value, .. } if tg.tensors[t].numel == 1 && fp32(t) => Some(*value as f32),
+        _ => None,
+    };
+    // `t = Mul(a, c)` (either order) read only by node i, not a graph output, with the
+    // shape of `a` (so dropping the constant changes no broadcast): (a, c's tensor, c).
+    let scaled = |t: usize| -> Option<(usize, usize, f32)> {
+        let pn = tg.producer[t];
+        if !matches!(tg.nodes[pn].op, Op::Binary { f: BinaryFn::Mul })
+            || tg.consumers[t].len() != 1
+            || tg.outputs.contains(&t)
+        {
+            return None;
+        }
+        let (a, c) = match *tg.node_inputs[pn].as_slice() {
+            [a, b] if scalar(b).is_some() && scalar(a).is_none() => (a, b),
+            [a, b] if scalar(a).is_some() && scalar(b).is_none() => (b, a),
+            _ => return None,
+        };
+        (tg.tensors[a].shape == tg.tensors[t].shape && fp32(a)).then(|| (a, c, scalar(c).unwrap()))
+    };
+    let out = tg.node_outputs[i][0];
+    let name = |t: usize| tg.tensors[t].name.clone();
+    let (x, y) = (tg.node_inputs[i][0], tg.node_inputs[i][1]);
+    // Mul(Mul(p, c1), Mul(q, c2)), both powers of two, c1·c2 = 1.
+    if let (Some((p, _, c1)), Some((q, _, c2))) = (scaled(x), scaled(y)) {
+        if x != y && power_of_two(c1) && power_of_two(c2) && c1 * c2 == 1.0 {
+            nodes[i].inputs = vec![name(p), name(q)];
+            return Some(Decision::new(
+                Stage::Rewrite,
+                &tg.nodes[i].name,
+                Some("Mul"),
+                true,
+                FusionRule::PowerOfTwoScale,
+                format!(
+                    "Mul(Mul({p}, {c1:e}), Mul({q}, {c2:e})) -> Mul({p}, {q}): the scales are powers of two whose product is 1, so the product is the same float; two multiplications fewer",
+                    p = name(p),
+                    q = name(q)
+                ),
+            ));
+        }
+    }
+    // Mul(Mul(a, c1), c2) with c1 or c2 a power of two.
+    let (t, c2t) = match (scalar(x), scalar(y)) {
+        (None, Some(_)) => (x, y),
+        (Some(_), None) => (y, x),
+        _ => return None,
+    };
+    let c2 = scalar(c2t)?;
+    let (a, _, c1) = scaled(t)?;
+    let c = c1 * c2;
+    if !(power_of_two(c1) || power_of_two(c2))
+        || !c.is_normal()
+        || tg.tensors[out].shape != tg.tensors[a].shape
+    {
+        return None;
+    }
+    let node = tg.nodes[i].name.clone();
+    let cname = format!("{node}::scale");
+    if tg.tensors.iter().any(|t| t.name == cname) || tg.nodes.iter().any(|n| n.name == cname) {
+        return None;
+    }
+    let shape = match &tg.nodes[tg.producer[c2t]].op {
+        Op::Constant { shape, .. } => shape.clone(),
+        _ => return None,
+    };
+    nodes.push(crate::ir::Node::new(
+        cname.clone(),
+        Op::Constant {
+            shape,
+            dtype: crate::ir::DType::Fp32,
+            value: c as f64,
+        },
+        &[],
+    ));
+    nodes[i].inputs = vec![name(a), cname];
+    Some(Decision::new(
+        Stage::Rewrite,
+        &node,
+        Some("Mul"),
+        true,
+        FusionRule::PowerOfTwoScale,
+        format!(
+            "Mul(Mul({a}, {c1:e}), {c2:e}) -> Mul({a}, {c:e}): one factor is a power of two, so the product is the same float; one multiplication fewer",
+            a = name(a)
+        ),
+    ))
 }
 
 fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
@@ -1041,6 +1173,136 @@ mod tests {
                 "gelu({xv}) = {yv}, want {want:e}"
             );
         }
+    }
+
+    /// `y = Mul(Mul(a, 0.75), 2)`, `z = Mul(Mul(p, 0.5), Mul(q, 2))`, `w = Mul(Mul(a, 0.3),
+    /// 0.7)` (no power of two), `v = Mul(Mul(a, 4), 0.25)` whose inner product `s` is also
+    /// read by `o` when `shared`.
+    fn scales(shared: bool) -> Graph {
+        let other = if shared {
+            r#",{"name":"o","op":"Exp","inputs":["s"]}"#
+        } else {
+            ""
+        };
+        let c = |n: &str, v: f64| {
+            format!(
+                r#"{{"name":"{n}","op":"Constant","attrs":{{"shape":[],"dtype":"fp32","value":{v}}}}},"#
+            )
+        };
+        Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+          {{"name":"a","op":"Input","attrs":{{"shape":[64],"dtype":"fp32"}}}},
+          {{"name":"p","op":"Input","attrs":{{"shape":[64],"dtype":"fp32"}}}},
+          {{"name":"q","op":"Input","attrs":{{"shape":[64],"dtype":"fp32"}}}},
+          {}{}{}{}{}{}{}{}
+          {{"name":"m","op":"Mul","inputs":["a","k075"]}},
+          {{"name":"y","op":"Mul","inputs":["m","k2"]}},
+          {{"name":"ph","op":"Mul","inputs":["khalf","p"]}},
+          {{"name":"q2","op":"Mul","inputs":["q","k2b"]}},
+          {{"name":"z","op":"Mul","inputs":["ph","q2"]}},
+          {{"name":"n","op":"Mul","inputs":["a","k03"]}},
+          {{"name":"w","op":"Mul","inputs":["n","k07"]}},
+          {{"name":"s","op":"Mul","inputs":["a","k4"]}},
+          {{"name":"v","op":"Mul","inputs":["k025","s"]}}{other}]}}"#,
+            c("k075", 0.75),
+            c("k2", 2.0),
+            c("khalf", 0.5),
+            c("k2b", 2.0),
+            c("k03", 0.3),
+            c("k07", 0.7),
+            c("k4", 4.0),
+            c("k025", 0.25),
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn power_of_two_scales_fold_to_the_same_floats() {
+        let c = crate::fusion::compile(&scales(false)).unwrap();
+        let folded: Vec<&str> = c
+            .decisions
+            .iter()
+            .filter(|d| d.rule == FusionRule::PowerOfTwoScale && d.accepted)
+            .map(|d| d.node.as_str())
+            .collect();
+        // w's constants are 0.3 and 0.7: neither a power of two, left alone.
+        assert_eq!(folded, ["y", "z", "v"]);
+        let g = &c.fused.graph;
+        let node = |n: &str| g.nodes.iter().find(|x| x.name == n).unwrap();
+        assert_eq!(node("y").inputs, ["a", "y::scale"]);
+        // 0.75 · 2 = 1.5; 4 · 0.25 = 1.
+        assert!(matches!(node("y::scale").op, Op::Constant { value, .. } if value == 1.5));
+        assert!(matches!(node("v::scale").op, Op::Constant { value, .. } if value == 1.0));
+        assert_eq!(node("z").inputs, ["p", "q"]);
+        for gone in ["m", "ph", "q2", "s"] {
+            assert!(!g.nodes.iter().any(|x| x.name == gone), "{gone} left");
+        }
+        assert!(g.nodes.iter().any(|x| x.name == "n"));
+        // Bit for bit the unfolded graph's results, over normal-range values of both signs
+        // and magnitudes from 2^-60 to 2^60.
+        let mut rng = tensorforge_core::rng::SplitMix64::new(7);
+        let mut vals = || -> Vec<f32> {
+            (0..64)
+                .map(|_| {
+                    let m = 1.0 + rng.next_f64();
+                    let e = (rng.next_f64() * 120.0 - 60.0).round() as i32;
+                    let s = if rng.next_f64() < 0.5 { -1.0 } else { 1.0 };
+                    (s * m * 2f64.powi(e)) as f32
+                })
+                .collect()
+        };
+        let ins: std::collections::HashMap<String, Vec<f32>> = [
+            ("a".to_string(), vals()),
+            ("p".to_string(), vals()),
+            ("q".to_string(), vals()),
+        ]
+        .into();
+        let fused = crate::exec::execute(&c.fused, &ins).unwrap().outputs;
+        let unfused = crate::exec::execute(&c.unfused, &ins).unwrap().outputs;
+        assert_eq!(fused.len(), 4);
+        for ((name, _, f), (_, _, u)) in fused.iter().zip(&unfused) {
+            let fb: Vec<u32> = f.iter().map(|v| v.to_bits()).collect();
+            let ub: Vec<u32> = u.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(fb, ub, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_scaled_product_read_elsewhere_is_not_folded() {
+        let c = crate::fusion::compile(&scales(true)).unwrap();
+        assert!(!c
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::PowerOfTwoScale && d.node == "v"));
+    }
+
+    #[test]
+    fn gelu_tanh_loses_its_half_and_twos() {
+        // After tanh_plus_one: (0.5·x)·(2·σ(2·(0.79788·r))) -> x·σ(1.59577·r).
+        let c = crate::fusion::compile(&gelu_tanh(false)).unwrap();
+        let g = &c.fused.graph;
+        let value = |t: &str| {
+            g.nodes
+                .iter()
+                .find(|n| n.name == t)
+                .and_then(|n| match n.op {
+                    Op::Constant { value, .. } => Some(value),
+                    _ => None,
+                })
+        };
+        for n in &g.nodes {
+            if matches!(n.op, Op::Binary { f: BinaryFn::Mul }) {
+                for t in &n.inputs {
+                    assert!(
+                        !matches!(value(t), Some(v) if v == 0.5 || v == 2.0),
+                        "{} still multiplies by {t}",
+                        n.name
+                    );
+                }
+            }
+        }
+        let y = g.nodes.iter().find(|n| n.name == "y").unwrap();
+        assert_eq!(y.inputs, ["x", "a::sigmoid"]);
     }
 
     #[test]
