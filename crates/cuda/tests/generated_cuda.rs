@@ -401,30 +401,26 @@ fn every_example_kernel_under_the_emulator_agrees_with_the_interpreter() {
 /// Every rendered kernel of one example program, alone under the emulator, against the
 /// interpreter; returns how many were checked.
 fn check_example_kernels(name: &str, p: &Program, ins: &support::Inputs) -> usize {
-    let mut checked = 0;
-    {
-        let cases = kernel_cases(p, ins).unwrap_or_else(|e| panic!("{name}: {e}"));
-        if cases.cases.is_empty() {
-            return 0;
-        }
-        let label = Path::new(&name)
-            .components()
-            .rev()
-            .take(2)
-            .map(|c| c.as_os_str().to_string_lossy().to_string())
-            .collect::<Vec<_>>()
-            .join("_");
-        let got = emulate_cases(&label, &cases, 64);
-        for (c, outs) in cases.cases.iter().zip(&got) {
-            for (j, (g, want)) in outs.iter().zip(&c.expected).enumerate() {
-                let a = agreement(g, want);
-                assert!(a.within(2e-6), "{name} kernel {} output {j}: {a:?}", c.name);
-            }
-            checked += 1;
-        }
-        let _ = std::fs::remove_dir_all(emu_dir(&label));
+    let cases = kernel_cases(p, ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+    if cases.cases.is_empty() {
+        return 0;
     }
-    checked
+    let label = Path::new(name)
+        .components()
+        .rev()
+        .take(2)
+        .map(|c| c.as_os_str().to_string_lossy().to_string())
+        .collect::<Vec<_>>()
+        .join("_");
+    let got = emulate_cases(&label, &cases, 64);
+    for (c, outs) in cases.cases.iter().zip(&got) {
+        for (j, (g, want)) in outs.iter().zip(&c.expected).enumerate() {
+            let a = agreement(g, want);
+            assert!(a.within(2e-6), "{name} kernel {} output {j}: {a:?}", c.name);
+        }
+    }
+    let _ = std::fs::remove_dir_all(emu_dir(&label));
+    cases.cases.len()
 }
 
 /// The benchmark kernels with rows that a warp reduces (1000 columns) and rows that need
