@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """TensorForge's generated GPU kernels against PyTorch eager on the same shapes and dtype
-(f32), on an NVIDIA GPU: softmax over rows, and RMSNorm + SwiGLU (RMSNorm, the gate and up
-projections, SiLU(g)·u; TF32 off on both sides). Both sides are timed the same way: CUDA
+(f32; softmax also with bf16 tensors, f32 arithmetic on both sides), on an NVIDIA GPU:
+softmax over rows, and RMSNorm + SwiGLU (RMSNorm, the gate and up projections, SiLU(g)·u;
+TF32 off on both sides). Both sides are timed the same way: CUDA
 events around one call, L2 overwritten before each sample, 5 warm-up calls, median of 30.
 TensorForge's figures come from `tensorforge bench --device cuda --json` (its own events,
 same protocol); PyTorch's from this process. speedup = PyTorch median / TensorForge median
@@ -19,6 +20,8 @@ CASES = [
     ("softmax", {"rows": 16384, "cols": 4096}),
     ("softmax", {"rows": 65536, "cols": 1024}),
     ("softmax", {"rows": 4096, "cols": 32768}),
+    ("softmax", {"rows": 32768, "cols": 4096, "dtype": "bf16"}),
+    ("softmax", {"rows": 131072, "cols": 1024, "dtype": "bf16"}),
     ("rmsnorm_swiglu", {"tokens": 4096, "d": 4096, "f": 11008}),
     ("rmsnorm_swiglu", {"tokens": 512, "d": 4096, "f": 11008}),
 ]
@@ -27,7 +30,8 @@ WARMUP, SAMPLES = 5, 30
 
 def spec(kind, p):
     if kind == "softmax":
-        return f"kernel:softmax:rows={p['rows']}:cols={p['cols']}"
+        dt = f":dtype={p['dtype']}" if "dtype" in p else ""
+        return f"kernel:softmax:rows={p['rows']}:cols={p['cols']}{dt}"
     return f"rmsnorm_swiglu:tokens={p['tokens']}:d={p['d']}:f={p['f']}"
 
 
@@ -35,6 +39,8 @@ def torch_case(kind, p):
     g = torch.Generator(device="cuda").manual_seed(0)
     if kind == "softmax":
         x = torch.randn(p["rows"], p["cols"], device="cuda", generator=g) * 4
+        if p.get("dtype") == "bf16":
+            x = x.to(torch.bfloat16)
         return lambda: torch.softmax(x, dim=-1)
     t, d, f = p["tokens"], p["d"], p["f"]
     x = torch.randn(t, d, device="cuda", generator=g)

@@ -879,11 +879,58 @@ fn codegen_writes_triton_and_cuda_sources() {
     );
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(c.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(m["schema_version"], 2);
+    assert_eq!(m["schema_version"], 3);
+    assert_eq!(m["storage"], "fp32");
     assert_eq!(m["kernels"][0]["rows"], 128);
     assert_eq!(m["kernels"][0]["cols"], 512);
-    // 512 columns: a warp per row (rows up to 1024 columns).
+    // 512 columns: a warp per row (rows up to 1024 columns), 4 floats (128 bits) per thread
+    // step since 512 = 4 · 128.
     assert_eq!(m["kernels"][0]["row_unit"], "warp");
+    assert_eq!(m["kernels"][0]["cols_per_thread"], 4);
     let params = m["kernels"][0]["params"].as_array().unwrap();
     assert_eq!(params.last().unwrap(), "rows");
+    // bf16 storage: the tensors' pointers are 16-bit, 8 columns (128 bits) per step.
+    let b = dir.join("cuda_bf16");
+    tf().args([
+        "codegen",
+        &example("residual_layernorm"),
+        "--target",
+        "cuda",
+        "--storage",
+        "bf16",
+        "--out",
+    ])
+    .arg(&b)
+    .assert()
+    .success();
+    let cu = std::fs::read_to_string(b.join("k0.cu")).unwrap();
+    assert!(
+        cu.contains("tf_k0(const tf_st_bf16 *__restrict__ I0") && cu.contains("tf_ldv("),
+        "{cu}"
+    );
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(b.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["storage"], "bf16");
+    assert_eq!(m["storage_bytes_per_element"], 2);
+    assert_eq!(m["kernels"][0]["cols_per_thread"], 8);
+    // Only the CUDA target stores 16-bit tensors: a one-line error, exit 2, nothing written.
+    let bad = dir.join("c_bf16");
+    let out = tf()
+        .args([
+            "codegen",
+            &example("residual_layernorm"),
+            "--storage",
+            "fp16",
+            "--out",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`--storage` = `fp16`") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!bad.exists());
 }

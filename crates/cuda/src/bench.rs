@@ -7,14 +7,14 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::kernels::compile_program;
+use crate::kernels::compile_program_with;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use tensorforge_graph::codegen::cuda::{CudaKernel, RowUnit, BLOCK_THREADS};
+use tensorforge_graph::codegen::cuda::{CudaKernel, CudaOptions, RowUnit, Storage, BLOCK_THREADS};
 use tensorforge_store::{HarnessSettings, Record, RecordParts, WorkloadIdentity};
 
 /// Element types of a cuBLAS GEMM: storage of A, B and C, and how it multiplies.
@@ -151,7 +151,7 @@ pub enum GpuWorkload {
         /// Storage and arithmetic.
         dtype: GemmDtype,
     },
-    /// A generated kernel over `rows × cols` f32 values.
+    /// A generated kernel over `rows × cols` values stored as `storage` (f32 arithmetic).
     Kernel {
         /// Which.
         kernel: GpuKernel,
@@ -159,6 +159,8 @@ pub enum GpuWorkload {
         rows: u64,
         /// Columns.
         cols: u64,
+        /// Element type of every tensor in device memory.
+        storage: Storage,
     },
     /// RMSNorm, the gate and up projections (two cuBLAS f32 GEMMs) and SiLU(g)·u: the
     /// generated RMSNorm and SwiGLU kernels around cuBLAS.
@@ -186,7 +188,8 @@ pub const MAX_OPERAND_BYTES: u64 = 16 << 30;
 
 impl GpuWorkload {
     /// Parse `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16]`,
-    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C` or `copy:bytes=B`.
+    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C[:dtype=fp32|fp16|bf16]`
+    /// (the tensors' storage) or `copy:bytes=B`.
     ///
     /// ```
     /// use tensorforge_cuda::bench::{GpuWorkload, GemmDtype};
@@ -255,6 +258,11 @@ impl GpuWorkload {
                 kernel,
                 rows: num("rows")?,
                 cols: num("cols")?,
+                storage: match kv.remove("dtype") {
+                    None => Storage::F32,
+                    Some(d) => Storage::parse(d)
+                        .ok_or_else(|| bad("dtype", d, "expected fp32, fp16 or bf16"))?,
+                },
             },
             ("copy", _) => GpuWorkload::Copy {
                 bytes: num("bytes")?,
@@ -289,7 +297,12 @@ impl GpuWorkload {
                 .into_iter()
                 .max()
                 .and_then(|e| e.checked_mul(dtype.bytes())),
-            GpuWorkload::Kernel { rows, cols, .. } => rows.checked_mul(cols)?.checked_mul(4),
+            GpuWorkload::Kernel {
+                rows,
+                cols,
+                storage,
+                ..
+            } => rows.checked_mul(cols)?.checked_mul(storage.bytes() as u64),
             GpuWorkload::Copy { bytes } => Some(bytes),
             GpuWorkload::Graph(ref g) => Some(
                 g.program("graph")
@@ -353,8 +366,18 @@ impl GpuWorkload {
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 format!("gemm:m={m}:n={n}:k={k}:dtype={}", dtype.label())
             }
-            GpuWorkload::Kernel { kernel, rows, cols } => {
-                format!("kernel:{}:rows={rows}:cols={cols}", kernel.label())
+            GpuWorkload::Kernel {
+                kernel,
+                rows,
+                cols,
+                storage,
+            } => {
+                // f32 is the default and keeps the name records had before 16-bit storage.
+                let dtype = match storage {
+                    Storage::F32 => String::new(),
+                    s => format!(":dtype={}", s.label()),
+                };
+                format!("kernel:{}:rows={rows}:cols={cols}{dtype}", kernel.label())
             }
             GpuWorkload::Copy { bytes } => format!("copy:bytes={bytes}"),
             GpuWorkload::RmsnormSwiglu {
@@ -383,12 +406,17 @@ impl GpuWorkload {
                 params.insert("backend".into(), "cublas".into());
                 ("gemm", dtype.label())
             }
-            GpuWorkload::Kernel { kernel, rows, cols } => {
+            GpuWorkload::Kernel {
+                kernel,
+                rows,
+                cols,
+                storage,
+            } => {
                 params.insert("kernel".into(), kernel.label().into());
                 params.insert("rows".into(), (*rows).into());
                 params.insert("cols".into(), (*cols).into());
                 params.insert("backend".into(), "generated_cuda".into());
-                ("kernel", "fp32")
+                ("kernel", storage.label())
             }
             GpuWorkload::Copy { bytes } => {
                 params.insert("bytes".into(), (*bytes).into());
@@ -435,11 +463,17 @@ impl GpuWorkload {
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 (m * k + k * n + m * n) as f64 * dtype.bytes() as f64
             }
-            GpuWorkload::Kernel { kernel, rows, cols } => {
-                let e = (rows * cols) as f64 * 4.0;
+            GpuWorkload::Kernel {
+                kernel,
+                rows,
+                cols,
+                storage,
+            } => {
+                let b = storage.bytes() as f64;
+                let e = (rows * cols) as f64 * b;
                 match kernel {
                     GpuKernel::Softmax | GpuKernel::Quantize => 2.0 * e,
-                    GpuKernel::Rmsnorm => 2.0 * e + cols as f64 * 4.0,
+                    GpuKernel::Rmsnorm => 2.0 * e + cols as f64 * b,
                     GpuKernel::Logaddexp | GpuKernel::Swiglu => 3.0 * e,
                 }
             }
@@ -567,6 +601,48 @@ fn fill(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
             lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
         })
         .collect()
+}
+
+/// `v` rounded to `storage`, as its little-endian bytes.
+pub fn stored_bytes(storage: Storage, v: &[f32]) -> Vec<u8> {
+    match storage {
+        Storage::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        _ => v
+            .iter()
+            .flat_map(|&x| storage.bits16(x).unwrap_or(0).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// Little-endian elements of `storage` as f32 (16-bit values widened exactly).
+pub fn widen(storage: Storage, b: &[u8]) -> Vec<f32> {
+    match storage {
+        Storage::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Storage::F16 => b
+            .chunks_exact(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+        Storage::Bf16 => b
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+    }
+}
+
+fn upload_stored(gpu: &Gpu, storage: Storage, v: &[f32]) -> Result<CudaSlice<u8>> {
+    let b = stored_bytes(storage, v);
+    if b.is_empty() {
+        return gpu
+            .stream
+            .alloc_zeros::<u8>(16)
+            .map_err(CudaError::driver("allocating"));
+    }
+    gpu.stream
+        .clone_htod(&b)
+        .map_err(CudaError::driver("copying to the device"))
 }
 
 fn upload_f32(gpu: &Gpu, v: &[f32]) -> Result<CudaSlice<f32>> {
@@ -819,7 +895,9 @@ impl RmsnormSwigluRun {
 /// A generated kernel program on the device: its module, buffers and launch shapes.
 pub struct GeneratedRun {
     launches: Vec<(cudarc::driver::CudaFunction, Vec<usize>, LaunchConfig, i64)>,
-    buffers: Vec<CudaSlice<f32>>,
+    /// Tensors as their storage's bytes; scratch as f32 bytes.
+    buffers: Vec<CudaSlice<u8>>,
+    storage: Storage,
     /// Buffer index by tensor id.
     pub tensor_buffer: HashMap<usize, usize>,
     /// Tensor id by name.
@@ -839,15 +917,26 @@ pub fn grid_for(k: &CudaKernel, sm_count: u32) -> u32 {
 
 impl GeneratedRun {
     /// Compile the fused program of `graph_json` with NVRTC, load it, and allocate every
-    /// tensor it touches (inputs filled with values in [-4, 4)).
+    /// tensor it touches as f32 (inputs filled with values in [-4, 4)).
     pub fn new(gpu: &Gpu, graph_json: &str, name: &str) -> Result<GeneratedRun> {
+        GeneratedRun::new_with(gpu, graph_json, name, Storage::F32)
+    }
+
+    /// [`GeneratedRun::new`] with every tensor stored as `storage` (inputs rounded to it).
+    pub fn new_with(
+        gpu: &Gpu,
+        graph_json: &str,
+        name: &str,
+        storage: Storage,
+    ) -> Result<GeneratedRun> {
         let gerr = |e: &dyn std::fmt::Display| CudaError::Graph {
             name: name.into(),
             message: e.to_string(),
         };
         let g = tensorforge_graph::Graph::from_json_str(graph_json).map_err(|e| gerr(&e))?;
         let c = tensorforge_graph::fusion::compile(&g).map_err(|e| gerr(&e))?;
-        let prog = compile_program(&c.fused, name, gpu.info.arch())?;
+        let prog =
+            compile_program_with(&c.fused, name, gpu.info.arch(), &CudaOptions::new(storage))?;
         if let Some((i, why)) = prog.cuda.skipped.first() {
             return Err(gerr(&format!(
                 "kernel {} has no CUDA form: {why}",
@@ -903,7 +992,7 @@ impl GeneratedRun {
                             Some(&c) => vec![c; n],
                             None => fill(n, t as u64 + 7, -4.0, 4.0),
                         };
-                        buffers.push(upload_f32(gpu, &v)?);
+                        buffers.push(upload_stored(gpu, storage, &v)?);
                         tensor_buffer.insert(t, buffers.len() - 1);
                         buffers.len() - 1
                     }
@@ -914,7 +1003,7 @@ impl GeneratedRun {
             let scratch = k.scratch_floats_for(grid, BLOCK_THREADS).max(1);
             buffers.push(
                 gpu.stream
-                    .alloc_zeros::<f32>(scratch)
+                    .alloc_zeros::<u8>(scratch.saturating_mul(4))
                     .map_err(CudaError::driver("allocating scratch"))?,
             );
             slots.push(buffers.len() - 1);
@@ -935,6 +1024,7 @@ impl GeneratedRun {
         Ok(GeneratedRun {
             launches,
             buffers,
+            storage,
             tensor_buffer,
             tensor_id,
         })
@@ -973,7 +1063,7 @@ impl GeneratedRun {
         Ok(self.buffers[*b].device_ptr(&gpu.stream).0)
     }
 
-    /// A tensor's values (after a run).
+    /// A tensor's values (after a run; 16-bit storage widened exactly).
     pub fn read(&self, gpu: &Gpu, tensor: usize) -> Result<Vec<f32>> {
         let i = *self
             .tensor_buffer
@@ -982,9 +1072,11 @@ impl GeneratedRun {
                 what: format!("tensor {tensor}"),
                 reason: "not on the device".into(),
             })?;
-        gpu.stream
+        let b = gpu
+            .stream
             .clone_dtoh(&self.buffers[i])
-            .map_err(CudaError::driver("copying to the host"))
+            .map_err(CudaError::driver("copying to the host"))?;
+        Ok(widen(self.storage, &b))
     }
 }
 
@@ -1009,9 +1101,17 @@ impl<'g> Prepared<'g> {
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 Prepared::Gemm(Box::new(CublasGemm::new(gpu, m, n, k, dtype)?))
             }
-            GpuWorkload::Kernel { kernel, rows, cols } => Prepared::Generated(Box::new(
-                GeneratedRun::new(gpu, &kernel.graph_json(rows, cols), kernel.label())?,
-            )),
+            GpuWorkload::Kernel {
+                kernel,
+                rows,
+                cols,
+                storage,
+            } => Prepared::Generated(Box::new(GeneratedRun::new_with(
+                gpu,
+                &kernel.graph_json(rows, cols),
+                kernel.label(),
+                storage,
+            )?)),
             GpuWorkload::Copy { bytes } => {
                 let a = gpu
                     .stream
@@ -1125,9 +1225,17 @@ mod tests {
             GpuWorkload::Kernel {
                 kernel: GpuKernel::Softmax,
                 rows: 4096,
-                cols: 4096
+                cols: 4096,
+                storage: Storage::F32,
             }
         );
+        let w = GpuWorkload::parse("kernel:rmsnorm:rows=8:cols=64:dtype=bf16").unwrap();
+        assert_eq!(w.name(), "kernel:rmsnorm:rows=8:cols=64:dtype=bf16");
+        assert_eq!(w.identity().dtype, "bf16");
+        // The f32 name is the one records had before storage types.
+        let f = GpuWorkload::parse("kernel:rmsnorm:rows=8:cols=64:dtype=fp32").unwrap();
+        assert_eq!(f.name(), "kernel:rmsnorm:rows=8:cols=64");
+        assert_ne!(w.identity().fingerprint(), f.identity().fingerprint());
         assert_eq!(
             GpuWorkload::parse("copy:bytes=1024").unwrap(),
             GpuWorkload::Copy { bytes: 1024 }
@@ -1138,6 +1246,10 @@ mod tests {
             ("gemm:m=1:n=2:k=3:dtype=fp8", "`dtype` = `fp8`"),
             ("kernel:gelu:rows=1:cols=1", "`kernel` = `gelu`"),
             ("kernel:softmax:rows=1:cols=1:x=2", "`x` = `2`"),
+            (
+                "kernel:softmax:rows=1:cols=1:dtype=tf32",
+                "`dtype` = `tf32`",
+            ),
             ("conv:n=1", "`workload` = `conv`"),
             ("kernel:softmax:rows=2147483648:cols=2147483648", "16 GiB"),
         ] {
@@ -1151,6 +1263,11 @@ mod tests {
     fn compulsory_bytes_count_every_operand_once() {
         let w = GpuWorkload::parse("kernel:softmax:rows=1024:cols=1024").unwrap();
         assert_eq!(w.bytes(), 8.0 * 1024.0 * 1024.0);
+        // In bf16, half: 2 B · 2 · 1024²; RMSNorm adds its gain row, 2 B · 1024.
+        let h = GpuWorkload::parse("kernel:softmax:rows=1024:cols=1024:dtype=bf16").unwrap();
+        assert_eq!(h.bytes(), 4.0 * 1024.0 * 1024.0);
+        let r = GpuWorkload::parse("kernel:rmsnorm:rows=1024:cols=1024:dtype=fp16").unwrap();
+        assert_eq!(r.bytes(), 4.0 * 1024.0 * 1024.0 + 2048.0);
         // bf16 GEMM 64 × 32 × 16: (64·16 + 16·32 + 64·32) · 2 B = (1024 + 512 + 2048) · 2
         let g = GpuWorkload::parse("gemm:m=64:n=32:k=16:dtype=bf16").unwrap();
         assert_eq!(g.bytes(), 7168.0);
@@ -1203,7 +1320,10 @@ mod tests {
             assert!(cp.skipped.is_empty(), "{}: {:?}", k.label(), cp.skipped);
             assert_eq!(cp.kernels.len(), 1, "{}", k.label());
             if crate::nvrtc::nvrtc_available() || crate::nvrtc::nvrtc_required() {
-                compile_program(&c.fused, k.label(), "sm_90").unwrap();
+                for st in Storage::ALL {
+                    compile_program_with(&c.fused, k.label(), "sm_90", &CudaOptions::new(st))
+                        .unwrap();
+                }
             }
         }
     }

@@ -7,14 +7,17 @@
 //! program on the GPU with its tensors staying there (the matmul and opaque kernels have no
 //! GPU path yet; [`crate::exec`] runs the whole program, [`check_on_gpu`] does both).
 
+use crate::bench::{stored_bytes, widen};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::kernels::compile_program;
+use crate::kernels::compile_program_with;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use serde::Serialize;
 use std::collections::HashMap;
-use tensorforge_graph::codegen::cuda::{render_program, CudaKernel, CudaProgram, BLOCK_THREADS};
+use tensorforge_graph::codegen::cuda::{
+    render_program, CudaKernel, CudaOptions, CudaProgram, Storage, BLOCK_THREADS,
+};
 use tensorforge_graph::fusion::Program;
 
 /// One rendered kernel with the interpreter's inputs and outputs for it.
@@ -168,12 +171,45 @@ pub struct KernelCheck {
     pub cols: usize,
     /// `warp` or `block`.
     pub unit: tensorforge_graph::codegen::cuda::RowUnit,
-    /// The worst output's agreement.
+    /// Consecutive columns a thread takes per step with f32 storage (more than 1: 128-bit
+    /// accesses).
+    pub cols_per_thread: usize,
+    /// The worst output's agreement (f32 storage).
     pub agreement: Agreement,
     /// Within [`GPU_TOLERANCE`].
     pub agrees: bool,
     /// One launch between two events (inputs already on the device), ns.
     pub gpu_ns: f64,
+    /// The same kernel with 16-bit storage (f16, bf16), against the interpreter on the
+    /// same inputs rounded to that storage, its outputs rounded once.
+    pub storage16: Vec<StorageCheck>,
+}
+
+/// One kernel with 16-bit storage on the GPU against the interpreter.
+#[derive(Debug, Clone, Serialize)]
+pub struct StorageCheck {
+    /// The storage.
+    pub storage: Storage,
+    /// The worst output's agreement with the interpreter's output rounded to the storage.
+    pub agreement: Agreement,
+    /// Within [`GPU_TOLERANCE`] plus one unit in the last place of the storage at the
+    /// output's scale ([`storage_tolerance`]).
+    pub agrees: bool,
+    /// One launch, ns.
+    pub gpu_ns: f64,
+}
+
+/// Relative tolerance of a kernel stored as `s` against the interpreter's output rounded to
+/// `s`: [`GPU_TOLERANCE`] plus one unit in the last place at the output's scale, 2^-7 for
+/// bf16 (8 significant bits) and 2^-10 for f16 (11), since a float a rounding error away
+/// from the interpreter's may round to the neighbouring 16-bit value.
+pub fn storage_tolerance(s: Storage) -> f64 {
+    GPU_TOLERANCE
+        + match s {
+            Storage::F32 => 0.0,
+            Storage::F16 => 2f64.powi(-10),
+            Storage::Bf16 => 2f64.powi(-7),
+        }
 }
 
 /// One graph output of the whole program on the GPU against the CPU interpreter's.
@@ -221,120 +257,208 @@ pub struct GpuCheckReport {
 }
 
 impl GpuCheckReport {
-    /// Every rendered kernel agrees, and so does every output of the whole program.
+    /// Every rendered kernel agrees in every storage, and so does every output of the
+    /// whole program.
     pub fn all_agree(&self) -> bool {
-        self.kernels.iter().all(|k| k.agrees) && self.whole.outputs.iter().all(|o| o.agrees)
+        self.kernels
+            .iter()
+            .all(|k| k.agrees && k.storage16.iter().all(|s| s.agrees))
+            && self.whole.outputs.iter().all(|o| o.agrees)
     }
 }
 
 /// Compile `p`'s kernels with NVRTC, run each on `gpu` on the interpreter's inputs and
-/// compare its outputs with the interpreter's.
+/// compare its outputs with the interpreter's; then each again with f16 and with bf16
+/// storage, on those inputs rounded to it, against the interpreter run on the rounded
+/// inputs (the kernel alone), its outputs rounded.
 pub fn check_on_gpu(
     gpu: &Gpu,
     p: &Program,
     inputs: &HashMap<String, Vec<f32>>,
 ) -> Result<GpuCheckReport> {
     let cases = kernel_cases(p, inputs)?;
-    let prog = compile_program(p, &p.graph.name, gpu.info.arch())?;
-    let module = gpu
-        .ctx
-        .load_module(cudarc::nvrtc::Ptx::from_src(prog.ptx.clone()))
-        .map_err(CudaError::driver("loading the module"))?;
-    let ev = || {
-        gpu.ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(CudaError::driver("creating an event"))
-    };
-    let (start, end) = (ev()?, ev()?);
+    let mut modules = vec![];
+    for st in Storage::ALL {
+        let prog = compile_program_with(p, &p.graph.name, gpu.info.arch(), &CudaOptions::new(st))?;
+        let module = gpu
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(prog.ptx.clone()))
+            .map_err(CudaError::driver("loading the module"))?;
+        modules.push((st, module, prog.cuda));
+    }
     let mut kernels = vec![];
-    for c in &cases.cases {
+    for (ci, c) in cases.cases.iter().enumerate() {
         let k = &c.kernel;
-        let f = module
-            .load_function(&k.symbol)
-            .map_err(CudaError::driver(format!("loading {}", k.symbol)))?;
-        let mut bufs: Vec<CudaSlice<f32>> = vec![];
-        for v in &c.inputs {
-            bufs.push(
-                gpu.stream
-                    .clone_htod(&v[..])
-                    .map_err(CudaError::driver("copying to the device"))?,
-            );
+        let lens: Vec<usize> = c.expected.iter().map(Vec::len).collect();
+        let (got, ms) = launch_alone(gpu, &modules[0].1, k, Storage::F32, &c.inputs, &lens)?;
+        let a32 = worst(got.iter().zip(&c.expected).map(|(g, w)| agreement(g, w)));
+        let mut storage16 = vec![];
+        for (st, module, cuda) in &modules[1..] {
+            let k16 = &cuda.kernels[ci];
+            let want = rounded_expectation(p, c, *st)?;
+            let (got, ms) = launch_alone(gpu, module, k16, *st, &c.inputs, &lens)?;
+            let a = worst(got.iter().zip(&want).map(|(g, w)| agreement(g, w)));
+            storage16.push(StorageCheck {
+                storage: *st,
+                agrees: a.within(storage_tolerance(*st)),
+                agreement: a,
+                gpu_ns: ms * 1e6,
+            });
         }
-        for v in &c.expected {
-            bufs.push(
-                gpu.stream
-                    .alloc_zeros::<f32>(v.len().max(1))
-                    .map_err(CudaError::driver("allocating"))?,
-            );
-        }
-        let grid = crate::bench::grid_for(k, gpu.info.sm_count);
-        bufs.push(
-            gpu.stream
-                .alloc_zeros::<f32>(k.scratch_floats_for(grid, BLOCK_THREADS).max(1))
-                .map_err(CudaError::driver("allocating scratch"))?,
-        );
-        let ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(&gpu.stream).0).collect();
-        let rows = k.rows as i64;
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (BLOCK_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        start
-            .record(&gpu.stream)
-            .map_err(CudaError::driver("recording an event"))?;
-        let mut b = gpu.stream.launch_builder(&f);
-        for p in &ptrs {
-            b.arg(p);
-        }
-        b.arg(&rows);
-        // SAFETY: one device pointer per input (holding the interpreter's values), output
-        // and scratch buffer, sized as the kernel's tensors; the entry's parameters were
-        // checked against this list by compile_program.
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching a kernel"))?;
-        end.record(&gpu.stream)
-            .map_err(CudaError::driver("recording an event"))?;
-        end.synchronize()
-            .map_err(CudaError::driver("waiting for the kernel"))?;
-        let ms = start
-            .elapsed_ms(&end)
-            .map_err(CudaError::driver("reading an event"))?;
-        let mut worst: Option<Agreement> = None;
-        for (j, want) in c.expected.iter().enumerate() {
-            let got = gpu
-                .stream
-                .clone_dtoh(&bufs[c.inputs.len() + j])
-                .map_err(CudaError::driver("copying to the host"))?;
-            let a = agreement(&got[..want.len().min(got.len())], want);
-            if worst.is_none_or(|w| a.relative() > w.relative() || a.nonfinite_mismatches > 0) {
-                worst = Some(a);
-            }
-        }
-        let agreement = worst.unwrap_or(Agreement {
-            max_abs_err: 0.0,
-            scale: 1.0,
-            nonfinite_mismatches: 0,
-            elements: 0,
-        });
         kernels.push(KernelCheck {
             kernel: c.name.clone(),
             rows: k.rows,
             cols: k.cols,
             unit: k.unit,
-            agrees: agreement.within(GPU_TOLERANCE),
-            agreement,
-            gpu_ns: f64::from(ms) * 1e6,
+            cols_per_thread: k.cols_per_thread,
+            agrees: a32.within(GPU_TOLERANCE),
+            agreement: a32,
+            gpu_ns: ms * 1e6,
+            storage16,
         });
     }
     let whole = whole_run(gpu, p, inputs)?;
     Ok(GpuCheckReport {
-        schema_version: 1,
+        schema_version: 2,
         graph: p.graph.name.clone(),
         gpu: gpu.info.clone(),
         kernels,
         left_to_cpu: cases.left_to_cpu,
         whole,
     })
+}
+
+/// What case `c`'s kernel stored as `st` should hold: the interpreter's outputs of the kernel
+/// alone on the case's inputs rounded to `st`, each rounded to `st` (to within
+/// [`storage_tolerance`]: the kernel's float arithmetic differs from the interpreter's by
+/// rounding, which can move a value to the neighbouring 16-bit one).
+pub fn rounded_expectation(p: &Program, c: &KernelCase, st: Storage) -> Result<Vec<Vec<f32>>> {
+    let tg = &p.graph;
+    let kernel = &p.kernels[c.kernel.kernel];
+    let mut values = HashMap::new();
+    // The tensors the interpreter reads, from the kernel's inputs (the same tensor, or the
+    // same storage under a Reshape).
+    for t in tensorforge_graph::exec::kernel_reads(tg, kernel) {
+        if let Some(j) = c
+            .kernel
+            .inputs
+            .iter()
+            .position(|&i| i == t || tg.base(i) == tg.base(t))
+        {
+            values.insert(t, c.inputs[j].iter().map(|&x| st.round(x)).collect());
+        }
+    }
+    let want = tensorforge_graph::exec::run_kernel_alone(p, kernel, &values).map_err(|e| {
+        CudaError::Graph {
+            name: p.graph.name.clone(),
+            message: format!("kernel {} alone: {e}", c.name),
+        }
+    })?;
+    Ok(want
+        .into_iter()
+        .map(|v| v.into_iter().map(|x| st.round(x)).collect())
+        .collect())
+}
+
+/// The worst of some agreements (a non-finite mismatch first, then the largest relative
+/// error); a perfect one where there are none.
+fn worst(all: impl Iterator<Item = Agreement>) -> Agreement {
+    let mut w: Option<Agreement> = None;
+    for a in all {
+        if w.is_none_or(|w| {
+            (a.nonfinite_mismatches > 0, a.relative()) > (w.nonfinite_mismatches > 0, w.relative())
+        }) {
+            w = Some(a);
+        }
+    }
+    w.unwrap_or(Agreement {
+        max_abs_err: 0.0,
+        scale: 1.0,
+        nonfinite_mismatches: 0,
+        elements: 0,
+    })
+}
+
+/// Launch kernel `k` of `module` alone with `inputs` (rounded to `st` on upload) and
+/// outputs of `lens` elements; returns the outputs (widened to f32) and the launch's time
+/// between two events, ms.
+fn launch_alone(
+    gpu: &Gpu,
+    module: &std::sync::Arc<cudarc::driver::CudaModule>,
+    k: &CudaKernel,
+    st: Storage,
+    inputs: &[Vec<f32>],
+    lens: &[usize],
+) -> Result<(Vec<Vec<f32>>, f64)> {
+    let ev = || {
+        gpu.ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(CudaError::driver("creating an event"))
+    };
+    let (start, end) = (ev()?, ev()?);
+    let f = module
+        .load_function(&k.symbol)
+        .map_err(CudaError::driver(format!("loading {}", k.symbol)))?;
+    let mut bufs: Vec<CudaSlice<u8>> = vec![];
+    for v in inputs {
+        let mut b = stored_bytes(st, v);
+        b.resize(b.len().max(16), 0);
+        bufs.push(
+            gpu.stream
+                .clone_htod(&b)
+                .map_err(CudaError::driver("copying to the device"))?,
+        );
+    }
+    for &n in lens {
+        bufs.push(
+            gpu.stream
+                .alloc_zeros::<u8>((n * st.bytes()).max(16))
+                .map_err(CudaError::driver("allocating"))?,
+        );
+    }
+    let grid = crate::bench::grid_for(k, gpu.info.sm_count);
+    bufs.push(
+        gpu.stream
+            .alloc_zeros::<u8>(4 * k.scratch_floats_for(grid, BLOCK_THREADS).max(1))
+            .map_err(CudaError::driver("allocating scratch"))?,
+    );
+    let ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(&gpu.stream).0).collect();
+    let rows = k.rows as i64;
+    let cfg = LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    start
+        .record(&gpu.stream)
+        .map_err(CudaError::driver("recording an event"))?;
+    let mut b = gpu.stream.launch_builder(&f);
+    for p in &ptrs {
+        b.arg(p);
+    }
+    b.arg(&rows);
+    // SAFETY: one device pointer per input (the values in the kernel's storage), output and
+    // scratch buffer, sized as the kernel's tensors in that storage (scratch in f32); the
+    // entry's parameters were checked against this list by compile_program_with.
+    unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching a kernel"))?;
+    end.record(&gpu.stream)
+        .map_err(CudaError::driver("recording an event"))?;
+    end.synchronize()
+        .map_err(CudaError::driver("waiting for the kernel"))?;
+    let ms = start
+        .elapsed_ms(&end)
+        .map_err(CudaError::driver("reading an event"))?;
+    let mut outs = vec![];
+    for (j, &n) in lens.iter().enumerate() {
+        let got = gpu
+            .stream
+            .clone_dtoh(&bufs[inputs.len() + j])
+            .map_err(CudaError::driver("copying to the host"))?;
+        let mut v = widen(st, &got);
+        v.truncate(n);
+        outs.push(v);
+    }
+    Ok((outs, f64::from(ms)))
 }
 
 /// The whole program on `gpu` against the interpreter.

@@ -6,7 +6,7 @@
 
 use crate::error::{CudaError, Result};
 use crate::nvrtc::{compile_ptx_cached, ptx_entries, PtxEntry};
-use tensorforge_graph::codegen::cuda::{render_program, CudaProgram};
+use tensorforge_graph::codegen::cuda::{render_program_with, CudaOptions, CudaProgram};
 use tensorforge_graph::fusion::Program;
 
 /// A program's CUDA, its PTX for one architecture, and the PTX's entry points.
@@ -24,10 +24,20 @@ pub struct CompiledProgram {
     pub cached: bool,
 }
 
-/// Render `p`'s kernels as CUDA, compile them with NVRTC for `arch` and check each
-/// kernel's entry point against its parameter list. `name` labels errors.
+/// Render `p`'s kernels as CUDA with f32 tensors, compile them with NVRTC for `arch` and
+/// check each kernel's entry point against its parameter list. `name` labels errors.
 pub fn compile_program(p: &Program, name: &str, arch: &'static str) -> Result<CompiledProgram> {
-    let cuda = render_program(p);
+    compile_program_with(p, name, arch, &CudaOptions::default())
+}
+
+/// [`compile_program`] with the tensors' storage and vector width of `o`.
+pub fn compile_program_with(
+    p: &Program,
+    name: &str,
+    arch: &'static str,
+    o: &CudaOptions,
+) -> Result<CompiledProgram> {
+    let cuda = render_program_with(p, o);
     let (ptx, cached) = compile_ptx_cached(&cuda.source(), name, arch)?;
     let entries = ptx_entries(&ptx);
     check_entries(&cuda, &entries, name)?;

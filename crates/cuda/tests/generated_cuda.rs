@@ -17,11 +17,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::{example_programs, root};
-use tensorforge_cuda::bench::GpuKernel;
-use tensorforge_cuda::check::{agreement, kernel_cases, Cases};
-use tensorforge_cuda::kernels::compile_program;
+use tensorforge_cuda::bench::{widen, GpuKernel};
+use tensorforge_cuda::check::{
+    agreement, kernel_cases, rounded_expectation, storage_tolerance, Cases,
+};
+use tensorforge_cuda::kernels::{compile_program, compile_program_with};
 use tensorforge_cuda::nvrtc::{nvrtc_available, nvrtc_required, TEST_ARCHS};
-use tensorforge_graph::codegen::cuda::{render_program, CudaKernel, RowUnit};
+use tensorforge_graph::codegen::cuda::{
+    device_prelude, render_program, render_program_with, CudaKernel, CudaOptions, CudaProgram,
+    RowUnit, Storage,
+};
 use tensorforge_graph::exec::{execute_with, fill_inputs, Pool};
 use tensorforge_graph::fusion::{compile, Program};
 use tensorforge_graph::ir::{Op, OpClass};
@@ -222,80 +227,143 @@ fn check(label: &str, g: &Graph, block: u32) -> Option<usize> {
     Some(cuda.kernels.len())
 }
 
-/// Every rendered kernel of `cases`, each alone on the emulator on its recorded inputs;
-/// returns each case's outputs.
-fn emulate_cases(label: &str, cases: &Cases, block: u32) -> Vec<Vec<Vec<f32>>> {
+/// One variant's outputs: `[case][output]` values.
+type CaseOutputs = Vec<Vec<Vec<f32>>>;
+
+/// One rendering of a program's kernels, run on its cases' inputs rounded to `inputs_as`.
+struct Variant {
+    opts: CudaOptions,
+    inputs_as: Storage,
+}
+
+/// Every rendered kernel of `cases` (rendered from `p`), each alone on the emulator on its
+/// recorded inputs, once per variant (all variants in one translation unit, each kernel's
+/// symbol suffixed with its variant); returns `[variant][case][output]` values, 16-bit
+/// outputs widened exactly, and the variants' renderings.
+fn emulate_variants(
+    label: &str,
+    p: &Program,
+    cases: &Cases,
+    block: u32,
+    variants: &[Variant],
+) -> (Vec<CaseOutputs>, Vec<CudaProgram>) {
     let dir = emu_dir(label);
     std::fs::create_dir_all(&dir).unwrap();
+    let mut source = device_prelude();
     let mut main = String::from(
         "#include \"cuda_emu.hpp\"\n#include \"kernels.cu\"\n#include <cstdio>\n#include <vector>\nint main(int, char **argv) {\n  FILE *f = std::fopen(argv[1], \"rb\");\n  FILE *o = std::fopen(argv[2], \"wb\");\n",
     );
     let mut blob: Vec<u8> = vec![];
-    for c in &cases.cases {
-        let k = &c.kernel;
-        let grid = match k.unit {
-            RowUnit::Warp => 2,
-            RowUnit::Block => 3,
-        };
-        main.push_str("  {\n");
-        let mut args = vec![];
-        for (j, v) in c.inputs.iter().enumerate() {
-            main.push_str(&format!(
-                "    std::vector<float> I{j}({n}); if (std::fread(I{j}.data(), 4, {n}, f) != {n}) return 3;\n",
-                n = v.len().max(1)
-            ));
-            if v.is_empty() {
-                blob.extend(0f32.to_le_bytes());
+    let mut rendered = vec![];
+    for (vi, var) in variants.iter().enumerate() {
+        let cuda = render_program_with(p, &var.opts);
+        assert_eq!(
+            cuda.kernels.iter().map(|k| k.kernel).collect::<Vec<_>>(),
+            cases
+                .cases
+                .iter()
+                .map(|c| c.kernel.kernel)
+                .collect::<Vec<_>>(),
+            "{label}: every storage renders the same kernels"
+        );
+        let st = var.opts.storage;
+        let (ty, size) = (st.c_type(), st.bytes());
+        for (k, c) in cuda.kernels.iter().zip(&cases.cases) {
+            let sym = format!("{}_v{vi}", k.symbol);
+            source.push('\n');
+            source.push_str(
+                &k.source
+                    .replace(&format!("void {}(", k.symbol), &format!("void {sym}(")),
+            );
+            let grid = match k.unit {
+                RowUnit::Warp => 2,
+                RowUnit::Block => 3,
+            };
+            main.push_str("  {\n");
+            let mut args = vec![];
+            for (j, v) in c.inputs.iter().enumerate() {
+                let n = v.len().max(1);
+                main.push_str(&format!(
+                    "    std::vector<{ty}> I{j}({n}); if (std::fread(I{j}.data(), {size}, {n}, f) != {n}) return 3;\n"
+                ));
+                let padded: Vec<f32> = if v.is_empty() { vec![0.0] } else { v.clone() };
+                for x in padded {
+                    let x = var.inputs_as.round(x);
+                    match st.bits16(x) {
+                        Some(b) => blob.extend(b.to_le_bytes()),
+                        None => blob.extend(x.to_le_bytes()),
+                    }
+                }
+                args.push(format!("I{j}.data()"));
             }
-            blob.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-            args.push(format!("I{j}.data()"));
-        }
-        for (j, v) in c.expected.iter().enumerate() {
+            for (j, v) in c.expected.iter().enumerate() {
+                main.push_str(&format!(
+                    "    std::vector<{ty}> O{j}({});\n",
+                    v.len().max(1)
+                ));
+                args.push(format!("O{j}.data()"));
+            }
             main.push_str(&format!(
-                "    std::vector<float> O{j}({});\n",
-                v.len().max(1)
+                "    std::vector<float> S({});\n",
+                k.scratch_floats_for(grid, block).max(1)
             ));
-            args.push(format!("O{j}.data()"));
-        }
-        main.push_str(&format!(
-            "    std::vector<float> S({});\n",
-            k.scratch_floats_for(grid, block).max(1)
-        ));
-        args.push("S.data()".into());
-        args.push(format!("(long long){}", k.rows));
-        main.push_str(&format!(
-            "    tf_emu_launch({grid}, {block}, {}, {});\n",
-            k.symbol,
-            args.join(", ")
-        ));
-        for (j, v) in c.expected.iter().enumerate() {
+            args.push("S.data()".into());
+            args.push(format!("(long long){}", k.rows));
             main.push_str(&format!(
-                "    std::fwrite(O{j}.data(), 4, {}, o);\n",
-                v.len()
+                "    tf_emu_launch({grid}, {block}, {sym}, {});\n",
+                args.join(", ")
             ));
+            for (j, v) in c.expected.iter().enumerate() {
+                main.push_str(&format!(
+                    "    std::fwrite(O{j}.data(), {size}, {}, o);\n",
+                    v.len()
+                ));
+            }
+            main.push_str("  }\n");
         }
-        main.push_str("  }\n");
+        rendered.push(cuda);
     }
     main.push_str("  std::fclose(f);\n  std::fclose(o);\n  return 0;\n}\n");
-    std::fs::write(dir.join("kernels.cu"), cases.cuda.source()).unwrap();
+    std::fs::write(dir.join("kernels.cu"), source).unwrap();
     std::fs::write(dir.join("main.cpp"), main).unwrap();
     std::fs::write(dir.join("in.bin"), &blob).unwrap();
-    let out = compile_and_run(label, &dir);
-    let mut vals = out.into_iter();
-    cases
-        .cases
+    let bytes = compile_and_run_bytes(label, &dir);
+    let mut at = 0;
+    let out = variants
         .iter()
-        .map(|c| {
-            c.expected
+        .map(|var| {
+            let st = var.opts.storage;
+            cases
+                .cases
                 .iter()
-                .map(|v| vals.by_ref().take(v.len()).collect())
+                .map(|c| {
+                    c.expected
+                        .iter()
+                        .map(|v| {
+                            let n = v.len() * st.bytes();
+                            let vals = widen(st, &bytes[at..at + n]);
+                            at += n;
+                            vals
+                        })
+                        .collect()
+                })
                 .collect()
         })
-        .collect()
+        .collect();
+    assert_eq!(at, bytes.len(), "{label}: emulator output length");
+    (out, rendered)
 }
 
 /// The emulated kernels' compiler flags; the precompiled header is built with the same.
-const EMU_FLAGS: [&str; 4] = ["-std=c++20", "-O1", "-pthread", "-w"];
+/// (`-fno-strict-aliasing`: the kernels' vector accesses read 16-bit and float arrays
+/// through `uint4` / `float4` pointers, as CUDA code does.)
+const EMU_FLAGS: [&str; 5] = [
+    "-std=c++20",
+    "-O1",
+    "-pthread",
+    "-w",
+    "-fno-strict-aliasing",
+];
 
 /// A folder holding `cuda_emu.hpp` and its precompiled form (`cuda_emu.hpp.gch`), built once
 /// per test process, or reused from an earlier one while the header is unchanged. Parsing
@@ -339,6 +407,12 @@ fn emu_header_dir() -> &'static Path {
 /// Compile `dir/main.cpp` against the emulator, run it on `dir/in.bin`, return the floats
 /// it wrote.
 fn compile_and_run(label: &str, dir: &Path) -> Vec<f32> {
+    widen(Storage::F32, &compile_and_run_bytes(label, dir))
+}
+
+/// Compile `dir/main.cpp` against the emulator, run it on `dir/in.bin`, return the bytes it
+/// wrote.
+fn compile_and_run_bytes(label: &str, dir: &Path) -> Vec<u8> {
     let exe = dir.join("emu");
     let out = Command::new("c++")
         .args(EMU_FLAGS)
@@ -363,47 +437,59 @@ fn compile_and_run(label: &str, dir: &Path) -> Vec<f32> {
         .output()
         .unwrap();
     assert!(run.status.success(), "{label}: emulated run failed");
-    std::fs::read(dir.join("out.bin"))
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    std::fs::read(dir.join("out.bin")).unwrap()
 }
 
 /// Every rendered kernel of every example graph and ONNX fixture, alone under the emulator
-/// on the interpreter's inputs for it, against the interpreter's outputs.
+/// on the interpreter's inputs for it, against the interpreter's outputs (f32 storage); and
+/// with f16 and bf16 storage (8 columns per thread step), each kernel's outputs equal, bit
+/// for bit, the f32 kernel's outputs (same width) on the same rounded inputs, rounded once
+/// to nearest even, since 16-bit storage changes only the loads and stores; and they are
+/// within `storage_tolerance` of the interpreter on the rounded inputs (the GPU check's
+/// oracle).
 #[test]
 fn every_example_kernel_under_the_emulator_agrees_with_the_interpreter() {
     // The fixtures on as many threads as the machine has (each compiles its own program).
     let programs = std::sync::Mutex::new(example_programs());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let checked: usize = std::thread::scope(|s| {
+    let (checked, vectorized): (usize, usize) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let mut checked = 0;
+                    let (mut checked, mut vectorized) = (0, 0);
                     loop {
                         let next = programs.lock().unwrap().pop();
                         let Some((name, p, ins)) = next else {
-                            return checked;
+                            return (checked, vectorized);
                         };
-                        checked += check_example_kernels(&name, &p, &ins);
+                        let (c, v) = check_example_kernels(&name, &p, &ins);
+                        checked += c;
+                        vectorized += v;
                     }
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).sum()
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     });
     // Each fixture contributes several kernels; far fewer means kernels went unchecked.
     assert!(checked >= 150, "{checked} kernels checked");
+    // Most fixtures' rows are multiples of 8 columns: the 16-bit comparisons must cover
+    // vector loads, not only the one-column fallback.
+    assert!(
+        vectorized >= 100,
+        "{vectorized} kernels took 8 columns per step"
+    );
 }
 
-/// Every rendered kernel of one example program, alone under the emulator, against the
-/// interpreter; returns how many were checked.
-fn check_example_kernels(name: &str, p: &Program, ins: &support::Inputs) -> usize {
+/// Every rendered kernel of one example program under the emulator (see the test above);
+/// returns how many kernels were checked and how many of them took 8 columns per step.
+fn check_example_kernels(name: &str, p: &Program, ins: &support::Inputs) -> (usize, usize) {
     let cases = kernel_cases(p, ins).unwrap_or_else(|e| panic!("{name}: {e}"));
     if cases.cases.is_empty() {
-        return 0;
+        return (0, 0);
     }
     let label = Path::new(name)
         .components()
@@ -412,15 +498,76 @@ fn check_example_kernels(name: &str, p: &Program, ins: &support::Inputs) -> usiz
         .map(|c| c.as_os_str().to_string_lossy().to_string())
         .collect::<Vec<_>>()
         .join("_");
-    let got = emulate_cases(&label, &cases, 64);
-    for (c, outs) in cases.cases.iter().zip(&got) {
+    let wide = |st: Storage| CudaOptions::new(st).with_cols_per_thread(8).unwrap();
+    let variants = [
+        // 0: f32 against the interpreter.
+        Variant {
+            opts: CudaOptions::default(),
+            inputs_as: Storage::F32,
+        },
+        // 1 against 2, 3 against 4: the f32 kernel and the 16-bit one on the same values.
+        Variant {
+            opts: wide(Storage::F32),
+            inputs_as: Storage::Bf16,
+        },
+        Variant {
+            opts: wide(Storage::Bf16),
+            inputs_as: Storage::Bf16,
+        },
+        Variant {
+            opts: wide(Storage::F32),
+            inputs_as: Storage::F16,
+        },
+        Variant {
+            opts: wide(Storage::F16),
+            inputs_as: Storage::F16,
+        },
+    ];
+    let (got, rendered) = emulate_variants(&label, p, &cases, 64, &variants);
+    for (c, outs) in cases.cases.iter().zip(&got[0]) {
         for (j, (g, want)) in outs.iter().zip(&c.expected).enumerate() {
             let a = agreement(g, want);
             assert!(a.within(2e-6), "{name} kernel {} output {j}: {a:?}", c.name);
         }
     }
+    for (reference, sixteen, st) in [(1, 2, Storage::Bf16), (3, 4, Storage::F16)] {
+        for (ci, c) in cases.cases.iter().enumerate() {
+            for (j, (f, h)) in got[reference][ci].iter().zip(&got[sixteen][ci]).enumerate() {
+                for (i, (x, y)) in f.iter().zip(h).enumerate() {
+                    let want = st.round(*x);
+                    assert!(
+                        want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                        "{name} kernel {} output {j}[{i}], {} storage: {y} stored, the f32 kernel's {x} rounds to {want}",
+                        c.name,
+                        st.label()
+                    );
+                }
+            }
+        }
+    }
+    // The GPU check's oracle (`rounded_expectation`, the interpreter on rounded inputs) holds
+    // the emulated 16-bit kernels to `storage_tolerance`.
+    for (sixteen, st) in [(2, Storage::Bf16), (4, Storage::F16)] {
+        for (ci, c) in cases.cases.iter().enumerate() {
+            let want = rounded_expectation(p, c, st).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (j, (g, w)) in got[sixteen][ci].iter().zip(&want).enumerate() {
+                let a = agreement(g, w);
+                assert!(
+                    a.within(storage_tolerance(st)),
+                    "{name} kernel {} output {j}, {} storage, against the interpreter on rounded inputs: {a:?}",
+                    c.name,
+                    st.label()
+                );
+            }
+        }
+    }
+    let vectorized = rendered[2]
+        .kernels
+        .iter()
+        .filter(|k| k.cols_per_thread == 8)
+        .count();
     let _ = std::fs::remove_dir_all(emu_dir(&label));
-    cases.cases.len()
+    (cases.cases.len(), vectorized)
 }
 
 /// The benchmark kernels with rows that a warp reduces (1000 columns) and rows that need
@@ -459,4 +606,150 @@ fn example_and_synthetic_graphs_under_the_emulator_agree_with_the_interpreter() 
         "{synthetic} synthetic graphs rendered whole"
     );
     assert!(kernels >= 10, "{kernels}");
+}
+
+/// The prelude's 16-bit conversions, run under the emulator, equal the `half` crate's
+/// (round to nearest even) bit for bit: widening every one of the 65 536 patterns of each
+/// format (a NaN to a NaN of its sign), and narrowing f32 values whose upper 16 bits take every pattern with low halves
+/// at and around each rounding boundary (bf16's tie 0x8000; f16's 0x1000 in normals, and
+/// its subnormals' wider boundaries through the random ones), plus 2^20 random patterns.
+#[test]
+fn storage_conversions_equal_the_half_crate_bit_for_bit() {
+    let label = "storage_conversions";
+    let dir = emu_dir(label);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lows: [u32; 14] = [
+        0, 1, 0x0fff, 0x1000, 0x1001, 0x2000, 0x3000, 0x7fff, 0x8000, 0x8001, 0xe000, 0xefff,
+        0xf000, 0xffff,
+    ];
+    let mut values: Vec<u32> = (0..=0xffffu32)
+        .flat_map(|h| lows.iter().map(move |l| (h << 16) | l))
+        .collect();
+    let mut rng = tensorforge_core::rng::SplitMix64::new(7);
+    values.extend((0..1 << 20).map(|_| rng.next_u64() as u32));
+    let n = values.len();
+    let main = format!(
+        "#include \"cuda_emu.hpp\"\n#include \"kernels.cu\"\n#include <cstdio>\n#include <vector>\n\
+         int main(int, char **argv) {{\n\
+           std::vector<unsigned> v({n});\n\
+           FILE *f = std::fopen(argv[1], \"rb\");\n\
+           if (std::fread(v.data(), 4, {n}, f) != {n}) return 3;\n\
+           std::fclose(f);\n\
+           FILE *o = std::fopen(argv[2], \"wb\");\n\
+           for (unsigned h = 0; h < 65536; ++h) {{\n\
+             const float a = tf_bf16_to_f32(h), b = tf_f16_to_f32(h);\n\
+             std::fwrite(&a, 4, 1, o); std::fwrite(&b, 4, 1, o);\n\
+           }}\n\
+           for (unsigned x : v) {{\n\
+             const float y = tf_bits_f((int32_t)x);\n\
+             const unsigned short a = tf_f32_to_bf16(y), b = tf_f32_to_f16(y);\n\
+             std::fwrite(&a, 2, 1, o); std::fwrite(&b, 2, 1, o);\n\
+           }}\n\
+           std::fclose(o);\n  return 0;\n}}\n"
+    );
+    std::fs::write(dir.join("kernels.cu"), device_prelude()).unwrap();
+    std::fs::write(dir.join("main.cpp"), main).unwrap();
+    let blob: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(dir.join("in.bin"), blob).unwrap();
+    let out = compile_and_run_bytes(label, &dir);
+    assert_eq!(out.len(), 65536 * 8 + n * 4);
+    let (wide, narrow) = out.split_at(65536 * 8);
+    // A NaN widens to a NaN of the same sign; `half` also sets the quiet bit of a signalling
+    // one, which the kernels need not (their loads only feed arithmetic).
+    let same = |ours: u32, theirs: f32| {
+        let o = f32::from_bits(ours);
+        ours == theirs.to_bits()
+            || (o.is_nan() && theirs.is_nan() && o.is_sign_negative() == theirs.is_sign_negative())
+    };
+    for (h, c) in wide.chunks_exact(8).enumerate() {
+        let a = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let b = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        let h = h as u16;
+        assert!(
+            same(a, half::bf16::from_bits(h).to_f32()),
+            "bf16 {h:#06x}: {a:#010x}"
+        );
+        assert!(
+            same(b, half::f16::from_bits(h).to_f32()),
+            "f16 {h:#06x}: {b:#010x}"
+        );
+    }
+    for (x, c) in values.iter().zip(narrow.chunks_exact(4)) {
+        let y = f32::from_bits(*x);
+        let a = u16::from_le_bytes([c[0], c[1]]);
+        let b = u16::from_le_bytes([c[2], c[3]]);
+        assert_eq!(a, half::bf16::from_f32(y).to_bits(), "bf16 of {x:#010x}");
+        assert_eq!(b, half::f16::from_f32(y).to_bits(), "f16 of {x:#010x}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With 16-bit storage the kernels of every example graph and fixture still compile with
+/// NVRTC and match their launcher; and where a kernel takes whole vectors per step, its PTX
+/// loads and stores them 128 bits at a time (`ld.global[.nc].v4`, `st.global.v4`).
+#[test]
+fn sixteen_bit_and_vector_kernels_compile_with_nvrtc_to_128_bit_accesses() {
+    if !nvrtc_available() {
+        assert!(
+            !nvrtc_required(),
+            "TENSORFORGE_TEST_NVRTC_REQUIRED=1 but NVRTC cannot be loaded (LD_LIBRARY_PATH?)"
+        );
+        println!("SKIPPED: NVRTC cannot be loaded here (libnvrtc.so.12 on LD_LIBRARY_PATH)");
+        return;
+    }
+    let arch = TEST_ARCHS[1];
+    let mut kernels = 0;
+    for (name, p, _) in &example_programs() {
+        for st in [Storage::F16, Storage::Bf16] {
+            let c = compile_program_with(p, name, arch, &CudaOptions::new(st))
+                .unwrap_or_else(|e| panic!("{name} {}: {e}", st.label()));
+            kernels += c.entries.len();
+        }
+    }
+    assert!(kernels > 300, "{kernels}");
+    // The benchmark kernels over rows of 4096: every one takes whole vectors.
+    let mut vector_kernels = 0;
+    for k in GpuKernel::ALL {
+        let g = Graph::from_json_str(&k.graph_json(64, 4096)).unwrap();
+        let p = compile(&g).unwrap().fused;
+        for st in Storage::ALL {
+            let c = compile_program_with(&p, k.label(), arch, &CudaOptions::new(st)).unwrap();
+            for ck in &c.cuda.kernels {
+                assert_eq!(ck.cols_per_thread, 16 / st.bytes(), "{}", k.label());
+                vector_kernels += 1;
+            }
+            let body = |name: &str| -> String {
+                let at = c.ptx.find(&format!(".entry {name}(")).unwrap();
+                let end = c.ptx[at..].find("\n}").map_or(c.ptx.len(), |e| at + e);
+                c.ptx[at..end].to_string()
+            };
+            for ck in &c.cuda.kernels {
+                let b = body(&ck.symbol);
+                let loads =
+                    b.matches("ld.global.nc.v4.").count() + b.matches("ld.global.v4.").count();
+                let stores = b.matches("st.global.v4.").count();
+                assert!(
+                    loads >= 1 && stores >= 1,
+                    "{} {}: {loads} 128-bit loads, {stores} stores in\n{b}",
+                    k.label(),
+                    st.label()
+                );
+                // No element-wide global access is left in a kernel whose rows split.
+                let narrow = b
+                    .lines()
+                    .filter(|l| {
+                        (l.contains("ld.global") || l.contains("st.global")) && !l.contains(".v4.")
+                    })
+                    .count();
+                assert_eq!(
+                    narrow,
+                    0,
+                    "{} {}: narrow global accesses in\n{b}",
+                    k.label(),
+                    st.label()
+                );
+            }
+        }
+    }
+    assert_eq!(vector_kernels, GpuKernel::ALL.len() * 3);
 }

@@ -68,6 +68,9 @@ pub struct CodegenArgs {
     /// Target language.
     #[arg(long, value_enum, default_value_t = CodegenTarget::C)]
     pub target: CodegenTarget,
+    /// Element type of tensors in device memory (`--target cuda` only; arithmetic is f32).
+    #[arg(long, value_enum, default_value_t = CodegenStorage::Fp32)]
+    pub storage: CodegenStorage,
     /// Folder to write the sources into (created; files are replaced).
     #[arg(long, value_name = "DIR")]
     pub out: String,
@@ -80,18 +83,49 @@ pub enum CodegenTarget {
     C,
     /// Triton (Python), one program per row, with a launcher.
     Triton,
-    /// CUDA C, the C loop nest as device code, one thread per row.
+    /// CUDA C: a warp or a block per row, 128-bit loads where rows allow.
     Cuda,
+}
+
+/// Tensor storage of `codegen --target cuda`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CodegenStorage {
+    /// IEEE binary32.
+    Fp32,
+    /// IEEE binary16.
+    Fp16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl From<CodegenStorage> for tensorforge_graph::codegen::cuda::Storage {
+    fn from(s: CodegenStorage) -> Self {
+        use tensorforge_graph::codegen::cuda::Storage;
+        match s {
+            CodegenStorage::Fp32 => Storage::F32,
+            CodegenStorage::Fp16 => Storage::F16,
+            CodegenStorage::Bf16 => Storage::Bf16,
+        }
+    }
 }
 
 /// Write the generated kernel sources of a graph's fused program.
 pub fn run_codegen(a: CodegenArgs) -> Result<()> {
+    if a.storage != CodegenStorage::Fp32 && a.target != CodegenTarget::Cuda {
+        bail!(
+            "invalid `--storage` = `{}`: only `--target cuda` stores tensors in 16 bits",
+            tensorforge_graph::codegen::cuda::Storage::from(a.storage).label()
+        );
+    }
     let g = load_graph_with(&a.graph, &import_options(&a.dims, None)?, false)?.0;
     let c = compile(&g).map_err(|e| anyhow!("{}: {e}", a.graph))?;
     let files = match a.target {
         CodegenTarget::C => tensorforge_graph::codegen::c::files(&c.fused),
         CodegenTarget::Triton => tensorforge_graph::codegen::triton::files(&c.fused),
-        CodegenTarget::Cuda => tensorforge_graph::codegen::cuda::files(&c.fused),
+        CodegenTarget::Cuda => tensorforge_graph::codegen::cuda::files(
+            &c.fused,
+            &tensorforge_graph::codegen::cuda::CudaOptions::new(a.storage.into()),
+        ),
     };
     let d = std::path::Path::new(&a.out);
     if d.exists() && !d.is_dir() {
@@ -399,8 +433,21 @@ fn run_graph_gpu(a: RunArgs, ordinal: usize) -> Result<()> {
             "max |err| / scale",
             "agrees",
             "GPU time",
+            "fp16 / bf16 storage: err, agrees, time",
         ]);
         for k in &r.kernels {
+            let s16: Vec<String> = k
+                .storage16
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{:.1e} {} {}",
+                        s.agreement.relative(),
+                        if s.agrees { "yes" } else { "NO" },
+                        crate::fmt::time(s.gpu_ns * 1e-9)
+                    )
+                })
+                .collect();
             t.row(vec![
                 k.kernel.clone(),
                 format!("{} x {}", k.rows, k.cols),
@@ -408,6 +455,7 @@ fn run_graph_gpu(a: RunArgs, ordinal: usize) -> Result<()> {
                 format!("{:.1e}", k.agreement.relative()),
                 if k.agrees { "yes".into() } else { "NO".into() },
                 crate::fmt::time(k.gpu_ns * 1e-9),
+                s16.join(" / "),
             ]);
         }
         print!("{}", t.render());

@@ -77,7 +77,8 @@ pub struct BenchArgs {
     pub json: bool,
     /// Where to run: `cpu` (default) or `cuda[:N]` (an NVIDIA GPU: workloads
     /// `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16]` through cuBLAS,
-    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C` as generated CUDA,
+    /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C[:dtype=fp32|fp16|bf16]`
+    /// as generated CUDA (dtype: the tensors' storage),
     /// `rmsnorm_swiglu:tokens=T:d=D:f=F` (generated kernels around cuBLAS), `graph:NAME`
     /// (a whole program on the GPU),
     /// `copy:bytes=B`; docs/gpu.md).

@@ -22,6 +22,14 @@ struct tf_emu_dim3 {
 static thread_local tf_emu_dim3 threadIdx, blockIdx;
 static tf_emu_dim3 blockDim, gridDim;
 
+/* CUDA's 16-byte vector types (the generated kernels' 128-bit loads and stores). */
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+
 #define __global__
 #define __device__
 #define __forceinline__ inline

@@ -319,6 +319,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
         has_lse,
         scratch_floats,
         gathers,
+        flat_as_values: _,
     } = &nest;
     let (elementwise, elems, rows, cols, has_lse, scratch_floats) = (
         *elementwise,

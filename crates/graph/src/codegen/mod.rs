@@ -95,12 +95,18 @@ pub(crate) struct Nest {
     pub(crate) scratch_floats: usize,
     /// Broadcast reads: (node position, bind index, node output shape, strides).
     pub(crate) gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)>,
+    /// Inside a column loop, a row-major input reads as the value `in<slot>` and a store
+    /// sets `out<o>`, which the renderer loads and stores around the body (the CUDA
+    /// target's vector loads); false: `I<slot>[r * l + c]` and `O<o>[r * l + c] = …`.
+    pub(crate) flat_as_values: bool,
 }
 
 /// Operand `bi` of node `pi` as a C expression (the C and CUDA renderers share it): a value
 /// of the same run is its register `v<pos>`, a full value from elsewhere its scratch row
 /// `a<pos>[c]`, a per-row value `p<pos>`; an input is `I<slot>` indexed by the row `r` and
-/// column `c` of an `l`-column nest (`col`: inside a loop over columns).
+/// column `c` of an `l`-column nest (`col`: inside a loop over columns), or the value
+/// `in<slot>` where `flat_as_values` ([`Nest::flat_as_values`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn operand(
     plans: &[NodePlan],
     steps: &[Step],
@@ -109,6 +115,7 @@ pub(crate) fn operand(
     pi: usize,
     bi: usize,
     col: bool,
+    flat_as_values: bool,
 ) -> Result<String, String> {
     let input = |t: usize| slot_of[&t];
     let p = &plans[pi];
@@ -128,6 +135,8 @@ pub(crate) fn operand(
             let i = input(*t);
             if p.per_row || !col {
                 format!("I{i}[r]")
+            } else if flat_as_values {
+                format!("in{i}")
             } else {
                 format!("I{i}[r * {l}LL + c]")
             }
@@ -189,6 +198,7 @@ impl Nest {
                     q,
                     bi,
                     col,
+                    self.flat_as_values,
                 )
             })
             .collect::<Result<_, _>>()?;
@@ -216,7 +226,11 @@ impl Nest {
                 let _ = writeln!(w, "            a{q}[c] = v{q};");
             }
             if let Some(o) = self.plans[q].store {
-                let _ = writeln!(w, "            O{o}[r * {l}LL + c] = v{q};");
+                if self.flat_as_values {
+                    let _ = writeln!(w, "            out{o} = v{q};");
+                } else {
+                    let _ = writeln!(w, "            O{o}[r * {l}LL + c] = v{q};");
+                }
             }
             q += 1;
         }
@@ -421,5 +435,6 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
         has_lse,
         scratch_floats,
         gathers,
+        flat_as_values: false,
     })
 }
