@@ -3,7 +3,8 @@
 //! stride over the row's columns, so that a warp reads consecutive elements of a row at once
 //! (coalesced). Where the row splits into 16-byte vectors, each thread takes
 //! [`CudaOptions::cols_per_thread`] consecutive columns per step through 128-bit loads and
-//! stores (4 f32 or 8 16-bit values; 512 contiguous bytes per warp instruction). Row
+//! stores (4 f32 or 8 16-bit values; 512 contiguous bytes per warp instruction), scratch
+//! rows too (f32, 16-byte aligned since their offsets are multiples of the row). Row
 //! operations reduce in two steps: each thread over its own columns, then the row unit (a
 //! warp, or the block through 32 slots of shared memory: `tf_block_sum`, `tf_block_max`).
 //! Every loop of a kernel gives a thread the same columns, and every thread touches only its
@@ -671,15 +672,30 @@ pub fn render_kernel_with(
                 // The run's row-major inputs, loaded before the body, and its stores.
                 let mut reads: Vec<(String, String)> = vec![];
                 let mut writes: Vec<(String, String)> = vec![];
-                for q in &plans[pi..next] {
+                for (qi, q) in plans[pi..next].iter().enumerate() {
                     for b in &q.binds {
-                        if let (Bind::Flat(t), false) = (b, q.per_row) {
-                            let i = slot_of[t];
-                            let r = (format!("in{i}"), format!("I{i} + r * {l}LL"));
-                            if !reads.contains(&r) {
-                                reads.push(r);
+                        let r = match b {
+                            Bind::Flat(t) if !q.per_row => {
+                                let i = slot_of[t];
+                                (format!("in{i}"), format!("I{i} + r * {l}LL"))
                             }
+                            // A full value from outside this run: its scratch row.
+                            Bind::Internal {
+                                pos,
+                                per_row: false,
+                                ..
+                            } if steps[*pos] != steps[pi] => {
+                                (format!("ra{pos}"), format!("a{pos}"))
+                            }
+                            _ => continue,
+                        };
+                        if !reads.contains(&r) {
+                            reads.push(r);
                         }
+                    }
+                    if needs_row[pi + qi] {
+                        let q = pi + qi;
+                        writes.push((format!("row{q}"), format!("a{q}")));
                     }
                     if let Some(o) = q.store {
                         writes.push((format!("out{o}"), format!("O{o} + r * {l}LL")));

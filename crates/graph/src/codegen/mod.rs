@@ -95,17 +95,19 @@ pub(crate) struct Nest {
     pub(crate) scratch_floats: usize,
     /// Broadcast reads: (node position, bind index, node output shape, strides).
     pub(crate) gathers: Vec<(usize, usize, Vec<usize>, Vec<usize>)>,
-    /// Inside a column loop, a row-major input reads as the value `in<slot>` and a store
-    /// sets `out<o>`, which the renderer loads and stores around the body (the CUDA
-    /// target's vector loads); false: `I<slot>[r * l + c]` and `O<o>[r * l + c] = …`.
+    /// Inside a column loop, a row-major input reads as the value `in<slot>` and a scratch
+    /// row as `ra<pos>`, a store sets `out<o>` and a scratch row's write `row<q>`, which the
+    /// renderer loads and stores around the body (the CUDA target's vector accesses);
+    /// false: `I<slot>[r * l + c]`, `a<pos>[c]`, `O<o>[r * l + c] = …` and `a<q>[c] = …`.
     pub(crate) flat_as_values: bool,
 }
 
 /// Operand `bi` of node `pi` as a C expression (the C and CUDA renderers share it): a value
 /// of the same run is its register `v<pos>`, a full value from elsewhere its scratch row
 /// `a<pos>[c]`, a per-row value `p<pos>`; an input is `I<slot>` indexed by the row `r` and
-/// column `c` of an `l`-column nest (`col`: inside a loop over columns), or the value
-/// `in<slot>` where `flat_as_values` ([`Nest::flat_as_values`]).
+/// column `c` of an `l`-column nest (`col`: inside a loop over columns), or the values
+/// `in<slot>` and `ra<pos>` (a scratch row's) where `flat_as_values`
+/// ([`Nest::flat_as_values`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn operand(
     plans: &[NodePlan],
@@ -127,6 +129,8 @@ pub(crate) fn operand(
                 return Err("a per-row value reads a full value".into());
             } else if matches!((steps[*pos], steps[pi]), (Step::Elem(a), Step::Elem(b)) if a == b) {
                 format!("v{pos}")
+            } else if flat_as_values {
+                format!("ra{pos}")
             } else {
                 format!("a{pos}[c]")
             }
@@ -223,7 +227,11 @@ impl Nest {
             let e = self.node_expr(tg, q, true)?;
             let _ = writeln!(w, "            const float v{q} = {e};");
             if self.needs_row[q] {
-                let _ = writeln!(w, "            a{q}[c] = v{q};");
+                if self.flat_as_values {
+                    let _ = writeln!(w, "            row{q} = v{q};");
+                } else {
+                    let _ = writeln!(w, "            a{q}[c] = v{q};");
+                }
             }
             if let Some(o) = self.plans[q].store {
                 if self.flat_as_values {
