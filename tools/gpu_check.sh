@@ -42,7 +42,8 @@ step calibrate "$BIN" calibrate --device cuda --out "$OUT/profile.json" --json
 step validate "$BIN" validate --device cuda --profile "$OUT/profile.json" --json
 
 # Bandwidth-bound kernels at >= 64 MiB against a copy of the same bytes in the same run (f32
-# storage, and 16-bit storage at 256 MiB per tensor), a large bf16 GEMM, and RMSNorm + SwiGLU.
+# storage, and 16-bit storage at 256 MiB per tensor), large bf16 and fp8 GEMMs, and RMSNorm +
+# SwiGLU.
 step bench_kernels "$BIN" bench --device cuda --json --iterations 20 --time-budget-ms 100 \
   kernel:softmax:rows=16384:cols=4096 kernel:rmsnorm:rows=16384:cols=4096 \
   kernel:logaddexp:rows=16384:cols=4096 kernel:swiglu:rows=16384:cols=4096 \
@@ -51,6 +52,7 @@ step bench_kernels "$BIN" bench --device cuda --json --iterations 20 --time-budg
   kernel:logaddexp:rows=32768:cols=4096:dtype=bf16 kernel:swiglu:rows=32768:cols=4096:dtype=bf16 \
   kernel:softmax:rows=32768:cols=4096:dtype=fp16 \
   gemm:m=8192:n=8192:k=8192:dtype=bf16 gemm:m=16384:n=16384:k=16384:dtype=bf16 \
+  gemm:m=8192:n=8192:k=8192:dtype=fp8 gemm:m=16384:n=16384:k=16384:dtype=fp8 \
   rmsnorm_swiglu:tokens=4096:d=4096:f=11008 graph:rmsnorm_swiglu_mlp graph:attention_softmax \
   graph:residual_layernorm
 

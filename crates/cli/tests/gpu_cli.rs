@@ -65,6 +65,20 @@ fn bad_devices_workloads_and_cpu_only_flags_are_one_line_errors() {
         &["bench", "gemm_tiny", "--device", "cuda"],
         &["`workload` = `gemm_tiny`"],
     );
+    // fp8 through cuBLASLt: dimensions must be multiples of 16, said before the device opens.
+    one_line_error(
+        &["bench", "gemm:m=30:n=32:k=32:dtype=fp8", "--device", "cuda"],
+        &["`m` = `30`", "multiples of 16"],
+    );
+    one_line_error(
+        &[
+            "bench",
+            "kernel:softmax:rows=8:cols=64:dtype=int8",
+            "--device",
+            "cuda",
+        ],
+        &["`dtype` = `int8`"],
+    );
     one_line_error(
         &[
             "bench",

@@ -29,6 +29,10 @@ pub enum GemmDtype {
     Fp16,
     /// bf16 storage, f32 accumulation.
     Bf16,
+    /// fp8 e4m3 A and B, bf16 C, f32 accumulation, through cuBLASLt (compute capability 8.9
+    /// and newer). B is stored as its transpose, [n, k] (a linear layer's weight): the "TN"
+    /// layout cuBLASLt's fp8 kernels take. Dimensions must be multiples of 16.
+    Fp8,
 }
 
 impl GemmDtype {
@@ -39,14 +43,24 @@ impl GemmDtype {
             GemmDtype::Tf32 => "tf32",
             GemmDtype::Fp16 => "fp16",
             GemmDtype::Bf16 => "bf16",
+            GemmDtype::Fp8 => "fp8",
         }
     }
 
-    /// Bytes per stored element.
+    /// Bytes per stored element of A and B.
     pub fn bytes(self) -> u64 {
         match self {
             GemmDtype::Fp32 | GemmDtype::Tf32 => 4,
             GemmDtype::Fp16 | GemmDtype::Bf16 => 2,
+            GemmDtype::Fp8 => 1,
+        }
+    }
+
+    /// Bytes per stored element of C (fp8 products are written as bf16).
+    pub fn out_bytes(self) -> u64 {
+        match self {
+            GemmDtype::Fp8 => 2,
+            d => d.bytes(),
         }
     }
 
@@ -56,6 +70,7 @@ impl GemmDtype {
             GemmDtype::Tf32,
             GemmDtype::Fp16,
             GemmDtype::Bf16,
+            GemmDtype::Fp8,
         ]
         .into_iter()
         .find(|d| d.label() == s)
@@ -249,9 +264,17 @@ impl GpuWorkload {
                 let (m, n, k) = (num("m")?, num("n")?, num("k")?);
                 let dtype = match kv.remove("dtype") {
                     None => GemmDtype::Fp32,
-                    Some(d) => GemmDtype::parse(d)
-                        .ok_or_else(|| bad("dtype", d, "expected fp32, tf32, fp16 or bf16"))?,
+                    Some(d) => GemmDtype::parse(d).ok_or_else(|| {
+                        bad("dtype", d, "expected fp32, tf32, fp16, bf16 or fp8")
+                    })?,
                 };
+                if dtype == GemmDtype::Fp8 {
+                    for (f, v) in [("m", m), ("n", n), ("k", k)] {
+                        if v % 16 != 0 {
+                            return Err(bad(f, &v.to_string(), "fp8 GEMMs (cuBLASLt) take dimensions that are multiples of 16"));
+                        }
+                    }
+                }
                 GpuWorkload::Gemm { m, n, k, dtype }
             }
             ("kernel", Some(kernel)) => GpuWorkload::Kernel {
@@ -293,10 +316,13 @@ impl GpuWorkload {
     /// The largest single buffer, bytes (None on overflow).
     fn largest_operand_bytes(&self) -> Option<u64> {
         match *self {
-            GpuWorkload::Gemm { m, n, k, dtype } => [m * k, k * n, m * n]
-                .into_iter()
-                .max()
-                .and_then(|e| e.checked_mul(dtype.bytes())),
+            GpuWorkload::Gemm { m, n, k, dtype } => [
+                m.checked_mul(k)?.checked_mul(dtype.bytes())?,
+                k.checked_mul(n)?.checked_mul(dtype.bytes())?,
+                m.checked_mul(n)?.checked_mul(dtype.out_bytes())?,
+            ]
+            .into_iter()
+            .max(),
             GpuWorkload::Kernel {
                 rows,
                 cols,
@@ -461,7 +487,8 @@ impl GpuWorkload {
     pub fn bytes(&self) -> f64 {
         match *self {
             GpuWorkload::Gemm { m, n, k, dtype } => {
-                (m * k + k * n + m * n) as f64 * dtype.bytes() as f64
+                (m * k + k * n) as f64 * dtype.bytes() as f64
+                    + (m * n) as f64 * dtype.out_bytes() as f64
             }
             GpuWorkload::Kernel {
                 kernel,
@@ -680,6 +707,14 @@ impl Operand {
                     )
                     .map_err(CudaError::driver("copying to the device"))?,
             ),
+            GemmDtype::Fp8 => {
+                return Err(CudaError::invalid(
+                    "gemm",
+                    "dtype",
+                    "fp8",
+                    "fp8 GEMMs run through cuBLASLt (`Fp8Gemm`), not cublasGemmEx",
+                ))
+            }
         })
     }
 
@@ -774,6 +809,14 @@ pub unsafe fn gemm_ex(
             cudaDataType::CUDA_R_16BF,
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
         ),
+        GemmDtype::Fp8 => {
+            return Err(CudaError::invalid(
+                "gemm",
+                "dtype",
+                "fp8",
+                "fp8 GEMMs run through cuBLASLt (`Fp8Gemm`), not cublasGemmEx",
+            ))
+        }
     };
     let (alpha, beta) = (1.0f32, 0.0f32);
     // SAFETY: the caller's contract; alpha and beta are host f32 (pointer mode host, the
@@ -1080,10 +1123,211 @@ impl GeneratedRun {
     }
 }
 
+/// An fp8 GEMM through cuBLASLt, ready to run: `C[m×n] = A[m×k]·Wᵀ` with A and W (stored
+/// [n, k]) in e4m3, C in bf16, f32 accumulation, α = 1, β = 0, no scales (each 1). In
+/// cuBLASLt's column-major terms: `Cᵀ (n × m, ld n) = op(W) · Aᵀ` with W as a k × n matrix
+/// (ld k) transposed and Aᵀ a k × m matrix (ld k) as it is: the "TN" layout its fp8
+/// kernels require. The fastest algorithm of cuBLASLt's heuristic is chosen once.
+pub struct Fp8Gemm {
+    handle: cudarc::cublaslt::sys::cublasLtHandle_t,
+    desc: cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
+    layouts: [cudarc::cublaslt::sys::cublasLtMatrixLayout_t; 3],
+    algo: cudarc::cublaslt::sys::cublasLtMatmulAlgo_t,
+    workspace: CudaSlice<u8>,
+    a: CudaSlice<u8>,
+    w: CudaSlice<u8>,
+    c: CudaSlice<u16>,
+}
+
+impl Fp8Gemm {
+    /// Check the GPU (compute capability 8.9 or newer) and cuBLASLt, allocate and fill the
+    /// operands, and pick the algorithm.
+    pub fn new(gpu: &Gpu, m: u64, n: u64, k: u64) -> Result<Fp8Gemm> {
+        use cudarc::cublaslt::{result as lt, sys};
+        let (major, minor) = gpu.info.compute_capability;
+        if (major, minor) < (8, 9) {
+            return Err(CudaError::invalid(
+                "gemm",
+                "dtype",
+                "fp8",
+                format!("fp8 tensor cores need compute capability 8.9 or newer; this GPU is {major}.{minor}"),
+            ));
+        }
+        // SAFETY: only asks the loader whether the library opens.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::Missing {
+                what: "cuBLASLt",
+                tried: "libcublasLt.so, libcublasLt.so.12".into(),
+                hint: "install the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu12` and put its lib folder on LD_LIBRARY_PATH",
+            });
+        }
+        let e4m3 = |v: &[f32]| -> Vec<u8> { v.iter().map(|&x| f32_to_e4m3(x)).collect() };
+        let up8 = |v: Vec<u8>| {
+            gpu.stream
+                .clone_htod(&v)
+                .map_err(CudaError::driver("copying to the device"))
+        };
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let a = up8(e4m3(&fill(mu * ku, 1, -1.0, 1.0)))?;
+        let w = up8(e4m3(&fill(nu * ku, 2, -1.0, 1.0)))?;
+        let c = gpu
+            .stream
+            .alloc_zeros::<u16>(mu * nu)
+            .map_err(CudaError::driver("allocating"))?;
+        let ws_bytes: usize = 32 << 20;
+        let workspace = gpu
+            .stream
+            .alloc_zeros::<u8>(ws_bytes)
+            .map_err(CudaError::driver("allocating the workspace"))?;
+        let handle = lt::create_handle().map_err(CudaError::cublaslt("creating a handle"))?;
+        let desc = lt::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(CudaError::cublaslt("creating the matmul descriptor"))?;
+        let transpose: i32 = 1; // CUBLAS_OP_T
+                                // SAFETY: desc was just created; the attribute is an int32 cublasOperation_t.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                desc,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                (&transpose as *const i32).cast(),
+                std::mem::size_of::<i32>(),
+            )
+        }
+        .map_err(CudaError::cublaslt("setting TRANSA"))?;
+        let layout = |ty, rows: u64, cols: u64, ld: u64| {
+            lt::create_matrix_layout(ty, rows, cols, ld as i64)
+                .map_err(CudaError::cublaslt("creating a matrix layout"))
+        };
+        let layouts = [
+            layout(sys::cudaDataType::CUDA_R_8F_E4M3, k, n, k)?,
+            layout(sys::cudaDataType::CUDA_R_8F_E4M3, k, m, k)?,
+            layout(sys::cudaDataType::CUDA_R_16BF, n, m, n)?,
+        ];
+        let pref =
+            lt::create_matmul_pref().map_err(CudaError::cublaslt("creating a preference"))?;
+        // SAFETY: pref was just created; the attribute is a u64 byte count; the layouts and
+        // descriptor are live; pref is destroyed once, after the query.
+        let heuristic = unsafe {
+            let ws = ws_bytes as u64;
+            lt::set_matmul_pref_attribute(
+                pref,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+            .and_then(|()| {
+                lt::get_matmul_algo_heuristic(
+                    handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref,
+                )
+            })
+            .and_then(|h| lt::destroy_matmul_pref(pref).map(|()| h))
+        }
+        .map_err(CudaError::cublaslt(
+            "choosing an fp8 algorithm (cuBLASLt has none for this shape and GPU)",
+        ))?;
+        Ok(Fp8Gemm {
+            handle,
+            desc,
+            layouts,
+            algo: heuristic.algo,
+            workspace,
+            a,
+            w,
+            c,
+        })
+    }
+
+    /// Enqueue one product on the device's stream.
+    pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let ws_size = self.workspace.len();
+        let (w, a) = (
+            self.w.device_ptr(&gpu.stream).0,
+            self.a.device_ptr(&gpu.stream).0,
+        );
+        let c = self.c.device_ptr(&gpu.stream).0;
+        let ws = self.workspace.device_ptr(&gpu.stream).0;
+        // SAFETY: the descriptor, layouts and algorithm were made in `new` for these
+        // buffers (W n·k and A m·k bytes of e4m3, C m·n bf16, 16-byte aligned device
+        // allocations) and stay live with `self`; alpha and beta are host f32 (scale type
+        // 32F); the workspace holds `ws_size` bytes.
+        unsafe {
+            cudarc::cublaslt::result::matmul(
+                self.handle,
+                self.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                w as *const _,
+                self.layouts[0],
+                a as *const _,
+                self.layouts[1],
+                c as *const _,
+                self.layouts[2],
+                c as *mut _,
+                self.layouts[2],
+                &self.algo,
+                ws as *mut _,
+                ws_size,
+                gpu.stream.cu_stream() as *mut _,
+            )
+        }
+        .map_err(CudaError::cublaslt("cublasLtMatmul"))
+    }
+}
+
+impl Drop for Fp8Gemm {
+    fn drop(&mut self) {
+        use cudarc::cublaslt::result as lt;
+        // SAFETY: each object was created in `new` and is destroyed once, here.
+        unsafe {
+            for l in self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+            let _ = lt::destroy_matmul_desc(self.desc);
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}
+
+/// `x` as fp8 e4m3 (OCP E4M3FN: bias 7, no infinities, largest finite 448, NaN 0x7f),
+/// rounded to nearest even, saturating at ±448 (the benchmark's operands are in [-1, 1)).
+///
+/// ```
+/// use tensorforge_cuda::bench::f32_to_e4m3;
+/// assert_eq!(f32_to_e4m3(1.0), 0x38); // exponent 7 + 7 = 14 → 0b0_1110_000
+/// assert_eq!(f32_to_e4m3(-0.5), 0xb0); // sign, exponent 6 + 7 = 13 → 0b1_1101_000
+/// assert_eq!(f32_to_e4m3(1.0625), 0x38); // halfway between 1 and 1.125: to even (1)
+/// assert_eq!(f32_to_e4m3(2f32.powi(-9)), 0x01); // the smallest subnormal, 2^-9
+/// assert_eq!(f32_to_e4m3(1e6), 0x7e); // saturates at 448
+/// ```
+pub fn f32_to_e4m3(x: f32) -> u8 {
+    if x.is_nan() {
+        return 0x7f;
+    }
+    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+    let a = x.abs().min(448.0);
+    if a < 2f32.powi(-6) {
+        // Subnormals: multiples of 2^-9 (a·2^9 is exact); 8 units is 2^-6, code 0x08.
+        return sign | (a * 512.0).round_ties_even() as u8;
+    }
+    // A normal: the exponent from the bits, the 23 fraction bits rounded to 3 (ties to
+    // even; a carry into the exponent is the right code too).
+    let bits = a.to_bits();
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let m = bits & 0x7f_ffff;
+    let r = (m + 0x7_ffff + ((m >> 20) & 1)) >> 20;
+    let code = (((e + 7) as u32) << 3) + r;
+    sign | code.min(0x7e) as u8
+}
+
 /// Something `bench --device cuda` can time.
 pub enum Prepared<'g> {
     /// cuBLAS.
     Gemm(Box<CublasGemm>),
+    /// cuBLASLt fp8.
+    Fp8(Box<Fp8Gemm>),
     /// Generated kernels.
     Generated(Box<GeneratedRun>),
     /// A copy between two buffers.
@@ -1098,6 +1342,12 @@ impl<'g> Prepared<'g> {
     /// Allocate and compile what `w` needs.
     pub fn new(gpu: &'g Gpu, w: &GpuWorkload) -> Result<Prepared<'g>> {
         Ok(match *w {
+            GpuWorkload::Gemm {
+                m,
+                n,
+                k,
+                dtype: GemmDtype::Fp8,
+            } => Prepared::Fp8(Box::new(Fp8Gemm::new(gpu, m, n, k)?)),
             GpuWorkload::Gemm { m, n, k, dtype } => {
                 Prepared::Gemm(Box::new(CublasGemm::new(gpu, m, n, k, dtype)?))
             }
@@ -1153,6 +1403,7 @@ impl<'g> Prepared<'g> {
     pub fn run(&mut self, gpu: &Gpu) -> Result<()> {
         match self {
             Prepared::Gemm(g) => g.run(gpu),
+            Prepared::Fp8(g) => g.run(gpu),
             Prepared::Generated(g) => g.run(gpu),
             Prepared::Copy(a, b) => gpu
                 .stream
@@ -1243,7 +1494,7 @@ mod tests {
         for (spec, field) in [
             ("gemm:m=1:n=2", "`k`"),
             ("gemm:m=1:n=2:k=0", "`k` = `0`"),
-            ("gemm:m=1:n=2:k=3:dtype=fp8", "`dtype` = `fp8`"),
+            ("gemm:m=1:n=2:k=3:dtype=fp64", "`dtype` = `fp64`"),
             ("kernel:gelu:rows=1:cols=1", "`kernel` = `gelu`"),
             ("kernel:softmax:rows=1:cols=1:x=2", "`x` = `2`"),
             (
@@ -1290,6 +1541,56 @@ mod tests {
         let e = GpuWorkload::parse("graph:nope").unwrap_err().to_string();
         assert!(
             e.contains("`nope`") && e.contains("attention_softmax"),
+            "{e}"
+        );
+    }
+
+    /// The value of e4m3 code `c` (OCP E4M3FN), from its definition.
+    fn e4m3_value(c: u8) -> f32 {
+        let s = if c & 0x80 != 0 { -1.0 } else { 1.0 };
+        let (e, f) = (((c >> 3) & 0xf) as i32, (c & 7) as f32);
+        if e == 0 {
+            s * f * 2f32.powi(-9)
+        } else {
+            s * (1.0 + f / 8.0) * 2f32.powi(e - 7)
+        }
+    }
+
+    /// Every finite e4m3 code converts back to itself, the point halfway to the next code
+    /// goes to the even one of the two, and values past 448 saturate.
+    #[test]
+    fn e4m3_round_trips_and_rounds_halfway_to_even() {
+        for c in (0u8..=0xff).filter(|c| c & 0x7f != 0x7f) {
+            let v = e4m3_value(c);
+            assert_eq!(
+                f32_to_e4m3(v),
+                if v == 0.0 && c == 0x80 { 0x80 } else { c },
+                "{c:#04x} = {v}"
+            );
+            let next = c + 1;
+            if c & 0x7f < 0x7e {
+                let mid = (v + e4m3_value(next)) / 2.0; // exact: a few significant bits
+                let even = if c & 1 == 0 { c } else { next };
+                assert_eq!(f32_to_e4m3(mid), even, "halfway after {c:#04x} ({mid})");
+            }
+        }
+        assert_eq!(f32_to_e4m3(500.0), 0x7e);
+        assert_eq!(f32_to_e4m3(-1e30), 0xfe);
+        assert_eq!(f32_to_e4m3(f32::NAN), 0x7f);
+    }
+
+    /// fp8 GEMMs: 1-byte A and B, 2-byte C; dimensions multiples of 16.
+    #[test]
+    fn fp8_gemms_count_their_bytes_and_need_multiples_of_16() {
+        let g = GpuWorkload::parse("gemm:m=64:n=32:k=16:dtype=fp8").unwrap();
+        // (64·16 + 16·32) · 1 B + 64·32 · 2 B = 1536 + 4096
+        assert_eq!(g.bytes(), 5632.0);
+        assert_eq!(g.identity().dtype, "fp8");
+        let e = GpuWorkload::parse("gemm:m=64:n=30:k=16:dtype=fp8")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`n` = `30`") && e.contains("multiples of 16"),
             "{e}"
         );
     }

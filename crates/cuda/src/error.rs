@@ -51,6 +51,15 @@ pub enum CudaError {
         #[source]
         source: cudarc::cublas::result::CublasError,
     },
+    /// A cuBLASLt call failed.
+    #[error("cuBLASLt: {during}: {source}")]
+    CublasLt {
+        /// What was being done.
+        during: String,
+        /// cuBLASLt's error.
+        #[source]
+        source: cudarc::cublaslt::result::CublasError,
+    },
     /// NVRTC refused a source; `log` is its compile log.
     #[error("NVRTC: {name}: {log}")]
     Compile {
@@ -130,6 +139,15 @@ impl CudaError {
     ) -> impl FnOnce(cudarc::cublas::result::CublasError) -> Self {
         let during = during.to_string();
         move |source| CudaError::Cublas { during, source }
+    }
+}
+
+impl CudaError {
+    pub(crate) fn cublaslt(
+        during: impl ToString,
+    ) -> impl FnOnce(cudarc::cublaslt::result::CublasError) -> Self {
+        let during = during.to_string();
+        move |source| CudaError::CublasLt { during, source }
     }
 }
 

@@ -108,6 +108,7 @@ fn core_dtype(d: GemmDtype) -> DType {
         GemmDtype::Tf32 => DType::Tf32,
         GemmDtype::Fp16 => DType::Fp16,
         GemmDtype::Bf16 => DType::Bf16,
+        GemmDtype::Fp8 => DType::Fp8,
     }
 }
 

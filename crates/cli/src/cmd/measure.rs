@@ -76,7 +76,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Where to run: `cpu` (default) or `cuda[:N]` (an NVIDIA GPU: workloads
-    /// `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16]` through cuBLAS,
+    /// `gemm:m=M:n=N:k=K[:dtype=fp32|tf32|fp16|bf16|fp8]` through cuBLAS (fp8: e4m3 through
+    /// cuBLASLt, bf16 out, B stored [n, k]),
     /// `kernel:softmax|logaddexp|rmsnorm|swiglu|quantize:rows=R:cols=C[:dtype=fp32|fp16|bf16]`
     /// as generated CUDA (dtype: the tensors' storage),
     /// `rmsnorm_swiglu:tokens=T:d=D:f=F` (generated kernels around cuBLAS), `graph:NAME`
