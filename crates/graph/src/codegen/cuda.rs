@@ -558,19 +558,15 @@ pub fn render_kernel_with(
         steps,
         needs_row,
         row_off,
-        has_lse,
+        // A LogSumExp's scratch row (the C target keeps its exponentials there) is not used
+        // here: the sum is taken as the exponentials are computed.
+        has_lse: _,
         scratch_floats,
         gathers,
         flat_as_values: _,
     } = &nest;
-    let (elementwise, elems, rows, cols, has_lse, scratch_floats) = (
-        *elementwise,
-        *elems,
-        *rows,
-        *cols,
-        *has_lse,
-        *scratch_floats,
-    );
+    let (elementwise, elems, rows, cols, scratch_floats) =
+        (*elementwise, *elems, *rows, *cols, *scratch_floats);
     let l = cols;
     // Columns per thread step: the option's where every row (the last elementwise row too)
     // splits into whole vectors, else one.
@@ -636,9 +632,6 @@ pub fn render_kernel_with(
     for (pi, off) in offs {
         let _ = writeln!(w, "    float *a{pi} = sc + {off};");
     }
-    // A LogSumExp's scratch row (the C target keeps its exponentials there) is not used:
-    // the sum is taken as the exponentials are computed.
-    let _ = has_lse;
     let _ = writeln!(w, "    for (int64_t r = u0; r < rows; r += us) {{");
     if elementwise {
         let _ = writeln!(
