@@ -290,13 +290,13 @@ pub fn check_on_gpu(
     for (ci, c) in cases.cases.iter().enumerate() {
         let k = &c.kernel;
         let lens: Vec<usize> = c.expected.iter().map(Vec::len).collect();
-        let (got, ms) = launch_alone(gpu, &modules[0].1, k, Storage::F32, &c.inputs, &lens)?;
+        let (got, ms) = launch_alone(gpu, &modules[0].1, k, &c.inputs, &lens)?;
         let a32 = worst(got.iter().zip(&c.expected).map(|(g, w)| agreement(g, w)));
         let mut storage16 = vec![];
         for (st, module, cuda) in &modules[1..] {
             let k16 = &cuda.kernels[ci];
             let want = rounded_expectation(p, c, *st)?;
-            let (got, ms) = launch_alone(gpu, module, k16, *st, &c.inputs, &lens)?;
+            let (got, ms) = launch_alone(gpu, module, k16, &c.inputs, &lens)?;
             let a = worst(got.iter().zip(&want).map(|(g, w)| agreement(g, w)));
             storage16.push(StorageCheck {
                 storage: *st,
@@ -379,17 +379,17 @@ fn worst(all: impl Iterator<Item = Agreement>) -> Agreement {
     })
 }
 
-/// Launch kernel `k` of `module` alone with `inputs` (rounded to `st` on upload) and
-/// outputs of `lens` elements; returns the outputs (widened to f32) and the launch's time
-/// between two events, ms.
+/// Launch kernel `k` of `module` alone with `inputs` (rounded to the kernel's storage on
+/// upload) and outputs of `lens` elements; returns the outputs (widened to f32) and the
+/// launch's time between two events, ms.
 fn launch_alone(
     gpu: &Gpu,
     module: &std::sync::Arc<cudarc::driver::CudaModule>,
     k: &CudaKernel,
-    st: Storage,
     inputs: &[Vec<f32>],
     lens: &[usize],
 ) -> Result<(Vec<Vec<f32>>, f64)> {
+    let st = k.storage;
     let ev = || {
         gpu.ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
