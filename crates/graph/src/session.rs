@@ -12,7 +12,7 @@
 //! kept shapes (each costs its weights once more).
 
 use crate::error::{GraphError, Result};
-use crate::exec::{execute_with, Pool};
+use crate::exec::{execute_values, Pool, Values};
 use crate::fusion::{compile, Program};
 use crate::jit::Jit;
 use crate::onnx::proto::tensor_shape_proto::dimension::Value as DimValue;
@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tensorforge_kernels::call::TensorRef;
+use tensorforge_kernels::call::{DataRef, TensorRef};
 use tensorforge_kernels::npy::NpyData;
 
 /// One dim of a declared input or output.
@@ -377,7 +377,17 @@ impl Session {
         let mut b = bound
             .lock()
             .map_err(|_| arg("the session was poisoned by an earlier failure".into()))?;
+        // f32 feeds are read where they lie (no copy: a 64 MiB input cost 5–9 ms to copy,
+        // more than some whole runs), except on the tuning run below, which keeps them in
+        // the map it times on; other types are converted into the map.
+        let mut feeds: Vec<(&str, &[f32])> = Vec::with_capacity(ordered.len());
         for f in &ordered {
+            if let (DataRef::F32(d), true) = (f.data, b.tuned) {
+                check_len(f)?;
+                b.values.remove(f.name);
+                feeds.push((f.name, d));
+                continue;
+            }
             match b.values.get_mut(f.name) {
                 Some(v) => to_f32(f, v)?,
                 None => {
@@ -409,7 +419,8 @@ impl Session {
         // Handing a run to a pool costs a thread wake-up (tens of µs on a busy machine), more
         // than a small program's whole run: those run on the caller's thread, where none of
         // their ops reaches a parallel loop.
-        let mut exec = || execute_with(&b.program, &b.values, &mut b.pool, b.jit.as_ref());
+        let values = Values::new(&b.values, &feeds);
+        let mut exec = || execute_values(&b.program, values, &mut b.pool, b.jit.as_ref());
         let r = match &self.pool {
             Some(p) if !b.small => p.install(exec)?,
             _ => exec()?,
@@ -445,9 +456,8 @@ impl Session {
     }
 }
 
-/// Convert one input into the executor's f32 values, reusing `v`'s allocation
-/// ([`crate::exec::to_executor_values`]); an integer beyond 2^24 is an error naming the input.
-fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
+/// An input whose element count is not its shape's product is an error naming it.
+fn check_len(t: &TensorRef) -> Result<()> {
     let n = t.data.len();
     let expect: usize = t.shape.iter().product();
     if n != expect {
@@ -456,6 +466,13 @@ fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
             detail: format!("shape {:?} but {n} elements", t.shape),
         });
     }
+    Ok(())
+}
+
+/// Convert one input into the executor's f32 values, reusing `v`'s allocation
+/// ([`crate::exec::to_executor_values`]); an integer beyond 2^24 is an error naming the input.
+fn to_f32(t: &TensorRef, v: &mut Vec<f32>) -> Result<()> {
+    check_len(t)?;
     crate::exec::to_executor_values(t.data, v).map_err(|x| GraphError::Input {
         tensor: t.name.to_string(),
         detail: format!(
@@ -530,5 +547,58 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`zz` is not an output"), "{e}");
+    }
+
+    /// After its first (tuning) run a session reads f32 feeds in place instead of copying
+    /// them: each later run must see its own feed, never a value an earlier run left in the
+    /// session's map, and agree with a fresh session's first run on the same feed (the
+    /// converted path); a feed of the wrong length is still an error naming it.
+    #[test]
+    fn borrowed_feeds_are_each_runs_own() {
+        let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
+        let i = s.inputs()[0].clone();
+        let dims: Vec<usize> = i
+            .dims
+            .iter()
+            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
+            .collect();
+        let n: usize = dims.iter().product();
+        let xs: Vec<Vec<f32>> = (0..3)
+            .map(|k| {
+                (0..n)
+                    .map(|e| ((e * 7 + k * 3) % 11) as f32 * 0.1 - 0.5)
+                    .collect()
+            })
+            .collect();
+        let feed = |x: &[f32]| -> Vec<Output> {
+            let f = [TensorRef {
+                name: &i.name,
+                shape: &dims,
+                data: DataRef::F32(x),
+            }];
+            s.run(&f, None).unwrap()
+        };
+        let fresh = |x: &[f32]| -> Vec<Output> {
+            let t = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
+            let f = [TensorRef {
+                name: &i.name,
+                shape: &dims,
+                data: DataRef::F32(x),
+            }];
+            t.run(&f, None).unwrap()
+        };
+        let want: Vec<Vec<Output>> = xs.iter().map(|x| fresh(x)).collect();
+        assert_ne!(want[0], want[1], "the feeds must give different outputs");
+        for k in [0, 1, 2, 1, 0] {
+            assert_eq!(feed(&xs[k]), want[k], "feed {k}");
+        }
+        let short = vec![0.0f32; n - 1];
+        let f = [TensorRef {
+            name: &i.name,
+            shape: &dims,
+            data: DataRef::F32(&short),
+        }];
+        let e = s.run(&f, None).unwrap_err().to_string();
+        assert!(e.contains(&i.name) && e.contains("elements"), "{e}");
     }
 }

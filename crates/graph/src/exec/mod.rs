@@ -162,6 +162,31 @@ pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> Re
     Ok(pool.install(f))
 }
 
+/// The values a run reads, by tensor name: a map the caller keeps (weights, inputs it
+/// converted) and this call's f32 feeds, borrowed where they lie (a feed takes precedence
+/// over the map's value of the same name). Nothing is copied: the run reads both in place.
+#[derive(Debug, Clone, Copy)]
+pub struct Values<'a> {
+    map: &'a HashMap<String, Vec<f32>>,
+    feeds: &'a [(&'a str, &'a [f32])],
+}
+
+impl<'a> Values<'a> {
+    /// `map`'s values, with `feeds` over them.
+    pub fn new(map: &'a HashMap<String, Vec<f32>>, feeds: &'a [(&'a str, &'a [f32])]) -> Self {
+        Values { map, feeds }
+    }
+
+    /// The values of tensor `name` (a feed first, else the map's).
+    pub fn get(&self, name: &str) -> Option<&'a [f32]> {
+        self.feeds
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .or_else(|| self.map.get(name).map(Vec::as_slice))
+    }
+}
+
 /// Execute a program on the given Input / Weight values (by tensor name).
 pub fn execute(p: &Program, inputs: &HashMap<String, Vec<f32>>) -> Result<ExecResult> {
     execute_pooled(p, inputs, &mut Pool::default())
@@ -182,6 +207,31 @@ pub fn execute_pooled(
 pub fn execute_with(
     p: &Program,
     inputs: &HashMap<String, Vec<f32>>,
+    pool: &mut Pool,
+    jit: Option<&crate::jit::Jit>,
+) -> Result<ExecResult> {
+    execute_values(p, Values::new(inputs, &[]), pool, jit)
+}
+
+/// [`execute_with`] on [`Values`]: a caller's map and feeds borrowed for this call.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use tensorforge_graph::exec::{execute_values, Pool, Values};
+/// let g = tensorforge_graph::Graph::from_json_str(r#"{"nodes":[
+///   {"name":"x","op":"Input","attrs":{"shape":[2],"dtype":"fp32"}},
+///   {"name":"w","op":"Weight","attrs":{"shape":[2],"dtype":"fp32"}},
+///   {"name":"y","op":"Add","inputs":["x","w"]}]}"#).unwrap();
+/// let p = tensorforge_graph::fusion::compile(&g).unwrap().fused;
+/// let weights = HashMap::from([("w".to_string(), vec![10.0f32, 20.0])]);
+/// let x = [1.0f32, 2.0];
+/// let feeds = [("x", &x[..])];
+/// let r = execute_values(&p, Values::new(&weights, &feeds), &mut Pool::default(), None).unwrap();
+/// assert_eq!(r.outputs[0].2, vec![11.0, 22.0]);
+/// ```
+pub fn execute_values(
+    p: &Program,
+    inputs: Values<'_>,
     pool: &mut Pool,
     jit: Option<&crate::jit::Jit>,
 ) -> Result<ExecResult> {
@@ -237,7 +287,7 @@ pub fn execute_observed(
         pool: Pool::default(),
         filters: &p.exec_memo.filters,
     };
-    let r = run_program_checked(p, inputs, &mut st, None, Some(observe));
+    let r = run_program_checked(p, Values::new(inputs, &[]), &mut st, None, Some(observe));
     st.bufs.release_into(&mut st.pool);
     r
 }
@@ -326,6 +376,11 @@ pub fn profile(
         for (b, t) in best.iter_mut().zip(&r.kernel_ns) {
             *b = (*b).min(*t);
         }
+        // The outputs back to the pool: every run after the first writes memory already
+        // paged in, as in a serving loop.
+        for (_, _, v) in r.outputs {
+            pool.recycle(v);
+        }
     }
     let total: u64 = best.iter().sum();
     let mut rows: Vec<KernelProfile> = p
@@ -371,6 +426,9 @@ pub fn keep_faster(
         for k in 0..n {
             with[k] = with[k].min(j.kernel_ns.get(k).copied().unwrap_or(u64::MAX));
             without[k] = without[k].min(i.kernel_ns.get(k).copied().unwrap_or(u64::MAX));
+        }
+        for (_, _, v) in j.outputs.into_iter().chain(i.outputs) {
+            pool.recycle(v);
         }
     }
     let mut lines = vec![];
@@ -470,9 +528,10 @@ mod tests {
     #[test]
     fn reshapes_share_their_source_buffer() {
         // x [4, 8] → Reshape [8, 4] → Exp → Reshape [32] (the output), and a chain of two
-        // reshapes of the input read by a Neg. Only the two computed tensors own buffers:
-        // 32 + 32 f32 = 256 bytes held after a run. A reshape copied (as before) adds 128
-        // bytes per copy.
+        // reshapes of the input read by a Neg. Only the two computed tensors own buffers, and
+        // both leave with the result (y shares e's buffer): the pool holds nothing after a
+        // run. A reshape copied (as before) would leave its copy, or the buffer it copied
+        // from, in the pool: 32 f32 = 128 bytes per copy.
         let g = Graph::from_json_str(
             r#"{"schema_version":1,"name":"views","nodes":[
               {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
@@ -490,7 +549,7 @@ mod tests {
         for p in [&c.fused, &c.unfused] {
             let mut pool = Pool::default();
             let r = execute_pooled(p, &ins, &mut pool).unwrap();
-            assert_eq!(pool.held_bytes(), 256);
+            assert_eq!(pool.held_bytes(), 0);
             let y = &r.outputs.iter().find(|o| o.0 == "y").unwrap().2;
             let n = &r.outputs.iter().find(|o| o.0 == "n").unwrap().2;
             for i in 0..32 {
@@ -504,8 +563,9 @@ mod tests {
     fn dead_buffers_are_reused_within_a_run() {
         // Unfused, x → Exp → Neg → Exp → Neg → Exp is five kernels of 32 values each. Each
         // tensor dies after the kernel that reads it, so at most two buffers are live (a
-        // kernel's input and its output): the pool ends holding 2 · 32 · 4 = 256 bytes.
-        // Holding every tensor to the end of the run, it held 5 · 128 = 640.
+        // kernel's input and its output): a, b, c and d take turns in two buffers, y leaves
+        // in one of them with the result, and the pool ends holding the other, 32 · 4 = 128
+        // bytes. Holding every tensor to the end of the run, it held a, b, c and d, 512.
         let g = Graph::from_json_str(
             r#"{"schema_version":1,"name":"chain","nodes":[
               {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
@@ -523,7 +583,7 @@ mod tests {
         let ins = HashMap::from([("x".to_string(), x.clone())]);
         let mut pool = Pool::default();
         let r = execute_pooled(&c.unfused, &ins, &mut pool).unwrap();
-        assert_eq!(pool.held_bytes(), 256);
+        assert_eq!(pool.held_bytes(), 128);
         for (i, &v) in r.outputs[0].2.iter().enumerate() {
             let want = (-(-(x[i].exp())).exp()).exp();
             assert!((v - want).abs() <= 1e-6, "y[{i}] = {v}, want {want}");
