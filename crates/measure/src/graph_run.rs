@@ -9,6 +9,7 @@
 //! Left out: hardware counters (bytes are never counted), warm-up beyond the best-of-N.
 
 use crate::error::{MeasureError, Result};
+use crate::probes::CopyProbe;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -111,8 +112,9 @@ pub struct BenchReport {
     pub fused_interpreter_ns: u64,
     /// Worker threads the runs used.
     pub threads: usize,
-    /// STREAM copy bandwidth at the same thread count in this process, best of 5 copies of
-    /// the fused program's modelled bytes.
+    /// STREAM copy bandwidth at the same thread count in this process, over the fused
+    /// program's modelled bytes: the best of one copy after each run of the fused program
+    /// (alternated with them; at least 5 copies).
     pub copy_bytes_per_s: f64,
     /// (fused modelled bytes / fused time) / copy bandwidth.
     pub fused_bandwidth_fraction: f64,
@@ -415,41 +417,46 @@ pub fn run(
     let bench = if opts.bench {
         let reps = opts.reps.max(1);
         // Best whole call and best kernels-only time (each the minimum over the runs).
-        let best = |p, j: Option<&Jit>| -> Result<(u64, u64, ExecResult)> {
-            let mut b = u64::MAX;
-            let mut bk = u64::MAX;
-            let mut last = None;
-            let mut pool = Pool::default();
-            for _ in 0..reps {
-                // The last run's outputs back to the pool first: a serving loop that hands
-                // them back (`Pool::recycle`) writes each run's outputs into memory already
-                // paged in, as onnxruntime's arena does with its outputs.
-                if let Some(ExecResult { outputs, .. }) = last.take() {
-                    for (_, _, v) in outputs {
-                        pool.recycle(v);
+        let best =
+            |p, j: Option<&Jit>, after_each: &mut dyn FnMut()| -> Result<(u64, u64, ExecResult)> {
+                let mut b = u64::MAX;
+                let mut bk = u64::MAX;
+                let mut last = None;
+                let mut pool = Pool::default();
+                for _ in 0..reps {
+                    // The last run's outputs back to the pool first: a serving loop that hands
+                    // them back (`Pool::recycle`) writes each run's outputs into memory already
+                    // paged in, as onnxruntime's arena does with its outputs.
+                    if let Some(ExecResult { outputs, .. }) = last.take() {
+                        for (_, _, v) in outputs {
+                            pool.recycle(v);
+                        }
                     }
+                    let x = execute_with(p, &ins, &mut pool, j).map_err(&ge)?;
+                    b = b.min(x.elapsed_ns);
+                    bk = bk.min(x.kernel_ns.iter().sum());
+                    last = Some(x);
+                    after_each();
                 }
-                let x = execute_with(p, &ins, &mut pool, j).map_err(&ge)?;
-                b = b.min(x.elapsed_ns);
-                bk = bk.min(x.kernel_ns.iter().sum());
-                last = Some(x);
-            }
-            last.map(|x| (b, bk, x))
-                .ok_or_else(|| MeasureError::Other("no run".into()))
-        };
+                last.map(|x| (b, bk, x))
+                    .ok_or_else(|| MeasureError::Other("no run".into()))
+            };
         let fused_jit = if opts.unfused { None } else { jit.as_ref() };
-        let (tu, _, ru) = best(&c.unfused, None)?;
-        let (ti, _, _) = best(&c.fused, None)?;
-        let (tf, tk, rf) = best(&c.fused, fused_jit)?;
-        let (ok, worst, _) = compare(&rf, &ru);
+        let (tu, _, ru) = best(&c.unfused, None, &mut || {})?;
+        let (ti, _, _) = best(&c.fused, None, &mut || {})?;
         // The denominator: copy bandwidth at the same thread count, same process, over as
-        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes).
+        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes), one copy
+        // after each run of the fused program (at least 5 in all), best kept: both sides
+        // measured in the same moments.
         let threads = tensorforge_graph::exec::worker_threads();
-        let copy = crate::probes::bandwidth((model_f as usize / 16).max(1 << 16), threads, 5)?
-            .into_iter()
-            .find(|p| p.probe == "stream_copy")
-            .map(|p| p.best)
-            .unwrap_or(0.0);
+        let mut probe = CopyProbe::new((model_f as usize / 16).max(1 << 16), threads)?;
+        let mut copy = 0.0f64;
+        let (tf, tk, rf) = best(&c.fused, fused_jit, &mut || copy = copy.max(probe.once()))?;
+        for _ in reps..5 {
+            copy = copy.max(probe.once());
+        }
+        drop(probe);
+        let (ok, worst, _) = compare(&rf, &ru);
         Some(BenchReport {
             unfused_ns: tu,
             fused_ns: tf,

@@ -89,6 +89,58 @@ fn result(
     }
 }
 
+/// `b = a` in parallel chunks of `chunk` elements on the current rayon pool.
+fn par_copy(a: &[f64], b: &mut [f64], chunk: usize) {
+    b.par_chunks_mut(chunk)
+        .zip(a.par_chunks(chunk))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// [`bandwidth`]'s STREAM copy on arrays allocated and paged in once, timed one copy at a
+/// time: a benchmark alternates it with what it measures, so that both sides see the same
+/// moments of a shared machine (a copy measured only before or after drifts with the
+/// co-tenants' load).
+///
+/// ```
+/// let mut c = tensorforge_measure::probes::CopyProbe::new(1 << 16, 1).unwrap();
+/// assert!(c.once() > 0.0);
+/// ```
+pub struct CopyProbe {
+    pool: rayon::ThreadPool,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    chunk: usize,
+}
+
+impl CopyProbe {
+    /// Two `elements`-long f64 arrays paged in by `threads` workers (first touch in parallel,
+    /// as [`bandwidth`] does), copied once to warm up.
+    pub fn new(elements: usize, threads: usize) -> Result<Self> {
+        let pool = thread_pool(threads)?;
+        let chunk = elements.div_ceil(threads.max(1) * 4).max(4096);
+        let (a, b) = pool.install(|| {
+            let mut a = vec![0.0f64; elements];
+            let mut b = vec![0.0f64; elements];
+            a.par_chunks_mut(chunk).for_each(|x| x.fill(1.0));
+            b.par_chunks_mut(chunk).for_each(|x| x.fill(2.0));
+            par_copy(&a, &mut b, chunk);
+            (a, b)
+        });
+        Ok(CopyProbe { pool, a, b, chunk })
+    }
+
+    /// One copy: bytes per second, counting 16 bytes per element (read + write, as
+    /// [`bandwidth`]'s `stream_copy`).
+    pub fn once(&mut self) -> f64 {
+        let (a, b, chunk) = (&self.a, &mut self.b, self.chunk);
+        let t = Instant::now();
+        self.pool.install(|| par_copy(a, b, chunk));
+        let s = t.elapsed().as_secs_f64().max(1e-9);
+        std::hint::black_box(&self.b);
+        16.0 * a.len() as f64 / s
+    }
+}
+
 /// Copy and triad at `threads`, `samples` repetitions each, on `elements`-long f64 arrays.
 pub fn bandwidth(elements: usize, threads: usize, samples: usize) -> Result<Vec<ProbeResult>> {
     let pool = thread_pool(threads)?;
@@ -101,11 +153,7 @@ pub fn bandwidth(elements: usize, threads: usize, samples: usize) -> Result<Vec<
         a.par_chunks_mut(chunk).for_each(|x| x.fill(1.0));
         b.par_chunks_mut(chunk).for_each(|x| x.fill(2.0));
         c.par_chunks_mut(chunk).for_each(|x| x.fill(0.5));
-        let copy = |a: &[f64], b: &mut [f64]| {
-            b.par_chunks_mut(chunk)
-                .zip(a.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-        };
+        let copy = |a: &[f64], b: &mut [f64]| par_copy(a, b, chunk);
         let triad = |a: &mut [f64], b: &[f64], c: &[f64]| {
             a.par_chunks_mut(chunk)
                 .zip(b.par_chunks(chunk).zip(c.par_chunks(chunk)))
