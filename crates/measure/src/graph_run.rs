@@ -113,8 +113,9 @@ pub struct BenchReport {
     /// Worker threads the runs used.
     pub threads: usize,
     /// STREAM copy bandwidth at the same thread count in this process, over the fused
-    /// program's modelled bytes: the best of one copy after each run of the fused program
-    /// (alternated with them; at least 5 copies).
+    /// program's modelled bytes: the best of one sample (`probes::CopyProbe::once`, two
+    /// copies or more) after each run of the fused program, alternated with them (at least
+    /// 5 samples).
     pub copy_bytes_per_s: f64,
     /// (fused modelled bytes / fused time) / copy bandwidth.
     pub fused_bandwidth_fraction: f64,
@@ -160,7 +161,7 @@ pub struct RunReport {
     pub model_write_bytes: u64,
     /// Their sum.
     pub model_bytes: u64,
-    /// Wall time of the whole run: binding inputs, every kernel, copying outputs out.
+    /// Wall time of the whole run: binding inputs, every kernel, handing the outputs over.
     pub elapsed_ns: u64,
     /// `jit` or `interpreter`.
     pub executor: String,
@@ -445,9 +446,9 @@ pub fn run(
         let (tu, _, ru) = best(&c.unfused, None, &mut || {})?;
         let (ti, _, _) = best(&c.fused, None, &mut || {})?;
         // The denominator: copy bandwidth at the same thread count, same process, over as
-        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes), one copy
-        // after each run of the fused program (at least 5 in all), best kept: both sides
-        // measured in the same moments.
+        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes), one
+        // sample after each run of the fused program (at least 5 in all), best kept: both
+        // sides measured in the same moments.
         let threads = tensorforge_graph::exec::worker_threads();
         let mut probe = CopyProbe::new((model_f as usize / 16).max(1 << 16), threads)?;
         let mut copy = 0.0f64;

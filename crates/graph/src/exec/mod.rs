@@ -130,8 +130,9 @@ pub const ATOL: f32 = 1e-5;
 pub struct ExecResult {
     /// Graph outputs: name, shape, values.
     pub outputs: Vec<(String, Vec<usize>, Vec<f32>)>,
-    /// Wall time of the whole run, ns: binding inputs, every kernel, copying the outputs
-    /// out (what a caller pays per call).
+    /// Wall time of the whole run, ns: binding inputs, every kernel, handing the outputs
+    /// over (what a caller pays per call; an output is the run's own buffer, copied only
+    /// where it is borrowed or shared with another output).
     pub elapsed_ns: u64,
     /// Wall time of each kernel of the program, in program order, ns (the views and copies a
     /// kernel's inputs need are counted in its time).
