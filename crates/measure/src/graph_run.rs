@@ -114,8 +114,8 @@ pub struct BenchReport {
     pub threads: usize,
     /// STREAM copy bandwidth at the same thread count in this process, over the fused
     /// program's modelled bytes: the best of one sample (`probes::CopyProbe::once`, two
-    /// copies or more) after each run of the fused program, alternated with them (at least
-    /// 5 samples).
+    /// copies or more) after each block of the fused program's runs (up to 5 blocks, each
+    /// opening with an untimed run; at least 5 samples).
     pub copy_bytes_per_s: f64,
     /// (fused modelled bytes / fused time) / copy bandwidth.
     pub fused_bandwidth_fraction: f64,
@@ -417,43 +417,61 @@ pub fn run(
     }
     let bench = if opts.bench {
         let reps = opts.reps.max(1);
-        // Best whole call and best kernels-only time (each the minimum over the runs).
-        let best =
-            |p, j: Option<&Jit>, after_each: &mut dyn FnMut()| -> Result<(u64, u64, ExecResult)> {
-                let mut b = u64::MAX;
-                let mut bk = u64::MAX;
-                let mut last = None;
-                let mut pool = Pool::default();
-                for _ in 0..reps {
+        // Best whole call and best kernels-only time (each the minimum over the runs), the
+        // runs split into `blocks` blocks with `between` called after each block.
+        let best = |p,
+                    j: Option<&Jit>,
+                    blocks: u32,
+                    between: &mut dyn FnMut()|
+         -> Result<(u64, u64, ExecResult)> {
+            let mut b = u64::MAX;
+            let mut bk = u64::MAX;
+            let mut last: Option<ExecResult> = None;
+            let mut pool = Pool::default();
+            let blocks = blocks.clamp(1, reps);
+            for bi in 0..blocks {
+                let timed = reps / blocks + u32::from(bi < reps % blocks);
+                // A block after `between` (which may have evicted the caches) starts with one
+                // untimed run, so that the timed runs see the steady state back-to-back calls
+                // see, as onnxruntime's calls do.
+                let warm = u32::from(blocks > 1);
+                for r in 0..warm + timed {
                     // The last run's outputs back to the pool first: a serving loop that hands
-                    // them back (`Pool::recycle`) writes each run's outputs into memory already
-                    // paged in, as onnxruntime's arena does with its outputs.
+                    // them back (`Pool::recycle`) writes each run's outputs into memory
+                    // already paged in, as onnxruntime's arena does with its outputs.
                     if let Some(ExecResult { outputs, .. }) = last.take() {
                         for (_, _, v) in outputs {
                             pool.recycle(v);
                         }
                     }
                     let x = execute_with(p, &ins, &mut pool, j).map_err(&ge)?;
-                    b = b.min(x.elapsed_ns);
-                    bk = bk.min(x.kernel_ns.iter().sum());
+                    if r >= warm {
+                        b = b.min(x.elapsed_ns);
+                        bk = bk.min(x.kernel_ns.iter().sum());
+                    }
                     last = Some(x);
-                    after_each();
                 }
-                last.map(|x| (b, bk, x))
-                    .ok_or_else(|| MeasureError::Other("no run".into()))
-            };
+                between();
+            }
+            last.map(|x| (b, bk, x))
+                .ok_or_else(|| MeasureError::Other("no run".into()))
+        };
         let fused_jit = if opts.unfused { None } else { jit.as_ref() };
-        let (tu, _, ru) = best(&c.unfused, None, &mut || {})?;
-        let (ti, _, _) = best(&c.fused, None, &mut || {})?;
+        let (tu, _, ru) = best(&c.unfused, None, 1, &mut || {})?;
+        let (ti, _, _) = best(&c.fused, None, 1, &mut || {})?;
         // The denominator: copy bandwidth at the same thread count, same process, over as
-        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes), one
-        // sample after each run of the fused program (at least 5 in all), best kept: both
-        // sides measured in the same moments.
+        // many bytes as the fused program moves (a copy of n f64 moves 16·n bytes), sampled
+        // between blocks of the fused program's runs (up to 5 blocks, at least 5 samples),
+        // best kept: both sides measured in the same stretch of time. Not after every run:
+        // a copy evicts the caches, and a small model's runs then read their weights from
+        // memory where back-to-back calls find them in cache (bert_block 38 → 43 µs).
         let threads = tensorforge_graph::exec::worker_threads();
         let mut probe = CopyProbe::new((model_f as usize / 16).max(1 << 16), threads)?;
         let mut copy = 0.0f64;
-        let (tf, tk, rf) = best(&c.fused, fused_jit, &mut || copy = copy.max(probe.once()))?;
-        for _ in reps..5 {
+        let (tf, tk, rf) = best(&c.fused, fused_jit, 5, &mut || {
+            copy = copy.max(probe.once())
+        })?;
+        for _ in reps.min(5)..5 {
             copy = copy.max(probe.once());
         }
         drop(probe);
