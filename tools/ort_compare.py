@@ -5,8 +5,8 @@ and inputs, in interleaved rounds (issue 27's benchmark).
 Per model and thread count, each round measures onnxruntime's best `sess.run` over enough
 calls to fill about 0.2 s (after warm-up), then TensorForge's best whole `execute` call
 (`tensorforge run --bench --reps N --json`, `fused_ns`: binding inputs, every kernel and
-handing the outputs over, each run's handed back before the next as onnxruntime's arena takes
-its outputs back, the JIT where it compiles; N calls fill about 0.2 s too, so both
+handing the outputs over, each run's handed back before the next, as onnxruntime reuses its
+outputs' memory, the JIT where it compiles; N calls fill about 0.2 s too, so both
 minimums come from as many calls), and records
     ratio = onnxruntime time / TensorForge time   (> 1: TensorForge is faster).
 Rounds alternate the two, so drift on a shared machine hits both; the table gives the

@@ -438,7 +438,7 @@ pub fn run(
                 for r in 0..warm + timed {
                     // The last run's outputs back to the pool first: a serving loop that hands
                     // them back (`Pool::recycle`) writes each run's outputs into memory
-                    // already paged in, as onnxruntime's arena does with its outputs.
+                    // already paged in, as onnxruntime's `run` does with its outputs.
                     if let Some(ExecResult { outputs, .. }) = last.take() {
                         for (_, _, v) in outputs {
                             pool.recycle(v);

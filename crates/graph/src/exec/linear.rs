@@ -41,6 +41,19 @@ pub(super) fn packed_weight_product(
     let Some(kern) = Kernel::detect() else {
         return Ok(false);
     };
+    packed_weight_product_with(kern, cache, node, a, b, out, accumulate)
+}
+
+/// [`packed_weight_product`] with the packed kernel chosen by the caller.
+pub(super) fn packed_weight_product_with(
+    kern: Kernel,
+    cache: &FilterCache,
+    node: usize,
+    a: Operand,
+    b: Operand,
+    out: &mut [f32],
+    accumulate: bool,
+) -> Result<bool, String> {
     let (ab, m, k) = a.dims();
     let (bb, bk, n) = b.dims();
     if bb != 1 || bk != k || !a.is_row_major() || k == 0 || n == 0 {
