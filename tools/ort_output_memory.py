@@ -7,8 +7,11 @@ intra-op thread count given. If `sess.run` faulted in fresh pages for its output
 call, it would cost tens of ms more than the bound call (copying 64 MiB into fresh 4 KiB
 pages took 57-72 ms on the machine of that section, tools/fresh_pages.c).
 
-Usage: python tools/ort_output_memory.py [THREADS]
+Usage: python tools/ort_output_memory.py [THREADS] [--write DIR]
+With --write, also saves the model as DIR/model.onnx and its input as DIR/inputs/x.npy (a
+folder `tools/ort_compare.py` and `tensorforge run --inputs` take).
 """
+import os
 import sys
 import time
 
@@ -18,7 +21,13 @@ from onnx import TensorProto, helper
 
 
 def main():
-    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    args = sys.argv[1:]
+    write = None
+    if "--write" in args:
+        i = args.index("--write")
+        write = args[i + 1]
+        del args[i : i + 2]
+    threads = int(args[0]) if args else 1
     shape = [16384, 1024]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
@@ -29,6 +38,11 @@ def main():
     so.inter_op_num_threads = 1
     s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    if write:
+        os.makedirs(os.path.join(write, "inputs"), exist_ok=True)
+        with open(os.path.join(write, "model.onnx"), "wb") as f:
+            f.write(m.SerializeToString())
+        np.save(os.path.join(write, "inputs", "x.npy"), a)
 
     def timed(f):
         for _ in range(2):

@@ -8,7 +8,9 @@
 //! 2: no column matrix; an output width of whole vectors is read as one run per output row
 //! and written in place, otherwise the product spans the phase width, at most 5/4 of the
 //! output width, and its extra columns are dropped when it is copied out), or else an
-//! explicit column matrix (im2col) gathered from the padded planes. Without that kernel
+//! explicit column matrix (im2col) gathered from the padded planes, except for a patch
+//! embedding (stride equal to the kernel, no padding: ViT's, ConvNeXt's stem), which runs as
+//! a linear layer over its patches ([`patch_embedding`]). Without that kernel
 //! (other CPUs) the column matrix goes to faer. Large products split their output channels
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
 //! (one input and one output channel per group) skip the GEMM: a direct loop per channel,
