@@ -1,5 +1,5 @@
 """The Python package's costs, as one-run ratios and differences from interleaved rounds
-(docs/python.md records its output). Three figures:
+(docs/python.md records its output). The figures:
 
 1. Kernel call overhead: ``tf.logaddexp`` on two 16-element float32 arrays from Python, minus
    the same dispatch on the same borrowed arrays timed inside Rust (``_logaddexp_rust_ns``).
@@ -9,6 +9,7 @@
    duration its own profiler records for the same runs.
 3. Import time: a fresh interpreter running ``import tensorforge`` minus one running ``pass``.
 4. The ResNet fixture through ``Session`` with the global pool and with ``threads=1``.
+5. A 64 MiB output: one Softmax over [16384, 1024] through ``Session.run`` and onnxruntime.
 
 Each round alternates the two sides; every figure is the per-call median of its round, and
 the report gives min / median / max over rounds. Usage:
@@ -122,6 +123,42 @@ def session_threads(rounds):
     return out[None], out[1]
 
 
+def large_output(rounds):
+    """One Softmax over [16384, 1024] float32 (a 64 MiB output) through `Session.run` and
+    onnxruntime's `InferenceSession.run`, one intra-op thread each, the outputs dropped after
+    each call (both reuse their outputs' memory once the array is gone): per-call ms, best of
+    5 calls per round, the two alternated."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    shape = [16384, 1024]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(tempfile.mkdtemp(), "softmax.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    o = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    t = tf.Session(path, threads=1)
+    for s in (o, t):
+        s.run(None, feed)
+        s.run(None, feed)
+
+    def best(s):
+        return min(per_call_ns(lambda: s.run(None, feed), 1) for _ in range(5)) / 1e6
+
+    tfs, orts = [], []
+    for _ in range(rounds):
+        tfs.append(best(t))
+        orts.append(best(o))
+    return tfs, orts
+
+
 def import_ms(rounds):
     def once(code):
         t0 = time.perf_counter_ns()
@@ -152,6 +189,10 @@ def main():
     print(f"  onnxruntime overhead / tensorforge overhead: {spread(ratio)} (target > 1)")
     none, one = session_threads(a.rounds)
     print(f"resnet_ts Session.run, threads=None: {spread(none)} µs; threads=1: {spread(one)} µs")
+    big_tf, big_ort = large_output(a.rounds)
+    print(f"softmax [16384, 1024] Session.run, tensorforge: {spread(big_tf)} ms; onnxruntime: {spread(big_ort)} ms")
+    ratio = [b / max(x, 1e-9) for x, b in zip(big_tf, big_ort)]
+    print(f"  onnxruntime time / tensorforge time: {spread(ratio)} (> 1: tensorforge faster)")
     im = import_ms(a.rounds)
     print(f"import tensorforge (fresh interpreter, minus `pass`): {spread(im)} ms (target < 100)")
 

@@ -2,16 +2,19 @@
 //! `tensorforge_graph::session::Session` (`run(output_names, input_feed)` returning a list of
 //! arrays, `get_inputs()`/`get_outputs()` metadata), and the graph compiler's reports (fuse
 //! with its traffic, memory plan) as the JSON the CLI prints. Inputs are converted to the
-//! executor's f32 inside the library; outputs are new arrays owning the executor's buffers.
+//! executor's f32 inside the library; outputs are arrays over the executor's buffers, each
+//! handed back to the session for a later run's outputs when the array dies.
 
 use crate::kernels::{to_numpy, Held};
 use crate::{guard, to_json, value_err};
+use numpy::PyArrayMethods;
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::collections::BTreeMap;
 use tensorforge_graph::onnx::ImportOptions;
-use tensorforge_graph::session::{Dim, IoSpec, Session};
+use tensorforge_graph::session::{Dim, IoSpec, Recycler, Session};
+use tensorforge_kernels::npy::NpyData;
 
 /// A declared input or output, as onnxruntime's `NodeArg`: `name`, `shape` (ints, symbolic
 /// names, or None) and `type` (`tensor(float)`), plus NumPy's `dtype` name.
@@ -177,7 +180,10 @@ impl PySession {
                 .detach(|| self.inner.run(&views, output_names.as_deref()))
                 .map_err(value_err)?;
             outs.into_iter()
-                .map(|o| to_numpy(py, &o.shape, o.data))
+                .map(|o| match o.data {
+                    NpyData::F32(v) => recycled_array(py, &o.shape, v, self.inner.recycler()),
+                    data => to_numpy(py, &o.shape, data),
+                })
                 .collect()
         })
     }
@@ -201,6 +207,49 @@ impl PySession {
             Ok(t0.elapsed().as_nanos() as f64 / reps.max(1) as f64)
         })
     }
+}
+
+/// The f32 vector behind an output array: when the array and every view of it are gone,
+/// Python drops this base object and the vector goes back to its session
+/// ([`Recycler`]), where a later run writes its outputs into it instead of into fresh memory
+/// (onnxruntime reuses its outputs' memory too).
+#[pyclass(module = "tensorforge")]
+struct OutputBuffer {
+    values: numpy::ndarray::Array1<f32>,
+    back: Recycler,
+}
+
+impl Drop for OutputBuffer {
+    fn drop(&mut self) {
+        let a = std::mem::replace(&mut self.values, numpy::ndarray::Array1::zeros(0));
+        let (v, _) = a.into_raw_vec_and_offset();
+        self.back.give(v);
+    }
+}
+
+/// A NumPy array of `shape` over `v`, its base an [`OutputBuffer`] that hands `v` back to
+/// `back` when the array dies. Writable, as onnxruntime's outputs are.
+fn recycled_array<'py>(
+    py: Python<'py>,
+    shape: &[usize],
+    v: Vec<f32>,
+    back: Recycler,
+) -> PyResult<Bound<'py, PyAny>> {
+    let owner = Bound::new(
+        py,
+        OutputBuffer {
+            values: numpy::ndarray::Array1::from_vec(v),
+            back,
+        },
+    )?;
+    let flat = {
+        let values = &owner.borrow().values;
+        // SAFETY: `owner` becomes the array's base object, so it outlives the array, and
+        // nothing reallocates or moves `values` while it lives (it is only read here, and
+        // taken out in `drop`, after the array and its views are gone).
+        unsafe { numpy::PyArray1::borrow_from_array(values, owner.clone().into_any()) }
+    };
+    Ok(flat.reshape(shape.to_vec())?.into_any())
 }
 
 impl PySession {

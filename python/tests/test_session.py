@@ -86,3 +86,52 @@ def test_errors():
         tf.Session("/nonexistent/model.onnx")
     with pytest.raises(ValueError):
         tf.Session(path, threads=0)
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_outputs_live_as_long_as_their_arrays_and_then_serve_later_runs():
+    """An output array's memory is never written by a later run while the array (or a view
+    of it) lives; once both are gone, its vector goes back to the session and serves a later
+    run's output, with that run's values. (tiny_mlp's product takes a scratch vector of the
+    output's length first, so a vector handed back circulates between the two and is an
+    output again within two runs.)"""
+    path = str(ROOT / "examples/onnx/tiny_mlp/model.onnx")
+    s = tf.Session(path, threads=1)
+    shape = s.inputs[0].shape
+    name = s.inputs[0].name
+    x0 = np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    x1 = (x0[..., ::-1] * 3).copy()
+    want0 = s.run(None, {name: x0})[0].copy()
+    want1 = s.run(None, {name: x1})[0].copy()
+    assert not np.array_equal(want0, want1)
+    kept = s.run(None, {name: x0})[0]
+    assert kept.flags.writeable
+    view = kept.reshape(-1)[:3]
+    addr = _addr(kept)
+    for _ in range(3):
+        o = s.run(None, {name: x1})[0]
+        assert _addr(o) != addr
+        np.testing.assert_array_equal(o, want1)
+        del o
+    np.testing.assert_array_equal(kept, want0)
+    del kept
+    # The view keeps the vector alive: not reused, not written.
+    o = s.run(None, {name: x1})[0]
+    assert _addr(o) != addr
+    del o
+    np.testing.assert_array_equal(view, want0.reshape(-1)[:3])
+    del view
+    # Had the session freed the vector, this array of its size would most likely take its
+    # memory; handed back, the vector holds the next run's output instead.
+    blocker = np.empty_like(want0)
+    seen = []
+    for _ in range(3):
+        again = s.run(None, {name: x1})[0]
+        np.testing.assert_array_equal(again, want1)
+        seen.append(_addr(again))
+        del again
+    assert addr in seen, "the freed output's vector was not reused"
+    assert _addr(blocker) != addr

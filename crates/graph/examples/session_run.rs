@@ -1,8 +1,8 @@
 //! What `Session::run` costs per call on an ONNX model whose inputs are float32 (seeded
-//! values in [−1, 1); symbolic dims set to 1 unless given, unknown dims 1), outputs dropped after each call
-//! as a caller that does not hand them back would: the figure behind docs/performance.md's
-//! "Outputs handed over" section (a 16384 × 1024 softmax: its 64 MiB output is fresh memory
-//! on every call). Prints the per-call min / median / max over the calls after two warm-up
+//! values in [−1, 1); symbolic dims set to 1 unless given, unknown dims 1), first with the
+//! outputs dropped after each call, then handed back (`Session::recycle`): the figures
+//! behind docs/performance.md's "Outputs handed over" section (a 16384 × 1024 softmax: its
+//! 64 MiB output is fresh memory on every call unless handed back). Prints the per-call min / median / max over the calls after two warm-up
 //! calls, and the CPU. Left out: non-float inputs (an error says so).
 //!
 //! `cargo run --release -p tensorforge-graph --example session_run -- MODEL.onnx [CALLS] [THREADS] [DIM=N ...]`
@@ -68,23 +68,32 @@ fn main() {
             data: DataRef::F32(v),
         })
         .collect();
-    let mut ms = vec![];
-    for c in 0..calls + 2 {
-        let t = std::time::Instant::now();
-        let out = match s.run(&feeds, None) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("{model}: {e}");
-                std::process::exit(2);
+    // Per call, ms, after two warm-up calls: outputs dropped, or handed back
+    // (`Session::recycle`).
+    let timed = |recycle: bool| -> Vec<f64> {
+        let mut ms = vec![];
+        for c in 0..calls + 2 {
+            let t = std::time::Instant::now();
+            let out = match s.run(&feeds, None) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("{model}: {e}");
+                    std::process::exit(2);
+                }
+            };
+            let dt = t.elapsed().as_secs_f64() * 1e3;
+            if recycle {
+                s.recycle(out);
+            } else {
+                drop(out);
             }
-        };
-        let dt = t.elapsed().as_secs_f64() * 1e3;
-        drop(out);
-        if c >= 2 {
-            ms.push(dt);
+            if c >= 2 {
+                ms.push(dt);
+            }
         }
-    }
-    ms.sort_by(f64::total_cmp);
+        ms.sort_by(f64::total_cmp);
+        ms
+    };
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -94,10 +103,13 @@ fn main() {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    println!(
-        "{model}: Session::run, {threads} thread(s), {calls} calls, outputs dropped: {:.2} / {:.2} / {:.2} ms (min / median / max); {cpu}",
-        ms[0],
-        ms[ms.len() / 2],
-        ms[ms.len() - 1]
-    );
+    for (recycle, how) in [(false, "outputs dropped"), (true, "outputs handed back")] {
+        let ms = timed(recycle);
+        println!(
+            "{model}: Session::run, {threads} thread(s), {calls} calls, {how}: {:.2} / {:.2} / {:.2} ms (min / median / max); {cpu}",
+            ms[0],
+            ms[ms.len() / 2],
+            ms[ms.len() - 1]
+        );
+    }
 }

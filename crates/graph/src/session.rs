@@ -154,6 +154,42 @@ pub struct Session {
     pool: Option<rayon::ThreadPool>,
     bound: Mutex<HashMap<Vec<Vec<usize>>, Shared>>,
     notes: Mutex<Vec<String>>,
+    returned: Recycler,
+}
+
+/// Output vectors handed back to a [`Session`] for a later run's outputs ([`Session::recycle`],
+/// or a binding's array that gives its vector back when it dies): the next run takes them
+/// into the pool of the shapes it runs, so it writes its outputs into memory already paged in
+/// instead of fresh memory (a 64 MiB output's fresh pages cost about 4 ms even as huge pages;
+/// docs/performance.md). It keeps at most [`Recycler::MAX_HELD`] vectors; a run takes only
+/// those of a length one of its outputs has, and frees the others. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct Recycler(Arc<Mutex<Vec<Vec<f32>>>>);
+
+impl Recycler {
+    /// Vectors held at most between runs (more are freed on arrival): enough for the
+    /// outputs of a few runs of a model with several outputs.
+    pub const MAX_HELD: usize = 16;
+
+    /// Hand `v` back (freed instead when [`Recycler::MAX_HELD`] are held already).
+    pub fn give(&self, v: Vec<f32>) {
+        if v.is_empty() {
+            return;
+        }
+        if let Ok(mut held) = self.0.lock() {
+            if held.len() < Self::MAX_HELD {
+                held.push(v);
+            }
+        }
+    }
+
+    /// Every vector held, taken out.
+    fn take_all(&self) -> Vec<Vec<f32>> {
+        self.0
+            .lock()
+            .map(|mut h| std::mem::take(&mut *h))
+            .unwrap_or_default()
+    }
 }
 
 fn err(source: &str, detail: String) -> GraphError {
@@ -232,7 +268,24 @@ impl Session {
             pool,
             bound: Mutex::new(HashMap::new()),
             notes: Mutex::new(vec![]),
+            returned: Recycler::default(),
         })
+    }
+
+    /// Where output vectors go back for later runs (see [`Recycler`]); a binding keeps a
+    /// clone beside each output it hands out.
+    pub fn recycler(&self) -> Recycler {
+        self.returned.clone()
+    }
+
+    /// Hand a run's outputs back once read: their f32 vectors hold a later run's outputs
+    /// (see [`Recycler`]), so a loop of runs does not write fresh memory on every call.
+    pub fn recycle(&self, outputs: Vec<Output>) {
+        for o in outputs {
+            if let NpyData::F32(v) = o.data {
+                self.returned.give(v);
+            }
+        }
     }
 
     /// The model's inputs (initializers excluded), as declared.
@@ -398,6 +451,21 @@ impl Session {
             }
         }
         let b = &mut *b;
+        // Output vectors handed back since the last run become this run's outputs where
+        // their lengths match one (others are freed).
+        let returned = self.returned.take_all();
+        if !returned.is_empty() {
+            let tg = &b.program.graph;
+            for v in returned {
+                if tg
+                    .outputs
+                    .iter()
+                    .any(|&t| tg.tensors[t].numel == v.len() as u64)
+                {
+                    b.pool.recycle(v);
+                }
+            }
+        }
         // The first run of a shape keeps, per kernel, the faster of the compiled and the
         // interpreted code on these very inputs (`exec::keep_faster`: three timed runs of
         // each), as `tensorforge run --bench` does: a compiled kernel can lose to the
@@ -547,6 +615,68 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`zz` is not an output"), "{e}");
+    }
+
+    /// Outputs handed back serve later runs (the vector comes back as an output, holding
+    /// that run's values), vectors of a length no output has are freed, and at most
+    /// `Recycler::MAX_HELD` are kept. tiny_mlp's product takes a scratch vector of the
+    /// output's length before its output, so the vector handed back circulates between the
+    /// two and is an output again within two runs.
+    #[test]
+    fn recycled_outputs_hold_the_next_runs_values() {
+        let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
+        let i = s.inputs()[0].clone();
+        let dims: Vec<usize> = i
+            .dims
+            .iter()
+            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
+            .collect();
+        let n: usize = dims.iter().product();
+        let (x0, x1): (Vec<f32>, Vec<f32>) = (
+            (0..n).map(|e| e as f32 * 0.1).collect(),
+            (0..n).map(|e| 1.0 - e as f32 * 0.2).collect(),
+        );
+        let run = |x: &[f32]| {
+            let f = [TensorRef {
+                name: &i.name,
+                shape: &dims,
+                data: DataRef::F32(x),
+            }];
+            s.run(&f, None).unwrap()
+        };
+        let first = run(&x0);
+        let want1 = run(&x1);
+        let NpyData::F32(v) = &first[0].data else {
+            panic!("tiny_mlp's output is f32")
+        };
+        let ptr = v.as_ptr();
+        s.recycle(first);
+        // Had `recycle` freed the vector, this one of its size would most likely take its
+        // memory, and no run could hand it out.
+        let blocker: Vec<f32> = std::iter::repeat_n(1.0, 8).collect();
+        let mut seen = vec![];
+        for _ in 0..3 {
+            let again = run(&x1);
+            assert_eq!(
+                again, want1,
+                "a recycled vector must hold the new run's values"
+            );
+            let NpyData::F32(v) = &again[0].data else {
+                panic!("f32")
+            };
+            seen.push(v.as_ptr());
+            s.recycle(again);
+        }
+        assert!(seen.contains(&ptr), "the handed-back vector was not reused");
+        assert_ne!(blocker.as_ptr(), ptr);
+        // A vector of a length no output has is freed, not pooled: the next run allocates.
+        let r = s.recycler();
+        for _ in 0..2 * Recycler::MAX_HELD {
+            r.give(vec![0.0; 3]);
+        }
+        assert_eq!(r.0.lock().unwrap().len(), Recycler::MAX_HELD);
+        assert_eq!(run(&x0), run(&x0));
+        assert!(r.0.lock().unwrap().is_empty());
     }
 
     /// After its first (tuning) run a session reads f32 feeds in place instead of copying
