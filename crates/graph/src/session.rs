@@ -560,6 +560,14 @@ mod tests {
             .join(name)
     }
 
+    /// An input's declared dims, each symbolic one set to 2.
+    fn fixed_dims(i: &IoSpec) -> Vec<usize> {
+        i.dims
+            .iter()
+            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
+            .collect()
+    }
+
     #[test]
     fn declared_inputs_keep_their_symbolic_dims() {
         let s = Session::open(fixture("bert_eager_ts/model.onnx"), Some(1)).unwrap();
@@ -577,11 +585,7 @@ mod tests {
     fn runs_bind_each_shape_once_and_name_bad_feeds() {
         let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
         let i = &s.inputs()[0];
-        let dims: Vec<usize> = i
-            .dims
-            .iter()
-            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
-            .collect();
+        let dims = fixed_dims(i);
         let x = vec![0.25f32; dims.iter().product()];
         let feed = [TensorRef {
             name: &i.name,
@@ -626,11 +630,7 @@ mod tests {
     fn recycled_outputs_hold_the_next_runs_values() {
         let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
         let i = s.inputs()[0].clone();
-        let dims: Vec<usize> = i
-            .dims
-            .iter()
-            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
-            .collect();
+        let dims = fixed_dims(&i);
         let n: usize = dims.iter().product();
         let (x0, x1): (Vec<f32>, Vec<f32>) = (
             (0..n).map(|e| e as f32 * 0.1).collect(),
@@ -669,7 +669,8 @@ mod tests {
         }
         assert!(seen.contains(&ptr), "the handed-back vector was not reused");
         assert_ne!(blocker.as_ptr(), ptr);
-        // A vector of a length no output has is freed, not pooled: the next run allocates.
+        // Vectors of a length no output has are freed by the next run, not pooled, and no
+        // more than MAX_HELD are ever held.
         let r = s.recycler();
         for _ in 0..2 * Recycler::MAX_HELD {
             r.give(vec![0.0; 3]);
@@ -687,11 +688,7 @@ mod tests {
     fn borrowed_feeds_are_each_runs_own() {
         let s = Session::open(fixture("tiny_mlp/model.onnx"), Some(1)).unwrap();
         let i = s.inputs()[0].clone();
-        let dims: Vec<usize> = i
-            .dims
-            .iter()
-            .map(|d| if let Dim::Fixed(n) = d { *n } else { 2 })
-            .collect();
+        let dims = fixed_dims(&i);
         let n: usize = dims.iter().product();
         let xs: Vec<Vec<f32>> = (0..3)
             .map(|k| {
