@@ -4,7 +4,7 @@
 1. Kernel call overhead: ``tf.logaddexp`` on two 16-element float32 arrays from Python, minus
    the same dispatch on the same borrowed arrays timed inside Rust (``_logaddexp_rust_ns``).
 2. ``Session.run`` overhead on the tiny_mlp fixture: the Python call minus the library's own
-   run (``Session._run_rust_ns``: inputs converted, executed, outputs copied, no Python
+   run (``Session._run_rust_ns``: inputs converted, executed, outputs handed over, no Python
    objects); beside it onnxruntime's Python overhead, its ``sess.run`` minus the ``model_run``
    duration its own profiler records for the same runs.
 3. Import time: a fresh interpreter running ``import tensorforge`` minus one running ``pass``.

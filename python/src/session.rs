@@ -2,8 +2,9 @@
 //! `tensorforge_graph::session::Session` (`run(output_names, input_feed)` returning a list of
 //! arrays, `get_inputs()`/`get_outputs()` metadata), and the graph compiler's reports (fuse
 //! with its traffic, memory plan) as the JSON the CLI prints. Inputs are converted to the
-//! executor's f32 inside the library; outputs are arrays over the executor's buffers, each
-//! handed back to the session for a later run's outputs when the array dies.
+//! executor's f32 inside the library (float32 ones read in place after a shape's first run);
+//! outputs are arrays over the executor's buffers, each handed back to the session for a
+//! later run's outputs when the array dies.
 
 use crate::kernels::{to_numpy, Held};
 use crate::{guard, to_json, value_err};
@@ -189,7 +190,7 @@ impl PySession {
     }
 
     /// What one run costs inside the library, ns per run over `reps` runs on `input_feed`
-    /// (inputs converted, executed, outputs copied out; no Python objects made): the
+    /// (inputs converted, executed, outputs handed over; no Python objects made): the
     /// denominator of the Python call overhead in docs/python.md.
     fn _run_rust_ns(&self, input_feed: &Bound<'_, PyDict>, reps: u32) -> PyResult<f64> {
         guard(|| {

@@ -197,12 +197,7 @@ pub(crate) fn conv2d(
             return Err(format!("conv2d buffers do not match the shapes {g:?}"));
         }
         let need = super::winograd::scratch_len(g);
-        if scratch.len() < need {
-            scratch
-                .try_reserve_exact(need - scratch.len())
-                .map_err(|_| format!("cannot allocate the {need}-value Winograd buffer"))?;
-            scratch.resize(need, 0.0);
-        }
+        grow_scratch(scratch, need, "Winograd")?;
         return super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch);
     }
     conv2d_with(kern, g, x, w, bias, out, scratch, Some((filters, node)))
@@ -262,12 +257,7 @@ fn conv2d_with(
     } = layout(g, kern);
     let threads = rayon::current_num_threads();
     let macs = kg * crs * pq;
-    if scratch.len() < total {
-        scratch
-            .try_reserve_exact(total - scratch.len())
-            .map_err(|_| format!("cannot allocate the {total}-value im2col buffer"))?;
-        scratch.resize(total, 0.0);
-    }
+    grow_scratch(scratch, total, "im2col")?;
     // One large GEMM: its output channels split across the workers (at least 16 each).
     let split = if threads > 1 && !across && macs >= PAR_MIN_MACS {
         crate::gemm::split_workers(threads, kg)
@@ -369,6 +359,18 @@ fn conv2d_with(
     }
 }
 
+/// `scratch` grown to at least `need` values (kept for the next call); an allocation the
+/// machine cannot satisfy is an error naming the `what` buffer, not an abort.
+fn grow_scratch(scratch: &mut Vec<f32>, need: usize, what: &str) -> Result<(), String> {
+    if scratch.len() < need {
+        scratch
+            .try_reserve_exact(need - scratch.len())
+            .map_err(|_| format!("cannot allocate the {need}-value {what} buffer"))?;
+        scratch.resize(need, 0.0);
+    }
+    Ok(())
+}
+
 /// True for a patch embedding that the column-matrix path would otherwise run: ViT's 16×16
 /// stride-16 projection, ConvNeXt's 4×4 stride-4 stem. The stride equals the kernel (wider
 /// than 2, where no phase-plane path reads the input in place), no padding or dilation, one
@@ -401,8 +403,9 @@ fn patches_scratch_len(g: &ConvShape) -> usize {
 /// ([`super::linear::packed_weight_product`], under this node's id in `cache`), then each
 /// image's `P·Q × K` product transposed into its `K × P·Q` output with the bias. The batch
 /// folds into the product's rows. On ViT h192's 16×16 stride-16 projection (224×224×3 → 192
-/// channels) the column-matrix path took 823–860 µs at one thread against 640–656 µs for a
-/// plain product of the same size (AMD EPYC Zen 3, AVX2; docs/performance.md).
+/// channels) the column-matrix path took 777–793 µs at one thread, this path 646–652 µs, and
+/// a plain product of the same size 640–674 µs (AMD EPYC Zen 3, AVX2; docs/performance.md,
+/// "patch embedding").
 #[allow(clippy::too_many_arguments)]
 fn patch_embedding(
     kern: Kernel,
@@ -417,12 +420,7 @@ fn patch_embedding(
     let (pq, crs, k) = (g.p * g.q, g.c * g.r * g.s, g.k);
     let rows = g.n * pq;
     let need = patches_scratch_len(g);
-    if scratch.len() < need {
-        scratch
-            .try_reserve_exact(need - scratch.len())
-            .map_err(|_| format!("cannot allocate the {need}-value patch buffer"))?;
-        scratch.resize(need, 0.0);
-    }
+    grow_scratch(scratch, need, "patch")?;
     let (patches, prod) = scratch[..need].split_at_mut(rows * crs);
     // Patch (img, p, q) as a row: for each channel and kernel row, S consecutive values.
     let gather = |row: usize, dst: &mut [f32]| {

@@ -90,8 +90,9 @@ pub fn available_memory_bytes() -> Option<u64> {
 /// it back. A fresh buffer is zeroed by the OS as its pages are first written (not by a
 /// pass of its own), and one of 2 MiB or more asks Linux for transparent huge pages, so
 /// that writing it faults once per 2 MiB instead of once per 4 KiB: copying 64 MiB into
-/// fresh memory took 57–72 ms with 4 KiB pages and 13–15 ms with huge pages, against 9–10 ms
-/// into memory already paged in (AMD EPYC Zen 3 VM, docs/performance.md).
+/// fresh memory took 54–57 ms with 4 KiB pages and 12.5–12.6 ms with huge pages, against
+/// 8.6–8.7 ms into memory already paged in (`tools/fresh_pages.c` on the AMD EPYC Zen 3 VM,
+/// AVX2; docs/performance.md).
 #[derive(Debug, Default)]
 pub struct Pool {
     free: HashMap<usize, Vec<Vec<f32>>>,
@@ -137,8 +138,9 @@ impl Pool {
     /// later run's buffer of its length. A run hands its outputs over instead of copying
     /// them, so its pool no longer holds them; a loop that hands them back here runs every
     /// later call on memory already paged in, as onnxruntime's `run` does (a 64 MiB softmax
-    /// output costs it no fresh pages: 12–15 ms a call against 12 with the output bound to
-    /// a preallocated array, docs/performance.md).
+    /// output costs it no fresh pages: 13.2 ms a call at the median against 12.5 with the
+    /// output bound to a preallocated array, `tools/ort_output_memory.py`,
+    /// docs/performance.md).
     /// Without it, each run's outputs are fresh memory (see [`Pool`]).
     ///
     /// ```

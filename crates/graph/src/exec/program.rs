@@ -291,25 +291,25 @@ fn run_program<'a>(
     }
     for (oi, &t) in tg.outputs.iter().enumerate() {
         // The run's own buffer is handed over, not copied: a copy of a large output into
-        // fresh memory cost more than the kernels (a 64 MiB softmax: 10 ms of kernels, 47
-        // ms of copy and page faults). A buffer a later output shares (the same tensor, or
-        // a Reshape of it) and one borrowed from the caller (an input passed through) are
-        // copied.
+        // fresh memory cost more than the kernels (a 64 MiB softmax: about 10 ms of kernels
+        // in a 52 ms call, docs/performance.md). A buffer a later output shares (the same
+        // tensor, or a Reshape of it) and one borrowed from the caller (an input passed
+        // through) are copied.
         let root = st.bufs.root(t);
         let shared_later = tg.outputs[oi + 1..]
             .iter()
             .any(|&u| st.bufs.root(u) == root);
-        let values = match (shared_later, st.bufs.take_owned(t)) {
-            (false, Some(v)) => v,
-            (_, owned) => {
-                if let Some(v) = owned {
-                    st.bufs[t] = Some(Buf::Owned(v));
-                }
-                st.bufs[t]
-                    .as_deref()
-                    .map(<[f32]>::to_vec)
-                    .unwrap_or_default()
-            }
+        let owned = if shared_later {
+            None
+        } else {
+            st.bufs.take_owned(t)
+        };
+        let values = match owned {
+            Some(v) => v,
+            None => st.bufs[t]
+                .as_deref()
+                .map(<[f32]>::to_vec)
+                .unwrap_or_default(),
         };
         outputs.push((
             tg.tensors[t].name.clone(),
