@@ -96,7 +96,10 @@ pub struct Compiled {
 /// Validate, rewrite and fuse.
 pub fn compile(g: &Graph) -> Result<Compiled> {
     let tg = g.validate()?;
-    let (rg, mut decisions) = rewrite(&tg)?;
+    let (gg, mut decisions) = crate::rewrite::exact_gelu(&tg)?;
+    let gtg = gg.map(|g| g.into_typed()).transpose()?;
+    let (rg, rest) = rewrite(gtg.as_ref().unwrap_or(&tg))?;
+    decisions.extend(rest);
     let mut rtg = rg.into_typed()?;
     let (ag, attention) = crate::rewrite::attention(&rtg)?;
     decisions.extend(attention);

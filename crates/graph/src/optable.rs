@@ -60,6 +60,10 @@ pub enum UnaryFn {
     Silu,
     /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
     Gelu,
+    /// Exact GELU: `0.5·x·(1 + erf(x/√2)) = x·Φ(x)` (Φ the standard normal CDF). Not an ONNX
+    /// op of its own: the rewrite `gelu_erf` makes it from the five ops exporters write
+    /// (Div or Mul by √2, Erf, +1, ·x, ·0.5), which cancel for x < 0.
+    GeluErf,
     /// max(x, 0), with ReLU(NaN) = 0 (maxNum).
     Relu,
     /// Logical not of a bool.
@@ -155,6 +159,17 @@ pub fn fmin(a: f32, b: f32) -> f32 {
     }
 }
 
+/// Exact GELU in f64, rounded once: `0.5·x·erfc(−x/√2)` (equal to `0.5·x·(1 + erf(x/√2))`
+/// without its cancellation for x < 0), with `gelu(−inf) = −0` (the limit; the formula gives
+/// `−inf · 0`).
+fn gelu_erf_reference(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY {
+        return -0.0;
+    }
+    let v = f64::from(x);
+    (0.5 * v * libm::erfc(-v * std::f64::consts::FRAC_1_SQRT_2)) as f32
+}
+
 #[inline(always)]
 fn b(v: bool) -> f32 {
     if v {
@@ -178,6 +193,7 @@ impl UnaryFn {
         UnaryFn::Sigmoid,
         UnaryFn::Silu,
         UnaryFn::Gelu,
+        UnaryFn::GeluErf,
         UnaryFn::Relu,
         UnaryFn::Not,
         UnaryFn::IsNaN,
@@ -206,6 +222,7 @@ impl UnaryFn {
             UnaryFn::Sigmoid => "Sigmoid",
             UnaryFn::Silu => "SiLU",
             UnaryFn::Gelu => "GELU",
+            UnaryFn::GeluErf => "GeluErf",
             UnaryFn::Relu => "ReLU",
             UnaryFn::Not => "Not",
             UnaryFn::IsNaN => "IsNaN",
@@ -302,6 +319,7 @@ impl UnaryFn {
             UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryFn::Silu => x / (1.0 + (-x).exp()),
             UnaryFn::Gelu => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh()),
+            UnaryFn::GeluErf => gelu_erf_reference(x),
             UnaryFn::Relu => fmax(x, 0.0),
             UnaryFn::Not => b(x == 0.0),
             UnaryFn::IsNaN => b(x.is_nan()),
@@ -343,6 +361,7 @@ impl UnaryFn {
             UnaryFn::Gelu => format!(
                 "(0.5f * {x} * (1.0f + tf_tanh(0.7978846f * ({x} + 0.044715f * {x} * {x} * {x}))))"
             ),
+            UnaryFn::GeluErf => format!("tf_gelu_erf({x})"),
             UnaryFn::Relu => format!("tf_fmax({x}, 0.0f)"),
             UnaryFn::Not => format!("({x} == 0.0f ? 1.0f : 0.0f)"),
             UnaryFn::IsNaN => format!("(isnan({x}) ? 1.0f : 0.0f)"),
@@ -378,6 +397,9 @@ impl UnaryFn {
             UnaryFn::Gelu => format!(
                 "(0.5 * {x} * (1.0 + (2.0 * tl.sigmoid(2.0 * 0.7978846 * ({x} + 0.044715 * {x} * {x} * {x})) - 1.0)))"
             ),
+            UnaryFn::GeluErf => {
+                format!("(0.5 * {x} * (1.0 + tl.math.erf({x} * 0.7071067811865476)))")
+            }
             UnaryFn::Relu => format!("tl.maximum({x}, 0.0)"),
             UnaryFn::Not => format!("tl.where({x} == 0.0, 1.0, 0.0)"),
             UnaryFn::IsNaN => format!("tl.where({x} != {x}, 1.0, 0.0)"),
@@ -693,6 +715,7 @@ mod tests {
                     | UnaryFn::Rsqrt
                     | UnaryFn::Silu
                     | UnaryFn::Gelu
+                    | UnaryFn::GeluErf
                     | UnaryFn::Relu
             ) {
                 assert_eq!(UnaryFn::from_onnx(f.name()), Some(*f));

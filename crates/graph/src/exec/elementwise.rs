@@ -62,6 +62,7 @@ fn unary_fn_apply(f: UnaryFn, x: &[f32], out: &mut [f32]) {
                 UnaryFn::Sigmoid => vmath::sigmoid(x, out),
                 UnaryFn::Silu => vmath::silu(x, out),
                 UnaryFn::Gelu => vmath::gelu_tanh(x, out),
+                UnaryFn::GeluErf => vmath::gelu_erf(x, out),
                 $(UnaryFn::$v => map1(x, out, |v| UnaryFn::$v.eval(v)),)*
             }
         };
