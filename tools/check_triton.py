@@ -136,6 +136,15 @@ EXTRA = {
         node("dq", "Dequantize", ["q"], scale=0.01, zero_point=3),
         node("t", "Tanh", ["dq"]), node("sg", "Sigmoid", ["t"]), node("ge", "GELU", ["sg"]),
     ],
+    # Exact GELU as torch writes it: the rewrite makes it one GeluErf op.
+    "exact_gelu": [
+        inp("x", [3000]),
+        node("c", "Constant", shape=[], dtype="fp32", value=1.4142135381698608),
+        node("one", "Constant", shape=[], dtype="fp32", value=1.0),
+        node("half", "Constant", shape=[], dtype="fp32", value=0.5),
+        node("s", "Div", ["x", "c"]), node("e", "Erf", ["s"]), node("a", "Add", ["e", "one"]),
+        node("m", "Mul", ["x", "a"]), node("y", "Mul", ["m", "half"]),
+    ],
     "logaddexp_exp_log": [
         inp("a", [5000]), inp("b", [5000]), node("l", "LogAddExp", ["a", "b"]),
         node("e", "Exp", ["l"]), node("g", "Log", ["e"]), node("p", "Log1p", ["e"]),
