@@ -31,27 +31,11 @@ import math
 
 import numpy as np
 
+from erf_fit import cheb, f32, fma, lawson  # the same fitting and float emulation
+
 TOP = 5.55
 MID = 2.775
 DEGREE = 10
-
-
-def lawson(phi, f, w, iters=300):
-    """Coefficients c minimizing max |w·(phi·c − f)| (Lawson's algorithm)."""
-    u = np.full(len(f), 1.0 / len(f))
-    c = None
-    for _ in range(iters):
-        sw = np.sqrt(u) * w
-        c, *_ = np.linalg.lstsq(phi * sw[:, None], f * sw, rcond=None)
-        r = np.abs(w * (phi @ c - f))
-        u = u * r
-        u /= u.sum()
-    return c
-
-
-def cheb(lo, hi, n):
-    k = np.arange(n)
-    return (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / n)
 
 
 LN2 = float(np.float32(math.log(2.0)))
@@ -61,15 +45,7 @@ def fit_g():
     a = cheb(1e-6, TOP, 4000)
     r = np.array([-math.log(0.5 * math.erfc(v / math.sqrt(2))) for v in a])
     phi = np.stack([(a / MID - 1.0) ** k for k in range(DEGREE + 1)], axis=1)
-    return lawson(phi, (r - LN2) / a, a)
-
-
-def f32(v):
-    return np.asarray(v, dtype=np.float64).astype(np.float32)
-
-
-def fma(a, b, c):
-    return f32(np.float64(a) * np.float64(b) + np.float64(c))
+    return lawson(phi, (r - LN2) / a, a, iters=300)
 
 
 def gelu_f32(x, q):

@@ -421,19 +421,7 @@ pub const ATTENTION_MIN_SCORES: usize = 1 << 20;
 /// least [`ATTENTION_MIN_SCORES`] scores. Returns the graph unchanged (None) when nothing
 /// matched, and a decision for every match, taken or refused.
 pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
-    let mut nodes = tg.nodes.clone();
-    let mut dec = vec![];
-    for i in 0..tg.nodes.len() {
-        if matches!(tg.nodes[i].op, Op::MatMul) {
-            if let Some(d) = attention_pattern(tg, i, &mut nodes) {
-                dec.push(d);
-            }
-        }
-    }
-    if !dec.iter().any(|d| d.accepted) {
-        return Ok((None, dec));
-    }
-    Ok((Some(without_dead_nodes(tg, nodes)), dec))
+    Ok(pass(tg, |op| matches!(op, Op::MatMul), attention_pattern))
 }
 
 /// Exact GELU as exporters write it, found before the other rewrites (which could move one
@@ -451,23 +439,38 @@ pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
 /// docs/performance.md), and for x < 0 it computes x·Φ(x) directly, where the composite's
 /// `1 + erf(x/√2)` cancels (no correct digit below x ≈ −5).
 pub fn exact_gelu(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
+    Ok(pass(
+        tg,
+        |op| matches!(op, Op::Binary { f: BinaryFn::Mul }),
+        gelu_erf_pattern,
+    ))
+}
+
+/// One rewrite pass: `matcher` at every node whose op `root` accepts, over one copy of the
+/// nodes (it reads the graph as it was, and edits the copy); the graph without the nodes
+/// left dead and every decision, or no graph when none was accepted.
+fn pass(
+    tg: &TypedGraph,
+    root: impl Fn(&Op) -> bool,
+    matcher: impl Fn(&TypedGraph, usize, &mut Vec<crate::ir::Node>) -> Option<Decision>,
+) -> (Option<Graph>, Vec<Decision>) {
     let mut nodes = tg.nodes.clone();
-    let mut dec = vec![];
-    for i in 0..tg.nodes.len() {
-        if matches!(tg.nodes[i].op, Op::Binary { f: BinaryFn::Mul }) {
-            if let Some(d) = gelu_erf_pattern(tg, i, &mut nodes) {
-                dec.push(d);
-            }
-        }
+    let dec: Vec<Decision> = (0..tg.nodes.len())
+        .filter(|&i| root(&tg.nodes[i].op))
+        .filter_map(|i| matcher(tg, i, &mut nodes))
+        .collect();
+    if !dec.iter().any(|d| d.accepted) {
+        return (None, dec);
     }
-    if dec.is_empty() {
-        return Ok((None, dec));
-    }
-    Ok((Some(without_dead_nodes(tg, nodes)), dec))
+    (Some(without_dead_nodes(tg, nodes)), dec)
 }
 
 /// [`exact_gelu`]'s match at the Mul node `i`.
-fn gelu_erf_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+fn gelu_erf_pattern(
+    tg: &TypedGraph,
+    i: usize,
+    nodes: &mut Vec<crate::ir::Node>,
+) -> Option<Decision> {
     use crate::ir::DType;
     let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
     let fp32 = |t: usize| tg.tensors[t].dtype == DType::Fp32;
@@ -570,19 +573,11 @@ fn gelu_erf_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) ->
 /// the more accurate. Nodes and tensors keep their names; a new constant is named
 /// `<node>::scale`. Returns the graph unchanged (None) when nothing matched.
 pub fn power_of_two_scales(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
-    let mut nodes = tg.nodes.clone();
-    let mut dec = vec![];
-    for i in 0..tg.nodes.len() {
-        if matches!(tg.nodes[i].op, Op::Binary { f: BinaryFn::Mul }) {
-            if let Some(d) = fold_scales(tg, i, &mut nodes) {
-                dec.push(d);
-            }
-        }
-    }
-    if dec.is_empty() {
-        return Ok((None, dec));
-    }
-    Ok((Some(without_dead_nodes(tg, nodes)), dec))
+    Ok(pass(
+        tg,
+        |op| matches!(op, Op::Binary { f: BinaryFn::Mul }),
+        fold_scales,
+    ))
 }
 
 /// A finite, normal power of two (its f32 mantissa bits are zero).
@@ -682,7 +677,11 @@ fn fold_scales(tg: &TypedGraph, i: usize, nodes: &mut Vec<crate::ir::Node>) -> O
     ))
 }
 
-fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+fn attention_pattern(
+    tg: &TypedGraph,
+    i: usize,
+    nodes: &mut Vec<crate::ir::Node>,
+) -> Option<Decision> {
     let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
     let name = |t: usize| tg.tensors[t].name.clone();
     let input = |t: usize, j: usize| tg.node_inputs[tg.producer[t]][j];

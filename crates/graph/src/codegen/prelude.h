@@ -76,7 +76,8 @@ TF_INLINE float tf_exp(float x) {
     return x == x ? y : x;
 }
 
-/* e^x for x <= 0 and not NaN (a softmax's shifted values, tanh's e^(-2|x|), erf's tail).
+/* e^x for x in [ln(FLT_MIN), 0] (a softmax's shifted values, tanh's e^(-2|x|), erf's tail;
+ * no clamp, no NaN check: tf_exp_nonpos below adds them).
  * n = round(x·log2 e) comes from the bits of t = x·log2 e + (1.5·2^23 + 127): the sum's
  * low mantissa bits hold n + 127 (rounded to nearest even, as rintf), so t − (1.5·2^23 +
  * 127) is n and t's bits shifted left by 23 are 2^n (n >= −126 here: a normal). Then the
@@ -84,13 +85,11 @@ TF_INLINE float tf_exp(float x) {
  * least-squares fit of (e^r − 1)/r on |r| <= ln2/2 (tools/exp_fit.py: relative error 2e-9,
  * 0.87 ulp in float Horner; 0.95 ulp for the whole function, jit::tests). About two thirds
  * of the operations of the rintf / int conversion / Cephes form it replaced: 0.139 → 0.110
- * ns per element at 512 bits, 0.279 → 0.225 under the AVX2 cap (tools/jit_parts.sh). Below
- * ln(FLT_MIN) the result is 0 (where the true value is a subnormal under 1.2e-38). */
-TF_INLINE float tf_exp_nonpos(float x) {
-    float xc = x < -87.33654475f ? -87.33654475f : x;
-    float t = fmaf(xc, 1.44269504088896341f, 12583039.0f);
+ * ns per element at 512 bits, 0.279 → 0.225 under the AVX2 cap (tools/jit_parts.sh). */
+TF_INLINE float tf_exp_nonpos_core(float x) {
+    float t = fmaf(x, 1.44269504088896341f, 12583039.0f);
     float n = t - 12583039.0f;
-    float r = fmaf(n, -0.693359375f, xc);
+    float r = fmaf(n, -0.693359375f, x);
     r = fmaf(n, 2.12194440e-4f, r);
     float q = 0.0013843545457348228f;
     q = fmaf(q, r, 0.008374129422008991f);
@@ -99,7 +98,13 @@ TF_INLINE float tf_exp_nonpos(float x) {
     q = fmaf(q, r, 0.4999999403953552f);
     q = fmaf(q, r, 1.0f);
     float p = fmaf(q, r, 1.0f);
-    float y = p * tf_bits_f(tf_f_bits(t) << 23);
+    return p * tf_bits_f(tf_f_bits(t) << 23);
+}
+
+/* e^x for every x ≤ 0 (NaN stays NaN): below ln(FLT_MIN) the result is 0, where the true
+ * value is a subnormal under 1.2e-38. */
+TF_INLINE float tf_exp_nonpos(float x) {
+    float y = tf_exp_nonpos_core(x < -87.33654475f ? -87.33654475f : x);
     return x < -87.33654475f ? 0.0f : y;
 }
 
@@ -299,19 +304,8 @@ TF_INLINE float tf_gelu_erf(float x) {
     g = fmaf(g, d, 0.077902496f);
     g = fmaf(g, d, 1.2011702f);
     g = fmaf(g, d, 1.8736384f);
-    float nr = -fmaf(a, g, 0.6931472f);
-    /* e^(nr), nr ∈ [−19, −ln 2]: tf_exp_nonpos's reduction and polynomial without its clamp. */
-    float t = fmaf(nr, 1.44269504088896341f, 12583039.0f);
-    float n = t - 12583039.0f;
-    float r = fmaf(n, -0.693359375f, nr);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float q = 0.0013843545457348228f;
-    q = fmaf(q, r, 0.008374129422008991f);
-    q = fmaf(q, r, 0.04166800156235695f);
-    q = fmaf(q, r, 0.16666431725025177f);
-    q = fmaf(q, r, 0.4999999403953552f);
-    q = fmaf(q, r, 1.0f);
-    float h = fmaf(q, r, 1.0f) * tf_bits_f(tf_f_bits(t) << 23);
+    /* e^(−r), −r ∈ [−19, −ln 2]: no clamp needed. */
+    float h = tf_exp_nonpos_core(-fmaf(a, g, 0.6931472f));
     float xp = x > 0.0f ? x : copysignf(0.0f, x);
     return fmaf(-a, h, xp);
 }
