@@ -421,7 +421,11 @@ pub const ATTENTION_MIN_SCORES: usize = 1 << 20;
 /// least [`ATTENTION_MIN_SCORES`] scores. Returns the graph unchanged (None) when nothing
 /// matched, and a decision for every match, taken or refused.
 pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
-    Ok(pass(tg, |op| matches!(op, Op::MatMul), attention_pattern))
+    Ok(pass(
+        tg,
+        |op| matches!(op, Op::MatMul),
+        |tg, i, nodes| attention_pattern(tg, i, nodes),
+    ))
 }
 
 /// Exact GELU as exporters write it, found before the other rewrites (which could move one
@@ -442,7 +446,7 @@ pub fn exact_gelu(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
     Ok(pass(
         tg,
         |op| matches!(op, Op::Binary { f: BinaryFn::Mul }),
-        gelu_erf_pattern,
+        |tg, i, nodes| gelu_erf_pattern(tg, i, nodes),
     ))
 }
 
@@ -466,11 +470,7 @@ fn pass(
 }
 
 /// [`exact_gelu`]'s match at the Mul node `i`.
-fn gelu_erf_pattern(
-    tg: &TypedGraph,
-    i: usize,
-    nodes: &mut Vec<crate::ir::Node>,
-) -> Option<Decision> {
+fn gelu_erf_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
     use crate::ir::DType;
     let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
     let fp32 = |t: usize| tg.tensors[t].dtype == DType::Fp32;
@@ -677,11 +677,7 @@ fn fold_scales(tg: &TypedGraph, i: usize, nodes: &mut Vec<crate::ir::Node>) -> O
     ))
 }
 
-fn attention_pattern(
-    tg: &TypedGraph,
-    i: usize,
-    nodes: &mut Vec<crate::ir::Node>,
-) -> Option<Decision> {
+fn attention_pattern(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
     let op_of = |t: usize| &tg.nodes[tg.producer[t]].op;
     let name = |t: usize| tg.tensors[t].name.clone();
     let input = |t: usize, j: usize| tg.node_inputs[tg.producer[t]][j];
