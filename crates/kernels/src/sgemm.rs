@@ -192,7 +192,32 @@ impl Kernel {
     /// Rows of one M block: a whole number of panels of A whose `mc × kc` floats fit
     /// [`A_BLOCK_BYTES`] (at least one panel).
     pub fn mc(&self) -> usize {
-        (A_BLOCK_BYTES / (4 * self.kc() * self.mr)).max(1) * self.mr
+        self.mc_for(self.kc())
+    }
+
+    /// [`Kernel::mc`] for a K block of `kc` steps: a shallower block (a product with
+    /// k < [`Kernel::kc`]) holds more rows in the same bytes, `⌊A_BLOCK_BYTES / (4·kc·mr)⌋`
+    /// panels. At k = 256 the AVX2 block is 252 rows, not 126, so M = 128 runs as one block
+    /// and B's panels pass once rather than twice.
+    pub fn mc_for(&self, kc: usize) -> usize {
+        (A_BLOCK_BYTES / (4 * kc.max(1) * self.mr)).max(1) * self.mr
+    }
+
+    /// Rows of the next tile when `left` rows of the M block remain: a whole panel (`mr`)
+    /// while at least that many are left, else what is left, except that an AVX2 A read in
+    /// place ends 7 or 8 rows as a 4-row tile and a 3- or 4-row one. The reason is FMA
+    /// latency: AVX2's 2-row tile has 4 accumulators, and 4 chains of 4-cycle fused
+    /// multiply-adds fill half of Zen 3's two FMA pipes, so its 2 rows cost as much as 4;
+    /// the 4-row tile's 8 chains fill both (measured on AMD EPYC, Zen 3: 128 × 256 · 256 ×
+    /// 768 as 21 tiles of 6 rows and one of 2 ran 4 % slower per row than 126 rows; as 20
+    /// of 6 and 2 of 4 it runs at the 6-row rate, docs/performance.md, "The last rows of an
+    /// M block"). A packed A keeps whole panels (its layout is in panels of `mr`).
+    pub fn tile_rows(&self, left: usize, in_place: bool) -> usize {
+        if in_place && self.level == Level::Avx2 && (left == self.mr + 1 || left == self.mr + 2) {
+            4
+        } else {
+            self.mr.min(left)
+        }
     }
 
     /// f32 lanes of one vector (16 for AVX-512, 8 for AVX2): a [`Right::Runs`] run is a
@@ -379,10 +404,12 @@ impl Kernel {
         let packed_b = matches!(b, Right::Packed(_));
         let c_ptr = c.as_mut_ptr();
         let (mr, nr) = (self.mr, self.nr);
-        let (kcmax, mc) = (self.kc(), self.mc());
+        let kcmax = self.kc();
+        let in_place = matches!(a, Left::RowMajor { .. });
         let mut pc = 0;
         while pc < k {
             let kc = kcmax.min(k - pc);
+            let mc = self.mc_for(kc);
             let acc = accumulate || pc > 0;
             let mut ib = 0;
             while ib < m {
@@ -420,7 +447,7 @@ impl Kernel {
                     };
                     let mut i0 = ib;
                     while i0 < mend {
-                        let rows = mr.min(mend - i0);
+                        let rows = self.tile_rows(mend - i0, in_place);
                         unsafe {
                             // Packed: panel i0/mr from (i0/mr)·mr·k, the block pc·mr into
                             // it (a_ld 0); row-major: row i0 at i0·ld, column pc (rows i0..i0
@@ -440,7 +467,7 @@ impl Kernel {
                             };
                             self.tile(kc, ap, a_ld, brows, cols, cp, ldc, rows, acc);
                         }
-                        i0 += mr;
+                        i0 += rows;
                     }
                     j0 += nr;
                 }
@@ -886,6 +913,39 @@ mod tests {
         Ok(c)
     }
 
+    #[test]
+    fn an_avx2_block_read_in_place_ends_in_tiles_of_four_rows() {
+        let Some(kern) = Kernel::for_level(Level::Avx2) else {
+            eprintln!("no AVX2 sgemm kernel on this CPU; the test has nothing to check");
+            return;
+        };
+        let tiles = |mut left: usize, in_place: bool| {
+            let mut out = Vec::new();
+            while left > 0 {
+                let r = kern.tile_rows(left, in_place);
+                out.push(r);
+                left -= r;
+            }
+            out
+        };
+        // 128 rows = 20 tiles of 6 (120) + 4 + 4; packed, 21 of 6 (126) + 2.
+        let mut want = vec![6; 20];
+        want.extend([4, 4]);
+        assert_eq!(tiles(128, true), want);
+        let mut want = vec![6; 21];
+        want.push(2);
+        assert_eq!(tiles(128, false), want);
+        // 13 = 6 + 4 + 3 in place; 6 rows or fewer are one tile.
+        assert_eq!(tiles(13, true), [6, 4, 3]);
+        assert_eq!(tiles(6, true), [6]);
+        assert_eq!(tiles(2, true), [2]);
+        // The M block: 256 KiB of A at k = 256 is ⌊262144 / (4·256·6)⌋ = 42 panels = 252
+        // rows; at the full depth kc = 512, 21 panels = 126 rows.
+        assert_eq!(kern.mc_for(256), 252);
+        assert_eq!(kern.mc_for(kern.kc()), 126);
+        assert_eq!(kern.mc(), 126);
+    }
+
     fn kernels() -> Vec<Kernel> {
         [Level::Avx2, Level::Avx512]
             .into_iter()
@@ -911,6 +971,8 @@ mod tests {
             (17, 50, 257),
             (3, 100, 600),
             (40, 5, 70),
+            // 128 = 20·6 + 4 + 4 rows read in place at AVX2, one M block at k = 256.
+            (128, 24, 256),
         ];
         let ks = kernels();
         if ks.is_empty() {
