@@ -101,6 +101,11 @@ pub fn compile(g: &Graph) -> Result<Compiled> {
     let (rg, rest) = rewrite(gtg.as_ref().unwrap_or(&tg))?;
     decisions.extend(rest);
     let mut rtg = rg.into_typed()?;
+    let (pg, products) = crate::rewrite::scale_after_product(&rtg)?;
+    decisions.extend(products);
+    if let Some(pg) = pg {
+        rtg = pg.into_typed()?;
+    }
     let (ag, attention) = crate::rewrite::attention(&rtg)?;
     decisions.extend(attention);
     if let Some(ag) = ag {
@@ -157,6 +162,15 @@ pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
         return None;
     }
     let (mm, add) = (k.nodes[0], k.nodes[1]);
+    let b = bias_add(tg, mm, add)?;
+    let prod = tg.node_outputs[mm][0];
+    (!k.outputs.contains(&prod)).then_some((add, b))
+}
+
+/// The bias tensor when node `add` is `product + b` (either order) over MatMul `mm`'s
+/// product, `b` one value per output column (shape `[N]` or `[1, …, 1, N]`), the Add of
+/// the product's shape and its only reader: what [`matmul_bias`] folds into the GEMM.
+fn bias_add(tg: &TypedGraph, mm: usize, add: usize) -> Option<usize> {
     if !matches!(tg.nodes[mm].op, Op::MatMul)
         || !matches!(tg.nodes[add].op, Op::Binary { f: BinaryFn::Add })
     {
@@ -177,7 +191,39 @@ pub fn matmul_bias(tg: &TypedGraph, k: &Kernel) -> Option<(usize, usize)> {
     // The Add reads the product directly (checked above); nothing else reads it, not even
     // through a view. (A direct look at the consumers: this runs on every run of the kernel.)
     let only_reader = tg.consumers[prod] == [add];
-    (per_column && same_shape && only_reader && !k.outputs.contains(&prod)).then_some((add, b))
+    (per_column && same_shape && only_reader).then_some(b)
+}
+
+/// The last-axis reduction that node `i`'s value reaches through a chain of elementwise ops
+/// over the same shape, each value read only by the next op and not a graph output (the
+/// attention scores' scale and mask before their softmax, a residual sum before a
+/// LayerNorm that is its only reader): that reduction's row kernel can take the whole chain
+/// as its prologue.
+fn feeds_row_reduction(tg: &TypedGraph, i: usize) -> Option<usize> {
+    let mut t = tg.node_outputs[i][0];
+    let shape = &tg.tensors[t].shape;
+    loop {
+        let [next] = tg.consumers[t].as_slice() else {
+            return None;
+        };
+        if exposed(tg, t) {
+            return None;
+        }
+        let next = *next;
+        let op = &tg.nodes[next].op;
+        if is_last_axis_reduction(op, shape.len()) {
+            return (tg.node_inputs[next].first() == Some(&t)).then_some(next);
+        }
+        let out = *tg.node_outputs[next].first()?;
+        let elementwise = matches!(
+            tg.class(next),
+            OpClass::Elementwise | OpClass::Broadcast
+        ) && (op.is_unary() || op.is_binary());
+        if !elementwise || tg.tensors[out].shape != *shape {
+            return None;
+        }
+        t = out;
+    }
 }
 
 /// The elementwise epilogue of a matmul kernel as a kernel of its own: every node of the
@@ -832,6 +878,18 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
             }
         }
         (KernelKind::Matmul, OpClass::Elementwise | OpClass::Broadcast) => {
+            // The epilogue reads the product back from memory (the GEMM runs whole first)
+            // unless it is the bias the GEMM adds itself; a chain that ends in a row
+            // reduction is better read once, by that reduction's row kernel.
+            let bias = grp.nodes.len() == 1 && bias_add(tg, grp.nodes[0], i).is_some();
+            if let (false, Some(r)) = (bias, feeds_row_reduction(tg, i)) {
+                return Err(format!(
+                    "{} and what follows it lead only to the row reduction {} ({}): the row kernel takes them as its prologue and reads kernel {k}'s product once, where an epilogue would read it, write its result, and the row kernel read that again",
+                    op.name(),
+                    tg.nodes[r].name,
+                    tg.nodes[r].op.name()
+                ));
+            }
             if !same_but_leading_ones(out, dom) {
                 return Err(format!(
                     "output {out:?} differs from the matmul output {dom:?}; not an epilogue"
@@ -1273,6 +1331,101 @@ mod tests {
             .find(|k| k.kind == KernelKind::Matmul)
             .unwrap();
         assert!(matmul_bias(&c.fused.graph, k).is_none());
+    }
+
+    #[test]
+    fn a_chain_into_a_row_reduction_is_its_prologue_not_the_matmuls_epilogue() {
+        // (graph, the ops of the row kernel, the ops of the matmul kernel).
+        let scores = |extra_reader: bool| {
+            let z = if extra_reader {
+                r#",{"name":"z","op":"Neg","inputs":["sc"]}"#
+            } else {
+                ""
+            };
+            g(&format!(
+                r#"{{"nodes":[
+              {{"name":"q","op":"Input","attrs":{{"shape":[2,6,8],"dtype":"fp32"}}}},
+              {{"name":"kt","op":"Input","attrs":{{"shape":[2,8,6],"dtype":"fp32"}}}},
+              {{"name":"mask","op":"Input","attrs":{{"shape":[1,6,6],"dtype":"fp32"}}}},
+              {{"name":"s","op":"MatMul","inputs":["q","kt"]}},
+              {{"name":"c","op":"Constant","attrs":{{"shape":[],"dtype":"fp32","value":0.125}}}},
+              {{"name":"sc","op":"Mul","inputs":["s","c"]}},
+              {{"name":"sm_in","op":"Add","inputs":["sc","mask"]}},
+              {{"name":"p","op":"Softmax","attrs":{{"axis":-1}},"inputs":["sm_in"]}}{z}]}}"#
+            ))
+        };
+        let ops = |c: &Compiled, kind: KernelKind| -> Vec<String> {
+            let k = c.fused.kernels.iter().find(|k| k.kind == kind).unwrap();
+            k.nodes
+                .iter()
+                .map(|&n| c.fused.graph.nodes[n].name.clone())
+                .collect()
+        };
+        // The scale and the mask join the softmax's row kernel: the product is read once.
+        let c = compile(&scores(false)).unwrap();
+        assert_eq!(ops(&c, KernelKind::Matmul), ["s"]);
+        assert_eq!(ops(&c, KernelKind::Row), ["sc", "sm_in", "p"]);
+        let d = c
+            .decisions
+            .iter()
+            .find(|d| d.node == "sc" && d.rule == FusionRule::Refused)
+            .unwrap();
+        assert!(d.reason.contains("row reduction p (Softmax)"), "{}", d.reason);
+        // The scaled scores are also read by a Neg: the scale (and the Neg) stay the
+        // matmul's epilogue; the mask Add, read only by the softmax, joins the row kernel.
+        let c2 = compile(&scores(true)).unwrap();
+        assert_eq!(ops(&c2, KernelKind::Matmul), ["s", "sc", "z"]);
+        assert_eq!(ops(&c2, KernelKind::Row), ["sm_in", "p"]);
+        // The fused program computes the definition: softmax(q·kt·0.125 + mask) per row.
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&c.fused.graph, &mut ins, 3).unwrap();
+        let y = crate::exec::execute(&c.fused, &ins).unwrap();
+        let out = &y.outputs[0].2;
+        for b in 0..2 {
+            for i in 0..6 {
+                let x: Vec<f64> = (0..6)
+                    .map(|j| {
+                        let dot: f64 = (0..8)
+                            .map(|t| {
+                                ins["q"][(b * 6 + i) * 8 + t] as f64
+                                    * ins["kt"][(b * 8 + t) * 6 + j] as f64
+                            })
+                            .sum();
+                        dot * 0.125 + ins["mask"][i * 6 + j] as f64
+                    })
+                    .collect();
+                let m = x.iter().cloned().fold(f64::MIN, f64::max);
+                let sum: f64 = x.iter().map(|v| (v - m).exp()).sum();
+                for j in 0..6 {
+                    let want = (x[j] - m).exp() / sum;
+                    let got = out[(b * 6 + i) * 6 + j] as f64;
+                    assert!((got - want).abs() < 1e-6, "({b},{i},{j}) {got} vs {want}");
+                }
+            }
+        }
+        // A linear layer's bias stays with the GEMM (it adds it itself); the residual Add
+        // after it joins the LayerNorm's row kernel.
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
+          {"name":"r","op":"Input","attrs":{"shape":[4,6],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[8,6],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
+          {"name":"gam","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
+          {"name":"bet","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
+          {"name":"p","op":"MatMul","inputs":["a","w"]},
+          {"name":"y","op":"Add","inputs":["p","b"]},
+          {"name":"h","op":"Add","inputs":["y","r"]},
+          {"name":"n","op":"LayerNorm","inputs":["h","gam","bet"]}]}"#))
+        .unwrap();
+        assert_eq!(ops(&c, KernelKind::Matmul), ["p", "y"]);
+        assert_eq!(ops(&c, KernelKind::Row), ["h", "n"]);
+        let k = c
+            .fused
+            .kernels
+            .iter()
+            .find(|k| k.kind == KernelKind::Matmul)
+            .unwrap();
+        assert!(matmul_bias(&c.fused.graph, k).is_some());
     }
 
     #[test]

@@ -682,6 +682,18 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         broadcast_strides(s, &oshape)
                     };
                     let total = tg.tensors[o].numel as usize;
+                    // Operands of the output's shape or of one element (a mask over
+                    // constants, as exporters write `Where(mask, 0, -inf)`): selected in
+                    // one pass, nothing gathered.
+                    let whole_or_one =
+                        |t: usize| tg.tensors[t].shape == oshape || tg.tensors[t].numel == 1;
+                    if ins.iter().all(|&t| whole_or_one(t)) {
+                        let own = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+                        let mut out = st.pool.take(total)?;
+                        select(own(ins[0]), own(ins[1]), own(ins[2]), &mut out);
+                        st.bufs[o] = Some(out.into());
+                        return Ok(());
+                    }
                     // Each operand as a full-size run: itself when it has the output's
                     // shape, else its broadcast gathered in runs along the last axis.
                     let mut spread = |t: usize| -> Result<Option<Vec<f32>>> {
@@ -992,6 +1004,44 @@ fn release_unless_stored(st: &mut State, k: &Kernel, t: usize) {
 }
 
 /// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).
+/// `out[i] = if c[i] != 0 { x[i] } else { y[i] }` (ONNX `Where`), each operand either
+/// `out.len()` values or one value read for every element; a loop per case, so that each
+/// vectorizes.
+fn select(c: &[f32], x: &[f32], y: &[f32], out: &mut [f32]) {
+    let one = |v: &[f32]| (v.len() == 1 && out.len() != 1).then(|| v[0]);
+    match (one(c), one(x), one(y)) {
+        (None, Some(a), Some(b)) => {
+            for (v, &c) in out.iter_mut().zip(c) {
+                *v = if c != 0.0 { a } else { b };
+            }
+        }
+        (None, None, Some(b)) => {
+            for ((v, &c), &a) in out.iter_mut().zip(c).zip(x) {
+                *v = if c != 0.0 { a } else { b };
+            }
+        }
+        (None, Some(a), None) => {
+            for ((v, &c), &b) in out.iter_mut().zip(c).zip(y) {
+                *v = if c != 0.0 { a } else { b };
+            }
+        }
+        (Some(c), _, _) => {
+            // One condition for every element: a copy of x or of y (or its one value).
+            let src = if c != 0.0 { x } else { y };
+            if src.len() == out.len() {
+                out.copy_from_slice(src);
+            } else {
+                out.fill(src[0]);
+            }
+        }
+        (None, None, None) => {
+            for (((v, &c), &a), &b) in out.iter_mut().zip(c).zip(x).zip(y) {
+                *v = if c != 0.0 { a } else { b };
+            }
+        }
+    }
+}
+
 fn pool2d(
     tg: &TypedGraph,
     n: usize,
@@ -1290,5 +1340,42 @@ mod transpose_tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select;
+
+    #[test]
+    fn select_takes_each_operand_whole_or_as_one_value() {
+        // out[i] = c[i] != 0 ? x[i] : y[i], a one-value operand read for every i.
+        let c = [1.0, 0.0, -0.0, 2.0, f32::NAN];
+        let x = [10.0, 11.0, 12.0, 13.0, 14.0];
+        let y = [20.0, 21.0, 22.0, 23.0, 24.0];
+        let def = |c: &[f32], x: &[f32], y: &[f32]| -> Vec<f32> {
+            let at = |v: &[f32], i: usize| if v.len() == 1 { v[0] } else { v[i] };
+            (0..5)
+                .map(|i| if at(c, i) != 0.0 { at(x, i) } else { at(y, i) })
+                .collect()
+        };
+        // -0.0 selects y (it equals zero); NaN selects x (NaN != 0).
+        assert_eq!(def(&c, &x, &y), [10.0, 21.0, 22.0, 13.0, 14.0]);
+        for (cc, xx, yy) in [
+            (&c[..], &x[..], &y[..]),
+            (&c[..], &[5.0][..], &[-5.0][..]),
+            (&c[..], &x[..], &[-5.0][..]),
+            (&c[..], &[5.0][..], &y[..]),
+            (&[0.0][..], &x[..], &y[..]),
+            (&[1.0][..], &[5.0][..], &y[..]),
+        ] {
+            let mut out = [f32::NAN; 5];
+            select(cc, xx, yy, &mut out);
+            assert_eq!(out.to_vec(), def(cc, xx, yy), "{cc:?} {xx:?} {yy:?}");
+        }
+        // One element in all: no broadcast.
+        let mut one = [0.0];
+        select(&[0.0], &[1.0], &[2.0], &mut one);
+        assert_eq!(one, [2.0]);
     }
 }
