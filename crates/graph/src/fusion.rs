@@ -682,6 +682,14 @@ pub fn exposed(tg: &TypedGraph, t: usize) -> bool {
 
 type Verdict = std::result::Result<(FusionRule, String), String>;
 
+/// Bytes of f32 product above which an elementwise chain that leads only to a row reduction
+/// goes to that reduction's row kernel rather than the matmul's epilogue (fusion rule 5):
+/// a 32 KiB L1 data cache. Below it the epilogue's round trip stays in L1, and the row
+/// kernel's extra loop per row cost more: bert_block's 4 × 16 × 16 scores ran 1 µs of 36
+/// slower with their division in the softmax's kernel (AMD EPYC Zen 3, `run --bench`,
+/// builds alternated; docs/performance.md, "Attention scales and masks into the softmax").
+const PROLOGUE_MIN_PRODUCT_BYTES: u64 = 32 << 10;
+
 /// Most elementwise nodes a convolution kernel takes as its epilogue (ResNet's Add + ReLU).
 const CONV_EPILOGUE_MAX: usize = 3;
 
@@ -882,7 +890,8 @@ fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: 
             // unless it is the bias the GEMM adds itself; a chain that ends in a row
             // reduction is better read once, by that reduction's row kernel.
             let bias = grp.nodes.len() == 1 && bias_add(tg, grp.nodes[0], i).is_some();
-            if let (false, Some(r)) = (bias, feeds_row_reduction(tg, i)) {
+            let in_l1 = dom_n.saturating_mul(4) <= PROLOGUE_MIN_PRODUCT_BYTES;
+            if let (false, false, Some(r)) = (bias, in_l1, feeds_row_reduction(tg, i)) {
                 return Err(format!(
                     "{} and what follows it lead only to the row reduction {} ({}): the row kernel takes them as its prologue and reads kernel {k}'s product once, where an epilogue would read it, write its result, and the row kernel read that again",
                     op.name(),
@@ -1335,8 +1344,9 @@ mod tests {
 
     #[test]
     fn a_chain_into_a_row_reduction_is_its_prologue_not_the_matmuls_epilogue() {
-        // (graph, the ops of the row kernel, the ops of the matmul kernel).
-        let scores = |extra_reader: bool| {
+        // Scores of `b` heads of `s` × `s` (head size 8), scaled, masked, softmaxed; with
+        // `extra_reader` the scaled scores are also read by a Neg.
+        let scores = |b: usize, s: usize, extra_reader: bool| {
             let z = if extra_reader {
                 r#",{"name":"z","op":"Neg","inputs":["sc"]}"#
             } else {
@@ -1344,9 +1354,9 @@ mod tests {
             };
             g(&format!(
                 r#"{{"nodes":[
-              {{"name":"q","op":"Input","attrs":{{"shape":[2,6,8],"dtype":"fp32"}}}},
-              {{"name":"kt","op":"Input","attrs":{{"shape":[2,8,6],"dtype":"fp32"}}}},
-              {{"name":"mask","op":"Input","attrs":{{"shape":[1,6,6],"dtype":"fp32"}}}},
+              {{"name":"q","op":"Input","attrs":{{"shape":[{b},{s},8],"dtype":"fp32"}}}},
+              {{"name":"kt","op":"Input","attrs":{{"shape":[{b},8,{s}],"dtype":"fp32"}}}},
+              {{"name":"mask","op":"Input","attrs":{{"shape":[1,{s},{s}],"dtype":"fp32"}}}},
               {{"name":"s","op":"MatMul","inputs":["q","kt"]}},
               {{"name":"c","op":"Constant","attrs":{{"shape":[],"dtype":"fp32","value":0.125}}}},
               {{"name":"sc","op":"Mul","inputs":["s","c"]}},
@@ -1361,8 +1371,11 @@ mod tests {
                 .map(|&n| c.fused.graph.nodes[n].name.clone())
                 .collect()
         };
-        // The scale and the mask join the softmax's row kernel: the product is read once.
-        let c = compile(&scores(false)).unwrap();
+        // 4 × 64 × 64 scores (64 KiB, above PROLOGUE_MIN_PRODUCT_BYTES): the scale and the
+        // mask join the softmax's row kernel, which reads the product once.
+        let (b, s) = (4, 64);
+        assert!(4 * b * s * s > PROLOGUE_MIN_PRODUCT_BYTES as usize);
+        let c = compile(&scores(b, s, false)).unwrap();
         assert_eq!(ops(&c, KernelKind::Matmul), ["s"]);
         assert_eq!(ops(&c, KernelKind::Row), ["sc", "sm_in", "p"]);
         let d = c
@@ -1373,45 +1386,48 @@ mod tests {
         assert!(d.reason.contains("row reduction p (Softmax)"), "{}", d.reason);
         // The scaled scores are also read by a Neg: the scale (and the Neg) stay the
         // matmul's epilogue; the mask Add, read only by the softmax, joins the row kernel.
-        let c2 = compile(&scores(true)).unwrap();
+        let c2 = compile(&scores(b, s, true)).unwrap();
         assert_eq!(ops(&c2, KernelKind::Matmul), ["s", "sc", "z"]);
         assert_eq!(ops(&c2, KernelKind::Row), ["sm_in", "p"]);
+        // 2 × 6 × 6 scores stay in L1 either way: the chain stays the matmul's epilogue.
+        let small = compile(&scores(2, 6, false)).unwrap();
+        assert_eq!(ops(&small, KernelKind::Matmul), ["s", "sc", "sm_in"]);
         // The fused program computes the definition: softmax(q·kt·0.125 + mask) per row.
         let mut ins = std::collections::HashMap::new();
         crate::exec::fill_inputs(&c.fused.graph, &mut ins, 3).unwrap();
         let y = crate::exec::execute(&c.fused, &ins).unwrap();
         let out = &y.outputs[0].2;
-        for b in 0..2 {
-            for i in 0..6 {
-                let x: Vec<f64> = (0..6)
+        for h in 0..b {
+            for i in 0..s {
+                let x: Vec<f64> = (0..s)
                     .map(|j| {
                         let dot: f64 = (0..8)
                             .map(|t| {
-                                ins["q"][(b * 6 + i) * 8 + t] as f64
-                                    * ins["kt"][(b * 8 + t) * 6 + j] as f64
+                                ins["q"][(h * s + i) * 8 + t] as f64
+                                    * ins["kt"][(h * 8 + t) * s + j] as f64
                             })
                             .sum();
-                        dot * 0.125 + ins["mask"][i * 6 + j] as f64
+                        dot * 0.125 + ins["mask"][i * s + j] as f64
                     })
                     .collect();
                 let m = x.iter().cloned().fold(f64::MIN, f64::max);
                 let sum: f64 = x.iter().map(|v| (v - m).exp()).sum();
-                for j in 0..6 {
+                for j in 0..s {
                     let want = (x[j] - m).exp() / sum;
-                    let got = out[(b * 6 + i) * 6 + j] as f64;
-                    assert!((got - want).abs() < 1e-6, "({b},{i},{j}) {got} vs {want}");
+                    let got = out[(h * s + i) * s + j] as f64;
+                    assert!((got - want).abs() < 1e-6, "({h},{i},{j}) {got} vs {want}");
                 }
             }
         }
         // A linear layer's bias stays with the GEMM (it adds it itself); the residual Add
-        // after it joins the LayerNorm's row kernel.
+        // after it joins the LayerNorm's row kernel (a 128 × 96 product, 48 KiB).
         let c = compile(&g(r#"{"nodes":[
-          {"name":"a","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},
-          {"name":"r","op":"Input","attrs":{"shape":[4,6],"dtype":"fp32"}},
-          {"name":"w","op":"Weight","attrs":{"shape":[8,6],"dtype":"fp32"}},
-          {"name":"b","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
-          {"name":"gam","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
-          {"name":"bet","op":"Weight","attrs":{"shape":[6],"dtype":"fp32"}},
+          {"name":"a","op":"Input","attrs":{"shape":[128,8],"dtype":"fp32"}},
+          {"name":"r","op":"Input","attrs":{"shape":[128,96],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[8,96],"dtype":"fp32"}},
+          {"name":"b","op":"Weight","attrs":{"shape":[96],"dtype":"fp32"}},
+          {"name":"gam","op":"Weight","attrs":{"shape":[96],"dtype":"fp32"}},
+          {"name":"bet","op":"Weight","attrs":{"shape":[96],"dtype":"fp32"}},
           {"name":"p","op":"MatMul","inputs":["a","w"]},
           {"name":"y","op":"Add","inputs":["p","b"]},
           {"name":"h","op":"Add","inputs":["y","r"]},

@@ -432,6 +432,10 @@ pub(crate) fn run_kernel_alone(
 fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans>) -> Result<()> {
     let tg = st.tg;
     match k.kind {
+        // A lone product: the GEMM writes the kernel's output, with none of the blocks'
+        // planning (the attention scores' product, whose scale and mask now go to the
+        // softmax's row kernel).
+        KernelKind::Matmul if k.nodes.len() == 1 => product_value(st, k, None).map(|_| ()),
         KernelKind::Matmul if k.nodes.len() == 2 => match crate::fusion::matmul_bias(tg, k) {
             // Only a MatMul and its bias: the GEMM writes the biased product straight into
             // the Add's output.
@@ -870,6 +874,17 @@ unsafe impl Sync for SendConst {}
 
 /// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
 /// current rayon pool when the kernel has at least 64 Ki elements.
+/// Elements from which a compiled elementwise or row kernel deals its blocks of rows to the
+/// pool's workers, when they must be woken for it.
+const JIT_PAR_MIN_ELEMS: usize = 1 << 16;
+
+/// [`JIT_PAR_MIN_ELEMS`] when the run's workers are awake ([`super::spin::active`]): a hand-off
+/// then costs about a microsecond, and a LayerNorm over 128 rows of 256 (17 µs on one
+/// worker) pays for it. GPT-2 h256 at two threads (`run --profile`, AMD EPYC Zen 3): its
+/// nine LayerNorm kernels 121–145 → 71–81 µs in all (docs/performance.md, "Small kernels on
+/// both workers").
+const JIT_PAR_MIN_ELEMS_SPINNING: usize = 1 << 14;
+
 fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
     let tg = st.tg;
     let m = &jk.meta;
@@ -918,7 +933,12 @@ fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()>
         }
     };
     let init = || vec![0f32; m.scratch_floats.max(1)];
-    if m.elems >= 1 << 16 && nblocks > 1 {
+    let par_min = if super::spin::active() {
+        JIT_PAR_MIN_ELEMS_SPINNING
+    } else {
+        JIT_PAR_MIN_ELEMS
+    };
+    if m.elems >= par_min && nblocks > 1 {
         (0..nblocks)
             .into_par_iter()
             .for_each_init(init, |s, b| call(s, b));
