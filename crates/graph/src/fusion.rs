@@ -215,10 +215,8 @@ fn feeds_row_reduction(tg: &TypedGraph, i: usize) -> Option<usize> {
             return (tg.node_inputs[next].first() == Some(&t)).then_some(next);
         }
         let out = *tg.node_outputs[next].first()?;
-        let elementwise = matches!(
-            tg.class(next),
-            OpClass::Elementwise | OpClass::Broadcast
-        ) && (op.is_unary() || op.is_binary());
+        let elementwise = matches!(tg.class(next), OpClass::Elementwise | OpClass::Broadcast)
+            && (op.is_unary() || op.is_binary());
         if !elementwise || tg.tensors[out].shape != *shape {
             return None;
         }
@@ -1383,7 +1381,11 @@ mod tests {
             .iter()
             .find(|d| d.node == "sc" && d.rule == FusionRule::Refused)
             .unwrap();
-        assert!(d.reason.contains("row reduction p (Softmax)"), "{}", d.reason);
+        assert!(
+            d.reason.contains("row reduction p (Softmax)"),
+            "{}",
+            d.reason
+        );
         // The scaled scores are also read by a Neg: the scale (and the Neg) stay the
         // matmul's epilogue; the mask Add, read only by the softmax, joins the row kernel.
         let c2 = compile(&scores(b, s, true)).unwrap();

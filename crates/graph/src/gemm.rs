@@ -219,6 +219,19 @@ fn batch_axes(axes: &[(usize, usize)]) -> Option<([(usize, usize); MAX_BATCH_AXE
 /// (fewer than two axes, more than [`MAX_BATCH_AXES`] batch axes left): such a view must be
 /// copied, and the executor asks for the copy exactly when this is `None`.
 pub fn view_layout(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usize)>)> {
+    let (x, axes) = strided_view(tg, t)?;
+    if axes.len() < 2 {
+        return None;
+    }
+    batch_axes(&axes[..axes.len() - 2])?;
+    Some((x, axes))
+}
+
+/// `t` as (size, stride) axes over the buffer of the tensor its views (Reshape, Transpose)
+/// start from, and that tensor, for any rank: [`view_layout`] without a MatMul operand's
+/// limits (the executor's Concat and Slice read views this way). `None` when `t` is not a
+/// view or a Reshape regroups axes that are not contiguous.
+pub fn strided_view(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usize)>)> {
     let mut chain = vec![];
     let mut x = t;
     loop {
@@ -251,10 +264,6 @@ pub fn view_layout(tg: &TypedGraph, t: usize) -> Option<(usize, Vec<(usize, usiz
             _ => regroup(&axes, &tg.tensors[out].shape)?,
         };
     }
-    if axes.len() < 2 {
-        return None;
-    }
-    batch_axes(&axes[..axes.len() - 2])?;
     Some((x, axes))
 }
 

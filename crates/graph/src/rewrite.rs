@@ -543,7 +543,8 @@ fn scale_after_product_at(
         format!("{node}::scale"),
         format!("{node}::rescale"),
     );
-    let taken = |n: &str| tg.tensors.iter().any(|t| t.name == n) || tg.nodes.iter().any(|x| x.name == n);
+    let taken =
+        |n: &str| tg.tensors.iter().any(|t| t.name == n) || tg.nodes.iter().any(|x| x.name == n);
     if taken(&unscaled) || taken(&cname) || taken(&rescale) {
         return None;
     }
@@ -1972,16 +1973,28 @@ mod tests {
         // The query's Mul joins the Neg's kernel for free: only the key's scale moves.
         let r = moved(&scaled_scores_graph("Neg", false, "[]"));
         assert_eq!(r.len(), 1);
-        assert!(r[0].contains("ks = kt") && !r[0].contains("qs ="), "{}", r[0]);
+        assert!(
+            r[0].contains("ks = kt") && !r[0].contains("qs ="),
+            "{}",
+            r[0]
+        );
         // The scaled query is also a graph output: only the key's scale moves.
         let r = moved(&scaled_scores_graph("", true, "[]"));
         assert_eq!(r.len(), 1);
-        assert!(r[0].contains("ks = kt") && !r[0].contains("qs ="), "{}", r[0]);
+        assert!(
+            r[0].contains("ks = kt") && !r[0].contains("qs ="),
+            "{}",
+            r[0]
+        );
         // A key scale of 6 values (one per column of kᵀ, [1, 2, 8, 6]): not a scalar, it
         // stays; the query's moves.
         let r = moved(&scaled_scores_graph("", false, "[6]"));
         assert_eq!(r.len(), 1);
-        assert!(r[0].contains("qs = qt") && !r[0].contains("ks ="), "{}", r[0]);
+        assert!(
+            r[0].contains("qs = qt") && !r[0].contains("ks ="),
+            "{}",
+            r[0]
+        );
         // Both kept: nothing to move, no decision.
         assert!(moved(&scaled_scores_graph("Neg", false, "[6]")).is_empty());
     }

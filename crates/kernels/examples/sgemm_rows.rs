@@ -82,7 +82,10 @@ fn main() {
         }
         peak = peak.max(fma_gflops(20_000_000).unwrap_or(0.0));
     }
-    println!("kernel {:?}, {rounds} rounds; FMA chains {peak:.1} GFLOP/s", kern.level());
+    println!(
+        "kernel {:?}, {rounds} rounds; FMA chains {peak:.1} GFLOP/s",
+        kern.level()
+    );
     for (i, &m) in ms.iter().enumerate() {
         let gf = 2.0 * (m * n * k) as f64 / best[i] / 1e9;
         println!(

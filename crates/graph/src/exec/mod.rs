@@ -29,6 +29,7 @@ mod attention;
 mod blocks;
 mod conv;
 mod elementwise;
+mod gather;
 mod inputs;
 mod linear;
 mod pool;

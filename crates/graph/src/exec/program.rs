@@ -1,9 +1,10 @@
 //! The interpreter of a compiled program: Input, Weight and Constant buffers, Reshapes
-//! sharing their source's buffer and Transposes materialized on demand (uncounted), then
-//! one kernel after another with its bytes counted: natively when the JIT compiled it, in
-//! blocks for elementwise, row and matmul kernels, whole-tensor loops for reductions,
-//! Concat, Slice, Conv2d, pooling, Where and Gather, the Kernels crate for fused
-//! RMSNorm+SwiGLU. Left out: other Opaque ops (an error names them).
+//! sharing their source's buffer and Transposes materialized on demand (uncounted; a MatMul,
+//! a Concat and a Slice read a view in place with its strides instead), then one kernel after
+//! another with its bytes counted: natively when the JIT compiled it, in blocks for
+//! elementwise, row and matmul kernels, whole-tensor loops for reductions, Concat and Slice
+//! (strided copies, `gather`), Conv2d, pooling, Where and Gather, the Kernels crate for
+//! fused RMSNorm+SwiGLU. Left out: other Opaque ops (an error names them).
 
 use super::blocks::run_blocks;
 use super::pool::check_size;
@@ -111,7 +112,25 @@ pub(super) fn exec_err(tg: &TypedGraph, n: usize, detail: impl Into<String>) -> 
     }
 }
 
-impl State<'_> {
+impl<'a> State<'a> {
+    /// Tensor `t`'s values where they lie: its own buffer when it has one, else (a view
+    /// that no earlier kernel made) the buffer of the stored tensor its views start from,
+    /// with the views' strides ([`crate::gemm::strided_view`]). [`kernel_reads`] made that
+    /// tensor available.
+    fn view_of(&self, t: usize) -> (&[f32], super::gather::View) {
+        let tg = self.tg;
+        if let Some(b) = self.bufs[t].as_deref() {
+            return (b, super::gather::View::contiguous(&tg.tensors[t].shape));
+        }
+        match crate::gemm::strided_view(tg, t) {
+            Some((s, axes)) => (
+                self.bufs[s].as_deref().unwrap_or(&[]),
+                super::gather::View { base: 0, axes },
+            ),
+            None => (&[], super::gather::View::contiguous(&tg.tensors[t].shape)),
+        }
+    }
+
     /// Make tensor `t` available: a Reshape shares its source's buffer, a Transpose is
     /// materialized (uncounted).
     fn ensure(&mut self, t: usize) -> Result<()> {
@@ -363,12 +382,18 @@ pub(crate) fn kernel_reads(tg: &TypedGraph, k: &Kernel) -> Vec<usize> {
         let op = &tg.nodes[n].op;
         for (j, &t) in tg.node_inputs[n].iter().enumerate() {
             let mm = matches!(op, Op::MatMul) || (matches!(op, Op::FusedAttention { .. }) && j < 3);
+            let copies = matches!(op, Op::Concat { .. } | Op::Slice { .. });
             if !k.nodes.contains(&tg.producer[tg.base(t)]) {
                 // A MatMul reads a view of a stored tensor in place, with the view's
-                // strides (`gemm::view_layout`); other views are made first.
-                let r = crate::gemm::view_layout(tg, t)
-                    .filter(|_| mm)
-                    .map_or(t, |(s, _)| s);
+                // strides (`gemm::view_layout`), and so do Concat and Slice
+                // (`gemm::strided_view`, `gather`); other views are made first.
+                let r = if copies {
+                    crate::gemm::strided_view(tg, t).map_or(t, |(s, _)| s)
+                } else {
+                    crate::gemm::view_layout(tg, t)
+                        .filter(|_| mm)
+                        .map_or(t, |(s, _)| s)
+                };
                 if !v.contains(&r) {
                     v.push(r);
                 }
@@ -521,14 +546,58 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         norm_axis(*axis, os.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
                     let outer: usize = os[..a].iter().product();
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    out.clear();
-                    for ob in 0..outer {
-                        for &t in &tg.node_inputs[n] {
-                            let s = &tg.tensors[t].shape;
-                            let chunk: usize = s[a..].iter().product();
-                            let src = st.bufs[t].as_deref().unwrap_or(&[]);
-                            out.extend_from_slice(&src[ob * chunk..(ob + 1) * chunk]);
+                    // Each input where it lies: a view of a stored tensor with its strides.
+                    let ins: Vec<(&[f32], super::gather::View)> =
+                        tg.node_inputs[n].iter().map(|&t| st.view_of(t)).collect();
+                    for (src, v) in &ins {
+                        if !super::gather::fits(v, src.len()) {
+                            return Err(exec_err(tg, n, "an input's view reaches past its buffer"));
                         }
+                    }
+                    // Per input: its elements per outer index, and whether they lie in one
+                    // run from the outer index's offset (a stored input, or a view whose
+                    // axes from `a` on are row-major).
+                    let parts: Vec<(usize, bool)> = ins
+                        .iter()
+                        .map(|(_, v)| {
+                            let inner = &v.axes[a..];
+                            let len: usize = inner.iter().map(|x| x.0).product();
+                            let mut want = 1usize;
+                            let mut run = true;
+                            for &(size, stride) in inner.iter().rev() {
+                                run &= size == 1 || stride == want;
+                                want = want.saturating_mul(size);
+                            }
+                            (len, run)
+                        })
+                        .collect();
+                    let row: usize = parts.iter().map(|p| p.0).sum();
+                    if out.len() != outer * row {
+                        return Err(exec_err(tg, n, "output of the wrong size"));
+                    }
+                    let fill = |ob0: usize, dst: &mut [f32]| {
+                        for (i, block) in dst.chunks_mut(row.max(1)).enumerate() {
+                            let mut at = 0;
+                            for ((src, v), &(len, run)) in ins.iter().zip(&parts) {
+                                let off = v.offset_at(a, ob0 + i);
+                                let d = &mut block[at..at + len];
+                                if run {
+                                    d.copy_from_slice(&src[off..off + len]);
+                                } else {
+                                    super::gather::rows_at(src, off, &v.axes[a..], 0, d);
+                                }
+                                at += len;
+                            }
+                        }
+                    };
+                    let parallel = copies_in_parallel(out.len()) && outer > 1 && row > 0;
+                    if parallel {
+                        let per = outer.div_ceil(4 * rayon::current_num_threads()).max(1);
+                        out.par_chunks_mut(per * row)
+                            .enumerate()
+                            .for_each(|(b, d)| fill(b * per, d));
+                    } else {
+                        fill(0, &mut out);
                     }
                     st.bufs[o] = Some(out.into());
                     Ok(())
@@ -544,6 +613,25 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     let ishape = &tg.tensors[i].shape;
                     let plan = crate::ir::slice_plan(ishape, starts, ends, axes, steps)
                         .map_err(|e| exec_err(tg, n, e))?;
+                    if plan.iter().all(|p| p.1 > 0) {
+                        // A forward slice of the input's view (a stored tensor read in place
+                        // with its strides): the same buffer with stepped strides.
+                        let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                        let (src, v) = st.view_of(i);
+                        let mut base = v.base;
+                        let mut sv = Vec::with_capacity(plan.len());
+                        for (&(start, step, size), &(_, stride)) in plan.iter().zip(&v.axes) {
+                            base += start as usize * stride;
+                            sv.push((size, step as usize * stride));
+                        }
+                        let view = super::gather::View { base, axes: sv };
+                        let parallel = copies_in_parallel(out.len());
+                        super::gather::gather(src, &view, &mut out, parallel)
+                            .map_err(|e| exec_err(tg, n, e))?;
+                        st.bufs[o] = Some(out.into());
+                        return Ok(());
+                    }
+                    st.ensure(i)?;
                     let src = st.bufs[i].as_deref().unwrap_or(&[]);
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
@@ -874,6 +962,15 @@ unsafe impl Sync for SendConst {}
 
 /// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
 /// current rayon pool when the kernel has at least 64 Ki elements.
+/// Whether a Concat or Slice of `elems` elements copies on the pool's workers: when they
+/// spin and from [`super::gather::PAR_MIN_ELEMS`] (GPT-2 and Llama at two threads spend
+/// 2.6 % and 3.9 % of a run in these copies, on one worker before).
+fn copies_in_parallel(elems: usize) -> bool {
+    rayon::current_num_threads() > 1
+        && super::spin::active()
+        && elems >= super::gather::PAR_MIN_ELEMS
+}
+
 /// Elements from which a compiled elementwise or row kernel deals its blocks of rows to the
 /// pool's workers, when they must be woken for it.
 const JIT_PAR_MIN_ELEMS: usize = 1 << 16;
