@@ -1331,13 +1331,16 @@ mod tests {
           {"name":"y","op":"Add","inputs":["p","b"]},
           {"name":"z","op":"Mul","inputs":["y","p"]}]}"#))
         .unwrap();
-        let k = c
-            .fused
+        assert!(matmul_bias(&c.fused.graph, matmul_kernel(&c)).is_none());
+    }
+
+    /// The first matmul kernel of `c`'s fused program.
+    fn matmul_kernel(c: &Compiled) -> &Kernel {
+        c.fused
             .kernels
             .iter()
             .find(|k| k.kind == KernelKind::Matmul)
-            .unwrap();
-        assert!(matmul_bias(&c.fused.graph, k).is_none());
+            .unwrap()
     }
 
     #[test]
@@ -1437,13 +1440,7 @@ mod tests {
         .unwrap();
         assert_eq!(ops(&c, KernelKind::Matmul), ["p", "y"]);
         assert_eq!(ops(&c, KernelKind::Row), ["h", "n"]);
-        let k = c
-            .fused
-            .kernels
-            .iter()
-            .find(|k| k.kind == KernelKind::Matmul)
-            .unwrap();
-        assert!(matmul_bias(&c.fused.graph, k).is_some());
+        assert!(matmul_bias(&c.fused.graph, matmul_kernel(&c)).is_some());
     }
 
     #[test]

@@ -538,16 +538,7 @@ fn scale_after_product_at(
         return None;
     }
     let node = tg.nodes[i].name.clone();
-    let (unscaled, cname, rescale) = (
-        format!("{node}::unscaled"),
-        format!("{node}::scale"),
-        format!("{node}::rescale"),
-    );
-    let taken =
-        |n: &str| tg.tensors.iter().any(|t| t.name == n) || tg.nodes.iter().any(|x| x.name == n);
-    if taken(&unscaled) || taken(&cname) || taken(&rescale) {
-        return None;
-    }
+    let [unscaled, cname, rescale] = fresh_names(tg, &node, ["unscaled", "scale", "rescale"])?;
     let name = |t: usize| tg.tensors[t].name.clone();
     let mut moved = vec![];
     for (pos, side) in sides.iter().enumerate() {
@@ -569,16 +560,7 @@ fn scale_after_product_at(
     }
     let orig = name(out);
     nodes[i].outputs = vec![unscaled.clone()];
-    let shape = vec![];
-    nodes.push(crate::ir::Node::new(
-        cname.clone(),
-        Op::Constant {
-            shape,
-            dtype: crate::ir::DType::Fp32,
-            value: c as f64,
-        },
-        &[],
-    ));
+    nodes.push(f32_constant(&cname, vec![], c));
     let mut mul = crate::ir::Node::new(
         rescale,
         Op::Binary { f: BinaryFn::Mul },
@@ -751,6 +733,33 @@ pub fn power_of_two_scales(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decisi
     ))
 }
 
+/// The names `<node>::<suffix>` for the nodes and tensors a rewrite adds, or `None` when the
+/// graph already has one of them (the rewrite is then not made).
+fn fresh_names<const N: usize>(
+    tg: &TypedGraph,
+    node: &str,
+    suffixes: [&str; N],
+) -> Option<[String; N]> {
+    let names = suffixes.map(|s| format!("{node}::{s}"));
+    let taken = |n: &String| {
+        tg.tensors.iter().any(|t| &t.name == n) || tg.nodes.iter().any(|x| &x.name == n)
+    };
+    (!names.iter().any(taken)).then_some(names)
+}
+
+/// A Constant node `name` of f32 `value` over `shape`, added by a rewrite.
+fn f32_constant(name: &str, shape: Vec<usize>, value: f32) -> crate::ir::Node {
+    crate::ir::Node::new(
+        name,
+        Op::Constant {
+            shape,
+            dtype: crate::ir::DType::Fp32,
+            value: value as f64,
+        },
+        &[],
+    )
+}
+
 /// A finite, normal power of two (its f32 mantissa bits are zero).
 fn power_of_two(c: f32) -> bool {
     c.is_normal() && c.to_bits() & 0x007f_ffff == 0
@@ -817,23 +826,12 @@ fn fold_scales(tg: &TypedGraph, i: usize, nodes: &mut Vec<crate::ir::Node>) -> O
         return None;
     }
     let node = tg.nodes[i].name.clone();
-    let cname = format!("{node}::scale");
-    if tg.tensors.iter().any(|t| t.name == cname) || tg.nodes.iter().any(|n| n.name == cname) {
-        return None;
-    }
+    let [cname] = fresh_names(tg, &node, ["scale"])?;
     let shape = match &tg.nodes[tg.producer[c2t]].op {
         Op::Constant { shape, .. } => shape.clone(),
         _ => return None,
     };
-    nodes.push(crate::ir::Node::new(
-        cname.clone(),
-        Op::Constant {
-            shape,
-            dtype: crate::ir::DType::Fp32,
-            value: c as f64,
-        },
-        &[],
-    ));
+    nodes.push(f32_constant(&cname, shape, c));
     nodes[i].inputs = vec![name(a), cname];
     Some(Decision::new(
         Stage::Rewrite,
@@ -1030,16 +1028,7 @@ fn tanh_plus_one(tg: &TypedGraph, i: usize, nodes: &mut Vec<crate::ir::Node>) ->
         return None;
     }
     let add = tg.nodes[i].name.clone();
-    let (two, twice, sig) = (
-        format!("{add}::two"),
-        format!("{add}::2u"),
-        format!("{add}::sigmoid"),
-    );
-    let taken =
-        |n: &str| tg.tensors.iter().any(|t| t.name == n) || tg.nodes.iter().any(|x| x.name == n);
-    if taken(&two) || taken(&twice) || taken(&sig) {
-        return None;
-    }
+    let [two, twice, sig] = fresh_names(tg, &add, ["two", "2u", "sigmoid"])?;
     let shape = match op_of(c) {
         Op::Constant { shape, .. } => shape.clone(),
         _ => return None,
@@ -1970,31 +1959,19 @@ mod tests {
                 .map(|d| d.reason.clone())
                 .collect()
         };
-        // The query's Mul joins the Neg's kernel for free: only the key's scale moves.
-        let r = moved(&scaled_scores_graph("Neg", false, "[]"));
-        assert_eq!(r.len(), 1);
-        assert!(
-            r[0].contains("ks = kt") && !r[0].contains("qs ="),
-            "{}",
-            r[0]
-        );
-        // The scaled query is also a graph output: only the key's scale moves.
-        let r = moved(&scaled_scores_graph("", true, "[]"));
-        assert_eq!(r.len(), 1);
-        assert!(
-            r[0].contains("ks = kt") && !r[0].contains("qs ="),
-            "{}",
-            r[0]
-        );
-        // A key scale of 6 values (one per column of kᵀ, [1, 2, 8, 6]): not a scalar, it
-        // stays; the query's moves.
-        let r = moved(&scaled_scores_graph("", false, "[6]"));
-        assert_eq!(r.len(), 1);
-        assert!(
-            r[0].contains("qs = qt") && !r[0].contains("ks ="),
-            "{}",
-            r[0]
-        );
+        // (query op, scaled query an output, key scale shape, the side that moves, the one
+        // that stays): the query's Mul joins the Neg's kernel for free; a scaled query that is
+        // also a graph output stays; a key scale of 6 values (one per column of kᵀ, [1, 2, 8,
+        // 6]) is not a scalar and stays.
+        for (q_op, q_out, kc, moves, stays) in [
+            ("Neg", false, "[]", "ks = kt", "qs ="),
+            ("", true, "[]", "ks = kt", "qs ="),
+            ("", false, "[6]", "qs = qt", "ks ="),
+        ] {
+            let r = moved(&scaled_scores_graph(q_op, q_out, kc));
+            assert_eq!(r.len(), 1);
+            assert!(r[0].contains(moves) && !r[0].contains(stays), "{}", r[0]);
+        }
         // Both kept: nothing to move, no decision.
         assert!(moved(&scaled_scores_graph("Neg", false, "[6]")).is_empty());
     }
