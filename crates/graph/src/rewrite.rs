@@ -442,8 +442,8 @@ pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
 /// (with an attention's mask, in registers), where each operand's ran as a kernel of its
 /// own over a rearranged copy: PyTorch's export of `scaled_dot_product_attention` scales
 /// the query and the transposed key by `d^(-1/4)` each (GPT-2, Llama), and the key's
-/// product reads a transpose (23 µs of a 128-token layer's 1.5 ms at hidden 256, AMD EPYC
-/// Zen 3; docs/performance.md, "Attention scales after the product").
+/// `Mul` reads a transposed copy (23 µs a layer at one thread in GPT-2 h256, 128 tokens,
+/// AMD EPYC Zen 3; docs/performance.md, "Attention scales after the product").
 ///
 /// An operand is left alone when its `Mul` already joins its producer's kernel for free: `a`
 /// comes from a MatMul or an elementwise op and is read only by that `Mul` (what
