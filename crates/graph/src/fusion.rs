@@ -684,8 +684,8 @@ type Verdict = std::result::Result<(FusionRule, String), String>;
 /// goes to that reduction's row kernel rather than the matmul's epilogue (fusion rule 5):
 /// a 32 KiB L1 data cache. Below it the epilogue's round trip stays in L1, and the row
 /// kernel's extra loop per row cost more: bert_block's 4 × 16 × 16 scores ran 1 µs of 36
-/// slower with their division in the softmax's kernel (AMD EPYC Zen 3, `run --bench`,
-/// builds alternated; docs/performance.md, "Attention scales and masks into the softmax").
+/// slower with their division in the softmax's kernel (AMD EPYC Zen 3, AVX2, `run --bench`,
+/// builds alternated; docs/performance.md, "Scale and mask into the softmax's row kernel").
 const PROLOGUE_MIN_PRODUCT_BYTES: u64 = 32 << 10;
 
 /// Most elementwise nodes a convolution kernel takes as its epilogue (ResNet's Add + ReLU).

@@ -443,7 +443,7 @@ pub fn attention(tg: &TypedGraph) -> Result<(Option<Graph>, Vec<Decision>)> {
 /// own over a rearranged copy: PyTorch's export of `scaled_dot_product_attention` scales
 /// the query and the transposed key by `d^(-1/4)` each (GPT-2, Llama), and the key's
 /// `Mul` reads a transposed copy (23 µs a layer at one thread in GPT-2 h256, 128 tokens,
-/// AMD EPYC Zen 3; docs/performance.md, "Attention scales after the product").
+/// AMD EPYC Zen 3, AVX2; docs/performance.md, "Attention scales after the product").
 ///
 /// An operand is left alone when its `Mul` already joins its producer's kernel for free: `a`
 /// comes from a MatMul or an elementwise op and is read only by that `Mul` (what

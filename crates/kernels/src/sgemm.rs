@@ -208,9 +208,9 @@ impl Kernel {
     /// place ends 7 or 8 rows as a 4-row tile and a 3- or 4-row one. The reason is FMA
     /// latency: AVX2's 2-row tile has 4 accumulators, and 4 chains of 4-cycle fused
     /// multiply-adds fill half of Zen 3's two FMA pipes, so its 2 rows cost as much as 4;
-    /// the 4-row tile's 8 chains fill both (measured on AMD EPYC, Zen 3: 128 × 256 · 256 ×
-    /// 768 as 21 tiles of 6 rows and one of 2 took 2.3–4.2 % longer than 126 rows, for 1.6 %
-    /// more rows; as 20 of 6 and 2 of 4 it runs at the 6-row rate: the `sgemm_rows` example,
+    /// the 4-row tile's 8 chains fill both (measured on AMD EPYC, Zen 3, AVX2: 128 × 256 ·
+    /// 256 × 768 as 21 tiles of 6 rows and one of 2 took 2.3–4.2 % longer than 126 rows, for
+    /// 1.6 % more rows; as 20 of 6 and 2 of 4 it runs at the 6-row rate: the `sgemm_rows` example,
     /// docs/performance.md, "The last rows of an M block"). A packed A keeps whole panels (its layout is in panels of `mr`).
     pub fn tile_rows(&self, left: usize, in_place: bool) -> usize {
         if in_place && self.level == Level::Avx2 && (left == self.mr + 1 || left == self.mr + 2) {

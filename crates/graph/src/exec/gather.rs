@@ -55,6 +55,22 @@ impl View {
             })
     }
 
+    /// Elements of the sub-view over axes `a..` (one outer index's).
+    pub fn inner_numel(&self, a: usize) -> usize {
+        self.axes[a..].iter().map(|x| x.0).product()
+    }
+
+    /// Whether the sub-view over axes `a..` is one run from its first element (its axes
+    /// row-major; an axis of size 1 may have any stride).
+    pub fn row_major_from(&self, a: usize) -> bool {
+        let mut want = 1usize;
+        self.axes[a..].iter().rev().all(|&(size, stride)| {
+            let ok = size == 1 || stride == want;
+            want = want.saturating_mul(size);
+            ok
+        })
+    }
+
     /// The offset of the first element of the sub-view over axes `a..` at outer index `ob`
     /// (row-major over the axes before `a`).
     pub fn offset_at(&self, a: usize, mut ob: usize) -> usize {
@@ -239,6 +255,10 @@ mod tests {
         // The head split's axes 2.. at outer index 1 (batch 0, head 1): from offset 64.
         let v = &views[0];
         assert_eq!(v.offset_at(2, 1), 64);
+        // Its axes 2.. ([128 of stride 256, 64 of stride 1]) are not one run; axis 3 is.
+        assert_eq!(v.inner_numel(2), 128 * 64);
+        assert!(!v.row_major_from(2) && v.row_major_from(3));
+        assert!(View::contiguous(&[3, 1, 4]).row_major_from(0));
         // Axes 1.. of the rotate-half slice at outer index 3: 16 + 3·4096.
         assert_eq!(views[2].offset_at(1, 3), 16 + 3 * 4096);
     }

@@ -559,17 +559,7 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     // axes from `a` on are row-major).
                     let parts: Vec<(usize, bool)> = ins
                         .iter()
-                        .map(|(_, v)| {
-                            let inner = &v.axes[a..];
-                            let len: usize = inner.iter().map(|x| x.0).product();
-                            let mut want = 1usize;
-                            let mut run = true;
-                            for &(size, stride) in inner.iter().rev() {
-                                run &= size == 1 || stride == want;
-                                want = want.saturating_mul(size);
-                            }
-                            (len, run)
-                        })
+                        .map(|(_, v)| (v.inner_numel(a), v.row_major_from(a)))
                         .collect();
                     let row: usize = parts.iter().map(|p| p.0).sum();
                     if out.len() != outer * row {
@@ -960,8 +950,6 @@ struct SendConst(*const *const f32, *const *mut f32);
 unsafe impl Send for SendConst {}
 unsafe impl Sync for SendConst {}
 
-/// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
-/// current rayon pool when the kernel has at least 64 Ki elements.
 /// Whether a Concat or Slice of `elems` elements copies on the pool's workers: when they
 /// spin and from [`super::gather::PAR_MIN_ELEMS`] (GPT-2 and Llama at two threads spend
 /// 2.6 % and 3.9 % of a run in these copies, on one worker before).
@@ -977,11 +965,14 @@ const JIT_PAR_MIN_ELEMS: usize = 1 << 16;
 
 /// [`JIT_PAR_MIN_ELEMS`] when the run's workers are awake ([`super::spin::active`]): a hand-off
 /// then costs about a microsecond, and a LayerNorm over 128 rows of 256 (17 µs on one
-/// worker) pays for it. GPT-2 h256 at two threads (`run --profile`, AMD EPYC Zen 3): its
+/// worker) pays for it. GPT-2 h256 at two threads (`run --profile`, AMD EPYC Zen 3, AVX2): its
 /// nine LayerNorm kernels 121–145 → 71–81 µs in all (docs/performance.md, "Small kernels on
 /// both workers").
 const JIT_PAR_MIN_ELEMS_SPINNING: usize = 1 << 14;
 
+/// Run one compiled kernel: rows in blocks of about 16 Ki elements, in parallel on the
+/// current rayon pool from [`JIT_PAR_MIN_ELEMS`] elements ([`JIT_PAR_MIN_ELEMS_SPINNING`]
+/// when the run's workers spin).
 fn run_jit(st: &mut State, k: &Kernel, jk: &crate::jit::JitKernel) -> Result<()> {
     let tg = st.tg;
     let m = &jk.meta;
@@ -1120,7 +1111,6 @@ fn release_unless_stored(st: &mut State, k: &Kernel, t: usize) {
     }
 }
 
-/// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).
 /// `out[i] = if c[i] != 0 { x[i] } else { y[i] }` (ONNX `Where`), each operand either
 /// `out.len()` values or one value read for every element; a loop per case, so that each
 /// vectorizes.
@@ -1159,6 +1149,7 @@ fn select(c: &[f32], x: &[f32], y: &[f32], out: &mut [f32]) {
     }
 }
 
+/// 2-D pooling over NCHW of node `n`'s one input ([`super::pooling`]).
 fn pool2d(
     tg: &TypedGraph,
     n: usize,
