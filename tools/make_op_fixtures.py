@@ -37,7 +37,17 @@ def save(out, case, nodes, inputs, feeds, inits=(), opset=OPSET, reference="onnx
         onnx.checker.check_model(m)
     path = os.path.join(d, "model.onnx")
     onnx.save(m, path)
-    if reference == "onnxruntime":
+    if callable(reference):
+        # A float64 NumPy reference, where onnxruntime's float32 loses digits the test's
+        # 1e-6 would flag (InstanceNormalization of values far from zero): the fixture says
+        # so and how far onnxruntime was.
+        y = reference(feeds).astype(np.float32)
+        s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        dev = float(np.abs(s.run(None, feeds)[0] - y).max() / max(np.abs(y).max(), 1.0))
+        with open(os.path.join(d, "REFERENCE"), "w") as f:
+            f.write("expected/ computed in float64 NumPy (tools/make_op_fixtures.py); "
+                    f"onnxruntime's float32 output differs from it by {dev:.1e} relative\n")
+    elif reference == "onnxruntime":
         s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         y = s.run(None, feeds)[0]
     else:
@@ -275,6 +285,78 @@ def main():
         nodes.append(helper.make_node("Concat", [o + "_f" for o in outs], ["y"], axis=1))
         save(out, case, nodes, graph_in, feeds, inits=inits,
              reference="onnx" if layout == 1 else "onnxruntime")
+    exporter_ops(out)
+
+
+def exporter_ops(out):
+    """What the held-out architectures of tools/export_real_onnx.py (2026-12-06) needed
+    beyond the fixtures above (a stream of their own, so the cases above keep their values): 1-D convolutions (Whisper,
+    wav2vec2), auto_pad (EfficientNet), InstanceNormalization (wav2vec2's GroupNorm),
+    GatherElements (RoBERTa, DeBERTa), ReduceL2 and its kin (wav2vec2's weight norm)."""
+    rng = np.random.default_rng(2027)
+    f32 = lambda *sh: rng.standard_normal(sh).astype(np.float32)
+    w_init = lambda n, a: helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.flatten())
+    # Conv1d: grouped, strided, dilated, uneven pads, with a bias; and auto_pad on 1-D.
+    save(out, "conv1d_grouped_strided", [helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], group=2, strides=[2], pads=[1, 2], dilations=[2])],
+        [fin("x", [2, 4, 11])], {"x": f32(2, 4, 11)},
+        inits=[w_init("w", f32(6, 2, 3)), w_init("b", f32(6))])
+    save(out, "conv1d_same_upper", [helper.make_node(
+        "Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")],
+        [fin("x", [1, 3, 9])], {"x": f32(1, 3, 9)}, inits=[w_init("w", f32(5, 3, 4))])
+    # auto_pad on 2-D: SAME_UPPER with stride 2 (odd total pad: the extra one at the end),
+    # SAME_LOWER with an even kernel (at the beginning), VALID, and a MaxPool.
+    save(out, "conv_same_upper_stride2", [helper.make_node(
+        "Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])],
+        [fin("x", [1, 3, 7, 8])], {"x": f32(1, 3, 7, 8)}, inits=[w_init("w", f32(4, 3, 3, 3))])
+    save(out, "conv_same_lower_even", [helper.make_node(
+        "Conv", ["x", "w"], ["y"], auto_pad="SAME_LOWER")],
+        [fin("x", [1, 2, 5, 6])], {"x": f32(1, 2, 5, 6)}, inits=[w_init("w", f32(3, 2, 2, 2))])
+    save(out, "conv_valid", [helper.make_node(
+        "Conv", ["x", "w"], ["y"], auto_pad="VALID", strides=[1, 2])],
+        [fin("x", [1, 2, 6, 7])], {"x": f32(1, 2, 6, 7)}, inits=[w_init("w", f32(3, 2, 3, 3))])
+    save(out, "maxpool_same_upper", [helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")],
+        [fin("x", [1, 2, 7, 6])], {"x": f32(1, 2, 7, 6)})
+    # InstanceNormalization over 3-D and 4-D inputs (means far from zero: the variance must
+    # not lose them).
+    for case, shape in [("instancenorm_3d", [2, 3, 10]), ("instancenorm_4d", [1, 4, 3, 5])]:
+        c = shape[1]
+        sc, bi = f32(c), f32(c)
+        bc = (1, c) + (1,) * (len(shape) - 2)
+        axes = tuple(range(2, len(shape)))
+
+        def inorm(feeds, sc=sc, bi=bi, bc=bc, axes=axes):
+            x = feeds["x"].astype(np.float64)
+            mu = x.mean(axis=axes, keepdims=True)
+            var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+            return sc.reshape(bc) * (x - mu) / np.sqrt(var + 1e-3) + bi.reshape(bc)
+
+        save(out, case, [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"],
+                                          epsilon=1e-3)],
+             [fin("x", shape)], {"x": f32(*shape) + 4.0},
+             inits=[w_init("s", sc), w_init("b", bi)], reference=inorm)
+    # GatherElements: constant indices with negatives on the last axis (DeBERTa's form),
+    # run-time indices on axis 0 with a smaller extent off the axis.
+    gi = np.array([[[0, -1, 2], [1, 1, -4]], [[3, 0, 0], [-2, 2, 1]]], dtype=np.int64)
+    save(out, "gatherelements_const_neg", [helper.make_node(
+        "GatherElements", ["x", "i"], ["y"], axis=-1)],
+        [fin("x", [2, 2, 4])], {"x": f32(2, 2, 4)},
+        inits=[helper.make_tensor("i", TensorProto.INT64, gi.shape, gi.flatten())])
+    save(out, "gatherelements_runtime_axis0",
+         [helper.make_node("Cast", ["i"], ["ii"], to=TensorProto.INT64),
+          helper.make_node("GatherElements", ["x", "ii"], ["y"], axis=0)],
+         [fin("x", [3, 4]), fin("i", [2, 3])],
+         {"x": f32(3, 4), "i": np.array([[2, 0, 1], [-1, 2, 0]], dtype=np.float32)})
+    # ReduceSumSquare, ReduceL2, ReduceL1, ReduceMin: several axes, one axis, all axes.
+    rx = f32(2, 3, 4)
+    for case, op, attrs in [("reducesumsquare_axes12", "ReduceSumSquare", {"axes": [1, 2]}),
+                            ("reducel2_last_keep", "ReduceL2", {"axes": [-1], "keepdims": 1}),
+                            ("reducel1_axis0", "ReduceL1", {"axes": [0], "keepdims": 0}),
+                            ("reducemin_all", "ReduceMin", {"keepdims": 0}),
+                            ("reducemin_middle", "ReduceMin", {"axes": [1], "keepdims": 1})]:
+        save(out, case, [helper.make_node(op, ["x"], ["y"], **attrs)], [fin("x", [2, 3, 4])],
+             {"x": rx})
 
 
 if __name__ == "__main__":

@@ -191,6 +191,16 @@ pub enum Op {
         #[serde(default)]
         axis: i64,
     },
+    /// ONNX `GatherElements`: inputs `[data, indices]` of the same rank,
+    /// `out[i₀, …, iₐ, …] = data[i₀, …, indices[i₀, …, iₐ, …], …]` (the index replaces the
+    /// coordinate on `axis` only); output shape that of `indices`, whose extent on every
+    /// other axis must not exceed data's. A negative index counts from the end; one outside
+    /// `[−len, len)` is an execution error.
+    GatherElements {
+        /// The indexed axis of `data` (negative counts from the end).
+        #[serde(default)]
+        axis: i64,
+    },
     /// 2-D convolution, NCHW: x `[N, C, H, W]`, w `[K, C/group, R, S]`, optional bias `[K]`
     /// → `[N, K, P, Q]`, `P = (H + pad_top + pad_bottom − dil_h·(R − 1) − 1) / stride_h + 1`
     /// (cross-correlation, as ONNX `Conv`).
@@ -364,6 +374,7 @@ impl Op {
             Op::Slice { .. } => "Slice",
             Op::Where => "Where",
             Op::Gather { .. } => "Gather",
+            Op::GatherElements { .. } => "GatherElements",
             Op::Conv2d { .. } => "Conv2d",
             Op::MaxPool2d { .. } => "MaxPool2d",
             Op::AvgPool2d { .. } => "AvgPool2d",
@@ -416,6 +427,7 @@ impl Op {
             | Op::Slice { .. }
             | Op::Where
             | Op::Gather { .. }
+            | Op::GatherElements { .. }
             | Op::Conv2d { .. }
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. }
@@ -1732,6 +1744,39 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 })?;
             vec![(s, x.dtype)]
         }
+        Op::GatherElements { axis } => {
+            arity(2)?;
+            let (d, idx) = (ins[0], ins[1]);
+            if !idx.dtype.is_integer() {
+                return Err(shape_err(
+                    idx,
+                    format!("indices must be an integer tensor, got {}", idx.dtype),
+                ));
+            }
+            let a = norm_axis(*axis, d.shape.len()).ok_or_else(|| {
+                shape_err(
+                    d,
+                    format!("axis {axis} is out of range for rank {}", d.shape.len()),
+                )
+            })?;
+            let fits = idx.shape.len() == d.shape.len()
+                && idx
+                    .shape
+                    .iter()
+                    .zip(&d.shape)
+                    .enumerate()
+                    .all(|(k, (i, n))| k == a || i <= n);
+            if !fits {
+                return Err(shape_err(
+                    idx,
+                    format!(
+                        "indices of shape {:?} do not fit data of shape {:?} off axis {a}",
+                        idx.shape, d.shape
+                    ),
+                ));
+            }
+            vec![(idx.shape.clone(), d.dtype)]
+        }
         Op::Gather { axis } => {
             arity(2)?;
             let (d, idx) = (ins[0], ins[1]);
@@ -1895,6 +1940,36 @@ mod tests {
             e.contains("IsNan") && e.contains("op table: Neg, Exp"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn gather_elements_takes_the_indices_shape_and_checks_it() {
+        let graph = |idx: &str, axis: i64| {
+            format!(
+                r#"{{"nodes":[
+                  {{"name":"d","op":"Input","attrs":{{"shape":[3,4],"dtype":"fp32"}}}},
+                  {{"name":"i","op":"Input","attrs":{{"shape":{idx},"dtype":"int64"}}}},
+                  {{"name":"g","op":"GatherElements","inputs":["d","i"],"attrs":{{"axis":{axis}}}}}]}}"#
+            )
+        };
+        // On axis 0 the index extent may exceed data's (5 > 3); off it, at most data's.
+        let tg = Graph::from_json_str(&graph("[5,2]", 0))
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(tg.tensors[tg.node_outputs[2][0]].shape, [5, 2]);
+        for (idx, axis, want) in [
+            ("[2,5]", 0, "do not fit data of shape [3, 4] off axis 0"),
+            ("[3]", 1, "do not fit"),
+            ("[3,4]", 2, "axis 2 is out of range for rank 2"),
+        ] {
+            let e = Graph::from_json_str(&graph(idx, axis))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{idx} axis {axis}: {e}");
+        }
     }
 
     #[test]

@@ -161,6 +161,8 @@ fn node_labels(
             l.extend(data.1[a + 1..].iter().cloned());
             l
         }
+        // The indices' shape is the output's.
+        Op::GatherElements { .. } => ins.get(1)?.1.clone(),
         Op::Conv2d { .. } | Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => {
             let mut l = vec![DimLabel::default(); r];
             l[0] = ins.first()?.1.first()?.clone();

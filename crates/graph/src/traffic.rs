@@ -121,7 +121,7 @@ pub const LIMITATIONS: &[&str] = &[
 /// one's) per output element (1, LogAddExp 3); other elementwise ops 1; reductions 1 per
 /// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7 per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
 /// MaxPool2d / AvgPool2d one compare or add per window element; CumSum one add per element;
-/// sources, views, casts, Slice, Pad, Where and Gather and opaque ops 0.
+/// sources, views, casts, Slice, Pad, Where, Gather, GatherElements and opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
     let out = tg.tensors[tg.node_outputs[i][0]].numel;
     let in0 = tg.node_inputs[i]
@@ -136,6 +136,7 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
         | Op::Concat { .. }
         | Op::Slice { .. }
         | Op::Gather { .. }
+        | Op::GatherElements { .. }
         | Op::Pad { .. }
         | Op::Where => 0,
         Op::Conv2d { group, .. } => {
@@ -199,12 +200,14 @@ fn peak(hw: &HardwareSpec, dtype: DType) -> f64 {
 }
 
 /// Bytes kernel `k` reads: each input storage tensor once, except that a Gather
-/// (embedding lookup) or a Slice reads only the selected elements of its data: at most
+/// (embedding lookup), a GatherElements or a Slice reads only the selected elements of its data: at most
 /// the output's bytes, never more than the whole input.
 pub fn kernel_read_bytes(tg: &TypedGraph, k: &Kernel) -> u64 {
     let gathered = |t: usize| {
         k.nodes.iter().find_map(|&n| match tg.nodes[n].op {
-            Op::Gather { .. } | Op::Slice { .. } if tg.node_inputs[n][0] == t => {
+            Op::Gather { .. } | Op::GatherElements { .. } | Op::Slice { .. }
+                if tg.node_inputs[n][0] == t =>
+            {
                 Some(tg.tensors[tg.node_outputs[n][0]].bytes)
             }
             _ => None,

@@ -22,7 +22,7 @@
 // compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
 // `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path), `conv`
 // (convolutions as GEMMs), `winograd` (3×3 convolutions by F(2×2, 3×3)), `pooling` (max
-// and average pooling), `spin` (a worker kept awake during runs); this
+// and average pooling), `gather_elements` (ONNX GatherElements), `spin` (a worker kept awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod attention;
@@ -30,6 +30,7 @@ mod blocks;
 mod conv;
 mod elementwise;
 mod gather;
+mod gather_elements;
 mod inputs;
 mod linear;
 mod pool;

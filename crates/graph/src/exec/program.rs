@@ -848,6 +848,20 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
+                Op::GatherElements { axis } => {
+                    let (d, ix) = (tg.node_inputs[n][0], tg.node_inputs[n][1]);
+                    let o = tg.node_outputs[n][0];
+                    let (ds, is) = (&tg.tensors[d].shape, &tg.tensors[ix].shape);
+                    let a =
+                        norm_axis(*axis, ds.len()).ok_or_else(|| exec_err(tg, n, "bad axis"))?;
+                    let src = st.bufs[d].as_deref().unwrap_or(&[]);
+                    let idx = st.bufs[ix].as_deref().unwrap_or(&[]);
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    super::gather_elements::gather_elements(src, ds, idx, is, a, &mut out)
+                        .map_err(|e| exec_err(tg, n, e))?;
+                    st.bufs[o] = Some(out.into());
+                    Ok(())
+                }
                 Op::CumSum {
                     axis,
                     exclusive,

@@ -1,14 +1,21 @@
 //! The reduction family of the ONNX front end: ReduceSum / ReduceMax / ReduceMean (over
-//! trailing axes one reduction of them flattened, otherwise one IR node per axis), Softmax / LogSoftmax (the IR normalizes the last axis) and CumSum. Left
-//! out: the other Reduce* ops, ArgMax / ArgMin and TopK.
+//! trailing axes one reduction of them flattened, otherwise one IR node per axis),
+//! ReduceSumSquare / ReduceL2 / ReduceL1 / ReduceMin as those with an elementwise node
+//! before and after, Softmax / LogSoftmax (the IR normalizes the last axis) and CumSum.
+//! Left out: ReduceProd, ReduceLogSum, ReduceLogSumExp, ArgMax / ArgMin and TopK.
 
 use super::*;
+use crate::ir::{BinaryFn, UnaryFn};
 
 /// The ONNX ops this family lowers (a node of any other type is not sent here).
 pub(super) const OPS: &[&str] = &[
     "ReduceSum",
     "ReduceMax",
     "ReduceMean",
+    "ReduceSumSquare",
+    "ReduceL2",
+    "ReduceL1",
+    "ReduceMin",
     "Softmax",
     "LogSoftmax",
     "CumSum",
@@ -28,92 +35,72 @@ impl<'a> Importer<'a> {
                 if np.input.is_empty() || np.input.len() > 2 {
                     opaque!("expects 1 or 2 inputs, has {}", np.input.len());
                 }
-                let keepdims = attr_i(np, "keepdims").unwrap_or(1) != 0;
-                let mut axes: Vec<i64> = if let Some(a) = attr_ints(np, "axes") {
-                    a.to_vec()
-                } else {
-                    match self.param(np, 1) {
-                        None => vec![],
-                        Some(Ok((v, _))) => match v.ints() {
-                            Ok(a) => a,
-                            Err(e) => opaque!("axes {e}"),
-                        },
-                        Some(Err(why)) => opaque!("the axes must be constant: {why}"),
-                    }
-                };
                 let x = inputs!(self, np, [0]);
-                let rank = self.specs[&x[0]].shape.len() as i64;
-                if axes.is_empty() {
-                    if attr_i(np, "noop_with_empty_axes").unwrap_or(0) != 0 {
-                        return Ok(Lowering::Alias(x[0].clone()));
-                    }
-                    axes = (0..rank.max(1)).collect();
-                }
-                let mk = |axis: i64| match op_type {
-                    "ReduceSum" => Op::ReduceSum { axis, keepdims },
-                    "ReduceMax" => Op::ReduceMax { axis, keepdims },
-                    _ => Op::ReduceMean { axis, keepdims },
-                };
-                if axes.len() == 1 {
-                    return Ok(one(name, out, mk(axes[0]), x));
-                }
-                // Several axes: one node per axis, the highest first (so that dropping an
-                // axis with keepdims = 0 does not renumber the ones still to reduce). A sum
-                // of sums, a max of maxes and a mean of equal-size means are the same as the
-                // reduction over all of them at once.
-                let mut norm: Vec<i64> = Vec::with_capacity(axes.len());
-                for a in &axes {
-                    let k = if *a < 0 { a + rank } else { *a };
-                    if k < 0 || k >= rank || norm.contains(&k) {
-                        opaque!("axes {axes:?} are out of range or repeated for rank {rank}");
-                    }
-                    norm.push(k);
-                }
-                norm.sort_unstable_by(|a, b| b.cmp(a));
-                // Trailing axes only (a global pooling's mean over H and W): one reduction
-                // over them flattened, between two views, instead of one pass per axis (the
-                // last axis alone is often short: 8 columns of an 8 × 8 map).
                 let shape = self.specs[&x[0]].shape.clone();
-                let trailing = norm
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &a)| a == rank - 1 - i as i64);
-                if trailing {
-                    let kind = match op_type {
-                        "ReduceSum" => Reduce::Sum,
-                        "ReduceMax" => Reduce::Max,
-                        _ => Reduce::Mean,
-                    };
-                    return Ok(Lowering::Nodes(reduce_trailing(
-                        name,
-                        out,
-                        &x[0],
-                        &shape,
-                        norm.len(),
-                        kind,
-                        keepdims,
-                    )));
+                let kind = match op_type {
+                    "ReduceSum" => Reduce::Sum,
+                    "ReduceMax" => Reduce::Max,
+                    _ => Reduce::Mean,
+                };
+                return self.reduce_axes(np, name, out, &x[0], &shape, kind);
+            }
+            "ReduceSumSquare" | "ReduceL2" | "ReduceL1" | "ReduceMin" => {
+                // Composites: Σx² (and its square root), Σ|x|, and min x = −max(−x): one
+                // elementwise node before the reduction, one after for L2 and Min.
+                if np.input.is_empty() || np.input.len() > 2 {
+                    opaque!("expects 1 or 2 inputs, has {}", np.input.len());
                 }
-                let mut v = vec![];
-                let mut cur = x[0].clone();
-                let last = norm.len() - 1;
-                for (i, axis) in norm.into_iter().enumerate() {
-                    let o = if i == last {
-                        out.to_string()
-                    } else {
-                        format!("{out}#r{i}")
-                    };
+                let x = inputs!(self, np, [0]);
+                let shape = self.specs[&x[0]].shape.clone();
+                let (pre_op, pre_in, kind, post) = match op_type {
+                    "ReduceSumSquare" | "ReduceL2" => (
+                        Op::Binary { f: BinaryFn::Mul },
+                        vec![x[0].clone(), x[0].clone()],
+                        Reduce::Sum,
+                        (op_type == "ReduceL2").then_some(UnaryFn::Sqrt),
+                    ),
+                    "ReduceL1" => (
+                        Op::Unary { f: UnaryFn::Abs },
+                        vec![x[0].clone()],
+                        Reduce::Sum,
+                        None,
+                    ),
+                    _ => (
+                        Op::Unary { f: UnaryFn::Neg },
+                        vec![x[0].clone()],
+                        Reduce::Max,
+                        Some(UnaryFn::Neg),
+                    ),
+                };
+                let pre = format!("{out}#pre");
+                let reduced = if post.is_some() {
+                    format!("{out}#red")
+                } else {
+                    out.to_string()
+                };
+                let red_name = if post.is_some() {
+                    format!("{name}#red")
+                } else {
+                    name.to_string()
+                };
+                let mut v = vec![Node {
+                    name: format!("{name}#pre"),
+                    op: pre_op,
+                    inputs: pre_in,
+                    outputs: vec![pre.clone()],
+                }];
+                match self.reduce_axes(np, &red_name, &reduced, &pre, &shape, kind)? {
+                    Lowering::Nodes(r) => v.extend(r),
+                    Lowering::Opaque(why) => opaque!("{why}"),
+                    _ => opaque!("noop_with_empty_axes with no axes is not lowered"),
+                }
+                if let Some(f) = post {
                     v.push(Node {
-                        name: if i == last {
-                            name.to_string()
-                        } else {
-                            format!("{name}#r{i}")
-                        },
-                        op: mk(axis),
-                        inputs: vec![cur],
-                        outputs: vec![o.clone()],
+                        name: name.to_string(),
+                        op: Op::Unary { f },
+                        inputs: vec![reduced],
+                        outputs: vec![out.to_string()],
                     });
-                    cur = o;
                 }
                 Lowering::Nodes(v)
             }
@@ -151,6 +138,102 @@ impl<'a> Importer<'a> {
             }
             _ => Lowering::Opaque(format!("op `{op_type}` has no IR equivalent")),
         })
+    }
+
+    /// ReduceSum / ReduceMax / ReduceMean (`kind`) of `x` (of `shape`) over node `np`'s axes
+    /// (attribute or constant second input; none: every axis, or the identity with
+    /// `noop_with_empty_axes`), writing `out` under `name`: over trailing axes one reduction
+    /// of them flattened, otherwise one IR node per axis.
+    fn reduce_axes(
+        &mut self,
+        np: &NodeProto,
+        name: &str,
+        out: &str,
+        x: &str,
+        shape: &[usize],
+        kind: Reduce,
+    ) -> Result<Lowering<'a>> {
+        let keepdims = attr_i(np, "keepdims").unwrap_or(1) != 0;
+        let mut axes: Vec<i64> = if let Some(a) = attr_ints(np, "axes") {
+            a.to_vec()
+        } else {
+            match self.param(np, 1) {
+                None => vec![],
+                Some(Ok((v, _))) => match v.ints() {
+                    Ok(a) => a,
+                    Err(e) => opaque!("axes {e}"),
+                },
+                Some(Err(why)) => opaque!("the axes must be constant: {why}"),
+            }
+        };
+        let rank = shape.len() as i64;
+        if axes.is_empty() {
+            if attr_i(np, "noop_with_empty_axes").unwrap_or(0) != 0 {
+                return Ok(Lowering::Alias(x.to_string()));
+            }
+            axes = (0..rank.max(1)).collect();
+        }
+        let mk = |axis: i64| match kind {
+            Reduce::Sum => Op::ReduceSum { axis, keepdims },
+            Reduce::Max => Op::ReduceMax { axis, keepdims },
+            Reduce::Mean => Op::ReduceMean { axis, keepdims },
+        };
+        if axes.len() == 1 {
+            return Ok(one(name, out, mk(axes[0]), vec![x.to_string()]));
+        }
+        // Several axes: one node per axis, the highest first (so that dropping an
+        // axis with keepdims = 0 does not renumber the ones still to reduce). A sum
+        // of sums, a max of maxes and a mean of equal-size means are the same as the
+        // reduction over all of them at once.
+        let mut norm: Vec<i64> = Vec::with_capacity(axes.len());
+        for a in &axes {
+            let k = if *a < 0 { a + rank } else { *a };
+            if k < 0 || k >= rank || norm.contains(&k) {
+                opaque!("axes {axes:?} are out of range or repeated for rank {rank}");
+            }
+            norm.push(k);
+        }
+        norm.sort_unstable_by(|a, b| b.cmp(a));
+        // Trailing axes only (a global pooling's mean over H and W): one reduction
+        // over them flattened, between two views, instead of one pass per axis (the
+        // last axis alone is often short: 8 columns of an 8 × 8 map).
+        let trailing = norm
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| a == rank - 1 - i as i64);
+        if trailing {
+            return Ok(Lowering::Nodes(reduce_trailing(
+                name,
+                out,
+                x,
+                shape,
+                norm.len(),
+                kind,
+                keepdims,
+            )));
+        }
+        let mut v = vec![];
+        let mut cur = x.to_string();
+        let last = norm.len() - 1;
+        for (i, axis) in norm.into_iter().enumerate() {
+            let o = if i == last {
+                out.to_string()
+            } else {
+                format!("{out}#r{i}")
+            };
+            v.push(Node {
+                name: if i == last {
+                    name.to_string()
+                } else {
+                    format!("{name}#r{i}")
+                },
+                op: mk(axis),
+                inputs: vec![cur],
+                outputs: vec![o.clone()],
+            });
+            cur = o;
+        }
+        Ok(Lowering::Nodes(v))
     }
 }
 

@@ -1,5 +1,6 @@
 //! The shape family of the ONNX front end: views and data movement (Identity, Constant,
-//! Squeeze / Unsqueeze, Reshape, Transpose, Flatten, Slice, Split, Concat, Gather, GatherND,
+//! Squeeze / Unsqueeze, Reshape, Transpose, Flatten, Slice, Split, Concat, Gather,
+//! GatherElements, GatherND,
 //! Expand, ConstantOfShape, Tile, Pad, Trilu). Shape arithmetic on constants is folded before
 //! these run (`fold`). Left out: Resize, NonZero and run-time shapes.
 
@@ -17,6 +18,7 @@ pub(super) const OPS: &[&str] = &[
     "Concat",
     "Flatten",
     "Gather",
+    "GatherElements",
     "GatherND",
     "Expand",
     "ConstantOfShape",
@@ -280,6 +282,16 @@ impl<'a> Importer<'a> {
                 arity!(np, 2);
                 let axis = attr_i(np, "axis").unwrap_or(0);
                 one(name, out, Op::Gather { axis }, inputs!(self, np, [0, 1]))
+            }
+            "GatherElements" => {
+                arity!(np, 2);
+                let axis = attr_i(np, "axis").unwrap_or(0);
+                one(
+                    name,
+                    out,
+                    Op::GatherElements { axis },
+                    inputs!(self, np, [0, 1]),
+                )
             }
             "Tile" => {
                 // Constant repeats r: x [d…] viewed as [1, d0, 1, d1, …], broadcast to
