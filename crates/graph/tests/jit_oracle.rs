@@ -145,3 +145,24 @@ fn row_ops_reading_inputs_directly_agree_with_the_interpreter() {
         );
     }
 }
+
+/// A reduction over rows of one column (EfficientNet's squeeze-excite takes the mean of a
+/// 1 × 1 map) after an elementwise prologue, read again in the same kernel: the generated
+/// C once left its value undeclared and unstored, the compiler refused the program and the
+/// whole model ran interpreted.
+#[test]
+fn reductions_over_rows_of_one_column_compile() {
+    for op in ["ReduceMean", "ReduceSum", "ReduceMax", "LogSumExp"] {
+        let g = Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+              {{"name":"x","op":"Input","attrs":{{"shape":[2,24,1],"dtype":"fp32"}}}},
+              {{"name":"s","op":"Sigmoid","inputs":["x"]}},
+              {{"name":"m","op":"Mul","inputs":["x","s"]}},
+              {{"name":"r","op":"{op}","inputs":["m"],"attrs":{{"axis":-1,"keepdims":true}}}},
+              {{"name":"y","op":"Add","inputs":["r","x"]}}]}}"#
+        ))
+        .unwrap();
+        let n = check(&format!("{op} over rows of one column"), &g, HashMap::new());
+        assert!(n >= 1, "{op}: {n} compiled kernels");
+    }
+}

@@ -302,6 +302,14 @@ fn row_streams(
     s
 }
 
+/// The row ops that reduce a row to one value (`p{pi}` in the generated code).
+fn to_scalar(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::ReduceSum { .. } | Op::ReduceMean { .. } | Op::ReduceMax { .. } | Op::LogSumExp { .. }
+    )
+}
+
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
     let nest = lower(tg, k)?;
@@ -526,6 +534,16 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                 }
                 if p.per_row {
                     store(w, pi, &format!("p{pi}"));
+                } else if to_scalar(op) {
+                    // A reduction over rows of one column (a squeeze-excite's mean over a
+                    // 1 × 1 map): its one value per row is the row itself, for the ops of
+                    // the kernel that read it (`a`) and for its store.
+                    if row_off.contains_key(&pi) {
+                        let _ = writeln!(w, "        a{pi}[0] = p{pi};");
+                    }
+                    if let Some(o) = p.store {
+                        let _ = writeln!(w, "        O{o}[r] = p{pi};");
+                    }
                 } else if let (Some(o), true) = (p.store, needs_row[pi]) {
                     let _ = writeln!(
                         w,
@@ -541,7 +559,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     let decls: String = plans
         .iter()
         .enumerate()
-        .filter(|(pi, p)| steps[*pi] == Step::Row && p.per_row)
+        .filter(|(pi, p)| steps[*pi] == Step::Row && (p.per_row || to_scalar(&tg.nodes[p.node].op)))
         .map(|(pi, _)| format!("        float p{pi};\n"))
         .collect();
     let body = body.replacen(
