@@ -10,6 +10,8 @@ larger, so that GEMM, convolution and thread scaling dominate:
 - llama_h256: Llama, hidden 256, 4 layers, GQA 8/2 heads, 128 tokens (TorchScript, SDPA)
 - vit_h192: ViT, hidden 192, 4 layers, 224x224 image, patch 16 (197 tokens)
 - resnet_56: a ResNet-style CNN on 1x3x112x112 (64 and 128 channels, 3x3 and 1x1 convs)
+- mobilenet_v2_224, efficientnet_b0_224, convnext_s_224: depthwise convolutions at their real
+  size, 1x3x224x224 (BatchNorm statistics randomized)
 
 Random weights (seeded); each directory gets model.onnx and inputs/*.npy. Nothing here is
 checked in: the files are tens of MB. Usage:
@@ -82,6 +84,24 @@ def resnet():
     return m, {"pixel_values": torch.randn(1, 3, 112, 112)}
 
 
+def vision(cfg_cls, model_cls, **kw):
+    def make():
+        torch.manual_seed(0)
+        m = model_cls(cfg_cls(**kw)).eval()
+        # BatchNorm statistics off their identity initialization (EfficientNet's fresh
+        # network otherwise outputs zeros).
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for mod in m.modules():
+                if isinstance(mod, torch.nn.BatchNorm2d):
+                    mod.weight.copy_(1 + 0.1 * torch.randn(mod.weight.shape, generator=g))
+                    mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
+                    mod.running_mean.copy_(0.1 * torch.randn(mod.running_mean.shape, generator=g))
+                    mod.running_var.copy_(1 + 0.1 * torch.rand(mod.running_var.shape, generator=g))
+        return m, {"pixel_values": torch.randn(1, 3, 224, 224)}
+    return make
+
+
 MODELS = {
     "gpt2_h256": text(transformers.GPT2Config, transformers.GPT2LMHeadModel, vocab_size=2048, n_embd=256,
                       n_layer=4, n_head=4, n_positions=256),
@@ -92,6 +112,15 @@ MODELS = {
                        max_position_embeddings=256),
     "vit_h192": vit,
     "resnet_56": resnet,
+    # Depthwise convolutions at their real size (added 2026-12-06): MobileNetV2 (width 1.0),
+    # EfficientNet-B0, a small ConvNeXt (7x7 depthwise, channels-last LayerNorm).
+    "mobilenet_v2_224": vision(transformers.MobileNetV2Config, transformers.MobileNetV2Model,
+                               image_size=224),
+    "efficientnet_b0_224": vision(transformers.EfficientNetConfig, transformers.EfficientNetModel,
+                                  image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
+                                  hidden_dim=1280),
+    "convnext_s_224": vision(transformers.ConvNextConfig, transformers.ConvNextModel,
+                             hidden_sizes=[48, 96, 192, 384], depths=[1, 1, 3, 1], image_size=224),
 }
 
 

@@ -111,6 +111,10 @@ pub enum FusionRule {
     /// they join its epilogue (the query and key scales PyTorch's attention export puts on
     /// each side, the key's over a transposed copy).
     ScaleAfterProduct,
+    /// `Conv2d(Pad(x, zeros on H and W), w)` → `Conv2d(x, w)` with the pads added to the
+    /// convolution's: it reads its zero padding in place (PyTorch's `ZeroPad2d` before a
+    /// `padding=0` convolution: EfficientNet, MobileNet-style stems).
+    PadIntoConv,
 }
 
 impl FusionRule {
@@ -142,6 +146,7 @@ impl FusionRule {
             FusionRule::PowerOfTwoScale => "power_of_two_scale",
             FusionRule::GeluErf => "gelu_erf",
             FusionRule::ScaleAfterProduct => "scale_after_product",
+            FusionRule::PadIntoConv => "pad_into_conv",
         }
     }
 }
@@ -365,10 +370,75 @@ pub fn rewrite(tg: &TypedGraph) -> Result<(Graph, Vec<Decision>)> {
                     dec.push(d);
                 }
             }
+            Op::Conv2d { .. } => {
+                if let Some(d) = pad_into_conv(tg, i, &mut nodes) {
+                    dec.push(d);
+                }
+            }
             _ => {}
         }
     }
     Ok((without_dead_nodes(tg, nodes), dec))
+}
+
+/// `Conv2d(Pad(x), w, b)` where the Pad is a constant-zero pad of the spatial axes only
+/// (`pads` ≥ 0, none on N or C): the convolution takes `x` with the Pad's counts added to its
+/// own `[top, left, bottom, right]`. Exact: the padded positions are zeros either way. The
+/// Pad stays for any other reader (it is dropped when the convolution was its only one).
+fn pad_into_conv(tg: &TypedGraph, i: usize, nodes: &mut [crate::ir::Node]) -> Option<Decision> {
+    let x = tg.node_inputs[i][0];
+    let p = tg.producer[x];
+    let Op::Pad {
+        pads,
+        mode: crate::ir::PadMode::Constant,
+        value,
+    } = &tg.nodes[p].op
+    else {
+        return None;
+    };
+    let Op::Conv2d { pads: cp, .. } = &tg.nodes[i].op else {
+        return None;
+    };
+    if *value != 0.0 || pads.len() != 8 || pads.iter().any(|v| *v < 0) || cp.len() != 4 {
+        return None;
+    }
+    if pads[0] != 0 || pads[1] != 0 || pads[4] != 0 || pads[5] != 0 {
+        return None;
+    }
+    // ONNX pads [n, c, h, w] begins then ends; Conv2d's [top, left, bottom, right].
+    let add = [pads[2], pads[3], pads[6], pads[7]];
+    let mut merged = Vec::with_capacity(4);
+    for (c, a) in cp.iter().zip(add) {
+        merged.push(c.checked_add(usize::try_from(a).ok()?)?);
+    }
+    let src = tg.node_inputs[p][0];
+    let Op::Conv2d {
+        strides,
+        dilations,
+        group,
+        ..
+    } = tg.nodes[i].op.clone()
+    else {
+        return None;
+    };
+    nodes[i].op = Op::Conv2d {
+        strides,
+        pads: merged.clone(),
+        dilations,
+        group,
+    };
+    nodes[i].inputs[0] = tg.tensors[src].name.clone();
+    Some(Decision::new(
+        Stage::Rewrite,
+        &tg.nodes[i].name,
+        Some("Conv2d"),
+        true,
+        FusionRule::PadIntoConv,
+        format!(
+            "Conv2d(Pad({}, zeros {:?})) -> Conv2d pads {:?}: the convolution reads its zero padding in place, the padded copy ({} bytes) is not written",
+            tg.tensors[src].name, add, merged, tg.tensors[x].bytes
+        ),
+    ))
 }
 
 /// The graph of `nodes` with the nodes left without readers dropped (sources are kept: they

@@ -792,40 +792,142 @@ fn pad_planes(g: &ConvShape, xin: &[f32], cg: usize, pad: &mut [f32]) {
 }
 
 /// One input and one output channel per group: a direct loop per output channel (the
-/// multiply-adds are few; a GEMM of one row would cost more than it saves).
+/// multiply-adds are few; a GEMM of one row would cost more than it saves). Each channel's
+/// plane is first copied zero-padded ([`depthwise_padded`]), so that every tap of an output
+/// row is a run of `Q` values without a bounds test, which the compiler vectorizes (at
+/// stride 2 with shuffles). A loop over the taps of the unpadded plane, testing each column
+/// and striding through it, ran at about 15 instructions per multiply-add; splitting the
+/// padded plane's columns into stride phases cost more than the arithmetic (MobileNetV2's
+/// 96-channel 112 × 112 stride-2 depthwise convolution, AMD EPYC Zen 3, AVX2).
 fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
     let pq = g.p * g.q;
-    let (h, wd) = (g.h as isize, g.w as isize);
-    let channel = |(nk, o): (usize, &mut [f32])| {
+    // Tap column s starts at padded column s·dw.
+    let taps: Vec<usize> = (0..g.s).map(|s| s * g.dil[1]).collect();
+    let channel = |buf: &mut Vec<f32>, (nk, o): (usize, &mut [f32])| {
         let (img, k) = (nk / g.k, nk % g.k);
         let plane = &x[(img * g.c + k) * g.h * g.w..][..g.h * g.w];
         let wk = &w[k * g.r * g.s..][..g.r * g.s];
-        o.fill(bias.map_or(0.0, |b| b[k]));
+        depthwise_channel(g, &taps, plane, wk, bias.map_or(0.0, |b| b[k]), buf, o);
+    };
+    if out.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(pq)
+            .enumerate()
+            .for_each_init(Vec::new, channel);
+    } else {
+        let mut buf = Vec::new();
+        out.chunks_mut(pq)
+            .enumerate()
+            .for_each(|c| channel(&mut buf, c));
+    }
+}
+
+/// One channel of [`depthwise`], through the AVX2 + FMA build of [`depthwise_body`] where
+/// the CPU has it (the crate is compiled for baseline x86-64: SSE, no FMA).
+fn depthwise_channel(
+    g: &ConvShape,
+    taps: &[usize],
+    plane: &[f32],
+    wk: &[f32],
+    bias: f32,
+    buf: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if tensorforge_kernels::simd::avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        unsafe { depthwise_avx2(g, taps, plane, wk, bias, buf, o) };
+        return;
+    }
+    depthwise_body::<false>(g, taps, plane, wk, bias, buf, o);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn depthwise_avx2(
+    g: &ConvShape,
+    taps: &[usize],
+    plane: &[f32],
+    wk: &[f32],
+    bias: f32,
+    buf: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    depthwise_body::<true>(g, taps, plane, wk, bias, buf, o);
+}
+
+/// One output channel `o` (`P × Q`) from its input `plane`, filter `wk` (`R × S`) and
+/// `bias`: the plane copied zero-padded ([`depthwise_padded`]), then each output row the sum
+/// over taps of the filter value times `Q` values of a padded row, every `sw`-th from the
+/// tap's column: read as the first of each chunk of `sw`, which the compiler turns into
+/// vector loads and shuffles (`FMA`: fused multiply-adds, in the AVX2 + FMA build). (Eight
+/// output columns summed over all taps in one accumulator array measured slower: 850
+/// against 660 µs for MobileNetV2's 96-channel 112 × 112 stride-2 layer, AMD EPYC Zen 3.)
+#[inline(always)]
+fn depthwise_body<const FMA: bool>(
+    g: &ConvShape,
+    taps: &[usize],
+    plane: &[f32],
+    wk: &[f32],
+    bias: f32,
+    buf: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    let cols = depthwise_padded(g, plane, buf);
+    let sw = g.stride[1];
+    o.fill(bias);
+    let fma = |v: &mut f32, wv: f32, xv: f32| {
+        *v = if FMA {
+            wv.mul_add(xv, *v)
+        } else {
+            *v + wv * xv
+        };
+    };
+    for op in 0..g.p {
+        let dst = &mut o[op * g.q..][..g.q];
         for rr in 0..g.r {
-            for ss in 0..g.s {
+            let row = &buf[(op * g.stride[0] + rr * g.dil[0]) * cols..];
+            for (ss, &c) in taps.iter().enumerate() {
                 let wv = wk[rr * g.s + ss];
-                for op in 0..g.p {
-                    let ih = (op * g.stride[0] + rr * g.dil[0]) as isize - g.pad[0] as isize;
-                    if ih < 0 || ih >= h {
-                        continue;
-                    }
-                    let src = &plane[ih as usize * g.w..][..g.w];
-                    let off = (ss * g.dil[1]) as isize - g.pad[1] as isize;
-                    for (oq, v) in o[op * g.q..][..g.q].iter_mut().enumerate() {
-                        let iw = (oq * g.stride[1]) as isize + off;
-                        if iw >= 0 && iw < wd {
-                            *v += wv * src[iw as usize];
-                        }
-                    }
+                let src = &row[c..][..g.q * sw];
+                match sw {
+                    1 => dst.iter_mut().zip(src).for_each(|(v, &x)| fma(v, wv, x)),
+                    2 => dst
+                        .iter_mut()
+                        .zip(src.chunks_exact(2))
+                        .for_each(|(v, x)| fma(v, wv, x[0])),
+                    _ => dst
+                        .iter_mut()
+                        .zip(src.chunks_exact(sw))
+                        .for_each(|(v, x)| fma(v, wv, x[0])),
                 }
             }
         }
-    };
-    if out.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(pq).enumerate().for_each(channel);
-    } else {
-        out.chunks_mut(pq).enumerate().for_each(channel);
     }
+}
+
+/// `plane` (`H × W`) copied into `buf` zero-padded to the rows and columns the output reads,
+/// `(P − 1)·sh + (R − 1)·dh + 1` by `cols = (Q − 1)·sw + (S − 1)·dw + 1` (the leading pads
+/// from `g.pad`, the trailing ones whatever is left), plus `sw` values of slack at the end
+/// so that the last tap's run of `Q · sw` values stays inside. Returns `cols`. `buf` must be
+/// empty or left by a call with the same geometry: its padding is zeroed only when its
+/// length changes (every channel writes the same positions).
+fn depthwise_padded(g: &ConvShape, plane: &[f32], buf: &mut Vec<f32>) -> usize {
+    let sw = g.stride[1];
+    let rows = (g.p - 1) * g.stride[0] + (g.r - 1) * g.dil[0] + 1;
+    let cols = (g.q - 1) * sw + (g.s - 1) * g.dil[1] + 1;
+    if buf.len() != rows * cols + sw {
+        buf.clear();
+        buf.resize(rows * cols + sw, 0.0);
+    }
+    let n = g.w.min(cols.saturating_sub(g.pad[1]));
+    for r in 0..rows {
+        let Some(ih) = r.checked_sub(g.pad[0]).filter(|&ih| ih < g.h) else {
+            continue;
+        };
+        // Input columns [0, W) at padded columns [pad_left, …), clipped.
+        buf[r * cols + g.pad[1]..][..n].copy_from_slice(&plane[ih * g.w..][..n]);
+    }
+    cols
 }
 
 #[cfg(test)]
