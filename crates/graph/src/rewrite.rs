@@ -1991,6 +1991,63 @@ mod tests {
             / scale
     }
 
+    /// `x → Pad → Conv2d` with the given Pad (`pads`, `mode`, `value`), the convolution's
+    /// own pads `[0, 1, 0, 1]`, stride 2.
+    fn padded_conv_graph(pads: &str, mode: &str, value: f64) -> Graph {
+        Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+              {{"name":"x","op":"Input","attrs":{{"shape":[1,2,6,7],"dtype":"fp32"}}}},
+              {{"name":"w","op":"Weight","attrs":{{"shape":[3,2,3,3],"dtype":"fp32"}}}},
+              {{"name":"xp","op":"Pad","inputs":["x"],"attrs":{{"pads":{pads},"mode":"{mode}","value":{value:?}}}}},
+              {{"name":"y","op":"Conv2d","inputs":["xp","w"],"attrs":{{"strides":[2,2],"pads":[0,1,0,1],"dilations":[1,1],"group":1}}}}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_zero_pad_of_the_spatial_axes_becomes_the_convolutions_own() {
+        let run = |c: &crate::fusion::Compiled| {
+            let mut ins = std::collections::HashMap::new();
+            crate::exec::fill_inputs(&c.unfused.graph, &mut ins, 5).unwrap();
+            let a = crate::exec::execute(&c.fused, &ins).unwrap();
+            let b = crate::exec::execute(&c.unfused, &ins).unwrap();
+            assert_eq!(a.outputs[0].1, b.outputs[0].1);
+            // Exact: the padded positions are zeros either way.
+            assert_eq!(a.outputs[0].2, b.outputs[0].2);
+        };
+        // Pads top 1, left 0, bottom 2, right 1 added to the convolution's [0, 1, 0, 1]:
+        // [top 0+1, left 1+0, bottom 0+2, right 1+1] = [1, 1, 2, 2].
+        let c = crate::fusion::compile(&padded_conv_graph("[0,0,1,0,0,0,2,1]", "constant", 0.0))
+            .unwrap();
+        let conv = c.fused.graph.nodes.iter().find(|n| n.name == "y").unwrap();
+        assert!(matches!(&conv.op, Op::Conv2d { pads, .. } if pads == &[1, 1, 2, 2]));
+        assert_eq!(conv.inputs[0], "x");
+        assert!(!c.fused.graph.nodes.iter().any(|n| n.name == "xp"));
+        assert!(c
+            .decisions
+            .iter()
+            .any(|d| d.rule == FusionRule::PadIntoConv && d.accepted && d.node == "y"));
+        run(&c);
+        // Left alone: a pad of the batch axis, a non-zero fill, a mirror pad, a crop.
+        for (pads, mode, value) in [
+            ("[1,0,0,0,0,0,0,0]", "constant", 0.0),
+            ("[0,0,1,1,0,0,1,1]", "constant", 0.5),
+            ("[0,0,1,1,0,0,1,1]", "reflect", 0.0),
+            ("[0,0,-1,0,0,0,1,1]", "constant", 0.0),
+        ] {
+            let c = crate::fusion::compile(&padded_conv_graph(pads, mode, value)).unwrap();
+            assert!(
+                c.fused.graph.nodes.iter().any(|n| n.name == "xp"),
+                "{pads} {mode} {value}"
+            );
+            assert!(!c
+                .decisions
+                .iter()
+                .any(|d| d.rule == FusionRule::PadIntoConv));
+            run(&c);
+        }
+    }
+
     #[test]
     fn scales_on_both_operands_move_after_the_product() {
         let c = crate::fusion::compile(&scaled_scores_graph("", false, "[]")).unwrap();

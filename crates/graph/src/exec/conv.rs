@@ -852,7 +852,115 @@ unsafe fn depthwise_avx2(
     buf: &mut Vec<f32>,
     o: &mut [f32],
 ) {
+    if g.stride[1] == 1 {
+        let cols = depthwise_padded(g, plane, buf);
+        depthwise_rows_unit_avx2(g, taps, cols, wk, bias, buf, o);
+        return;
+    }
     depthwise_body::<true>(g, taps, plane, wk, bias, buf, o);
+}
+
+/// The output rows of a unit-stride depthwise channel over its padded plane `buf` (`cols`
+/// wide, from [`depthwise_padded`]), AVX2 + FMA: 32, then 8 output columns at a time, each
+/// vector summed over every tap in registers and stored once (the taps take turns between
+/// independent sums, so that the fused multiply-adds' latency is hidden), the last
+/// `Q mod 8` in scalar code.
+/// Summing tap by tap into the output row instead loads and stores each output vector once
+/// per tap.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn depthwise_rows_unit_avx2(
+    g: &ConvShape,
+    taps: &[usize],
+    cols: usize,
+    wk: &[f32],
+    bias: f32,
+    buf: &[f32],
+    o: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let rows = (g.p - 1) * g.stride[0] + (g.r - 1) * g.dil[0] + 1;
+    // Every read below is at padded row < rows and column < (Q − 1) + (S − 1)·dw + 1 =
+    // cols (unit stride), inside `buf`.
+    assert!(buf.len() >= rows * cols && o.len() >= g.p * g.q && wk.len() >= g.r * g.s);
+    assert!(taps.iter().all(|&c| c + g.q <= cols));
+    let row_at = |op: usize, rr: usize| (op * g.stride[0] + rr * g.dil[0]) * cols;
+    // Every tap as (offset from the output row's first padded value, filter value).
+    let tap: Vec<(usize, f32)> = (0..g.r)
+        .flat_map(|rr| {
+            taps.iter()
+                .enumerate()
+                .map(move |(ss, &c)| (rr * g.dil[0] * cols + c, wk[rr * g.s + ss]))
+        })
+        .collect();
+    let (pairs, odd) = (tap.chunks_exact(2), tap.len() % 2 == 1);
+    let last = tap.last().copied();
+    for op in 0..g.p {
+        let dst = o.as_mut_ptr().add(op * g.q);
+        let base = buf.as_ptr().add(op * g.stride[0] * cols);
+        let mut j = 0;
+        while j + 32 <= g.q {
+            // Two sets of four sums, the taps of each pair split between them.
+            let x = base.add(j);
+            let (mut a0, mut a1, mut a2, mut a3) = (
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+            );
+            let (mut b0, mut b1, mut b2, mut b3) = (a0, a0, a0, a0);
+            for pr in pairs.clone() {
+                let (p0, w0) = (x.add(pr[0].0), _mm256_set1_ps(pr[0].1));
+                let (p1, w1) = (x.add(pr[1].0), _mm256_set1_ps(pr[1].1));
+                a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0), a0);
+                a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(8)), a1);
+                a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(16)), a2);
+                a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(24)), a3);
+                b0 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1), b0);
+                b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(8)), b1);
+                b2 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(16)), b2);
+                b3 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(24)), b3);
+            }
+            if let (true, Some((off, w))) = (odd, last) {
+                let (p0, w0) = (x.add(off), _mm256_set1_ps(w));
+                a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0), a0);
+                a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(8)), a1);
+                a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(16)), a2);
+                a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(24)), a3);
+            }
+            let bv = _mm256_set1_ps(bias);
+            for (v, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3)]
+                .into_iter()
+                .enumerate()
+            {
+                _mm256_storeu_ps(dst.add(j + 8 * v), _mm256_add_ps(_mm256_add_ps(a, b), bv));
+            }
+            j += 32;
+        }
+        while j + 8 <= g.q {
+            // Two sums, the taps of each pair split between them.
+            let x = base.add(j);
+            let (mut a, mut b) = (_mm256_set1_ps(bias), _mm256_setzero_ps());
+            for pr in pairs.clone() {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(pr[0].1), _mm256_loadu_ps(x.add(pr[0].0)), a);
+                b = _mm256_fmadd_ps(_mm256_set1_ps(pr[1].1), _mm256_loadu_ps(x.add(pr[1].0)), b);
+            }
+            if let (true, Some((off, w))) = (odd, last) {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_loadu_ps(x.add(off)), a);
+            }
+            _mm256_storeu_ps(dst.add(j), _mm256_add_ps(a, b));
+            j += 8;
+        }
+        for jj in j..g.q {
+            let mut a = bias;
+            for rr in 0..g.r {
+                for (ss, &c) in taps.iter().enumerate() {
+                    a = wk[rr * g.s + ss].mul_add(buf[row_at(op, rr) + jj + c], a);
+                }
+            }
+            *dst.add(jj) = a;
+        }
+    }
 }
 
 /// One output channel `o` (`P × Q`) from its input `plane`, filter `wk` (`R × S`) and
@@ -1072,6 +1180,61 @@ mod tests {
                                 "case {i} {kern:?} {threads}T [{j}]: {a} vs {e}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Depthwise convolutions ([`depthwise`]) against the definition: end padding implied by
+    /// the output size (SAME_UPPER at stride 2: 16 rows need (8 − 1)·2 + 3 = 17, one padded
+    /// at the end), 5×5 taps, stride 3, dilation 2 with unequal strides, output widths off
+    /// the vector width, and one large enough for the channels to split over two workers
+    /// (32·96·96 = 294,912 outputs ≥ 2^18).
+    #[test]
+    fn depthwise_geometries_match_the_definition() {
+        // (n, c, h, w, r, s, stride, leading pad, p, q, dilation)
+        let cases = [
+            (2, 5, 16, 16, 3, 3, [2, 2], [0, 0], 8, 8, [1, 1]),
+            (1, 4, 13, 21, 5, 5, [1, 1], [2, 2], 13, 21, [1, 1]),
+            (1, 3, 17, 19, 3, 3, [3, 3], [1, 1], 6, 7, [1, 1]),
+            (1, 4, 20, 20, 3, 3, [1, 2], [2, 2], 20, 10, [2, 2]),
+            (1, 32, 96, 96, 3, 3, [1, 1], [1, 1], 96, 96, [1, 1]),
+        ];
+        for (i, &(n, c, h, w, r, s, stride, pad, p, q, dil)) in cases.iter().enumerate() {
+            let g = ConvShape {
+                n,
+                c,
+                h,
+                w,
+                k: c,
+                r,
+                s,
+                p,
+                q,
+                stride,
+                pad,
+                dil,
+                group: c,
+            };
+            let x: Vec<f32> = (0..n * c * h * w)
+                .map(|j| ((j * 37 % 101) as f32 - 50.0) / 25.0)
+                .collect();
+            let wt: Vec<f32> = (0..c * r * s)
+                .map(|j| ((j * 53 % 97) as f32 - 48.0) / 40.0)
+                .collect();
+            let b: Vec<f32> = (0..c).map(|j| j as f32 * 0.25 - 1.0).collect();
+            for bias in [None, Some(b.as_slice())] {
+                let want = reference(&g, &x, &wt, bias);
+                for threads in [1, 2] {
+                    let mut got = vec![f32::NAN; want.len()];
+                    crate::exec::with_threads(threads, || depthwise(&g, &x, &wt, bias, &mut got))
+                        .unwrap();
+                    for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "case {i} {threads}T [{j}]: {a} vs {e}"
+                        );
                     }
                 }
             }
