@@ -840,7 +840,7 @@ fn depthwise_channel(
     buf: &mut Vec<f32>,
     o: &mut [f32],
 ) {
-    if g.q < 8 {
+    if g.p * g.q <= 4 {
         depthwise_direct(g, plane, wk, bias, o);
         return;
     }
@@ -853,10 +853,11 @@ fn depthwise_channel(
     depthwise_body::<false>(g, taps.0, plane, wk, bias, buf, o);
 }
 
-/// A depthwise channel whose output rows are shorter than a vector (the 1 × 1 and 2 × 2
-/// maps at the end of MobileNetV2 at 32 × 32): each output value summed over the taps that
-/// fall inside the plane, no padded copy (which cost more than the arithmetic there: 34 µs
-/// against 51 for 672 channels of 1 × 1, AMD EPYC Zen 3).
+/// A depthwise channel of at most four outputs (the 1 × 1 and 2 × 2 maps at the end of
+/// MobileNetV2 at 32 × 32): each output value summed over the taps that fall inside the
+/// plane, no padded copy (which cost more than the arithmetic there: 34 µs against 51 for
+/// 672 channels of 1 × 1, AMD EPYC Zen 3). On 7 × 7 maps this loop took 3× the padded
+/// path's time.
 fn depthwise_direct(g: &ConvShape, plane: &[f32], wk: &[f32], bias: f32, o: &mut [f32]) {
     for op in 0..g.p {
         for oq in 0..g.q {
@@ -893,7 +894,7 @@ unsafe fn depthwise_avx2(
     buf: &mut Vec<f32>,
     o: &mut [f32],
 ) {
-    if g.stride[1] == 1 {
+    if g.stride[1] == 1 && g.q >= 8 {
         let cols = depthwise_padded(g, plane, buf);
         depthwise_rows_unit_avx2(g, taps, cols, wk, bias, buf, o);
         return;
@@ -977,8 +978,12 @@ unsafe fn depthwise_rows_unit_avx2(
             }
             j += 32;
         }
-        while j + 8 <= g.q {
-            // Two sums, the taps of each pair split between them.
+        while j < g.q && g.q >= 8 {
+            // Two sums, the taps of each pair split between them. The last vector overlaps
+            // the one before when Q is not a multiple of 8: it stores whole sums, so the
+            // columns computed twice get the same values (a scalar tail of 6 columns took
+            // MobileNetV2's 14 × 14 layers from 374 to 530 µs).
+            j = j.min(g.q - 8);
             let x = base.add(j);
             let (mut a, mut b) = (_mm256_set1_ps(bias), _mm256_setzero_ps());
             for ((o0, v0), (o1, v1)) in pairs() {
@@ -992,6 +997,7 @@ unsafe fn depthwise_rows_unit_avx2(
             j += 8;
         }
         for jj in j..g.q {
+            // Rows shorter than a vector (not sent here by `depthwise_avx2`).
             let mut a = bias;
             for rr in 0..g.r {
                 for (ss, &c) in taps.iter().enumerate() {
@@ -1228,16 +1234,18 @@ mod tests {
 
     /// Depthwise convolutions ([`depthwise`]) against the definition: end padding implied by
     /// the output size (SAME_UPPER at stride 2: 16 rows need (8 − 1)·2 + 3 = 17, one padded
-    /// at the end), 5×5 taps, stride 3 with output rows shorter than a vector (the direct
-    /// path) and longer, dilation 2 with unequal strides, output widths off the vector
-    /// width, 2 × 2 maps, and one large enough for the channels to split over two workers
-    /// (32·96·96 = 294,912 outputs ≥ 2^18).
+    /// at the end), 5×5 taps, 14 columns (a last vector overlapping the one before) and 7
+    /// (shorter than a vector), stride 3 with short and long rows, dilation 2 with unequal
+    /// strides, 2 × 2 maps (the direct path), and one large enough for the channels to split
+    /// over two workers (32·96·96 = 294,912 outputs ≥ 2^18).
     #[test]
     fn depthwise_geometries_match_the_definition() {
         // (n, c, h, w, r, s, stride, leading pad, p, q, dilation)
         let cases = [
             (2, 5, 16, 16, 3, 3, [2, 2], [0, 0], 8, 8, [1, 1]),
             (1, 4, 13, 21, 5, 5, [1, 1], [2, 2], 13, 21, [1, 1]),
+            (1, 5, 14, 14, 3, 3, [1, 1], [1, 1], 14, 14, [1, 1]),
+            (1, 3, 7, 7, 3, 3, [1, 1], [1, 1], 7, 7, [1, 1]),
             (1, 3, 17, 19, 3, 3, [3, 3], [1, 1], 6, 7, [1, 1]),
             (1, 3, 30, 31, 3, 3, [3, 3], [1, 1], 10, 11, [1, 1]),
             (2, 6, 2, 2, 3, 3, [1, 1], [1, 1], 2, 2, [1, 1]),
