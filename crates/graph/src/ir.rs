@@ -1139,6 +1139,21 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
         tensor: t.name.clone(),
         detail,
     };
+    // Gather's and GatherElements' data axis, after checking that the indices are integers.
+    let gather_axis = |d: &TensorInfo, idx: &TensorInfo, axis: i64| -> Result<usize> {
+        if !idx.dtype.is_integer() {
+            return Err(shape_err(
+                idx,
+                format!("indices must be an integer tensor, got {}", idx.dtype),
+            ));
+        }
+        norm_axis(axis, d.shape.len()).ok_or_else(|| {
+            shape_err(
+                d,
+                format!("axis {axis} is out of range for rank {}", d.shape.len()),
+            )
+        })
+    };
     let arity = |k: usize| -> Result<()> {
         if ins.len() != k {
             Err(inv(format!("expects {k} inputs, got {}", ins.len())))
@@ -1747,18 +1762,7 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
         Op::GatherElements { axis } => {
             arity(2)?;
             let (d, idx) = (ins[0], ins[1]);
-            if !idx.dtype.is_integer() {
-                return Err(shape_err(
-                    idx,
-                    format!("indices must be an integer tensor, got {}", idx.dtype),
-                ));
-            }
-            let a = norm_axis(*axis, d.shape.len()).ok_or_else(|| {
-                shape_err(
-                    d,
-                    format!("axis {axis} is out of range for rank {}", d.shape.len()),
-                )
-            })?;
+            let a = gather_axis(d, idx, *axis)?;
             let fits = idx.shape.len() == d.shape.len()
                 && idx
                     .shape
@@ -1780,18 +1784,7 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
         Op::Gather { axis } => {
             arity(2)?;
             let (d, idx) = (ins[0], ins[1]);
-            if !idx.dtype.is_integer() {
-                return Err(shape_err(
-                    idx,
-                    format!("indices must be an integer tensor, got {}", idx.dtype),
-                ));
-            }
-            let a = norm_axis(*axis, d.shape.len()).ok_or_else(|| {
-                shape_err(
-                    d,
-                    format!("axis {axis} is out of range for rank {}", d.shape.len()),
-                )
-            })?;
+            let a = gather_axis(d, idx, *axis)?;
             let mut s = d.shape[..a].to_vec();
             s.extend_from_slice(&idx.shape);
             s.extend_from_slice(&d.shape[a + 1..]);
