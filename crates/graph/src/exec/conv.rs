@@ -806,7 +806,7 @@ fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mu
     // Tap (r, s), filter value r·S + s, as its offset in the padded plane from an output
     // row's first value (`cols` as [`depthwise_padded`] lays it out): computed once, not
     // per channel (a model at 32 × 32 has hundreds of 1 × 1 channels).
-    let cols = (g.q - 1) * g.stride[1] + (g.s - 1) * g.dil[1] + 1;
+    let (_, cols) = padded_dims(g);
     let offs: Vec<usize> = (0..g.r)
         .flat_map(|rr| taps.iter().map(move |&c| rr * g.dil[0] * cols + c))
         .collect();
@@ -905,8 +905,8 @@ unsafe fn depthwise_avx2(
 /// The output rows of a unit-stride depthwise channel over its padded plane `buf` (`cols`
 /// wide, from [`depthwise_padded`]), AVX2 + FMA: 32, then 8 output columns at a time, each
 /// vector summed over every tap in registers and stored once (the taps take turns between
-/// independent sums, so that the fused multiply-adds' latency is hidden), the last
-/// `Q mod 8` in scalar code.
+/// independent sums, so that the fused multiply-adds' latency is hidden), the last vector
+/// overlapping the one before when `Q` is not a multiple of 8 (`Q ≥ 8`).
 /// Summing tap by tap into the output row instead loads and stores each output vector once
 /// per tap.
 #[cfg(target_arch = "x86_64")]
@@ -921,7 +921,7 @@ unsafe fn depthwise_rows_unit_avx2(
     o: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let rows = (g.p - 1) * g.stride[0] + (g.r - 1) * g.dil[0] + 1;
+    let (rows, _) = padded_dims(g);
     // Every read below is at padded row < rows and column < (Q − 1) + (S − 1)·dw + 1 =
     // cols (unit stride), inside `buf`.
     assert!(buf.len() >= rows * cols && o.len() >= g.p * g.q);
@@ -1059,16 +1059,15 @@ fn depthwise_body<const FMA: bool>(
     }
 }
 
-/// `plane` (`H × W`) copied into `buf` zero-padded to the rows and columns the output reads,
-/// `(P − 1)·sh + (R − 1)·dh + 1` by `cols = (Q − 1)·sw + (S − 1)·dw + 1` (the leading pads
-/// from `g.pad`, the trailing ones whatever is left), plus `sw` values of slack at the end
-/// so that the last tap's run of `Q · sw` values stays inside. Returns `cols`. `buf` must be
-/// empty or left by a call with the same geometry: its padding is zeroed only when its
-/// length changes (every channel writes the same positions).
+/// `plane` (`H × W`) copied into `buf` zero-padded to the rows and columns the output reads
+/// ([`padded_dims`]: `(P − 1)·sh + (R − 1)·dh + 1` by `cols = (Q − 1)·sw + (S − 1)·dw + 1`;
+/// the leading pads from `g.pad`, the trailing ones whatever is left), plus `sw` values of
+/// slack at the end so that the last tap's run of `Q · sw` values stays inside. Returns
+/// `cols`. `buf` must be empty or left by a call with the same geometry: its padding is
+/// zeroed only when its length changes (every channel writes the same positions).
 fn depthwise_padded(g: &ConvShape, plane: &[f32], buf: &mut Vec<f32>) -> usize {
     let sw = g.stride[1];
-    let rows = (g.p - 1) * g.stride[0] + (g.r - 1) * g.dil[0] + 1;
-    let cols = (g.q - 1) * sw + (g.s - 1) * g.dil[1] + 1;
+    let (rows, cols) = padded_dims(g);
     if buf.len() != rows * cols + sw {
         buf.clear();
         buf.resize(rows * cols + sw, 0.0);
