@@ -692,8 +692,9 @@ const PROLOGUE_MIN_PRODUCT_BYTES: u64 = 32 << 10;
 const CONV_EPILOGUE_MAX: usize = 3;
 
 /// Whether node `i` joins convolution kernel `g` as an epilogue: a unary op, or a binary op
-/// with its other operand from memory of the same shape, applied to the kernel's last value
-/// (the convolution's output or the previous epilogue node's), which nothing else reads.
+/// with its other operand from memory of the same shape or of one element (ReLU6's bounds),
+/// applied to the kernel's last value (the convolution's output or the previous epilogue
+/// node's), which nothing else reads.
 fn conv_epilogue(
     tg: &TypedGraph,
     grp: &Group,
@@ -703,9 +704,16 @@ fn conv_epilogue(
 ) -> Verdict {
     let k = kname(g);
     let op = &tg.nodes[i].op;
-    if tg.class(i) != OpClass::Elementwise || !(op.is_unary() || op.is_binary()) {
+    let out = &tg.tensors[tg.node_outputs[i][0]].shape;
+    // Every input of the output's shape, or of one element with the output no smaller.
+    let shapes_fit = tg.node_inputs[i].iter().all(|&t| {
+        let sh = &tg.tensors[t].shape;
+        sh == out || (tg.tensors[t].numel == 1 && sh.len() <= out.len())
+    });
+    let elementwise = matches!(tg.class(i), OpClass::Elementwise | OpClass::Broadcast);
+    if !elementwise || !shapes_fit || !(op.is_unary() || op.is_binary()) {
         return Err(format!(
-            "kernel {k} is a convolution; only a same-shape unary or binary op joins it as an epilogue"
+            "kernel {k} is a convolution; only a unary op, or a binary op with an operand of the same shape or of one element, joins it as an epilogue"
         ));
     }
     if grp.nodes.len() > CONV_EPILOGUE_MAX {
@@ -717,9 +725,9 @@ fn conv_epilogue(
     let mut chain = 0;
     for &t in &tg.node_inputs[i] {
         if group_of[tg.producer[tg.base(t)]] == Some(g) {
-            if t != last {
+            if t != last || &tg.tensors[t].shape != out {
                 return Err(format!(
-                    "input `{}` is not kernel {k}'s last value (a view of it, or an earlier one)",
+                    "input `{}` is not kernel {k}'s last value (a view of it, an earlier one, or broadcast)",
                     tg.tensors[t].name
                 ));
             }
@@ -1257,6 +1265,54 @@ mod tests {
         let fused = crate::exec::execute(p, &ins).unwrap();
         let unfused = crate::exec::execute(&c.unfused, &ins).unwrap();
         assert_eq!(fused.outputs, unfused.outputs);
+    }
+
+    /// ReLU6 (`Clip` as ClipLow and ClipHigh by one-element bounds) and a scalar `Mul` join
+    /// a depthwise convolution (blocked across channels, 7 × 7) and a dense one as their
+    /// epilogue; the convolution applies the clamp to its sums itself, the Mul runs after it.
+    /// The fused program's values equal the unfused program's exactly (a clamp is exact).
+    #[test]
+    fn a_convolution_takes_relu6_by_scalar_bounds_as_its_epilogue() {
+        let c = compile(&g(r#"{"nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[1,24,7,7],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[24,1,3,3],"dtype":"fp32"}},
+          {"name":"w2","op":"Weight","attrs":{"shape":[16,24,1,1],"dtype":"fp32"}},
+          {"name":"lo","op":"Constant","attrs":{"shape":[],"dtype":"fp32","value":-0.25}},
+          {"name":"hi","op":"Constant","attrs":{"shape":[],"dtype":"fp32","value":0.5}},
+          {"name":"s","op":"Constant","attrs":{"shape":[],"dtype":"fp32","value":3.0}},
+          {"name":"c","op":"Conv2d","inputs":["x","w"],"attrs":{"strides":[1,1],"pads":[1,1,1,1],"dilations":[1,1],"group":24}},
+          {"name":"l","op":"ClipLow","inputs":["c","lo"]},
+          {"name":"h","op":"ClipHigh","inputs":["l","hi"]},
+          {"name":"m","op":"Mul","inputs":["h","s"]},
+          {"name":"c2","op":"Conv2d","inputs":["m","w2"],"attrs":{"strides":[1,1],"pads":[0,0,0,0],"dilations":[1,1],"group":1}},
+          {"name":"l2","op":"ClipLow","inputs":["c2","lo"]},
+          {"name":"h2","op":"ClipHigh","inputs":["l2","hi"]}]}"#))
+        .unwrap();
+        let p = &c.fused;
+        let names: Vec<Vec<&str>> = p
+            .kernels
+            .iter()
+            .map(|k| {
+                k.nodes
+                    .iter()
+                    .map(|&n| p.graph.nodes[n].name.as_str())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [vec!["c", "l", "h", "m"], vec!["c2", "l2", "h2"]],
+            "{:#?}",
+            c.decisions
+        );
+        let mut ins = std::collections::HashMap::new();
+        crate::exec::fill_inputs(&p.graph, &mut ins, 5).unwrap();
+        let fused = crate::exec::execute(p, &ins).unwrap();
+        let unfused = crate::exec::execute(&c.unfused, &ins).unwrap();
+        assert_eq!(fused.outputs, unfused.outputs);
+        // The clamp bit: values at both bounds occur (fill_inputs draws from [−1, 1]).
+        let y = &fused.outputs[0].2;
+        assert!(y.contains(&-0.25) && y.contains(&0.5), "{y:?}");
     }
 
     #[test]

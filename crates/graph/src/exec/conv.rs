@@ -13,11 +13,15 @@
 //! a linear layer over its patches ([`patch_embedding`]). Without that kernel
 //! (other CPUs) the column matrix goes to faer. Large products split their output channels
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
-//! (one input and one output channel per group) skip the GEMM: a direct loop per channel,
-//! channels in parallel.
-//! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, fusing the
-//! following activation into the GEMM's epilogue.
+//! (one input and one output channel per group) skip the GEMM: across channels in blocks
+//! of a vector (module `depthwise`), or, on wide unit-stride maps, a loop per channel over
+//! its rows, channels in parallel. A clamp (ReLU, ReLU6) of the following nodes is applied
+//! by the depthwise kernel to its sums, and by the other paths to each product's output
+//! while it is in cache.
+//! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, applying the
+//! clamp inside the GEMM's microkernel.
 
+use super::depthwise::Clamp;
 use faer::{Accum, MatRef};
 use rayon::prelude::*;
 use tensorforge_kernels::sgemm::{Kernel, Right};
@@ -190,6 +194,7 @@ pub(crate) fn conv2d(
     scratch: &mut Vec<f32>,
     filters: &super::winograd::FilterCache,
     node: usize,
+    clamp: Clamp,
 ) -> Result<(), String> {
     let kern = Kernel::detect();
     if let Some(kern) = kern.filter(|_| super::winograd::applies(g, kern)) {
@@ -198,9 +203,21 @@ pub(crate) fn conv2d(
         }
         let need = super::winograd::scratch_len(g);
         grow_scratch(scratch, need, "Winograd")?;
-        return super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch);
+        super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch)?;
+        clamp.apply_slice(out);
+        return Ok(());
     }
-    conv2d_with(kern, g, x, w, bias, out, scratch, Some((filters, node)))
+    conv2d_with(
+        kern,
+        g,
+        x,
+        w,
+        bias,
+        out,
+        scratch,
+        Some((filters, node)),
+        clamp,
+    )
 }
 
 /// The direct paths of [`conv2d`] (never Winograd), for comparisons.
@@ -212,7 +229,17 @@ pub(crate) fn conv2d_direct(
     out: &mut [f32],
     scratch: &mut Vec<f32>,
 ) -> Result<(), String> {
-    conv2d_with(Kernel::detect(), g, x, w, None, out, scratch, None)
+    conv2d_with(
+        Kernel::detect(),
+        g,
+        x,
+        w,
+        None,
+        out,
+        scratch,
+        None,
+        Clamp::NONE,
+    )
 }
 
 /// [`conv2d`] with the GEMM chosen by the caller: `kern`, or faer when `None`; the filters
@@ -228,6 +255,7 @@ fn conv2d_with(
     out: &mut [f32],
     scratch: &mut Vec<f32>,
     cache: Option<(&super::winograd::FilterCache, usize)>,
+    clamp: Clamp,
 ) -> Result<(), String> {
     let cg = g.c / g.group;
     let kg = g.k / g.group;
@@ -240,11 +268,18 @@ fn conv2d_with(
         return Ok(());
     }
     if cg == 1 && kg == 1 {
+        if super::depthwise::applies(g) {
+            super::depthwise::depthwise_blocked(g, x, w, bias, clamp, out);
+            return Ok(());
+        }
         depthwise(g, x, w, bias, out);
+        clamp.apply_slice(out);
         return Ok(());
     }
     if let Some(kern) = kern.filter(|_| patches_apply(g, kern)) {
-        return patch_embedding(kern, g, x, w, bias, out, scratch, cache);
+        patch_embedding(kern, g, x, w, bias, out, scratch, cache)?;
+        clamp.apply_slice(out);
+        return Ok(());
     }
     let Layout {
         cols,
@@ -348,12 +383,14 @@ fn conv2d_with(
             .try_for_each(|(wi, (ob, sc))| {
                 for (j, o) in ob.chunks_mut(kg * pq).enumerate() {
                     one(wi * per + j, o, sc)?;
+                    clamp.apply_slice(o);
                 }
                 Ok(())
             })
     } else {
         for (idx, o) in out.chunks_mut(kg * pq).enumerate() {
             one(idx, o, work)?;
+            clamp.apply_slice(o);
         }
         Ok(())
     }
@@ -698,7 +735,7 @@ fn faer_product(
 /// Rows and columns of the zero-padded planes a convolution reads: output row `p` and tap `r`
 /// read padded row `p·stride + r·dil` (input row `p·stride + r·dil − pad_top`), so the last
 /// one read is `(P − 1)·stride + (R − 1)·dil`.
-fn padded_dims(g: &ConvShape) -> (usize, usize) {
+pub(crate) fn padded_dims(g: &ConvShape) -> (usize, usize) {
     if g.p == 0 || g.q == 0 || g.r == 0 || g.s == 0 {
         return (0, 0); // an empty output reads nothing
     }
@@ -791,7 +828,8 @@ fn pad_planes(g: &ConvShape, xin: &[f32], cg: usize, pad: &mut [f32]) {
     }
 }
 
-/// One input and one output channel per group: a direct loop per output channel (the
+/// One input and one output channel per group, on wide unit-stride maps (where
+/// [`super::depthwise::applies`] leaves it here): a direct loop per output channel (the
 /// multiply-adds are few; a GEMM of one row would cost more than it saves). Each channel's
 /// plane is first copied zero-padded ([`depthwise_padded`]), so that every tap of an output
 /// row is a run of `Q` values without a bounds test, which the compiler vectorizes (at
@@ -1207,7 +1245,18 @@ mod tests {
             );
             for kern in kernels {
                 for bias in [None, Some(b.as_slice())] {
-                    let want = reference(&g, &x, &wt, bias);
+                    // With a bias, a clamp too (applied to each product's output).
+                    let clamp = match bias {
+                        Some(_) => Clamp {
+                            lo: -0.5,
+                            hi: 0.75,
+                            relu: false,
+                        },
+                        None => Clamp::NONE,
+                    };
+                    let mut want = reference(&g, &x, &wt, bias);
+                    want.iter_mut()
+                        .for_each(|v| *v = v.clamp(clamp.lo, clamp.hi));
                     for threads in [1, 2] {
                         let mut got = vec![f32::NAN; want.len()];
                         // Scratch full of NaN: every value the product reads is written first.
@@ -1215,7 +1264,17 @@ mod tests {
                         // On two workers, the (image, group)-parallel path and the row split
                         // run where they apply.
                         crate::exec::with_threads(threads, || {
-                            conv2d_with(kern, &g, &x, &wt, bias, &mut got, &mut scratch, None)
+                            conv2d_with(
+                                kern,
+                                &g,
+                                &x,
+                                &wt,
+                                bias,
+                                &mut got,
+                                &mut scratch,
+                                None,
+                                clamp,
+                            )
                         })
                         .unwrap()
                         .unwrap();

@@ -28,6 +28,7 @@
 mod attention;
 mod blocks;
 mod conv;
+mod depthwise;
 mod elementwise;
 mod gather;
 mod gather_elements;

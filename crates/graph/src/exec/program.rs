@@ -344,28 +344,71 @@ fn run_program<'a>(
     })
 }
 
-/// The elementwise nodes after a convolution in its kernel (`FusionRule::ConvEpilogue`),
-/// each one pass over the output while it is in cache; a value consumed by the next node is
-/// returned to the pool.
-fn conv_epilogue(st: &mut State, k: &Kernel) -> Result<()> {
+/// The leading epilogue nodes of convolution kernel `k` that the convolution applies to
+/// its sums itself, as one [`Clamp`]: a `Relu`, or a `ClipLow` then a `ClipHigh` (ONNX
+/// `Clip`: ReLU6) by one-element bounds that are not NaN; and how many nodes that is.
+fn clamp_prefix(st: &State, k: &Kernel) -> (super::depthwise::Clamp, usize) {
+    use crate::optable::{BinaryFn, UnaryFn};
     let tg = st.tg;
-    for w in k.nodes.windows(2) {
+    let mut c = super::depthwise::Clamp::NONE;
+    let mut folded = 0;
+    for &e in &k.nodes[1..] {
+        let ins = &tg.node_inputs[e];
+        // The node's one-element operand (the other is the chain, checked by the fusion
+        // rule): its value, if it is not NaN.
+        let bound = || {
+            let t = *ins.get(1)?;
+            let v = *st.bufs[t].as_deref()?.first()?;
+            (tg.tensors[t].numel == 1 && !v.is_nan()).then_some(v)
+        };
+        let unset = c == super::depthwise::Clamp::NONE;
+        match &tg.nodes[e].op {
+            Op::Unary { f: UnaryFn::Relu } if unset => {
+                c.lo = 0.0;
+                c.relu = true;
+            }
+            Op::Binary {
+                f: BinaryFn::ClipLow,
+            } if unset => match bound() {
+                Some(v) => c.lo = v,
+                None => break,
+            },
+            Op::Binary {
+                f: BinaryFn::ClipHigh,
+            } if c.hi == f32::INFINITY && !c.relu => match bound() {
+                Some(v) => c.hi = v,
+                None => break,
+            },
+            _ => break,
+        }
+        folded += 1;
+    }
+    (c, folded)
+}
+
+/// The elementwise nodes after a convolution in its kernel (`FusionRule::ConvEpilogue`),
+/// `nodes[0]` the one whose value is stored, each one pass over the output while it is in
+/// cache; a one-element operand is read as a constant; a value consumed by the next node is
+/// returned to the pool.
+fn conv_epilogue(st: &mut State, nodes: &[usize]) -> Result<()> {
+    use super::elementwise::Src;
+    let tg = st.tg;
+    for w in nodes.windows(2) {
         let (prev, e) = (w[0], w[1]);
         let chain = tg.node_outputs[prev][0];
         let o = tg.node_outputs[e][0];
         let ins = &tg.node_inputs[e];
         let mut y = st.pool.take(tg.tensors[o].numel as usize)?;
         let val = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
+        let src = |t: usize| match val(t) {
+            [v] if tg.tensors[o].numel != 1 => Src::C(*v),
+            s => Src::S(s),
+        };
         let op = &tg.nodes[e].op;
         if ins.len() == 1 {
             super::elementwise::unary_apply(op, val(ins[0]), &mut y);
         } else {
-            super::elementwise::binary_apply(
-                op,
-                super::elementwise::Src::S(val(ins[0])),
-                super::elementwise::Src::S(val(ins[1])),
-                &mut y,
-            );
+            super::elementwise::binary_apply(op, src(ins[0]), src(ins[1]), &mut y);
         }
         st.bufs[o] = Some(y.into());
         st.bufs.release(chain, &mut st.pool);
@@ -728,11 +771,23 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n)
-                        .map_err(|e| exec_err(tg, n, e))?;
+                    let (clamp, folded) = clamp_prefix(st, k);
+                    super::conv::conv2d(
+                        &geo,
+                        x,
+                        w,
+                        b,
+                        &mut out,
+                        &mut scratch,
+                        st.filters,
+                        n,
+                        clamp,
+                    )
+                    .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
-                    st.bufs[o] = Some(out.into());
-                    conv_epilogue(st, k)
+                    // The convolution's buffer holds the last folded node's value.
+                    st.bufs[tg.node_outputs[k.nodes[folded]][0]] = Some(out.into());
+                    conv_epilogue(st, &k.nodes[folded..])
                 }
                 Op::AvgPool2d {
                     kernel,

@@ -730,8 +730,18 @@ mod tests {
         let cache = FilterCache::default();
         let mut out = vec![f32::NAN; 32 * 28 * 28];
         let mut scratch = vec![]; // grown by the entry point
-        super::super::conv::conv2d(&g, &x, &w, Some(&b), &mut out, &mut scratch, &cache, 4)
-            .unwrap();
+        super::super::conv::conv2d(
+            &g,
+            &x,
+            &w,
+            Some(&b),
+            &mut out,
+            &mut scratch,
+            &cache,
+            4,
+            super::super::depthwise::Clamp::NONE,
+        )
+        .unwrap();
         assert!(scratch.len() >= scratch_len(&g));
         for (a, e) in out.iter().zip(&want) {
             assert!((*a as f64 - e).abs() <= 1e-5 * scale, "{a} vs {e}");
@@ -783,8 +793,18 @@ mod tests {
             let want = reference(&g, &x, &w, &b);
             let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
             let mut out = vec![f32::NAN; want.len()];
-            super::super::conv::conv2d(&g, &x, &w, Some(&b), &mut out, &mut scratch, &cache, 3)
-                .unwrap();
+            super::super::conv::conv2d(
+                &g,
+                &x,
+                &w,
+                Some(&b),
+                &mut out,
+                &mut scratch,
+                &cache,
+                3,
+                super::super::depthwise::Clamp::NONE,
+            )
+            .unwrap();
             for (a, e) in out.iter().zip(&want) {
                 assert!(
                     (*a as f64 - e).abs() <= 1e-5 * scale,

@@ -1,0 +1,879 @@
+//! Depthwise convolutions (one input and one output channel per group) computed across
+//! channels: a block of `V` channels (the vector width: 16 at AVX-512, 8 at AVX2 and on
+//! other CPUs, where the compiler vectorizes the lanes as it can) is transposed into a
+//! zero-padded tile of pixels, each pixel `V` channel values, so that every tap of every
+//! output pixel is one vector multiply-add with the tap's `V` filter values, whatever the
+//! stride, dilation and map size; the output tile is transposed back into the channels'
+//! planes. That is onnxruntime's blocked NCHWc layout for one layer, paid for with a
+//! transpose on each side (8 × 8 blocks in registers at AVX2 and AVX-512): it wins where the
+//! planes are small or strided, where the row kernels of module `conv` waste lanes, test
+//! short rows or shuffle (MobileNetV2's 7 × 7 and 14 × 14 layers, its stride-2 layers).
+//! The tile covers a band of output rows at a time, so that it stays in the L1 and L2
+//! caches whatever the map's size. An optional clamp (ReLU, ReLU6) is applied to the sums
+//! before they are stored.
+//!
+//! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
+//! keeping the blocked layout between layers (onnxruntime's NCHWc: no transposes), and a
+//! NEON transpose (aarch64 transposes element by element).
+
+use super::conv::ConvShape;
+use rayon::prelude::*;
+
+/// Bytes of one band's padded input tile: rows of it are added to a band until the next
+/// would pass this (at least one output row per band). A third of a 48 KiB L1 data cache,
+/// so that the tile, the filter and the output rows stay there.
+const TILE_BYTES: usize = 16 << 10;
+
+/// A clamp of a convolution's sums before they are stored, exactly as the graph's ops
+/// compute it: `ClipLow(lo)` then `ClipHigh(hi)` (`x < lo → lo`, `x > hi → hi`, a NaN or
+/// −0 kept: ONNX `Clip`, ReLU6), or with `relu` the lower bound as ONNX `Relu`'s
+/// `fmax(x, lo)` (`x > lo ? x : lo`: a NaN and −0 become `lo`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Clamp {
+    /// Values below are raised to it.
+    pub lo: f32,
+    /// Values above are lowered to it.
+    pub hi: f32,
+    /// The lower bound as `fmax` (ReLU) rather than `ClipLow`.
+    pub relu: bool,
+}
+
+impl Clamp {
+    /// No clamp: every value passes unchanged.
+    pub(crate) const NONE: Clamp = Clamp {
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+        relu: false,
+    };
+
+    /// `x` clamped.
+    #[inline(always)]
+    fn apply(&self, x: f32) -> f32 {
+        let y = if self.relu {
+            if x > self.lo {
+                x
+            } else {
+                self.lo
+            }
+        } else if x < self.lo {
+            self.lo
+        } else {
+            x
+        };
+        if y > self.hi {
+            self.hi
+        } else {
+            y
+        }
+    }
+
+    /// Every value of `xs` clamped in place (for the convolutions that store their sums
+    /// first: applied to each product's output while it is in cache).
+    pub(crate) fn apply_slice(&self, xs: &mut [f32]) {
+        if *self == Clamp::NONE {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if tensorforge_kernels::simd::avx2_fma() {
+            // SAFETY: the CPU has AVX2 (checked).
+            unsafe { self.apply_slice_avx2(xs) };
+            return;
+        }
+        xs.iter_mut().for_each(|x| *x = self.apply(*x));
+    }
+
+    /// [`Clamp::apply_slice`] compiled for AVX2, where the compiler vectorizes the selects.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn apply_slice_avx2(&self, xs: &mut [f32]) {
+        xs.iter_mut().for_each(|x| *x = self.apply(*x));
+    }
+}
+
+/// Channels in one block on this CPU: 16 with AVX-512F, else 8.
+fn lanes() -> usize {
+    match tensorforge_kernels::vmath::level() {
+        tensorforge_kernels::vmath::Level::Avx512 => 16,
+        _ => 8,
+    }
+}
+
+/// Whether the blocked kernel runs depthwise convolution `g` rather than the row kernel of
+/// module `conv`: everywhere except unit-stride filters of at most 3 × 3 on wide maps (112
+/// columns and more; 56 and more at 8 lanes), where the row kernel needs no transposes.
+/// Measured on one-convolution graphs (AMD EPYC Zen 5, AVX-512, and the same capped to
+/// AVX2; docs/performance.md): the blocked kernel 5.9× faster on 960 channels of 7 × 7,
+/// 3.6× at stride 2 on 192 channels of 28 × 28, 1.25× on 144 channels of 56 × 56 at 16
+/// lanes but 0.95× at 8, 0.9× and 0.8× on 32 channels of 112 × 112.
+pub(crate) fn applies(g: &ConvShape) -> bool {
+    let wide = if lanes() == 16 { 112 } else { 56 };
+    let rows_kernel = g.stride == [1, 1] && g.r * g.s <= 9 && g.q >= wide;
+    g.c == g.k && g.group == g.c && !rows_kernel
+}
+
+/// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`)
+/// with filters `w` (`K × R × S`) and `bias`, clamped by `clamp`; channel blocks of
+/// [`lanes`] over the pool's workers.
+pub(crate) fn depthwise_blocked(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if tensorforge_kernels::simd::avx2_fma() {
+        if lanes() == 16 {
+            return run::<16>(g, x, w, bias, clamp, out, block_avx512);
+        }
+        return run::<8>(g, x, w, bias, clamp, out, block_avx2);
+    }
+    run::<8>(g, x, w, bias, clamp, out, block::<8, false>)
+}
+
+/// The signature of [`block`] at one width and instruction set.
+type BlockFn<const V: usize> =
+    fn(&ConvShape, &[usize], &[f32], &[f32], Option<&[f32]>, Clamp, &mut Scratch, &mut [f32]);
+
+/// [`block`] with 16 lanes and fused multiply-adds, compiled for AVX-512F (the closures of
+/// [`run`] do not inherit a caller's target features, so the dispatch is per block).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn block_avx512(
+    g: &ConvShape,
+    offs: &[usize],
+    xin: &[f32],
+    wk: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    sc: &mut Scratch,
+    o: &mut [f32],
+) {
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn inner(
+        g: &ConvShape,
+        offs: &[usize],
+        xin: &[f32],
+        wk: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        sc: &mut Scratch,
+        o: &mut [f32],
+    ) {
+        block::<16, true>(g, offs, xin, wk, bias, clamp, sc, o)
+    }
+    // SAFETY: chosen by `depthwise_blocked` only where `vmath::level` reports AVX-512F
+    // (detected on this CPU) and the CPU has AVX2 and FMA.
+    unsafe { inner(g, offs, xin, wk, bias, clamp, sc, o) }
+}
+
+/// [`block`] with 8 lanes and fused multiply-adds, compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn block_avx2(
+    g: &ConvShape,
+    offs: &[usize],
+    xin: &[f32],
+    wk: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    sc: &mut Scratch,
+    o: &mut [f32],
+) {
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn inner(
+        g: &ConvShape,
+        offs: &[usize],
+        xin: &[f32],
+        wk: &[f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+        sc: &mut Scratch,
+        o: &mut [f32],
+    ) {
+        block::<8, true>(g, offs, xin, wk, bias, clamp, sc, o)
+    }
+    // SAFETY: chosen by `depthwise_blocked` only where the CPU has AVX2 and FMA.
+    unsafe { inner(g, offs, xin, wk, bias, clamp, sc, o) }
+}
+
+/// Elements of output above which the channel blocks go to the pool's workers.
+const PAR_MIN_OUT: usize = 1 << 14;
+
+/// Per-worker buffers: the band's padded input tile, its output tile, and the block's
+/// filters lane-major.
+#[derive(Default)]
+struct Scratch {
+    tile: Vec<f32>,
+    otile: Vec<f32>,
+    wt: Vec<f32>,
+}
+
+/// The convolution in blocks of `V` channels (`blk`: [`block`] at that width), over the
+/// pool's workers when the output is large enough.
+fn run<const V: usize>(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+    blk: BlockFn<V>,
+) {
+    let (hw, pq) = (g.h * g.w, g.p * g.q);
+    let (_, cols) = super::conv::padded_dims(g);
+    // Tap (r, s) as a pixel offset in the tile from its output pixel's first tap.
+    let offs: Vec<usize> = (0..g.r)
+        .flat_map(|r| (0..g.s).map(move |s| r * g.dil[0] * cols + s * g.dil[1]))
+        .collect();
+    let blocks = g.k.div_ceil(V);
+    // Each (image, block) writes channels [b·V, b·V + V) of its image: contiguous.
+    let task = |sc: &mut Scratch, (idx, o): (usize, &mut [f32])| {
+        let (img, b) = (idx / blocks, idx % blocks);
+        let c0 = b * V;
+        let nc = V.min(g.k - c0);
+        let xin = &x[(img * g.c + c0) * hw..][..nc * hw];
+        blk(
+            g,
+            &offs,
+            xin,
+            &w[c0 * g.r * g.s..],
+            bias.map(|b| &b[c0..]),
+            clamp,
+            sc,
+            o,
+        );
+    };
+    // Chunks of one (image, block) each: an image's last block may be short, so chunk by
+    // image first.
+    let per_image = |img: usize, o: &mut [f32], sc: &mut Scratch| {
+        for (b, ob) in o.chunks_mut(V * pq).enumerate() {
+            task(sc, (img * blocks + b, ob));
+        }
+    };
+    if out.len() >= PAR_MIN_OUT && rayon::current_num_threads() > 1 {
+        if g.k.is_multiple_of(V) {
+            out.par_chunks_mut(V * pq)
+                .enumerate()
+                .for_each_init(Scratch::default, task);
+        } else {
+            out.par_chunks_mut(g.k * pq)
+                .enumerate()
+                .for_each_init(Scratch::default, |sc, (img, o)| per_image(img, o, sc));
+        }
+    } else {
+        let mut sc = Scratch::default();
+        for (img, o) in out.chunks_mut(g.k * pq).enumerate() {
+            per_image(img, o, &mut sc);
+        }
+    }
+}
+
+/// One block of `nc ≤ V` channels of one image: `xin` their `nc` input planes, `wk` their
+/// filters (`nc × R × S` first values), `o` their `nc` output planes; band by band of output
+/// rows, the band's padded input rows transposed into `sc.tile` (pixel-major, `V` lanes,
+/// zero outside the plane and in lanes `≥ nc`), summed into `sc.otile`, transposed out.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn block<const V: usize, const FMA: bool>(
+    g: &ConvShape,
+    offs: &[usize],
+    xin: &[f32],
+    wk: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    sc: &mut Scratch,
+    o: &mut [f32],
+) {
+    let nc = o.len() / (g.p * g.q);
+    let taps = g.r * g.s;
+    // Filters lane-major: wt[t·V + l] = filter value t of channel l (0 for l ≥ nc).
+    sc.wt.clear();
+    sc.wt.resize(taps * V, 0.0);
+    for l in 0..nc {
+        for t in 0..taps {
+            sc.wt[t * V + l] = wk[l * taps + t];
+        }
+    }
+    let mut bv = [0f32; V];
+    if let Some(b) = bias {
+        bv[..nc].copy_from_slice(&b[..nc]);
+    }
+    let (_, cols) = super::conv::padded_dims(g);
+    let row_bytes = cols * V * 4;
+    // Output rows per band: its padded rows (band − 1)·sh + (R − 1)·dh + 1 fit TILE_BYTES.
+    let span = (g.r - 1) * g.dil[0] + 1;
+    let band = (TILE_BYTES / row_bytes.max(1))
+        .saturating_sub(span)
+        .checked_div(g.stride[0])
+        .map_or(1, |b| b + 1)
+        .clamp(1, g.p);
+    let band_rows = (band - 1) * g.stride[0] + span;
+    // Every value of a band's tiles is written before it is read (padding included), so
+    // the buffers are only sized here, not cleared.
+    sc.tile.resize(band_rows * cols * V, 0.0);
+    sc.otile.resize(band * g.q * V, 0.0);
+    let mut p0 = 0;
+    while p0 < g.p {
+        let rows_out = band.min(g.p - p0);
+        let rows_in = (rows_out - 1) * g.stride[0] + span;
+        fill_tile::<V>(g, xin, nc, p0 * g.stride[0], rows_in, cols, &mut sc.tile);
+        let otile = &mut sc.otile[..rows_out * g.q * V];
+        sums::<V, FMA>(g, offs, &sc.tile, cols, &sc.wt, &bv, clamp, rows_out, otile);
+        store_planes::<V>(otile, nc, p0 * g.q, g.p * g.q, o);
+        p0 += rows_out;
+    }
+}
+
+/// Padded rows `[r0, r0 + rows)` of the block's `nc` planes into `tile` (`cols` pixels of
+/// `V` lanes per row): padded row `r` is input row `r − pad_top`, padded column `c` input
+/// column `c − pad_left`; everything outside the plane, and lanes `≥ nc`, zero.
+fn fill_tile<const V: usize>(
+    g: &ConvShape,
+    xin: &[f32],
+    nc: usize,
+    r0: usize,
+    rows: usize,
+    cols: usize,
+    tile: &mut [f32],
+) {
+    let left = g.pad[1].min(cols);
+    let n = g.w.min(cols - left);
+    // Padded rows of the band inside the plane: [lo, hi).
+    let lo = r0.max(g.pad[0]).min(r0 + rows);
+    let hi = (r0 + rows).min(g.pad[0] + g.h).max(lo);
+    for rr in 0..rows {
+        let dst = &mut tile[rr * cols * V..][..cols * V];
+        if r0 + rr < lo || r0 + rr >= hi {
+            dst.fill(0.0);
+        } else {
+            dst[..left * V].fill(0.0);
+            dst[(left + n) * V..].fill(0.0);
+        }
+    }
+    if hi == lo || n == 0 {
+        return;
+    }
+    // Input rows [lo − pad_top, hi − pad_top), columns [0, n): input pixel (ih, iw) goes to
+    // tile pixel (r0 + rr = ih + pad_top) · cols + left + iw.
+    let (ih0, ih1) = (lo - g.pad[0], hi - g.pad[0]);
+    let row0 = lo - r0;
+    let dst_px = |ih: usize, iw: usize| (ih - ih0 + row0) * cols + left + iw;
+    transpose_in::<V>(g, xin, nc, (ih0, ih1), n, &dst_px, tile);
+}
+
+/// The pixels `(ih, iw)`, `ih0 ≤ ih < ih1`, `iw < n`, of the `nc` planes of `xin`
+/// (`H × W` each) into `tile[dst_px(ih, iw)·V + l]`, lanes `nc ≤ l < V` zero. Where the
+/// rows are whole (`n = W`) the pixels are taken 8 at a time across row ends, so a 7 × 7
+/// map is transposed in 8 × 8 blocks too.
+#[inline(always)]
+fn transpose_in<const V: usize>(
+    g: &ConvShape,
+    xin: &[f32],
+    nc: usize,
+    (ih0, ih1): (usize, usize),
+    n: usize,
+    dst_px: &impl Fn(usize, usize) -> usize,
+    tile: &mut [f32],
+) {
+    let (hw, w) = (g.h * g.w, g.w);
+    let mut l0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if tensorforge_kernels::simd::avx2_fma() && n >= 8 {
+        // Rows of at least 8 pixels: 8 at a time, the last 8 overlapping the ones before
+        // (they store the same values).
+        while l0 + 8 <= nc {
+            let planes = &xin[l0 * hw..(l0 + 8) * hw];
+            for ih in ih0..ih1 {
+                let d = dst_px(ih, 0) * V + l0;
+                assert!(d + (n - 1) * V + 8 <= tile.len());
+                let mut iw = 0;
+                while iw < n {
+                    iw = iw.min(n - 8);
+                    // SAFETY: the CPU has AVX2 (checked); ih·W + iw + 8 ≤ hw, and the 8
+                    // pixels' values end at d + (n − 1)·V + 8 ≤ tile.len() (asserted).
+                    unsafe { transpose_avx2(planes, hw, ih * w + iw, d + iw * V, V, tile) };
+                    iw += 8;
+                }
+            }
+            l0 += 8;
+        }
+    } else if tensorforge_kernels::simd::avx2_fma() && n == w {
+        // Flat pixel index i = ih·W + iw over the band's rows.
+        let (s0, s1) = (ih0 * w, ih1 * w);
+        let mut px = [0usize; 8];
+        while l0 + 8 <= nc {
+            let planes = &xin[l0 * hw..(l0 + 8) * hw];
+            let mut i = s0;
+            // Pixel i is (ih, iw), kept by counters (a division per pixel cost more than
+            // the transpose).
+            let (mut ih, mut iw) = (ih0, 0);
+            while i + 8 <= s1 {
+                for d in px.iter_mut() {
+                    *d = dst_px(ih, iw) * V + l0;
+                    iw += 1;
+                    if iw == w {
+                        (ih, iw) = (ih + 1, 0);
+                    }
+                }
+                assert!(px.iter().all(|&d| d + 8 <= tile.len()));
+                // SAFETY: the CPU has AVX2 (checked); planes holds 8 planes of hw ≥ i + 8
+                // values, and every px + 8 ≤ tile.len() (asserted).
+                unsafe { transpose_scatter_avx2(planes, hw, i, &px, tile) };
+                i += 8;
+            }
+            for i in i..s1 {
+                let d = dst_px(i / w, i % w) * V + l0;
+                for j in 0..8 {
+                    tile[d + j] = planes[j * hw + i];
+                }
+            }
+            l0 += 8;
+        }
+    }
+    for l in l0..nc {
+        let plane = &xin[l * hw..][..hw];
+        for ih in ih0..ih1 {
+            for iw in 0..n {
+                tile[dst_px(ih, iw) * V + l] = plane[ih * w + iw];
+            }
+        }
+    }
+    if nc < V {
+        for ih in ih0..ih1 {
+            for iw in 0..n {
+                let d = dst_px(ih, iw) * V;
+                tile[d + nc..d + V].fill(0.0);
+            }
+        }
+    }
+}
+
+/// Pixels per group of [`sums`]: eight independent sums per tap, enough to keep two fused
+/// multiply-add pipes of four cycles' latency busy.
+const GROUP: usize = 8;
+
+/// Sums of one band: output pixel `i = op·Q + oq`, `op < rows_out`, lane `l`, is
+/// `bias[l] + Σ_t wt[t·V + l] · tile[(op·sh·cols + oq·sw + offs[t])·V + l]`, clamped, into
+/// `otile[i·V + l]`; [`GROUP`] pixels at a time, in flat order across row ends (a 7 × 7
+/// map is six groups and one pixel, not seven groups of four and three pixels). Written
+/// with explicit vectors at 8 and 16 lanes (left to itself, the compiler vectorized across
+/// the group's pixels with gathers); other CPUs sum lane by lane.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn sums<const V: usize, const FMA: bool>(
+    g: &ConvShape,
+    offs: &[usize],
+    tile: &[f32],
+    cols: usize,
+    wt: &[f32],
+    bv: &[f32; V],
+    clamp: Clamp,
+    rows_out: usize,
+    otile: &mut [f32],
+) {
+    let (sh, sw, q) = (g.stride[0], g.stride[1], g.q);
+    let top = offs.iter().copied().max().unwrap_or(0);
+    let m = rows_out * q;
+    // Every read below is at pixel ≤ (rows_out − 1)·sh·cols + (Q − 1)·sw + top: inside.
+    assert!(((rows_out - 1) * sh * cols + (q - 1) * sw + top + 1) * V <= tile.len());
+    assert!(otile.len() == m * V && wt.len() == offs.len() * V);
+    // Each output pixel's first tap, in values from the tile's start, in flat order.
+    let bases = Bases {
+        q,
+        row: sh * cols * V,
+        col: sw * V,
+        at: (0, 0),
+    };
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        let offs_v: Vec<usize> = offs.iter().map(|&o| o * V).collect();
+        // SAFETY: the FMA builds run only where the CPU has AVX2 and FMA, the 16-lane one
+        // only where it has AVX-512F (`depthwise_blocked`); the reads are bounded above.
+        unsafe {
+            match V {
+                16 => return sums_avx512(&offs_v, tile, wt, bv, clamp, m, bases, otile),
+                8 => return sums_avx2(&offs_v, tile, wt, bv, clamp, m, bases, otile),
+                _ => {}
+            }
+        }
+    }
+    for (i, b) in bases.take(m).enumerate() {
+        let mut a = *bv;
+        let b = b / V;
+        for (ti, &off) in offs.iter().enumerate() {
+            let x = &tile[(b + off) * V..][..V];
+            for l in 0..V {
+                a[l] += x[l] * wt[ti * V + l];
+            }
+        }
+        let d = &mut otile[i * V..][..V];
+        for l in 0..V {
+            d[l] = clamp.apply(a[l]);
+        }
+    }
+}
+
+/// Output pixels' first taps in flat order, `op·row + oq·col` for `oq < q`, by counters.
+struct Bases {
+    q: usize,
+    row: usize,
+    col: usize,
+    /// The next pixel's (op, oq).
+    at: (usize, usize),
+}
+
+impl Bases {
+    /// The next pixel's first tap.
+    #[inline(always)]
+    fn step(&mut self) -> usize {
+        let (op, oq) = self.at;
+        self.at = if oq + 1 == self.q {
+            (op + 1, 0)
+        } else {
+            (op, oq + 1)
+        };
+        op * self.row + oq * self.col
+    }
+}
+
+impl Iterator for Bases {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        Some(self.step())
+    }
+}
+
+/// [`sums`] with explicit vectors of `$v` lanes (`$ty`), [`GROUP`] pixels at a time.
+macro_rules! sums_simd {
+    ($name:ident, $feat:literal, $v:literal, $ty:ty, $set1:ident, $load:ident, $store:ident,
+     $fmadd:ident, $max:ident, $min:ident) => {
+        /// [`sums`] at this width: `offs` the taps' offsets and `bases` the `m` output
+        /// pixels' first taps, in values.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name<const V: usize>(
+            offs: &[usize],
+            tile: &[f32],
+            wt: &[f32],
+            bv: &[f32; V],
+            clamp: Clamp,
+            m: usize,
+            mut bases: Bases,
+            otile: &mut [f32],
+        ) {
+            use std::arch::x86_64::*;
+            debug_assert_eq!(V, $v);
+            let (t, wp, o) = (tile.as_ptr(), wt.as_ptr(), otile.as_mut_ptr());
+            let bias: $ty = $load(bv.as_ptr());
+            let (lo, hi): ($ty, $ty) = ($set1(clamp.lo), $set1(clamp.hi));
+            // max(a, b) is `a > b ? a : b`: max(lo, x) keeps x when x is NaN or not below
+            // lo (ClipLow), max(x, lo) gives lo then (Relu's fmax); min(hi, ·) likewise.
+            let relu = clamp.relu;
+            let out = |a: $ty| $min(hi, if relu { $max(a, lo) } else { $max(lo, a) });
+            let mut i = 0;
+            while i + GROUP <= m {
+                let p: [*const f32; GROUP] = std::array::from_fn(|_| t.add(bases.step()));
+                let mut a: [$ty; GROUP] = [bias; GROUP];
+                for (ti, &off) in offs.iter().enumerate() {
+                    let w = $load(wp.add(ti * V));
+                    for j in 0..GROUP {
+                        a[j] = $fmadd($load(p[j].add(off)), w, a[j]);
+                    }
+                }
+                for (j, aj) in a.iter().enumerate() {
+                    $store(o.add((i + j) * V), out(*aj));
+                }
+                i += GROUP;
+            }
+            while i < m {
+                let p = t.add(bases.step());
+                let mut a = bias;
+                for (ti, &off) in offs.iter().enumerate() {
+                    a = $fmadd($load(p.add(off)), $load(wp.add(ti * V)), a);
+                }
+                $store(o.add(i * V), out(a));
+                i += 1;
+            }
+        }
+    };
+}
+
+sums_simd!(
+    sums_avx512,
+    "avx512f,avx2,fma",
+    16,
+    __m512,
+    _mm512_set1_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_fmadd_ps,
+    _mm512_max_ps,
+    _mm512_min_ps
+);
+sums_simd!(
+    sums_avx2,
+    "avx2,fma",
+    8,
+    __m256,
+    _mm256_set1_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_fmadd_ps,
+    _mm256_max_ps,
+    _mm256_min_ps
+);
+
+/// The band's output tile (`m` pixels of `V` lanes) into the block's planes: lane `l` of
+/// pixel `i` to `o[l·pq + at + i]`, for `l < nc`.
+#[inline(always)]
+fn store_planes<const V: usize>(otile: &[f32], nc: usize, at: usize, pq: usize, o: &mut [f32]) {
+    let m = otile.len() / V;
+    let mut l0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if tensorforge_kernels::simd::avx2_fma() {
+        while l0 + 8 <= nc {
+            let mut planes = o[l0 * pq..(l0 + 8) * pq].chunks_mut(pq);
+            let mut rows: [&mut [f32]; 8] =
+                std::array::from_fn(|_| &mut planes.next().unwrap_or_default()[at..at + m]);
+            // SAFETY: the CPU has AVX2 (checked); `otile` holds m·V ≥ (m − 1)·V + l0 + 8
+            // values and every row m.
+            let done = unsafe { transpose_cols_avx2(&otile[l0..], V, m, &mut rows) };
+            for i in done..m {
+                for (j, r) in rows.iter_mut().enumerate() {
+                    r[i] = otile[i * V + l0 + j];
+                }
+            }
+            l0 += 8;
+        }
+    }
+    for l in l0..nc {
+        let d = &mut o[l * pq + at..][..m];
+        for (i, v) in d.iter_mut().enumerate() {
+            *v = otile[i * V + l];
+        }
+    }
+}
+
+/// One 8 × 8 transpose: values `[i, i + 8)` of the 8 planes (`hw` apart) in `planes`, value
+/// `i + k` of plane `j` to `tile[d + k·stride + j]`. The caller bounds `i + 8 ≤ hw`,
+/// `planes.len() ≥ 8·hw` and `d + 7·stride + 8 ≤ tile.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn transpose_avx2(
+    planes: &[f32],
+    hw: usize,
+    i: usize,
+    d: usize,
+    stride: usize,
+    tile: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(i + 8 <= hw && planes.len() >= 8 * hw && d + 7 * stride + 8 <= tile.len());
+    let s = planes.as_ptr().add(i);
+    let v: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
+    let t = transpose8(v);
+    let o = tile.as_mut_ptr().add(d);
+    for (k, tk) in t.iter().enumerate() {
+        _mm256_storeu_ps(o.add(k * stride), *tk);
+    }
+}
+
+/// [`transpose_avx2`] with each pixel's place given: value `i + k` of plane `j` to
+/// `tile[px[k] + j]` (the caller bounds every `px[k] + 8 ≤ tile.len()`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn transpose_scatter_avx2(
+    planes: &[f32],
+    hw: usize,
+    i: usize,
+    px: &[usize; 8],
+    tile: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(i + 8 <= hw && planes.len() >= 8 * hw);
+    let s = planes.as_ptr().add(i);
+    let v: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
+    let t = transpose8(v);
+    let d = tile.as_mut_ptr();
+    for (k, tk) in t.iter().enumerate() {
+        _mm256_storeu_ps(d.add(px[k]), *tk);
+    }
+}
+
+/// 8 × 8 transposes of `m` vectors of 8 (`src[i·stride ..][..8]`) into 8 rows:
+/// `rows[j][i] = src[i·stride + j]`, 8 vectors at a time; returns the vectors done.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_cols_avx2(
+    src: &[f32],
+    stride: usize,
+    m: usize,
+    rows: &mut [&mut [f32]],
+) -> usize {
+    use std::arch::x86_64::*;
+    let done = m - m % 8;
+    assert!(rows.len() == 8 && rows.iter().all(|r| r.len() >= m));
+    assert!(done == 0 || (done - 1) * stride + 8 <= src.len());
+    let s = src.as_ptr();
+    let mut i = 0;
+    while i < done {
+        let v: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(s.add((i + k) * stride)));
+        let t = transpose8(v);
+        for (j, tj) in t.iter().enumerate() {
+            _mm256_storeu_ps(rows[j].as_mut_ptr().add(i), *tj);
+        }
+        i += 8;
+    }
+    done
+}
+
+/// The 8 × 8 transpose of eight vectors: lane `k` of result `j` is lane `j` of input `k`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    // Pairs interleaved, then quads, then the 128-bit halves exchanged.
+    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorforge_core::rng::SplitMix64;
+
+    /// The definition in f64 (out[n,k,p,q] = b[k] + Σ_{r,s} x[n,k,p·sh + r·dh − ph,
+    /// q·sw + s·dw − pw]·w[k,r,s] over in-range taps), then the clamp.
+    fn reference(g: &ConvShape, x: &[f32], w: &[f32], b: &[f32], c: Clamp) -> Vec<f32> {
+        let mut out = vec![0f32; g.n * g.k * g.p * g.q];
+        for n in 0..g.n {
+            for k in 0..g.k {
+                for p in 0..g.p {
+                    for q in 0..g.q {
+                        let mut acc = b[k] as f64;
+                        for r in 0..g.r {
+                            for s in 0..g.s {
+                                let ih =
+                                    (p * g.stride[0] + r * g.dil[0]) as isize - g.pad[0] as isize;
+                                let iw =
+                                    (q * g.stride[1] + s * g.dil[1]) as isize - g.pad[1] as isize;
+                                if ih >= 0 && iw >= 0 && (ih as usize) < g.h && (iw as usize) < g.w
+                                {
+                                    acc += x
+                                        [((n * g.c + k) * g.h + ih as usize) * g.w + iw as usize]
+                                        as f64
+                                        * w[(k * g.r + r) * g.s + s] as f64;
+                                }
+                            }
+                        }
+                        out[((n * g.k + k) * g.p + p) * g.q + q] = c.apply(acc as f32);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn blocked_depthwise_matches_the_definition() {
+        let mut rng = SplitMix64::new(7);
+        // (n, c, h, w, r, s, stride, pad, dil): MobileNetV2's 7 × 7 and stride-2 layers,
+        // channels that leave a partial block (3, 13, 20), a map wider than one band's tile,
+        // ConvNeXt's 7 × 7 filter, dilation, asymmetric strides and pads of 0.
+        let cases = [
+            (1, 32, 7, 7, 3, 3, [1, 1], [1, 1], [1, 1]),
+            (2, 13, 9, 11, 3, 3, [2, 2], [1, 1], [1, 1]),
+            (1, 20, 56, 56, 3, 3, [2, 2], [0, 1], [1, 1]),
+            (1, 3, 130, 200, 3, 3, [1, 1], [1, 1], [1, 1]),
+            (1, 24, 14, 14, 7, 7, [1, 1], [3, 3], [1, 1]),
+            (1, 16, 12, 12, 3, 3, [1, 2], [2, 2], [2, 2]),
+            (3, 8, 5, 4, 5, 5, [1, 1], [2, 2], [1, 1]),
+            (1, 40, 2, 2, 3, 3, [1, 1], [1, 1], [1, 1]),
+        ];
+        for &(n, c, h, w, r, s, stride, pad, dil) in &cases {
+            let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
+            let q = (w + 2 * pad[1] - dil[1] * (s - 1) - 1) / stride[1] + 1;
+            let g = ConvShape {
+                n,
+                c,
+                h,
+                w,
+                k: c,
+                r,
+                s,
+                p,
+                q,
+                stride,
+                pad,
+                dil,
+                group: c,
+            };
+            let x: Vec<f32> = (0..n * c * h * w).map(|_| rng.next_f32_pm1()).collect();
+            let wk: Vec<f32> = (0..c * r * s).map(|_| rng.next_f32_pm1()).collect();
+            let b: Vec<f32> = (0..c).map(|_| rng.next_f32_pm1() / 2.0).collect();
+            let relu = Clamp {
+                lo: 0.0,
+                hi: f32::INFINITY,
+                relu: true,
+            };
+            for clamp in [
+                Clamp::NONE,
+                Clamp {
+                    lo: 0.0,
+                    hi: 0.5,
+                    relu: false,
+                },
+                relu,
+            ] {
+                let want = reference(&g, &x, &wk, &b, clamp);
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    pool.install(|| depthwise_blocked(&g, &x, &wk, Some(&b), clamp, &mut got));
+                    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                        // f32 sums of at most 49 products of |x|, |w| ≤ 1 against f64.
+                        assert!(
+                            (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "{g:?} {clamp:?} at {i}: {a} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
