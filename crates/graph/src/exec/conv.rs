@@ -409,16 +409,23 @@ fn grow_scratch(scratch: &mut Vec<f32>, need: usize, what: &str) -> Result<(), S
 }
 
 /// True for a patch embedding that the column-matrix path would otherwise run: ViT's 16×16
-/// stride-16 projection, ConvNeXt's 4×4 stride-4 stem. The stride equals the kernel (wider
-/// than 2, where no phase-plane path reads the input in place), no padding or dilation, one
+/// stride-16 projection, ConvNeXt's 4×4 stride-4 stem, and a 1 × 1 convolution on a map of
+/// at most 4 values. The stride equals the kernel (wider than 2, where no phase-plane path
+/// reads the input in place, or a 1 × 1 kernel), no padding or dilation, one
 /// group, and every patch inside the input (trailing rows or columns no patch covers are
 /// allowed). Such a convolution is a linear layer over the patches; [`patch_embedding`] runs
 /// it as one.
 fn patches_apply(g: &ConvShape, kern: Option<Kernel>) -> bool {
+    // A 1 × 1 convolution on a map of at most 4 values: a product with that many columns
+    // fills a sixteenth of a vector at most, while as a linear layer its output channels
+    // are the columns (112 → 1280 channels on 1 × 1 and 2 × 2 maps, MobileNetV2's last
+    // layer at 32 × 32: 27 → 11 and 13 µs; on 4 × 4, 64 → 384 channels, 5.2 → 9.0 µs, so
+    // not there; AMD EPYC Zen 5, AVX-512, one-convolution graphs).
+    let pointwise = g.r == 1 && g.s == 1 && g.p * g.q <= 4;
     kern.is_some()
         && g.group == 1
         && g.stride == [g.r, g.s]
-        && g.stride[1] > 2
+        && (g.stride[1] > 2 || pointwise)
         && g.pad == [0, 0]
         && g.dil == [1, 1]
         && g.p * g.r <= g.h
@@ -1180,6 +1187,9 @@ mod tests {
             // Sixteen images of 590 Ki multiply-adds: (image, group) runs per worker.
             (16, 16, 16, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1], 1),
             (2, 16, 8, 8, 16, 1, 1, [1, 1], [0, 0], [1, 1], 2),
+            // 1 × 1 on 2 × 2 and 1 × 1 maps: a linear layer over the pixels (`patches_apply`).
+            (2, 40, 2, 2, 72, 1, 1, [1, 1], [0, 0], [1, 1], 1),
+            (3, 40, 1, 1, 72, 1, 1, [1, 1], [0, 0], [1, 1], 1),
             // Implicit GEMM: Wp/Q = 18/16 (3×3) and 10/8; a 5×5 dilated one past a K block
             // (C·R·S = 12·25 = 300 > 256); a large one whose output channels split over the
             // workers (64·576·784 ≈ 29 Mi multiply-adds); a 1×3 with one-sided padding.
@@ -1398,6 +1408,14 @@ mod tests {
         assert!(!patches_apply(&shape(32, 8, 8, 1), Some(kern)));
         assert!(!patches_apply(&shape(32, 2, 2, 0), Some(kern)));
         assert!(!patches_apply(&g, None));
+        // A 1 × 1 convolution on a 2 × 2 map is one too; on a 3 × 3 map not.
+        let wide = |h| ConvShape {
+            c: 64,
+            k: 64,
+            ..shape(h, 1, 1, 0)
+        };
+        assert!(patches_apply(&wide(2), Some(kern)));
+        assert!(!patches_apply(&wide(3), Some(kern)));
         // 4×4 patches of 4·8·8 = 256 values, and their 16 × 8 product.
         assert_eq!(patches_scratch_len(&g), 16 * 256 + 16 * 8);
         if Kernel::detect().is_some() {
