@@ -466,9 +466,17 @@ fn patch_embedding(
     let need = patches_scratch_len(g);
     grow_scratch(scratch, need, "patch")?;
     let (patches, prod) = scratch[..need].split_at_mut(rows * crs);
-    // Patch (img, p, q) as a row: for each channel and kernel row, S consecutive values.
+    // Patch (img, p, q) as a row: for each channel and kernel row, S consecutive values
+    // (a 1 × 1 kernel: one value per channel, `P·Q` apart).
     let gather = |row: usize, dst: &mut [f32]| {
         let (img, p, q) = (row / pq, (row % pq) / g.q, row % g.q);
+        if g.r == 1 && g.s == 1 {
+            let at = img * g.c * g.h * g.w + (p * g.stride[0]) * g.w + q * g.stride[1];
+            for (c, d) in dst.iter_mut().enumerate() {
+                *d = x[at + c * g.h * g.w];
+            }
+            return;
+        }
         let mut runs = dst.chunks_exact_mut(g.s);
         for c in 0..g.c {
             let plane = &x[(img * g.c + c) * g.h * g.w..][..g.h * g.w];
@@ -480,7 +488,10 @@ fn patch_embedding(
             }
         }
     };
-    if patches.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+    if g.r == 1 && g.s == 1 && g.h * g.w == 1 {
+        // A 1 × 1 map: the input is the patch matrix already.
+        patches.copy_from_slice(&x[..rows * crs]);
+    } else if patches.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
         patches
             .par_chunks_mut(crs)
             .enumerate()

@@ -144,7 +144,7 @@ fn block_avx512(
     g: &ConvShape,
     offs: &[usize],
     xin: &[f32],
-    wk: &[f32],
+    wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
     sc: &mut Scratch,
@@ -156,17 +156,17 @@ fn block_avx512(
         g: &ConvShape,
         offs: &[usize],
         xin: &[f32],
-        wk: &[f32],
+        wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
         sc: &mut Scratch,
         o: &mut [f32],
     ) {
-        block::<16, true>(g, offs, xin, wk, bias, clamp, sc, o)
+        block::<16, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
     // SAFETY: chosen by `depthwise_blocked` only where `vmath::level` reports AVX-512F
     // (detected on this CPU) and the CPU has AVX2 and FMA.
-    unsafe { inner(g, offs, xin, wk, bias, clamp, sc, o) }
+    unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
 
 /// [`block`] with 8 lanes and fused multiply-adds, compiled for AVX2 + FMA.
@@ -176,7 +176,7 @@ fn block_avx2(
     g: &ConvShape,
     offs: &[usize],
     xin: &[f32],
-    wk: &[f32],
+    wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
     sc: &mut Scratch,
@@ -188,28 +188,26 @@ fn block_avx2(
         g: &ConvShape,
         offs: &[usize],
         xin: &[f32],
-        wk: &[f32],
+        wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
         sc: &mut Scratch,
         o: &mut [f32],
     ) {
-        block::<8, true>(g, offs, xin, wk, bias, clamp, sc, o)
+        block::<8, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
     // SAFETY: chosen by `depthwise_blocked` only where the CPU has AVX2 and FMA.
-    unsafe { inner(g, offs, xin, wk, bias, clamp, sc, o) }
+    unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
 
 /// Elements of output above which the channel blocks go to the pool's workers.
 const PAR_MIN_OUT: usize = 1 << 14;
 
-/// Per-worker buffers: the band's padded input tile, its output tile, and the block's
-/// filters lane-major.
+/// Per-worker buffers: the band's padded input tile and its output tile.
 #[derive(Default)]
 struct Scratch {
     tile: Vec<f32>,
     otile: Vec<f32>,
-    wt: Vec<f32>,
 }
 
 /// The convolution in blocks of `V` channels (`blk`: [`block`] at that width), over the
@@ -230,6 +228,17 @@ fn run<const V: usize>(
         .flat_map(|r| (0..g.s).map(move |s| r * g.dil[0] * cols + s * g.dil[1]))
         .collect();
     let blocks = g.k.div_ceil(V);
+    // The filters lane-major, once for every image: block b's wt[t·V + l] = filter value t
+    // of channel b·V + l (0 past the last channel).
+    let taps = g.r * g.s;
+    let mut wt = vec![0f32; blocks * taps * V];
+    for (ch, wk) in w.chunks_exact(taps).enumerate().take(g.k) {
+        let wb = &mut wt[(ch / V) * taps * V..][..taps * V];
+        for (t, &v) in wk.iter().enumerate() {
+            wb[t * V + ch % V] = v;
+        }
+    }
+    let wt = &wt;
     // Each (image, block) writes channels [b·V, b·V + V) of its image: contiguous.
     let task = |sc: &mut Scratch, (idx, o): (usize, &mut [f32])| {
         let (img, b) = (idx / blocks, idx % blocks);
@@ -240,7 +249,7 @@ fn run<const V: usize>(
             g,
             &offs,
             xin,
-            &w[c0 * g.r * g.s..],
+            &wt[b * taps * V..][..taps * V],
             bias.map(|b| &b[c0..]),
             clamp,
             sc,
@@ -272,8 +281,8 @@ fn run<const V: usize>(
     }
 }
 
-/// One block of `nc ≤ V` channels of one image: `xin` their `nc` input planes, `wk` their
-/// filters (`nc × R × S` first values), `o` their `nc` output planes; band by band of output
+/// One block of `nc ≤ V` channels of one image: `xin` their `nc` input planes, `wt` their
+/// filters lane-major (`R·S × V`, zero past `nc`), `o` their `nc` output planes; band by band of output
 /// rows, the band's padded input rows transposed into `sc.tile` (pixel-major, `V` lanes,
 /// zero outside the plane and in lanes `≥ nc`), summed into `sc.otile`, transposed out.
 #[allow(clippy::too_many_arguments)]
@@ -282,22 +291,13 @@ fn block<const V: usize, const FMA: bool>(
     g: &ConvShape,
     offs: &[usize],
     xin: &[f32],
-    wk: &[f32],
+    wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
     sc: &mut Scratch,
     o: &mut [f32],
 ) {
     let nc = o.len() / (g.p * g.q);
-    let taps = g.r * g.s;
-    // Filters lane-major: wt[t·V + l] = filter value t of channel l (0 for l ≥ nc).
-    sc.wt.clear();
-    sc.wt.resize(taps * V, 0.0);
-    for l in 0..nc {
-        for t in 0..taps {
-            sc.wt[t * V + l] = wk[l * taps + t];
-        }
-    }
     let mut bv = [0f32; V];
     if let Some(b) = bias {
         bv[..nc].copy_from_slice(&b[..nc]);
@@ -322,7 +322,7 @@ fn block<const V: usize, const FMA: bool>(
         let rows_in = (rows_out - 1) * g.stride[0] + span;
         fill_tile::<V>(g, xin, nc, p0 * g.stride[0], rows_in, cols, &mut sc.tile);
         let otile = &mut sc.otile[..rows_out * g.q * V];
-        sums::<V, FMA>(g, offs, &sc.tile, cols, &sc.wt, &bv, clamp, rows_out, otile);
+        sums::<V, FMA>(g, offs, &sc.tile, cols, wt, &bv, clamp, rows_out, otile);
         store_planes::<V>(otile, nc, p0 * g.q, g.p * g.q, o);
         p0 += rows_out;
     }
