@@ -875,8 +875,8 @@ fn pad_planes(g: &ConvShape, xin: &[f32], cg: usize, pad: &mut [f32]) {
     }
 }
 
-/// One input and one output channel per group, on wide unit-stride maps (where
-/// [`super::depthwise::applies`] leaves it here): a direct loop per output channel (the
+/// One input and one output channel per group, on CPUs without AVX2 and FMA (elsewhere
+/// [`super::depthwise::applies`]): a direct loop per output channel (the
 /// multiply-adds are few; a GEMM of one row would cost more than it saves). Each channel's
 /// plane is first copied zero-padded ([`depthwise_padded`]), so that every tap of an output
 /// row is a run of `Q` values without a bounds test, which the compiler vectorizes (at
@@ -888,14 +888,7 @@ fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mu
     let pq = g.p * g.q;
     // Tap column s starts at padded column s·dw.
     let taps: Vec<usize> = (0..g.s).map(|s| s * g.dil[1]).collect();
-    // Tap (r, s), filter value r·S + s, as its offset in the padded plane from an output
-    // row's first value (`cols` as [`depthwise_padded`] lays it out): computed once, not
-    // per channel (a model at 32 × 32 has hundreds of 1 × 1 channels).
-    let (_, cols) = padded_dims(g);
-    let offs: Vec<usize> = (0..g.r)
-        .flat_map(|rr| taps.iter().map(move |&c| rr * g.dil[0] * cols + c))
-        .collect();
-    let taps = (taps.as_slice(), offs.as_slice());
+    let taps = taps.as_slice();
     let channel = |buf: &mut Vec<f32>, (nk, o): (usize, &mut [f32])| {
         let (img, k) = (nk / g.k, nk % g.k);
         let plane = &x[(img * g.c + k) * g.h * g.w..][..g.h * g.w];
@@ -914,11 +907,11 @@ fn depthwise(g: &ConvShape, x: &[f32], w: &[f32], bias: Option<&[f32]>, out: &mu
     }
 }
 
-/// One channel of [`depthwise`], through the AVX2 + FMA build of [`depthwise_body`] where
-/// the CPU has it (the crate is compiled for baseline x86-64: SSE, no FMA).
+/// One channel of [`depthwise`]: [`depthwise_direct`] on maps of at most four outputs,
+/// else [`depthwise_body`].
 fn depthwise_channel(
     g: &ConvShape,
-    taps: (&[usize], &[usize]),
+    taps: &[usize],
     plane: &[f32],
     wk: &[f32],
     bias: f32,
@@ -929,13 +922,7 @@ fn depthwise_channel(
         depthwise_direct(g, plane, wk, bias, o);
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if tensorforge_kernels::simd::avx2_fma() {
-        // SAFETY: the CPU has AVX2 and FMA (checked above).
-        unsafe { depthwise_avx2(g, taps, plane, wk, bias, buf, o) };
-        return;
-    }
-    depthwise_body::<false>(g, taps.0, plane, wk, bias, buf, o);
+    depthwise_body::<false>(g, taps, plane, wk, bias, buf, o);
 }
 
 /// A depthwise channel of at most four outputs (the 1 × 1 and 2 × 2 maps at the end of
@@ -964,132 +951,6 @@ fn depthwise_direct(g: &ConvShape, plane: &[f32], wk: &[f32], bias: f32, o: &mut
                 }
             }
             o[op * g.q + oq] = acc;
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_avx2(
-    g: &ConvShape,
-    taps: (&[usize], &[usize]),
-    plane: &[f32],
-    wk: &[f32],
-    bias: f32,
-    buf: &mut Vec<f32>,
-    o: &mut [f32],
-) {
-    if g.stride[1] == 1 && g.q >= 8 {
-        let cols = depthwise_padded(g, plane, buf);
-        depthwise_rows_unit_avx2(g, taps, cols, wk, bias, buf, o);
-        return;
-    }
-    depthwise_body::<true>(g, taps.0, plane, wk, bias, buf, o);
-}
-
-/// The output rows of a unit-stride depthwise channel over its padded plane `buf` (`cols`
-/// wide, from [`depthwise_padded`]), AVX2 + FMA: 32, then 8 output columns at a time, each
-/// vector summed over every tap in registers and stored once (the taps take turns between
-/// independent sums, so that the fused multiply-adds' latency is hidden), the last vector
-/// overlapping the one before when `Q` is not a multiple of 8 (`Q ≥ 8`).
-/// Summing tap by tap into the output row instead loads and stores each output vector once
-/// per tap.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_rows_unit_avx2(
-    g: &ConvShape,
-    (taps, offs): (&[usize], &[usize]),
-    cols: usize,
-    wk: &[f32],
-    bias: f32,
-    buf: &[f32],
-    o: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    let (rows, _) = padded_dims(g);
-    // Every read below is at padded row < rows and column < (Q − 1) + (S − 1)·dw + 1 =
-    // cols (unit stride), inside `buf`.
-    assert!(buf.len() >= rows * cols && o.len() >= g.p * g.q);
-    assert!(offs.len() == g.r * g.s && wk.len() >= offs.len());
-    assert!(taps.iter().all(|&c| c + g.q <= cols));
-    let row_at = |op: usize, rr: usize| (op * g.stride[0] + rr * g.dil[0]) * cols;
-    // The taps two at a time (offset, filter value), and the odd one left.
-    let n2 = offs.len() - offs.len() % 2;
-    let pairs = || {
-        (0..n2)
-            .step_by(2)
-            .map(|t| ((offs[t], wk[t]), (offs[t + 1], wk[t + 1])))
-    };
-    let last = (n2 < offs.len()).then(|| (offs[n2], wk[n2]));
-    for op in 0..g.p {
-        let dst = o.as_mut_ptr().add(op * g.q);
-        let base = buf.as_ptr().add(op * g.stride[0] * cols);
-        let mut j = 0;
-        while j + 32 <= g.q {
-            // Two sets of four sums, the taps of each pair split between them.
-            let x = base.add(j);
-            let (mut a0, mut a1, mut a2, mut a3) = (
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-            );
-            let (mut b0, mut b1, mut b2, mut b3) = (a0, a0, a0, a0);
-            for ((o0, v0), (o1, v1)) in pairs() {
-                let (p0, w0) = (x.add(o0), _mm256_set1_ps(v0));
-                let (p1, w1) = (x.add(o1), _mm256_set1_ps(v1));
-                a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0), a0);
-                a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(8)), a1);
-                a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(16)), a2);
-                a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(24)), a3);
-                b0 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1), b0);
-                b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(8)), b1);
-                b2 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(16)), b2);
-                b3 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(p1.add(24)), b3);
-            }
-            if let Some((off, w)) = last {
-                let (p0, w0) = (x.add(off), _mm256_set1_ps(w));
-                a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0), a0);
-                a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(8)), a1);
-                a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(16)), a2);
-                a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p0.add(24)), a3);
-            }
-            let bv = _mm256_set1_ps(bias);
-            for (v, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3)]
-                .into_iter()
-                .enumerate()
-            {
-                _mm256_storeu_ps(dst.add(j + 8 * v), _mm256_add_ps(_mm256_add_ps(a, b), bv));
-            }
-            j += 32;
-        }
-        while j < g.q && g.q >= 8 {
-            // Two sums, the taps of each pair split between them. The last vector overlaps
-            // the one before when Q is not a multiple of 8: it stores whole sums, so the
-            // columns computed twice get the same values (a scalar tail of 6 columns took
-            // MobileNetV2's 14 × 14 layers from 374 to 530 µs).
-            j = j.min(g.q - 8);
-            let x = base.add(j);
-            let (mut a, mut b) = (_mm256_set1_ps(bias), _mm256_setzero_ps());
-            for ((o0, v0), (o1, v1)) in pairs() {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(v0), _mm256_loadu_ps(x.add(o0)), a);
-                b = _mm256_fmadd_ps(_mm256_set1_ps(v1), _mm256_loadu_ps(x.add(o1)), b);
-            }
-            if let Some((off, w)) = last {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_loadu_ps(x.add(off)), a);
-            }
-            _mm256_storeu_ps(dst.add(j), _mm256_add_ps(a, b));
-            j += 8;
-        }
-        for jj in j..g.q {
-            // Rows shorter than a vector (not sent here by `depthwise_avx2`).
-            let mut a = bias;
-            for rr in 0..g.r {
-                for (ss, &c) in taps.iter().enumerate() {
-                    a = wk[rr * g.s + ss].mul_add(buf[row_at(op, rr) + jj + c], a);
-                }
-            }
-            *dst.add(jj) = a;
         }
     }
 }

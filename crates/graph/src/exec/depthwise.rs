@@ -99,16 +99,15 @@ fn lanes() -> usize {
 }
 
 /// Whether the blocked kernel runs depthwise convolution `g` rather than the row kernel of
-/// module `conv`: everywhere except unit-stride filters of at most 3 × 3 on wide maps (112
-/// columns and more; 56 and more at 8 lanes), where the row kernel needs no transposes.
-/// Measured on one-convolution graphs (AMD EPYC Zen 5, AVX-512, and the same capped to
-/// AVX2; docs/performance.md): the blocked kernel 5.9× faster on 960 channels of 7 × 7,
-/// 3.6× at stride 2 on 192 channels of 28 × 28, 1.25× on 144 channels of 56 × 56 at 16
-/// lanes but 0.95× at 8, 0.9× and 0.8× on 32 channels of 112 × 112.
+/// module `conv`: wherever the CPU has AVX2 and FMA (the blocked kernel's explicit vector
+/// paths). With each filter row's inputs loaded once for all its taps it was the faster
+/// on every layer shape measured, wide unit-stride maps included: 144 channels of 56 × 56
+/// 137 against 186 µs at 16 lanes and 141 against 198 at 8, 32 channels of 112 × 112 145
+/// against 156 and 140 against 155 (AMD EPYC Zen 5, AVX-512 and capped to AVX2,
+/// one-convolution graphs; docs/performance.md). Elsewhere (aarch64, x86-64 without FMA)
+/// the row kernel, which the compiler vectorizes at the machine's width, stays.
 pub(crate) fn applies(g: &ConvShape) -> bool {
-    let wide = if lanes() == 16 { 112 } else { 56 };
-    let rows_kernel = g.stride == [1, 1] && g.r * g.s <= 9 && g.q >= wide;
-    g.c == g.k && g.group == g.c && !rows_kernel
+    g.c == g.k && g.group == g.c && tensorforge_kernels::simd::avx2_fma()
 }
 
 /// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`)
@@ -489,6 +488,24 @@ fn sums<const V: usize, const FMA: bool>(
         at: (0, 0),
     };
     #[cfg(target_arch = "x86_64")]
+    if FMA && sw == 1 && g.dil[1] == 1 && q >= GROUP && matches!(g.s, 3 | 5 | 7) {
+        // Unit stride along rows: each tap row's inputs loaded once for all its taps.
+        let rows_v: Vec<usize> = (0..g.r).map(|r| offs[r * g.s] * V).collect();
+        let geo = (q, sh * cols * V, rows_out);
+        // SAFETY: as below; the reads are those of the general path (same bound).
+        unsafe {
+            match (V, g.s) {
+                (16, 3) => return rows_avx512::<V, 3>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (16, 5) => return rows_avx512::<V, 5>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (16, 7) => return rows_avx512::<V, 7>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (8, 3) => return rows_avx2::<V, 3>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (8, 5) => return rows_avx2::<V, 5>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (8, 7) => return rows_avx2::<V, 7>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                _ => {}
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     if FMA {
         let offs_v: Vec<usize> = offs.iter().map(|&o| o * V).collect();
         // SAFETY: the FMA builds run only where the CPU has AVX2 and FMA, the 16-lane one
@@ -602,6 +619,87 @@ macro_rules! sums_simd {
         }
     };
 }
+
+/// [`sums`] for unit-stride rows and `S` taps per filter row, with explicit vectors of `$ty`:
+/// [`GROUP`] consecutive output pixels of one row at a time (the last group of a row
+/// overlapping the one before, which stores the same values), each filter row's `S` filter
+/// vectors held in registers and its `GROUP + S − 1` input vectors loaded once each, every
+/// one multiplied into the sums of the pixels it reaches (the general path loads `S` of
+/// them per pixel). Each pixel's sum runs over the taps in the same order as the general
+/// path's, so the two give the same bits.
+macro_rules! rows_simd {
+    ($name:ident, $feat:literal, $ty:ty, $set1:ident, $load:ident, $store:ident,
+     $fmadd:ident, $max:ident, $min:ident) => {
+        /// The rows path at this width: `rows_v` each filter row's offset in values, `geo`
+        /// the output width, one output row's step in the tile (values) and the rows.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name<const V: usize, const S: usize>(
+            rows_v: &[usize],
+            tile: &[f32],
+            wt: &[f32],
+            bv: &[f32; V],
+            clamp: Clamp,
+            (q, row, rows_out): (usize, usize, usize),
+            otile: &mut [f32],
+        ) {
+            use std::arch::x86_64::*;
+            let (t, wp, o) = (tile.as_ptr(), wt.as_ptr(), otile.as_mut_ptr());
+            let bias: $ty = $load(bv.as_ptr());
+            let (lo, hi): ($ty, $ty) = ($set1(clamp.lo), $set1(clamp.hi));
+            let relu = clamp.relu;
+            let out = |a: $ty| $min(hi, if relu { $max(a, lo) } else { $max(lo, a) });
+            for op in 0..rows_out {
+                let mut oq = 0;
+                while oq < q {
+                    let oq0 = oq.min(q - GROUP);
+                    let base = t.add(op * row + oq0 * V);
+                    let mut a: [$ty; GROUP] = [bias; GROUP];
+                    for (r, &rv) in rows_v.iter().enumerate() {
+                        let w: [$ty; S] = std::array::from_fn(|s| $load(wp.add((r * S + s) * V)));
+                        let x0 = base.add(rv);
+                        for i in 0..GROUP + S - 1 {
+                            let x = $load(x0.add(i * V));
+                            for (s, ws) in w.iter().enumerate() {
+                                if i >= s && i - s < GROUP {
+                                    a[i - s] = $fmadd(x, *ws, a[i - s]);
+                                }
+                            }
+                        }
+                    }
+                    for (j, aj) in a.iter().enumerate() {
+                        $store(o.add((op * q + oq0 + j) * V), out(*aj));
+                    }
+                    oq = oq0 + GROUP;
+                }
+            }
+        }
+    };
+}
+
+rows_simd!(
+    rows_avx512,
+    "avx512f,avx2,fma",
+    __m512,
+    _mm512_set1_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_fmadd_ps,
+    _mm512_max_ps,
+    _mm512_min_ps
+);
+rows_simd!(
+    rows_avx2,
+    "avx2,fma",
+    __m256,
+    _mm256_set1_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_fmadd_ps,
+    _mm256_max_ps,
+    _mm256_min_ps
+);
 
 sums_simd!(
     sums_avx512,
@@ -821,6 +919,11 @@ mod tests {
             (1, 16, 12, 12, 3, 3, [1, 2], [2, 2], [2, 2]),
             (3, 8, 5, 4, 5, 5, [1, 1], [2, 2], [1, 1]),
             (1, 40, 2, 2, 3, 3, [1, 1], [1, 1], [1, 1]),
+            // The rows path (unit stride, 3, 5 or 7 taps per row, 8 or more columns): a
+            // 5 × 5 filter on 9 columns (a last group overlapping the one before), 3 × 3 on
+            // 8 columns with a stride-2 height.
+            (2, 16, 10, 9, 5, 5, [1, 1], [2, 2], [1, 1]),
+            (1, 17, 9, 8, 3, 3, [2, 1], [1, 1], [1, 1]),
         ];
         for &(n, c, h, w, r, s, stride, pad, dil) in &cases {
             let p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) / stride[0] + 1;
