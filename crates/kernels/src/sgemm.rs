@@ -710,37 +710,6 @@ mod x86 {
         }
     }
 
-    /// 8×8 transpose: on return `r[j]` holds column j of the rows given (`r[i][j]` in, lane i
-    /// of `r[j]` out).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn transpose8(r: &mut [__m256; 8]) {
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
-        r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
-        r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
-        r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
-        r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
-        r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
-        r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
-        r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
-    }
-
     /// One panel of packed A from a row-major block: `rows ≤ mr ≤ 8` rows of `k ≥ 8` values
     /// at stride `rs` (missing rows packed as zeros) into `panel` (`mr · k` values, k-major).
     ///
@@ -769,7 +738,7 @@ mod x86 {
             for (x, row) in v.iter_mut().zip(src) {
                 *x = _mm256_loadu_ps(row.as_ptr().add(kk));
             }
-            transpose8(&mut v);
+            crate::simd::transpose8x8(&mut v);
             for (j, x) in v.iter().enumerate() {
                 let dst = out.add((kk + j) * mr);
                 if mr == 8 {

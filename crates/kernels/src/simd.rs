@@ -44,6 +44,44 @@ pub fn avx2_fma() -> bool {
     }
 }
 
+/// 8×8 transpose of eight AVX vectors: on return `r[j]` holds column j of the rows given
+/// (`r[i][j]` in, lane i of `r[j]` out): pairs interleaved, then quads, then the 128-bit
+/// halves exchanged (24 shuffles). Used by the GEMM's packing and the graph executor's
+/// depthwise convolutions.
+///
+/// # Safety
+/// The CPU must have AVX2 ([`avx2_fma`]).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub unsafe fn transpose8x8(r: &mut [std::arch::x86_64::__m256; 8]) {
+    use std::arch::x86_64::*;
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
+    r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
+    r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
+    r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
+    r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
+    r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
+    r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
+    r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
+}
+
 /// ln 2 split as in fdlibm: the high part has 32 trailing zero bits, so k·LN2_HI is exact.
 const LN2_HI: f64 = 6.931_471_803_691_238e-1;
 const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;

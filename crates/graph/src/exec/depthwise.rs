@@ -774,8 +774,8 @@ unsafe fn transpose_avx2(
     use std::arch::x86_64::*;
     debug_assert!(i + 8 <= hw && planes.len() >= 8 * hw && d + 7 * stride + 8 <= tile.len());
     let s = planes.as_ptr().add(i);
-    let v: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
-    let t = transpose8(v);
+    let mut t: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
+    tensorforge_kernels::simd::transpose8x8(&mut t);
     let o = tile.as_mut_ptr().add(d);
     for (k, tk) in t.iter().enumerate() {
         _mm256_storeu_ps(o.add(k * stride), *tk);
@@ -797,8 +797,8 @@ unsafe fn transpose_scatter_avx2(
     use std::arch::x86_64::*;
     debug_assert!(i + 8 <= hw && planes.len() >= 8 * hw);
     let s = planes.as_ptr().add(i);
-    let v: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
-    let t = transpose8(v);
+    let mut t: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(s.add(j * hw)));
+    tensorforge_kernels::simd::transpose8x8(&mut t);
     let d = tile.as_mut_ptr();
     for (k, tk) in t.iter().enumerate() {
         _mm256_storeu_ps(d.add(px[k]), *tk);
@@ -822,49 +822,14 @@ unsafe fn transpose_cols_avx2(
     let s = src.as_ptr();
     let mut i = 0;
     while i < done {
-        let v: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(s.add((i + k) * stride)));
-        let t = transpose8(v);
+        let mut t: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(s.add((i + k) * stride)));
+        tensorforge_kernels::simd::transpose8x8(&mut t);
         for (j, tj) in t.iter().enumerate() {
             _mm256_storeu_ps(rows[j].as_mut_ptr().add(i), *tj);
         }
         i += 8;
     }
     done
-}
-
-/// The 8 × 8 transpose of eight vectors: lane `k` of result `j` is lane `j` of input `k`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn transpose8(v: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
-    use std::arch::x86_64::*;
-    // Pairs interleaved, then quads, then the 128-bit halves exchanged.
-    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
-    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
-    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
-    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
-    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(u0, u4),
-        _mm256_permute2f128_ps::<0x20>(u1, u5),
-        _mm256_permute2f128_ps::<0x20>(u2, u6),
-        _mm256_permute2f128_ps::<0x20>(u3, u7),
-        _mm256_permute2f128_ps::<0x31>(u0, u4),
-        _mm256_permute2f128_ps::<0x31>(u1, u5),
-        _mm256_permute2f128_ps::<0x31>(u2, u6),
-        _mm256_permute2f128_ps::<0x31>(u3, u7),
-    ]
 }
 
 #[cfg(test)]
