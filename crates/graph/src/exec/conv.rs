@@ -269,8 +269,7 @@ fn conv2d_with(
     }
     if cg == 1 && kg == 1 {
         if super::depthwise::applies(g) {
-            super::depthwise::depthwise_blocked(g, x, w, bias, clamp, out);
-            return Ok(());
+            return super::depthwise::depthwise_blocked(g, x, w, bias, clamp, out, cache);
         }
         depthwise(g, x, w, bias, out);
         clamp.apply_slice(out);

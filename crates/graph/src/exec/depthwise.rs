@@ -113,6 +113,10 @@ pub(crate) fn applies(g: &ConvShape) -> bool {
 /// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`)
 /// with filters `w` (`K × R × S`) and `bias`, clamped by `clamp`; channel blocks of
 /// [`lanes`] over the pool's workers.
+///
+/// The filters laid out lane-major ([`lane_major`]) are kept in `cache` under the node id
+/// when there is one (a program's filter cache: once per weight buffer), else made for
+/// this call.
 pub(crate) fn depthwise_blocked(
     g: &ConvShape,
     x: &[f32],
@@ -120,15 +124,46 @@ pub(crate) fn depthwise_blocked(
     bias: Option<&[f32]>,
     clamp: Clamp,
     out: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if tensorforge_kernels::simd::avx2_fma() {
-        if lanes() == 16 {
-            return run::<16>(g, x, w, bias, clamp, out, block_avx512);
+    cache: Option<(&super::winograd::FilterCache, usize)>,
+) -> Result<(), String> {
+    let simd = tensorforge_kernels::simd::avx2_fma();
+    let v = if simd { lanes() } else { 8 };
+    let (held, own);
+    let wt: &[f32] = match (cache, tensorforge_kernels::sgemm::Kernel::detect()) {
+        (Some((c, node)), Some(kern)) => {
+            held = c.depthwise(kern, node, w, || lane_major(g, w, v))?;
+            &held.packed
         }
-        return run::<8>(g, x, w, bias, clamp, out, block_avx2);
+        _ => {
+            own = lane_major(g, w, v);
+            &own
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        if v == 16 {
+            run::<16>(g, x, wt, bias, clamp, out, block_avx512);
+        } else {
+            run::<8>(g, x, wt, bias, clamp, out, block_avx2);
+        }
+        return Ok(());
     }
-    run::<8>(g, x, w, bias, clamp, out, block::<8, false>)
+    run::<8>(g, x, wt, bias, clamp, out, block::<8, false>);
+    Ok(())
+}
+
+/// The filters `w` (`K × R·S`) lane-major in blocks of `v` channels: block b's
+/// `[t·v + l]` = filter value t of channel `b·v + l` (0 past the last channel).
+fn lane_major(g: &ConvShape, w: &[f32], v: usize) -> Vec<f32> {
+    let taps = g.r * g.s;
+    let mut wt = vec![0f32; g.k.div_ceil(v) * taps * v];
+    for (ch, wk) in w.chunks_exact(taps).enumerate().take(g.k) {
+        let wb = &mut wt[(ch / v) * taps * v..][..taps * v];
+        for (t, &x) in wk.iter().enumerate() {
+            wb[t * v + ch % v] = x;
+        }
+    }
+    wt
 }
 
 /// The signature of [`block`] at one width and instruction set.
@@ -209,12 +244,13 @@ struct Scratch {
     otile: Vec<f32>,
 }
 
-/// The convolution in blocks of `V` channels (`blk`: [`block`] at that width), over the
-/// pool's workers when the output is large enough.
+/// The convolution in blocks of `V` channels (`blk`: [`block`] at that width; `wt` the
+/// filters from [`lane_major`] at `V`), over the pool's workers when the output is large
+/// enough.
 fn run<const V: usize>(
     g: &ConvShape,
     x: &[f32],
-    w: &[f32],
+    wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
     out: &mut [f32],
@@ -227,17 +263,11 @@ fn run<const V: usize>(
         .flat_map(|r| (0..g.s).map(move |s| r * g.dil[0] * cols + s * g.dil[1]))
         .collect();
     let blocks = g.k.div_ceil(V);
-    // The filters lane-major, once for every image: block b's wt[t·V + l] = filter value t
-    // of channel b·V + l (0 past the last channel).
     let taps = g.r * g.s;
-    let mut wt = vec![0f32; blocks * taps * V];
-    for (ch, wk) in w.chunks_exact(taps).enumerate().take(g.k) {
-        let wb = &mut wt[(ch / V) * taps * V..][..taps * V];
-        for (t, &v) in wk.iter().enumerate() {
-            wb[t * V + ch % V] = v;
-        }
-    }
-    let wt = &wt;
+    assert!(
+        wt.len() == blocks * taps * V,
+        "lane-major filters of another width"
+    );
     // Each (image, block) writes channels [b·V, b·V + V) of its image: contiguous.
     let task = |sc: &mut Scratch, (idx, o): (usize, &mut [f32])| {
         let (img, b) = (idx / blocks, idx % blocks);
@@ -932,7 +962,23 @@ mod tests {
                         .build()
                         .unwrap();
                     let mut got = vec![f32::NAN; want.len()];
-                    pool.install(|| depthwise_blocked(&g, &x, &wk, Some(&b), clamp, &mut got));
+                    let cache = crate::exec::winograd::FilterCache::default();
+                    // Twice through the cache: the second call takes the kept layout.
+                    for _ in 0..2 {
+                        got.fill(f32::NAN);
+                        pool.install(|| {
+                            depthwise_blocked(
+                                &g,
+                                &x,
+                                &wk,
+                                Some(&b),
+                                clamp,
+                                &mut got,
+                                Some((&cache, 3)),
+                            )
+                        })
+                        .unwrap();
+                    }
                     for (i, (a, e)) in got.iter().zip(&want).enumerate() {
                         // f32 sums of at most 49 products of |x|, |w| ≤ 1 against f64.
                         assert!(

@@ -122,6 +122,8 @@ enum Form {
     Direct,
     /// A MatMul's right operand packed in panels of columns ([`Kernel::pack_b`]).
     Right,
+    /// A depthwise convolution's filters lane-major (module `depthwise`).
+    Depthwise,
 }
 
 impl Clone for FilterCache {
@@ -203,6 +205,18 @@ impl FilterCache {
             }
             Ok(out)
         })
+    }
+
+    /// Depthwise convolution node `node`'s filters `w` as `make` lays them out for its
+    /// channel blocks (`super::depthwise`), kept like the packed filters.
+    pub(crate) fn depthwise(
+        &self,
+        kern: Kernel,
+        node: usize,
+        w: &[f32],
+        make: impl FnOnce() -> Vec<f32>,
+    ) -> Result<Arc<Filters>, String> {
+        self.get_or_make(kern, (node, Form::Depthwise), w, || Ok(make()))
     }
 
     fn get_or_make(
