@@ -14,8 +14,8 @@
 //! (other CPUs) the column matrix goes to faer. Large products split their output channels
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
 //! (one input and one output channel per group) skip the GEMM: across channels in blocks
-//! of a vector (module `depthwise`), or, on wide unit-stride maps, a loop per channel over
-//! its rows, channels in parallel. A clamp (ReLU, ReLU6) of the following nodes is applied
+//! of a vector (module `depthwise`) where the CPU has AVX2 and FMA, else a loop per channel
+//! over its rows, channels in parallel. A clamp (ReLU, ReLU6) of the following nodes is applied
 //! by the depthwise kernel to its sums, and by the other paths to each product's output
 //! while it is in cache.
 //! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, applying the
@@ -921,7 +921,7 @@ fn depthwise_channel(
         depthwise_direct(g, plane, wk, bias, o);
         return;
     }
-    depthwise_body::<false>(g, taps, plane, wk, bias, buf, o);
+    depthwise_body(g, taps, plane, wk, bias, buf, o);
 }
 
 /// A depthwise channel of at most four outputs (the 1 × 1 and 2 × 2 maps at the end of
@@ -958,11 +958,11 @@ fn depthwise_direct(g: &ConvShape, plane: &[f32], wk: &[f32], bias: f32, o: &mut
 /// `bias`: the plane copied zero-padded ([`depthwise_padded`]), then each output row the sum
 /// over taps of the filter value times `Q` values of a padded row, every `sw`-th from the
 /// tap's column: read as the first of each chunk of `sw`, which the compiler turns into
-/// vector loads and shuffles (`FMA`: fused multiply-adds, in the AVX2 + FMA build). (Eight
+/// vector loads and shuffles (a multiply and an add: this path runs on CPUs without FMA,
+/// where `mul_add` would be a library call). (Eight
 /// output columns summed over all taps in one accumulator array measured slower: 850
 /// against 660 µs for MobileNetV2's 96-channel 112 × 112 stride-2 layer, AMD EPYC Zen 3.)
-#[inline(always)]
-fn depthwise_body<const FMA: bool>(
+fn depthwise_body(
     g: &ConvShape,
     taps: &[usize],
     plane: &[f32],
@@ -974,13 +974,7 @@ fn depthwise_body<const FMA: bool>(
     let cols = depthwise_padded(g, plane, buf);
     let sw = g.stride[1];
     o.fill(bias);
-    let fma = |v: &mut f32, wv: f32, xv: f32| {
-        *v = if FMA {
-            wv.mul_add(xv, *v)
-        } else {
-            *v + wv * xv
-        };
-    };
+    let fma = |v: &mut f32, wv: f32, xv: f32| *v += wv * xv;
     for op in 0..g.p {
         let dst = &mut o[op * g.q..][..g.q];
         for rr in 0..g.r {

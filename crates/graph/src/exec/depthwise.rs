@@ -105,7 +105,9 @@ fn lanes() -> usize {
 /// 137 against 186 µs at 16 lanes and 141 against 198 at 8, 32 channels of 112 × 112 145
 /// against 156 and 140 against 155 (AMD EPYC Zen 5, AVX-512 and capped to AVX2,
 /// one-convolution graphs; docs/performance.md). Elsewhere (aarch64, x86-64 without FMA)
-/// the row kernel, which the compiler vectorizes at the machine's width, stays.
+/// the row kernel, which the compiler vectorizes at the machine's width, stays: nothing was
+/// measured on such a CPU, so the blocked kernel's portable path (lane by lane) runs there
+/// only in this module's tests.
 pub(crate) fn applies(g: &ConvShape) -> bool {
     g.c == g.k && g.group == g.c && tensorforge_kernels::simd::avx2_fma()
 }
@@ -258,9 +260,10 @@ fn run<const V: usize>(
 ) {
     let (hw, pq) = (g.h * g.w, g.p * g.q);
     let (_, cols) = super::conv::padded_dims(g);
-    // Tap (r, s) as a pixel offset in the tile from its output pixel's first tap.
+    // Tap (r, s) as an offset in the tile, in values, from its output pixel's first tap:
+    // once per convolution, not per block or band.
     let offs: Vec<usize> = (0..g.r)
-        .flat_map(|r| (0..g.s).map(move |s| r * g.dil[0] * cols + s * g.dil[1]))
+        .flat_map(|r| (0..g.s).map(move |s| (r * g.dil[0] * cols + s * g.dil[1]) * V))
         .collect();
     let blocks = g.k.div_ceil(V);
     let taps = g.r * g.s;
@@ -486,7 +489,8 @@ fn transpose_in<const V: usize>(
 const GROUP: usize = 8;
 
 /// Sums of one band: output pixel `i = op·Q + oq`, `op < rows_out`, lane `l`, is
-/// `bias[l] + Σ_t wt[t·V + l] · tile[(op·sh·cols + oq·sw + offs[t])·V + l]`, clamped, into
+/// `bias[l] + Σ_t wt[t·V + l] · tile[(op·sh·cols + oq·sw)·V + offs[t] + l]` (`offs` in
+/// values), clamped, into
 /// `otile[i·V + l]`; [`GROUP`] pixels at a time, in flat order across row ends (a 7 × 7
 /// map is six groups and one pixel, not seven groups of four and three pixels). Written
 /// with explicit vectors at 8 and 16 lanes (left to itself, the compiler vectorized across
@@ -507,8 +511,9 @@ fn sums<const V: usize, const FMA: bool>(
     let (sh, sw, q) = (g.stride[0], g.stride[1], g.q);
     let top = offs.iter().copied().max().unwrap_or(0);
     let m = rows_out * q;
-    // Every read below is at pixel ≤ (rows_out − 1)·sh·cols + (Q − 1)·sw + top: inside.
-    assert!(((rows_out - 1) * sh * cols + (q - 1) * sw + top + 1) * V <= tile.len());
+    // Every read below starts at value ≤ ((rows_out − 1)·sh·cols + (Q − 1)·sw)·V + top:
+    // its V values are inside.
+    assert!(((rows_out - 1) * sh * cols + (q - 1) * sw) * V + top + V <= tile.len());
     assert!(otile.len() == m * V && wt.len() == offs.len() * V);
     // Each output pixel's first tap, in values from the tile's start, in flat order.
     let bases = Bases {
@@ -520,39 +525,36 @@ fn sums<const V: usize, const FMA: bool>(
     #[cfg(target_arch = "x86_64")]
     if FMA && sw == 1 && g.dil[1] == 1 && q >= GROUP && matches!(g.s, 3 | 5 | 7) {
         // Unit stride along rows: each tap row's inputs loaded once for all its taps.
-        let rows_v: Vec<usize> = (0..g.r).map(|r| offs[r * g.s] * V).collect();
         let geo = (q, sh * cols * V, rows_out);
         // SAFETY: as below; the reads are those of the general path (same bound).
         unsafe {
             match (V, g.s) {
-                (16, 3) => return rows_avx512::<V, 3>(&rows_v, tile, wt, bv, clamp, geo, otile),
-                (16, 5) => return rows_avx512::<V, 5>(&rows_v, tile, wt, bv, clamp, geo, otile),
-                (16, 7) => return rows_avx512::<V, 7>(&rows_v, tile, wt, bv, clamp, geo, otile),
-                (8, 3) => return rows_avx2::<V, 3>(&rows_v, tile, wt, bv, clamp, geo, otile),
-                (8, 5) => return rows_avx2::<V, 5>(&rows_v, tile, wt, bv, clamp, geo, otile),
-                (8, 7) => return rows_avx2::<V, 7>(&rows_v, tile, wt, bv, clamp, geo, otile),
+                (16, 3) => return rows_avx512::<V, 3>(offs, tile, wt, bv, clamp, geo, otile),
+                (16, 5) => return rows_avx512::<V, 5>(offs, tile, wt, bv, clamp, geo, otile),
+                (16, 7) => return rows_avx512::<V, 7>(offs, tile, wt, bv, clamp, geo, otile),
+                (8, 3) => return rows_avx2::<V, 3>(offs, tile, wt, bv, clamp, geo, otile),
+                (8, 5) => return rows_avx2::<V, 5>(offs, tile, wt, bv, clamp, geo, otile),
+                (8, 7) => return rows_avx2::<V, 7>(offs, tile, wt, bv, clamp, geo, otile),
                 _ => {}
             }
         }
     }
     #[cfg(target_arch = "x86_64")]
     if FMA {
-        let offs_v: Vec<usize> = offs.iter().map(|&o| o * V).collect();
         // SAFETY: the FMA builds run only where the CPU has AVX2 and FMA, the 16-lane one
         // only where it has AVX-512F (`depthwise_blocked`); the reads are bounded above.
         unsafe {
             match V {
-                16 => return sums_avx512(&offs_v, tile, wt, bv, clamp, m, bases, otile),
-                8 => return sums_avx2(&offs_v, tile, wt, bv, clamp, m, bases, otile),
+                16 => return sums_avx512(offs, tile, wt, bv, clamp, m, bases, otile),
+                8 => return sums_avx2(offs, tile, wt, bv, clamp, m, bases, otile),
                 _ => {}
             }
         }
     }
     for (i, b) in bases.take(m).enumerate() {
         let mut a = *bv;
-        let b = b / V;
         for (ti, &off) in offs.iter().enumerate() {
-            let x = &tile[(b + off) * V..][..V];
+            let x = &tile[b + off..][..V];
             for l in 0..V {
                 a[l] += x[l] * wt[ti * V + l];
             }
@@ -660,13 +662,14 @@ macro_rules! sums_simd {
 macro_rules! rows_simd {
     ($name:ident, $feat:literal, $ty:ty, $set1:ident, $load:ident, $store:ident,
      $fmadd:ident, $max:ident, $min:ident) => {
-        /// The rows path at this width: `rows_v` each filter row's offset in values, `geo`
-        /// the output width, one output row's step in the tile (values) and the rows.
+        /// The rows path at this width: `offs` the taps' offsets in values (filter row r's
+        /// first at `offs[r·S]`), `geo` the output width, one output row's step in the
+        /// tile (values) and the rows.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
         unsafe fn $name<const V: usize, const S: usize>(
-            rows_v: &[usize],
+            offs: &[usize],
             tile: &[f32],
             wt: &[f32],
             bv: &[f32; V],
@@ -686,7 +689,7 @@ macro_rules! rows_simd {
                     let oq0 = oq.min(q - GROUP);
                     let base = t.add(op * row + oq0 * V);
                     let mut a: [$ty; GROUP] = [bias; GROUP];
-                    for (r, &rv) in rows_v.iter().enumerate() {
+                    for (r, &rv) in offs.iter().step_by(S).enumerate() {
                         let w: [$ty; S] = std::array::from_fn(|s| $load(wp.add((r * S + s) * V)));
                         let x0 = base.add(rv);
                         for i in 0..GROUP + S - 1 {
