@@ -3,7 +3,8 @@
 //! gemmlowp-exact integer requantization, verification sweeps that compare the stable kernels
 //! with naive ones, `.npy` encoding on byte buffers, a fused RMSNorm+SwiGLU, and explicit-width
 //! SIMD elementwise math over f32 slices ([`vmath`]: exp, log, tanh, erf, sigmoid, SiLU, GELU),
-//! and a packed f32 GEMM with AVX2 and AVX-512 microkernels ([`sgemm`]).
+//! a packed f32 GEMM with AVX2 and AVX-512 microkernels and a bias and clamp epilogue ([`sgemm`],
+//! [`clamp`]).
 //! The crate performs no file I/O and never panics on user input; errors are [`KernelError`].
 //!
 //! ```
@@ -18,6 +19,7 @@
 
 pub mod block;
 pub mod call;
+pub mod clamp;
 pub mod dd;
 pub mod elementary;
 pub mod fused;

@@ -41,6 +41,7 @@
 //! }
 //! ```
 
+use crate::clamp::Clamp;
 use crate::vmath::Level;
 use crate::KernelError;
 
@@ -120,6 +121,28 @@ pub enum Left<'a> {
         /// Row stride in elements.
         ld: usize,
     },
+}
+
+/// What the microkernel does to C beyond the product, while each tile is in registers: the
+/// sums of row `i` start from `row_bias[i]` (a convolution's bias per output channel; C is
+/// then `bias + A·B`, or `C + bias + A·B` when accumulating), and after the last K block
+/// every stored value is clamped ([`Clamp`]: ReLU, ReLU6). A bias filled into C first and a
+/// clamp applied after the product are two more passes over C, from memory when C is larger
+/// than the caches.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a> {
+    /// One value per row of C (`m` of them), or none.
+    pub row_bias: Option<&'a [f32]>,
+    /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
+    pub clamp: Clamp,
+}
+
+impl Epilogue<'_> {
+    /// No bias, no clamp: C is the product (or C plus it).
+    pub const NONE: Epilogue<'static> = Epilogue {
+        row_bias: None,
+        clamp: Clamp::NONE,
+    };
 }
 
 fn invalid(msg: String) -> KernelError {
@@ -307,9 +330,32 @@ impl Kernel {
         ldc: usize,
         accumulate: bool,
     ) -> Result<(), KernelError> {
+        self.gemm_with(m, n, k, a, b, c, ldc, accumulate, Epilogue::NONE)
+    }
+
+    /// [`Kernel::gemm_left`] with an [`Epilogue`]: `C = clamp(bias + A·B)` (or
+    /// `clamp(C + bias + A·B)` when accumulating), the bias and clamp applied in the tile's
+    /// registers. A row's sum starts from its bias, so its result can differ in the last bit
+    /// from `bias + (A·B)` computed apart.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_with(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Left,
+        b: Right,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+        ep: Epilogue,
+    ) -> Result<(), KernelError> {
         let bad = |what: &str| invalid(format!("sgemm: {what} for a {m}×{k}·{k}×{n} product"));
         if m == 0 || n == 0 {
             return Ok(());
+        }
+        if ep.row_bias.is_some_and(|b| b.len() < m) {
+            return Err(bad("the row bias has fewer than m values"));
         }
         match a {
             Left::Packed(a_packed) => {
@@ -394,9 +440,10 @@ impl Kernel {
             }
         };
         if k == 0 {
-            if !accumulate {
-                for row in c.chunks_mut(ldc).take(m) {
-                    row[..n].fill(0.0);
+            for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
+                let b = ep.row_bias.map_or(0.0, |b| b[i]);
+                for x in &mut row[..n] {
+                    *x = ep.clamp.apply(if accumulate { *x + b } else { b });
                 }
             }
             return Ok(());
@@ -411,6 +458,9 @@ impl Kernel {
             let kc = kcmax.min(k - pc);
             let mc = self.mc_for(kc);
             let acc = accumulate || pc > 0;
+            // The bias starts the first K block's sums; the clamp ends the last one's.
+            let first = pc == 0;
+            let clamp = (pc + kc == k && !ep.clamp.is_none()).then_some(ep.clamp);
             let mut ib = 0;
             while ib < m {
                 let mend = (ib + mc).min(m);
@@ -465,7 +515,20 @@ impl Kernel {
                                 offs: op,
                                 vec_off,
                             };
-                            self.tile(kc, ap, a_ld, brows, cols, cp, ldc, rows, acc);
+                            // Rows i0..i0 + rows of the bias (checked: m values).
+                            let bias = match ep.row_bias {
+                                Some(b) if first => b.as_ptr().add(i0),
+                                _ => std::ptr::null(),
+                            };
+                            let out = Store {
+                                c: cp,
+                                ldc,
+                                rows,
+                                acc,
+                                bias,
+                                clamp,
+                            };
+                            self.tile(kc, ap, a_ld, brows, cols, out);
                         }
                         i0 += rows;
                     }
@@ -484,28 +547,29 @@ impl Kernel {
     /// `a_ld` 0: `a` has `kc · mr` readable floats (packed); else rows `0..rows` of `a` at
     /// stride `a_ld` have `kc` readable floats each; B rows `0..kc` (see [`Rows`]) have
     /// `cols` readable floats each; C rows `0..rows` (stride `ldc`) have `cols` writable
-    /// floats each; the CPU supports `self.level`.
-    #[allow(clippy::too_many_arguments)]
+    /// floats each, and a non-null bias `rows` readable values; the CPU supports
+    /// `self.level`.
     #[inline]
-    unsafe fn tile(
-        &self,
-        kc: usize,
-        a: *const f32,
-        a_ld: usize,
-        b: Rows,
-        cols: usize,
-        c: *mut f32,
-        ldc: usize,
-        rows: usize,
-        acc: bool,
-    ) {
+    unsafe fn tile(&self, kc: usize, a: *const f32, a_ld: usize, b: Rows, cols: usize, out: Store) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             Level::Avx512 => match (cols.div_ceil(16), b.offs.is_null()) {
-                (1, true) => x86::tile512::<1, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
-                (_, true) => x86::tile512::<2, false>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
-                (1, false) => x86::tile512::<1, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
-                (_, false) => x86::tile512::<2, true>(kc, a, a_ld, b, cols, c, ldc, rows, acc),
+                (1, true) if cols == 16 => {
+                    x86::tile512::<1, false, false>(kc, a, a_ld, b, cols, out)
+                }
+                (_, true) if cols == 32 => {
+                    x86::tile512::<2, false, false>(kc, a, a_ld, b, cols, out)
+                }
+                (1, false) if cols == 16 => {
+                    x86::tile512::<1, true, false>(kc, a, a_ld, b, cols, out)
+                }
+                (_, false) if cols == 32 => {
+                    x86::tile512::<2, true, false>(kc, a, a_ld, b, cols, out)
+                }
+                (1, true) => x86::tile512::<1, false, true>(kc, a, a_ld, b, cols, out),
+                (_, true) => x86::tile512::<2, false, true>(kc, a, a_ld, b, cols, out),
+                (1, false) => x86::tile512::<1, true, true>(kc, a, a_ld, b, cols, out),
+                (_, false) => x86::tile512::<2, true, true>(kc, a, a_ld, b, cols, out),
             },
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
             // (`vmaskmovps`, once per step for B and once per tile for C) made the whole
@@ -515,16 +579,14 @@ impl Kernel {
                 // partial last panel (M = 128 is 21 panels of 6 and one of 2).
                 macro_rules! rows_tile {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        match rows {
-                            5.. => x86::tile256::<$nv, $offs, $masked, 6>(
-                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
-                            ),
-                            3 | 4 => x86::tile256::<$nv, $offs, $masked, 4>(
-                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
-                            ),
-                            _ => x86::tile256::<$nv, $offs, $masked, 2>(
-                                kc, a, a_ld, b, cols, c, ldc, rows, acc,
-                            ),
+                        match out.rows {
+                            5.. => {
+                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, b, cols, out)
+                            }
+                            3 | 4 => {
+                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, b, cols, out)
+                            }
+                            _ => x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, b, cols, out),
                         }
                     };
                 }
@@ -543,7 +605,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (kc, a, a_ld, b, cols, c, ldc, rows, acc);
+            let _ = (kc, a, a_ld, b, cols, out);
             unreachable!("Kernel is only built on x86-64")
         }
     }
@@ -613,6 +675,19 @@ struct Rows {
     vec_off: [usize; 2],
 }
 
+/// Where and how a tile stores its `rows` rows of C (stride `ldc`): added to C's values
+/// (`acc`), its sums started from `bias[r]` (null: from zero), clamped (`None`: not).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 tiles only
+struct Store {
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    acc: bool,
+    bias: *const f32,
+    clamp: Option<Clamp>,
+}
+
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 impl Rows {
     /// Row `t`.
@@ -651,22 +726,31 @@ mod x86 {
         }
     }
 
-    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; the last vector under a mask of
-    /// `cols − 16·(NV − 1)` lanes.
+    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; with `MASKED` the last vector
+    /// under a mask of `cols − 16·(NV − 1)` lanes, else every vector whole. Whole vectors
+    /// take plain loads and stores: a masked store that misses the cache was several times
+    /// slower on AMD EPYC Zen 5 (AVX-512), and so was the next kernel's read of what it
+    /// stored: MobileNetV2's 16 → 96-channel 1 × 1 convolution 566 → 1426 µs and the
+    /// depthwise layer after it 227 → 612 µs (docs/performance.md).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool>(
+    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
         kc: usize,
         a: *const f32,
         a_ld: usize,
         b: Rows,
         cols: usize,
-        c: *mut f32,
-        ldc: usize,
-        rows: usize,
-        accumulate: bool,
+        out: Store,
     ) {
         const MR: usize = 8;
+        let Store {
+            c,
+            ldc,
+            rows,
+            acc: accumulate,
+            bias,
+            clamp,
+        } = out;
         let last = cols - 16 * (NV - 1);
         let tail: __mmask16 = if last >= 16 {
             0xffff
@@ -674,13 +758,19 @@ mod x86 {
             (1u16 << last) - 1
         };
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        if !bias.is_null() {
+            // Rows past `rows` (a partial panel) repeat the last bias; never stored.
+            for (r, row) in acc.iter_mut().enumerate() {
+                *row = [_mm512_set1_ps(*bias.add(r.min(rows - 1))); NV];
+            }
+        }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
         let mut ap = a;
         for t in 0..kc {
             let bp = b.row::<OFFS>(t);
             let mut bv = [_mm512_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
-                *x = if v + 1 == NV {
+                *x = if MASKED && v + 1 == NV {
                     _mm512_maskz_loadu_ps(tail, bp.add(b.vec_off[v]))
                 } else {
                     _mm512_loadu_ps(bp.add(b.vec_off[v]))
@@ -699,13 +789,27 @@ mod x86 {
                 break;
             }
             for (v, x) in row.iter().enumerate() {
-                let m = if v + 1 == NV { tail } else { 0xffff };
+                let m = if MASKED && v + 1 == NV { tail } else { 0xffff };
                 let p = c.add(r * ldc + 16 * v);
                 let mut y = *x;
                 if accumulate {
                     y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p));
                 }
-                _mm512_mask_storeu_ps(p, m, y);
+                if let Some(cl) = clamp {
+                    // max(a, b) is `a > b ? a : b` (module `clamp`).
+                    let lo = _mm512_set1_ps(cl.lo);
+                    y = if cl.relu {
+                        _mm512_max_ps(y, lo)
+                    } else {
+                        _mm512_max_ps(lo, y)
+                    };
+                    y = _mm512_min_ps(_mm512_set1_ps(cl.hi), y);
+                }
+                if m == 0xffff {
+                    _mm512_storeu_ps(p, y);
+                } else {
+                    _mm512_mask_storeu_ps(p, m, y);
+                }
             }
         }
     }
@@ -783,13 +887,24 @@ mod x86 {
         a_ld: usize,
         b: Rows,
         cols: usize,
-        c: *mut f32,
-        ldc: usize,
-        rows: usize,
-        accumulate: bool,
+        out: Store,
     ) {
+        let Store {
+            c,
+            ldc,
+            rows,
+            acc: accumulate,
+            bias,
+            clamp,
+        } = out;
         let tail = mask8(cols - 8 * (NV - 1));
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        if !bias.is_null() {
+            // Rows past `rows` (a partial panel) repeat the last bias; never stored.
+            for (r, row) in acc.iter_mut().enumerate() {
+                *row = [_mm256_set1_ps(*bias.add(r.min(rows - 1))); NV];
+            }
+        }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
         let mut ap = a;
         for t in 0..kc {
@@ -817,15 +932,28 @@ mod x86 {
             for (v, x) in row.iter().enumerate() {
                 let p = c.add(r * ldc + 8 * v);
                 let mut y = *x;
-                if MASKED && v + 1 == NV {
-                    if accumulate {
-                        y = _mm256_add_ps(y, _mm256_maskload_ps(p, tail));
-                    }
+                let masked = MASKED && v + 1 == NV;
+                if accumulate {
+                    let old = if masked {
+                        _mm256_maskload_ps(p, tail)
+                    } else {
+                        _mm256_loadu_ps(p)
+                    };
+                    y = _mm256_add_ps(y, old);
+                }
+                if let Some(cl) = clamp {
+                    // max(a, b) is `a > b ? a : b` (module `clamp`).
+                    let lo = _mm256_set1_ps(cl.lo);
+                    y = if cl.relu {
+                        _mm256_max_ps(y, lo)
+                    } else {
+                        _mm256_max_ps(lo, y)
+                    };
+                    y = _mm256_min_ps(_mm256_set1_ps(cl.hi), y);
+                }
+                if masked {
                     _mm256_maskstore_ps(p, tail, y);
                 } else {
-                    if accumulate {
-                        y = _mm256_add_ps(y, _mm256_loadu_ps(p));
-                    }
                     _mm256_storeu_ps(p, y);
                 }
             }
@@ -1102,6 +1230,125 @@ mod tests {
                 };
                 assert!(product(kern, (m, n, k), &a, past).is_err());
             }
+        }
+    }
+
+    #[test]
+    fn the_epilogue_adds_each_rows_bias_and_clamps_as_the_ops_do() {
+        // C = clamp(bias + A·B) and clamp(C0 + bias + A·B) against an f64 reference, on
+        // shapes with partial panels (rows, and columns of one and a half vectors), K past
+        // one block (the bias only in the first block's sums, the clamp only after the
+        // last), whole and masked tiles; the clamp's bounds sit inside the values' range so
+        // that both bounds are reached. Then the ops' special values: ReLU (fmax) turns NaN
+        // and −0 into 0, Clip keeps them.
+        for kern in kernels() {
+            let w = kern.lanes();
+            for &(m, n, k) in &[
+                (kern.panel_rows() + 3, w + w / 2, 300),
+                (5, 2 * w, 9),
+                (1, 3, 1),
+            ] {
+                let a = vals(m * k, 41);
+                let b = vals(k * n, 42);
+                let bias = vals(m, 43);
+                let c0 = vals(m * n, 44);
+                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+                for acc in [false, true] {
+                    for clamp in [
+                        Clamp::NONE,
+                        Clamp {
+                            lo: -0.25,
+                            hi: 0.5,
+                            relu: false,
+                        },
+                        Clamp {
+                            lo: 0.0,
+                            hi: f32::INFINITY,
+                            relu: true,
+                        },
+                    ] {
+                        let mut c = c0.clone();
+                        let ep = Epilogue {
+                            row_bias: Some(&bias),
+                            clamp,
+                        };
+                        let right = Right::RowMajor { data: &b, ld: n };
+                        kern.gemm_with(m, n, k, Left::Packed(&ap), right, &mut c, n, acc, ep)
+                            .unwrap();
+                        let want = reference(m, n, k, &a, k, 1, &b, n, &c0, n, acc);
+                        let (mut low, mut high) = (false, false);
+                        for i in 0..m {
+                            for j in 0..n {
+                                let x = want[i * n + j] + bias[i] as f64;
+                                let y = x.max(clamp.lo as f64).min(clamp.hi as f64);
+                                low |= x < clamp.lo as f64;
+                                high |= x > clamp.hi as f64;
+                                // As in the test above: k terms of |a·b| ≤ 1 plus the bias.
+                                let tol = 1e-6 * (k as f64) * (k as f64 + 1.0) + 1e-6;
+                                let got = c[i * n + j] as f64;
+                                assert!(
+                                    (got - y).abs() <= tol,
+                                    "{kern:?} {m}×{n}×{k} acc={acc} {clamp:?} ({i},{j}): \
+                                     {got} vs {y}"
+                                );
+                            }
+                        }
+                        if clamp.hi < 1.0 && m * n > 8 {
+                            assert!(low && high, "both bounds reached");
+                        }
+                    }
+                }
+            }
+            // One row, k = 1: A = [1], B = [NaN, −0, −2, 3, 7, 0]; bias 0 and −0 so that the sum
+            // is exactly B's value (0·… + b keeps −0 only with a −0 bias: −0 + −0 = −0).
+            let b = [f32::NAN, -0.0, -2.0, 3.0, 7.0, 0.0];
+            let mut ap = vec![0.0; kern.packed_a_len(1, 1).unwrap()];
+            kern.pack_a(&[1.0], 1, 1, 1, 1, &mut ap).unwrap();
+            for (relu, want) in [
+                (true, [0.0f32, 0.0, 0.0, 3.0, 6.0, 0.0]),
+                (false, [f32::NAN, -0.0, 0.0, 3.0, 6.0, 0.0]),
+            ] {
+                let mut c = [1.0f32; 6];
+                let ep = Epilogue {
+                    row_bias: Some(&[-0.0]),
+                    clamp: Clamp {
+                        lo: 0.0,
+                        hi: 6.0,
+                        relu,
+                    },
+                };
+                let right = Right::RowMajor { data: &b, ld: 6 };
+                kern.gemm_with(1, 6, 1, Left::Packed(&ap), right, &mut c, 6, false, ep)
+                    .unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&c), bits(&want), "{kern:?} relu={relu}");
+            }
+            // A bias shorter than m is an error, not a read past it.
+            let mut c = [0.0f32; 4];
+            let ep = Epilogue {
+                row_bias: Some(&[1.0]),
+                clamp: Clamp::NONE,
+            };
+            let right = Right::RowMajor {
+                data: &[1.0; 4],
+                ld: 2,
+            };
+            let short = kern.gemm_with(
+                2,
+                2,
+                2,
+                Left::RowMajor {
+                    data: &[1.0; 4],
+                    ld: 2,
+                },
+                right,
+                &mut c,
+                2,
+                false,
+                ep,
+            );
+            assert!(short.is_err());
         }
     }
 

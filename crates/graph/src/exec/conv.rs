@@ -21,10 +21,10 @@
 //! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, applying the
 //! clamp inside the GEMM's microkernel.
 
-use super::depthwise::Clamp;
 use faer::{Accum, MatRef};
 use rayon::prelude::*;
-use tensorforge_kernels::sgemm::{Kernel, Right};
+use tensorforge_kernels::clamp::Clamp;
+use tensorforge_kernels::sgemm::{Epilogue, Kernel, Left, Right};
 
 /// The geometry of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -324,7 +324,7 @@ fn conv2d_with(
         Cols::ImplicitRuns => (0..g.p).map(|p| p * wq).collect(),
         _ => Vec::new(),
     };
-    // One (image, group): its operand, its bias, its GEMM.
+    // One (image, group): its operand, its GEMM, its bias and clamp.
     let one = |idx: usize, o: &mut [f32], scratch: &mut [f32]| -> Result<(), String> {
         let (img, grp) = (idx / g.group, idx % g.group);
         let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
@@ -332,9 +332,17 @@ fn conv2d_with(
         let Some(kern) = kern else {
             let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
             faer_product(g, data, &w[grp * kg * crs..][..kg * crs], bias_g, o, split);
+            clamp.apply_slice(o);
             return Ok(());
         };
         let ap = &packed_w[grp * pa..][..pa];
+        let product = Product {
+            kern,
+            m: kg,
+            k: crs,
+            a: ap,
+            split,
+        };
         match cols {
             Cols::Implicit { n_eff } => {
                 let (pad, tmp) = scratch[..need].split_at_mut(padded);
@@ -343,27 +351,25 @@ fn conv2d_with(
                     data: pad,
                     offsets: &offsets,
                 };
-                kernel_into(kern, kg, n_eff, crs, ap, right, tmp, false, split)?;
-                copy_out(g, n_eff, tmp, bias_g, o);
+                product.run_into(n_eff, right, tmp, None, Clamp::NONE)?;
+                copy_out(g, n_eff, tmp, bias_g, clamp, o);
                 Ok(())
             }
             Cols::ImplicitRuns => {
                 let pad = &mut scratch[..padded];
                 phase_planes(g, xin, cg, pad);
-                let accumulate = fill_bias(o, pq, bias_g);
                 let right = Right::Runs {
                     data: pad,
                     offsets: &offsets,
                     run: g.q,
                     run_offsets: &run_offsets,
                 };
-                kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
+                product.run_into(pq, right, o, bias_g, clamp)
             }
             Cols::Direct | Cols::Im2col => {
                 let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
-                let accumulate = fill_bias(o, pq, bias_g);
                 let right = Right::RowMajor { data, ld: pq };
-                kernel_into(kern, kg, pq, crs, ap, right, o, accumulate, split)
+                product.run_into(pq, right, o, bias_g, clamp)
             }
         }
     };
@@ -382,14 +388,12 @@ fn conv2d_with(
             .try_for_each(|(wi, (ob, sc))| {
                 for (j, o) in ob.chunks_mut(kg * pq).enumerate() {
                     one(wi * per + j, o, sc)?;
-                    clamp.apply_slice(o);
                 }
                 Ok(())
             })
     } else {
         for (idx, o) in out.chunks_mut(kg * pq).enumerate() {
             one(idx, o, work)?;
-            clamp.apply_slice(o);
         }
         Ok(())
     }
@@ -563,56 +567,64 @@ fn patch_embedding(
     Ok(())
 }
 
-/// Fills each of `o`'s rows of `pq` values with its channel's bias; true when it did (the
-/// product is then added).
-fn fill_bias(o: &mut [f32], pq: usize, bias: Option<&[f32]>) -> bool {
-    match bias {
-        Some(b) => {
-            for (row, &bv) in o.chunks_mut(pq).zip(b) {
-                row.fill(bv);
-            }
-            true
-        }
-        None => false,
-    }
-}
-
-/// `c` (`m × n`, row-major) = A·B, or `+=` with `accumulate`, through `kern`, the rows split
-/// over `split` workers in whole panels of packed A.
-#[allow(clippy::too_many_arguments)]
-fn kernel_into(
+/// One (image, group) product's constant side: `m × k` filters packed for `kern`, the rows
+/// split over `split` workers in whole panels.
+struct Product<'a> {
     kern: Kernel,
     m: usize,
-    n: usize,
     k: usize,
-    ap: &[f32],
-    right: Right,
-    c: &mut [f32],
-    accumulate: bool,
+    a: &'a [f32],
     split: usize,
-) -> Result<(), String> {
-    let c = &mut c[..m * n];
-    let per = if split > 1 {
-        m.div_ceil(split).next_multiple_of(kern.panel_rows())
-    } else {
-        m
-    };
-    let run = |(i, cb): (usize, &mut [f32])| {
-        let rows = cb.len() / n.max(1);
-        let a = &ap[kern.a_panel_offset(i * per, k)..];
-        kern.gemm(rows, n, k, a, right, cb, n, accumulate)
-            .map_err(|e| e.to_string())
-    };
-    if split > 1 && per < m {
-        c.par_chunks_mut(per * n).enumerate().try_for_each(run)
-    } else {
-        run((0, c))
+}
+
+impl Product<'_> {
+    /// `c` (`m × n`, row-major) = `clamp(bias + A·B)`, the bias (one value per row) and the
+    /// clamp applied by the GEMM's tiles in registers ([`Epilogue`]): a bias filled into
+    /// `c` first and a clamp after were two more passes over a whole image's output.
+    fn run_into(
+        &self,
+        n: usize,
+        right: Right,
+        c: &mut [f32],
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+    ) -> Result<(), String> {
+        let (kern, m, k) = (self.kern, self.m, self.k);
+        let c = &mut c[..m * n];
+        let per = if self.split > 1 {
+            m.div_ceil(self.split).next_multiple_of(kern.panel_rows())
+        } else {
+            m
+        };
+        let run = |(i, cb): (usize, &mut [f32])| {
+            let rows = cb.len() / n.max(1);
+            let a = &self.a[kern.a_panel_offset(i * per, k)..];
+            let ep = Epilogue {
+                row_bias: bias.map(|b| &b[i * per..][..rows]),
+                clamp,
+            };
+            kern.gemm_with(rows, n, k, Left::Packed(a), right, cb, n, false, ep)
+                .map_err(|e| e.to_string())
+        };
+        if self.split > 1 && per < m {
+            c.par_chunks_mut(per * n).enumerate().try_for_each(run)
+        } else {
+            run((0, c))
+        }
     }
 }
 
 /// The implicit GEMM's result (`K/g` rows of `n_eff` values over the padded width) copied to
-/// the output's `P × Q` planes, each plus its channel's bias.
-fn copy_out(g: &ConvShape, n_eff: usize, tmp: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+/// the output's `P × Q` planes, each plus its channel's bias, then clamped (plane by plane,
+/// while in cache).
+fn copy_out(
+    g: &ConvShape,
+    n_eff: usize,
+    tmp: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    o: &mut [f32],
+) {
     let (_, wq) = phase_dims(g);
     let pq = g.p * g.q;
     for (ch, (dst, src)) in o.chunks_mut(pq).zip(tmp.chunks(n_eff)).enumerate() {
@@ -623,6 +635,7 @@ fn copy_out(g: &ConvShape, n_eff: usize, tmp: &[f32], bias: Option<&[f32]>, o: &
                 *d = s + b;
             }
         }
+        clamp.apply_slice(dst);
     }
 }
 
@@ -756,6 +769,20 @@ fn column_operand<'a>(
     let (cm, pad) = scratch.split_at_mut(n);
     im2col_padded(g, xin, cg, cm, pad);
     cm
+}
+
+/// Fills each of `o`'s rows of `pq` values with its channel's bias; true when it did (the
+/// product is then added).
+fn fill_bias(o: &mut [f32], pq: usize, bias: Option<&[f32]>) -> bool {
+    match bias {
+        Some(b) => {
+            for (row, &bv) in o.chunks_mut(pq).zip(b) {
+                row.fill(bv);
+            }
+            true
+        }
+        None => false,
+    }
 }
 
 /// One (image, group) product through faer: the operand ([`column_operand`]) times the

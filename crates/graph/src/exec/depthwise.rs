@@ -18,77 +18,12 @@
 
 use super::conv::ConvShape;
 use rayon::prelude::*;
+use tensorforge_kernels::clamp::Clamp;
 
 /// Bytes of one band's padded input tile: rows of it are added to a band until the next
 /// would pass this (at least one output row per band). A third of a 48 KiB L1 data cache,
 /// so that the tile, the filter and the output rows stay there.
 const TILE_BYTES: usize = 16 << 10;
-
-/// A clamp of a convolution's sums before they are stored, exactly as the graph's ops
-/// compute it: `ClipLow(lo)` then `ClipHigh(hi)` (`x < lo → lo`, `x > hi → hi`, a NaN or
-/// −0 kept: ONNX `Clip`, ReLU6), or with `relu` the lower bound as ONNX `Relu`'s
-/// `fmax(x, lo)` (`x > lo ? x : lo`: a NaN and −0 become `lo`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Clamp {
-    /// Values below are raised to it.
-    pub lo: f32,
-    /// Values above are lowered to it.
-    pub hi: f32,
-    /// The lower bound as `fmax` (ReLU) rather than `ClipLow`.
-    pub relu: bool,
-}
-
-impl Clamp {
-    /// No clamp: every value passes unchanged.
-    pub(crate) const NONE: Clamp = Clamp {
-        lo: f32::NEG_INFINITY,
-        hi: f32::INFINITY,
-        relu: false,
-    };
-
-    /// `x` clamped.
-    #[inline(always)]
-    fn apply(&self, x: f32) -> f32 {
-        let y = if self.relu {
-            if x > self.lo {
-                x
-            } else {
-                self.lo
-            }
-        } else if x < self.lo {
-            self.lo
-        } else {
-            x
-        };
-        if y > self.hi {
-            self.hi
-        } else {
-            y
-        }
-    }
-
-    /// Every value of `xs` clamped in place (for the convolutions that store their sums
-    /// first: applied to each product's output while it is in cache).
-    pub(crate) fn apply_slice(&self, xs: &mut [f32]) {
-        if *self == Clamp::NONE {
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if tensorforge_kernels::simd::avx2_fma() {
-            // SAFETY: the CPU has AVX2 (checked).
-            unsafe { self.apply_slice_avx2(xs) };
-            return;
-        }
-        xs.iter_mut().for_each(|x| *x = self.apply(*x));
-    }
-
-    /// [`Clamp::apply_slice`] compiled for AVX2, where the compiler vectorizes the selects.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn apply_slice_avx2(&self, xs: &mut [f32]) {
-        xs.iter_mut().for_each(|x| *x = self.apply(*x));
-    }
-}
 
 /// Channels in one block on this CPU: 16 with AVX-512F, else 8.
 fn lanes() -> usize {

@@ -347,10 +347,10 @@ fn run_program<'a>(
 /// The leading epilogue nodes of convolution kernel `k` that the convolution applies to
 /// its sums itself, as one [`Clamp`]: a `Relu`, or a `ClipLow` then a `ClipHigh` (ONNX
 /// `Clip`: ReLU6) by one-element bounds that are not NaN; and how many nodes that is.
-fn clamp_prefix(st: &State, k: &Kernel) -> (super::depthwise::Clamp, usize) {
+fn clamp_prefix(st: &State, k: &Kernel) -> (tensorforge_kernels::clamp::Clamp, usize) {
     use crate::optable::{BinaryFn, UnaryFn};
     let tg = st.tg;
-    let mut c = super::depthwise::Clamp::NONE;
+    let mut c = tensorforge_kernels::clamp::Clamp::NONE;
     let mut folded = 0;
     for &e in &k.nodes[1..] {
         let ins = &tg.node_inputs[e];
@@ -361,7 +361,7 @@ fn clamp_prefix(st: &State, k: &Kernel) -> (super::depthwise::Clamp, usize) {
             let v = *st.bufs[t].as_deref()?.first()?;
             (tg.tensors[t].numel == 1 && !v.is_nan()).then_some(v)
         };
-        let unset = c == super::depthwise::Clamp::NONE;
+        let unset = c == tensorforge_kernels::clamp::Clamp::NONE;
         match &tg.nodes[e].op {
             Op::Unary { f: UnaryFn::Relu } if unset => {
                 c.lo = 0.0;

@@ -753,7 +753,7 @@ mod tests {
             &mut scratch,
             &cache,
             4,
-            super::super::depthwise::Clamp::NONE,
+            tensorforge_kernels::clamp::Clamp::NONE,
         )
         .unwrap();
         assert!(scratch.len() >= scratch_len(&g));
@@ -816,7 +816,7 @@ mod tests {
                 &mut scratch,
                 &cache,
                 3,
-                super::super::depthwise::Clamp::NONE,
+                tensorforge_kernels::clamp::Clamp::NONE,
             )
             .unwrap();
             for (a, e) in out.iter().zip(&want) {
