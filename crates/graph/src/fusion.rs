@@ -1316,6 +1316,40 @@ mod tests {
     }
 
     #[test]
+    fn a_convolution_adds_its_residual_before_the_relu_as_it_stores() {
+        // ResNet's block end: conv → Add(residual) → Relu, in one kernel; the convolution
+        // applies both as it stores (the GEMM's tile, Winograd's output transform, the
+        // depthwise kernel then a pass), with exactly the values of the nodes run apart.
+        // Three geometries: 1×1 (the GEMM reading the input in place), 3×3 on 32 channels of
+        // 28 × 28 (Winograd: 32·32·9·784 = 7.2 Mi multiply-adds), depthwise 3×3; the
+        // residual is the block's input.
+        for (c, w, group) in [(16, "[16,16,1,1]", 1), (32, "[32,32,3,3]", 1), (16, "[16,1,3,3]", 16)] {
+            let pad = if w.ends_with("3,3]") { 1 } else { 0 };
+            let c = compile(&g(&format!(
+                r#"{{"nodes":[
+              {{"name":"x","op":"Input","attrs":{{"shape":[1,{c},28,28],"dtype":"fp32"}}}},
+              {{"name":"w","op":"Weight","attrs":{{"shape":{w},"dtype":"fp32"}}}},
+              {{"name":"b","op":"Weight","attrs":{{"shape":[{c}],"dtype":"fp32"}}}},
+              {{"name":"conv","op":"Conv2d","inputs":["x","w","b"],"attrs":{{"strides":[1,1],"pads":[{pad},{pad},{pad},{pad}],"dilations":[1,1],"group":{group}}}}},
+              {{"name":"sum","op":"Add","inputs":["x","conv"]}},
+              {{"name":"y","op":"ReLU","inputs":["sum"]}}]}}"#
+            )))
+            .unwrap();
+            let p = &c.fused;
+            assert_eq!(p.kernels.len(), 1, "{:#?}", c.decisions);
+            let mut ins = std::collections::HashMap::new();
+            crate::exec::fill_inputs(&p.graph, &mut ins, 9).unwrap();
+            let fused = crate::exec::execute(p, &ins).unwrap();
+            let unfused = crate::exec::execute(&c.unfused, &ins).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let y = &fused.outputs[0].2;
+            assert_eq!(bits(y), bits(&unfused.outputs[0].2), "{w}");
+            // Both sides of the ReLU occur: zeros and positive values.
+            assert!(y.contains(&0.0) && y.iter().any(|&v| v > 0.0), "{w}");
+        }
+    }
+
+    #[test]
     fn elementwise_chain_is_one_kernel() {
         let c = compile(&g(r#"{"nodes":[
           {"name":"x","op":"Input","attrs":{"shape":[4,8],"dtype":"fp32"}},

@@ -125,22 +125,27 @@ pub enum Left<'a> {
 
 /// What the microkernel does to C beyond the product, while each tile is in registers: the
 /// sums of row `i` start from `row_bias[i]` (a convolution's bias per output channel; C is
-/// then `bias + A·B`, or `C + bias + A·B` when accumulating), and after the last K block
-/// every stored value is clamped ([`Clamp`]: ReLU, ReLU6). A bias filled into C first and a
-/// clamp applied after the product are two more passes over C, from memory when C is larger
+/// then `bias + A·B`, or `C + bias + A·B` when accumulating), after the last K block an
+/// `addend` laid out as C is added (a residual connection), and every stored value is
+/// clamped ([`Clamp`]: ReLU, ReLU6): `C = clamp((C +) (bias + A·B) + addend)`, each `+` one
+/// f32 rounding, in that order. A bias filled into C first, a residual added and a clamp
+/// applied after the product are each one more pass over C, from memory when C is larger
 /// than the caches.
 #[derive(Clone, Copy, Debug)]
 pub struct Epilogue<'a> {
     /// One value per row of C (`m` of them), or none.
     pub row_bias: Option<&'a [f32]>,
+    /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`), or none.
+    pub addend: Option<&'a [f32]>,
     /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
     pub clamp: Clamp,
 }
 
 impl Epilogue<'_> {
-    /// No bias, no clamp: C is the product (or C plus it).
+    /// No bias, no addend, no clamp: C is the product (or C plus it).
     pub const NONE: Epilogue<'static> = Epilogue {
         row_bias: None,
+        addend: None,
         clamp: Clamp::NONE,
     };
 }
@@ -377,6 +382,9 @@ impl Kernel {
         if ldc < n || c.len() < c_need {
             return Err(bad("C is too short or its stride below n"));
         }
+        if ep.addend.is_some_and(|d| d.len() < c_need) {
+            return Err(bad("the addend is shorter than C"));
+        }
         let mut offs: *const usize = std::ptr::null();
         let mut runs: Option<(usize, &[usize])> = None;
         let (b_ptr, b_panel_stride, ldb) = match b {
@@ -442,8 +450,10 @@ impl Kernel {
         if k == 0 {
             for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
                 let b = ep.row_bias.map_or(0.0, |b| b[i]);
-                for x in &mut row[..n] {
-                    *x = ep.clamp.apply(if accumulate { *x + b } else { b });
+                for (j, x) in row[..n].iter_mut().enumerate() {
+                    let y = if accumulate { *x + b } else { b };
+                    let y = ep.addend.map_or(y, |d| y + d[i * ldc + j]);
+                    *x = ep.clamp.apply(y);
                 }
             }
             return Ok(());
@@ -458,9 +468,11 @@ impl Kernel {
             let kc = kcmax.min(k - pc);
             let mc = self.mc_for(kc);
             let acc = accumulate || pc > 0;
-            // The bias starts the first K block's sums; the clamp ends the last one's.
+            // The bias starts the first K block's sums; the addend and the clamp end the
+            // last one's.
             let first = pc == 0;
-            let clamp = (pc + kc == k && !ep.clamp.is_none()).then_some(ep.clamp);
+            let last = pc + kc == k;
+            let clamp = (last && !ep.clamp.is_none()).then_some(ep.clamp);
             let mut ib = 0;
             while ib < m {
                 let mend = (ib + mc).min(m);
@@ -520,12 +532,18 @@ impl Kernel {
                                 Some(b) if first => b.as_ptr().add(i0),
                                 _ => std::ptr::null(),
                             };
+                            // The addend's element (i0, j0), laid out as C (checked).
+                            let add = match ep.addend {
+                                Some(d) if last => d.as_ptr().add(i0 * ldc + j0),
+                                _ => std::ptr::null(),
+                            };
                             let out = Store {
                                 c: cp,
                                 ldc,
                                 rows,
                                 acc,
                                 bias,
+                                add,
                                 clamp,
                             };
                             self.tile(kc, ap, a_ld, brows, cols, out);
@@ -676,7 +694,8 @@ struct Rows {
 }
 
 /// Where and how a tile stores its `rows` rows of C (stride `ldc`): added to C's values
-/// (`acc`), its sums started from `bias[r]` (null: from zero), clamped (`None`: not).
+/// (`acc`), its sums started from `bias[r]` (null: from zero), plus `add`'s values (laid out
+/// as C; null: none), clamped (`None`: not).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 tiles only
 struct Store {
@@ -685,6 +704,7 @@ struct Store {
     rows: usize,
     acc: bool,
     bias: *const f32,
+    add: *const f32,
     clamp: Option<Clamp>,
 }
 
@@ -749,6 +769,7 @@ mod x86 {
             rows,
             acc: accumulate,
             bias,
+            add,
             clamp,
         } = out;
         let last = cols - 16 * (NV - 1);
@@ -794,6 +815,9 @@ mod x86 {
                 let mut y = *x;
                 if accumulate {
                     y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p));
+                }
+                if !add.is_null() {
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, add.add(r * ldc + 16 * v)));
                 }
                 if let Some(cl) = clamp {
                     // max(a, b) is `a > b ? a : b` (module `clamp`).
@@ -895,6 +919,7 @@ mod x86 {
             rows,
             acc: accumulate,
             bias,
+            add,
             clamp,
         } = out;
         let tail = mask8(cols - 8 * (NV - 1));
@@ -940,6 +965,15 @@ mod x86 {
                         _mm256_loadu_ps(p)
                     };
                     y = _mm256_add_ps(y, old);
+                }
+                if !add.is_null() {
+                    let q = add.add(r * ldc + 8 * v);
+                    let d = if masked {
+                        _mm256_maskload_ps(q, tail)
+                    } else {
+                        _mm256_loadu_ps(q)
+                    };
+                    y = _mm256_add_ps(y, d);
                 }
                 if let Some(cl) = clamp {
                     // max(a, b) is `a > b ? a : b` (module `clamp`).
@@ -1234,11 +1268,12 @@ mod tests {
     }
 
     #[test]
-    fn the_epilogue_adds_each_rows_bias_and_clamps_as_the_ops_do() {
-        // C = clamp(bias + A·B) and clamp(C0 + bias + A·B) against an f64 reference, on
+    fn the_epilogue_adds_bias_and_addend_and_clamps_as_the_ops_do() {
+        // C = clamp(bias + A·B (+ D)) and clamp(C0 + bias + A·B (+ D)), D an addend laid out
+        // as C (a residual), against an f64 reference, on
         // shapes with partial panels (rows, and columns of one and a half vectors), K past
-        // one block (the bias only in the first block's sums, the clamp only after the
-        // last), whole and masked tiles; the clamp's bounds sit inside the values' range so
+        // one block (the bias only in the first block's sums, the addend and the clamp only
+        // after the last), whole and masked tiles; the clamp's bounds sit inside the values' range so
         // that both bounds are reached. Then the ops' special values: ReLU (fmax) turns NaN
         // and −0 into 0, Clip keeps them.
         for kern in kernels() {
@@ -1252,9 +1287,10 @@ mod tests {
                 let b = vals(k * n, 42);
                 let bias = vals(m, 43);
                 let c0 = vals(m * n, 44);
+                let d = vals(m * n, 45);
                 let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
                 kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                for acc in [false, true] {
+                for (acc, with_add) in [(false, false), (true, false), (false, true), (true, true)] {
                     for clamp in [
                         Clamp::NONE,
                         Clamp {
@@ -1271,6 +1307,7 @@ mod tests {
                         let mut c = c0.clone();
                         let ep = Epilogue {
                             row_bias: Some(&bias),
+                            addend: with_add.then_some(&d[..]),
                             clamp,
                         };
                         let right = Right::RowMajor { data: &b, ld: n };
@@ -1280,7 +1317,8 @@ mod tests {
                         let (mut low, mut high) = (false, false);
                         for i in 0..m {
                             for j in 0..n {
-                                let x = want[i * n + j] + bias[i] as f64;
+                                let add = if with_add { d[i * n + j] as f64 } else { 0.0 };
+                                let x = want[i * n + j] + bias[i] as f64 + add;
                                 let y = x.max(clamp.lo as f64).min(clamp.hi as f64);
                                 low |= x < clamp.lo as f64;
                                 high |= x > clamp.hi as f64;
@@ -1289,8 +1327,8 @@ mod tests {
                                 let got = c[i * n + j] as f64;
                                 assert!(
                                     (got - y).abs() <= tol,
-                                    "{kern:?} {m}×{n}×{k} acc={acc} {clamp:?} ({i},{j}): \
-                                     {got} vs {y}"
+                                    "{kern:?} {m}×{n}×{k} acc={acc} add={with_add} {clamp:?} \
+                                     ({i},{j}): {got} vs {y}"
                                 );
                             }
                         }
@@ -1312,6 +1350,7 @@ mod tests {
                 let mut c = [1.0f32; 6];
                 let ep = Epilogue {
                     row_bias: Some(&[-0.0]),
+                    addend: None,
                     clamp: Clamp {
                         lo: 0.0,
                         hi: 6.0,
@@ -1328,6 +1367,7 @@ mod tests {
             let mut c = [0.0f32; 4];
             let ep = Epilogue {
                 row_bias: Some(&[1.0]),
+                addend: None,
                 clamp: Clamp::NONE,
             };
             let right = Right::RowMajor {
@@ -1349,6 +1389,13 @@ mod tests {
                 ep,
             );
             assert!(short.is_err());
+            let ep = Epilogue {
+                row_bias: None,
+                addend: Some(&[1.0; 3]),
+                clamp: Clamp::NONE,
+            };
+            let short = kern.gemm_with(2, 2, 2, Left::RowMajor { data: &[1.0; 4], ld: 2 }, right, &mut c, 2, false, ep);
+            assert!(short.is_err(), "an addend shorter than C");
         }
     }
 

@@ -26,6 +26,43 @@ use rayon::prelude::*;
 use tensorforge_kernels::clamp::Clamp;
 use tensorforge_kernels::sgemm::{Epilogue, Kernel, Left, Right};
 
+/// What follows a convolution's sums (bias included) in its kernel and the convolution
+/// applies itself: `clamp(out + addend)`, the addend laid out as the output (a residual
+/// connection), each `+` one f32 rounding, so the value equals the graph's Add then
+/// Relu / Clip nodes computed apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Post<'a> {
+    /// Values of the output's shape added to it, or none.
+    pub addend: Option<&'a [f32]>,
+    /// Bounds applied last.
+    pub clamp: Clamp,
+}
+
+impl<'a> Post<'a> {
+    /// Nothing after the sums.
+    pub(crate) const NONE: Post<'static> = Post {
+        addend: None,
+        clamp: Clamp::NONE,
+    };
+
+    /// The part of it for output values `[start, start + len)`.
+    pub(crate) fn part(&self, start: usize, len: usize) -> Post<'a> {
+        Post {
+            addend: self.addend.map(|d| &d[start..][..len]),
+            clamp: self.clamp,
+        }
+    }
+
+    /// Applied to `out` (already holding the sums) in one pass, for the paths that do not
+    /// apply it as they store.
+    pub(crate) fn apply(&self, out: &mut [f32]) {
+        if let Some(d) = self.addend {
+            out.iter_mut().zip(d).for_each(|(o, d)| *o += d);
+        }
+        self.clamp.apply_slice(out);
+    }
+}
+
 /// The geometry of one convolution.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConvShape {
@@ -194,7 +231,7 @@ pub(crate) fn conv2d(
     scratch: &mut Vec<f32>,
     filters: &super::winograd::FilterCache,
     node: usize,
-    clamp: Clamp,
+    post: Post,
 ) -> Result<(), String> {
     let kern = Kernel::detect();
     if let Some(kern) = kern.filter(|_| super::winograd::applies(g, kern)) {
@@ -203,8 +240,7 @@ pub(crate) fn conv2d(
         }
         let need = super::winograd::scratch_len(g);
         grow_scratch(scratch, need, "Winograd")?;
-        super::winograd::conv(kern, filters, node, g, x, w, bias, out, scratch)?;
-        clamp.apply_slice(out);
+        super::winograd::conv(kern, filters, node, g, x, w, bias, post, out, scratch)?;
         return Ok(());
     }
     conv2d_with(
@@ -216,7 +252,7 @@ pub(crate) fn conv2d(
         out,
         scratch,
         Some((filters, node)),
-        clamp,
+        post,
     )
 }
 
@@ -238,7 +274,7 @@ pub(crate) fn conv2d_direct(
         out,
         scratch,
         None,
-        Clamp::NONE,
+        Post::NONE,
     )
 }
 
@@ -255,7 +291,7 @@ fn conv2d_with(
     out: &mut [f32],
     scratch: &mut Vec<f32>,
     cache: Option<(&super::winograd::FilterCache, usize)>,
-    clamp: Clamp,
+    post: Post,
 ) -> Result<(), String> {
     let cg = g.c / g.group;
     let kg = g.k / g.group;
@@ -267,17 +303,26 @@ fn conv2d_with(
     if out.is_empty() {
         return Ok(());
     }
+    if post.addend.is_some_and(|d| d.len() != out.len()) {
+        return Err(format!("conv2d: the addend does not match the output {g:?}"));
+    }
     if cg == 1 && kg == 1 {
         if super::depthwise::applies(g) {
-            return super::depthwise::depthwise_blocked(g, x, w, bias, clamp, out, cache);
+            // The blocked kernel clamps its sums; an addend comes before the clamp, so then
+            // both are applied after.
+            if post.addend.is_none() {
+                return super::depthwise::depthwise_blocked(g, x, w, bias, post.clamp, out, cache);
+            }
+            super::depthwise::depthwise_blocked(g, x, w, bias, Clamp::NONE, out, cache)?;
+        } else {
+            depthwise(g, x, w, bias, out);
         }
-        depthwise(g, x, w, bias, out);
-        clamp.apply_slice(out);
+        post.apply(out);
         return Ok(());
     }
     if let Some(kern) = kern.filter(|_| patches_apply(g, kern)) {
         patch_embedding(kern, g, x, w, bias, out, scratch, cache)?;
-        clamp.apply_slice(out);
+        post.apply(out);
         return Ok(());
     }
     let Layout {
@@ -329,10 +374,11 @@ fn conv2d_with(
         let (img, grp) = (idx / g.group, idx % g.group);
         let xin = &x[(img * g.c + grp * cg) * g.h * g.w..][..cg * g.h * g.w];
         let bias_g = bias.map(|b| &b[grp * kg..][..kg]);
+        let post = post.part(idx * kg * pq, kg * pq);
         let Some(kern) = kern else {
             let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
             faer_product(g, data, &w[grp * kg * crs..][..kg * crs], bias_g, o, split);
-            clamp.apply_slice(o);
+            post.apply(o);
             return Ok(());
         };
         let ap = &packed_w[grp * pa..][..pa];
@@ -351,8 +397,8 @@ fn conv2d_with(
                     data: pad,
                     offsets: &offsets,
                 };
-                product.run_into(n_eff, right, tmp, None, Clamp::NONE)?;
-                copy_out(g, n_eff, tmp, bias_g, clamp, o);
+                product.run_into(n_eff, right, tmp, None, Post::NONE)?;
+                copy_out(g, n_eff, tmp, bias_g, post, o);
                 Ok(())
             }
             Cols::ImplicitRuns => {
@@ -364,12 +410,12 @@ fn conv2d_with(
                     run: g.q,
                     run_offsets: &run_offsets,
                 };
-                product.run_into(pq, right, o, bias_g, clamp)
+                product.run_into(pq, right, o, bias_g, post)
             }
             Cols::Direct | Cols::Im2col => {
                 let data = column_operand(g, xin, cols == Cols::Direct, &mut scratch[..need]);
                 let right = Right::RowMajor { data, ld: pq };
-                product.run_into(pq, right, o, bias_g, clamp)
+                product.run_into(pq, right, o, bias_g, post)
             }
         }
     };
@@ -578,16 +624,17 @@ struct Product<'a> {
 }
 
 impl Product<'_> {
-    /// `c` (`m × n`, row-major) = `clamp(bias + A·B)`, the bias (one value per row) and the
-    /// clamp applied by the GEMM's tiles in registers ([`Epilogue`]): a bias filled into
-    /// `c` first and a clamp after were two more passes over a whole image's output.
+    /// `c` (`m × n`, row-major) = `clamp(bias + A·B + addend)`, the bias (one value per
+    /// row), the addend and the clamp applied by the GEMM's tiles in registers
+    /// ([`Epilogue`]): a bias filled into `c` first, a residual added and a clamp applied
+    /// after were each one more pass over a whole image's output.
     fn run_into(
         &self,
         n: usize,
         right: Right,
         c: &mut [f32],
         bias: Option<&[f32]>,
-        clamp: Clamp,
+        post: Post,
     ) -> Result<(), String> {
         let (kern, m, k) = (self.kern, self.m, self.k);
         let c = &mut c[..m * n];
@@ -601,7 +648,8 @@ impl Product<'_> {
             let a = &self.a[kern.a_panel_offset(i * per, k)..];
             let ep = Epilogue {
                 row_bias: bias.map(|b| &b[i * per..][..rows]),
-                clamp,
+                addend: post.part(i * per * n, rows * n).addend,
+                clamp: post.clamp,
             };
             kern.gemm_with(rows, n, k, Left::Packed(a), right, cb, n, false, ep)
                 .map_err(|e| e.to_string())
@@ -615,14 +663,14 @@ impl Product<'_> {
 }
 
 /// The implicit GEMM's result (`K/g` rows of `n_eff` values over the padded width) copied to
-/// the output's `P × Q` planes, each plus its channel's bias, then clamped (plane by plane,
+/// the output's `P × Q` planes, each plus its channel's bias, then `post` (plane by plane,
 /// while in cache).
 fn copy_out(
     g: &ConvShape,
     n_eff: usize,
     tmp: &[f32],
     bias: Option<&[f32]>,
-    clamp: Clamp,
+    post: Post,
     o: &mut [f32],
 ) {
     let (_, wq) = phase_dims(g);
@@ -635,7 +683,7 @@ fn copy_out(
                 *d = s + b;
             }
         }
-        clamp.apply_slice(dst);
+        post.part(ch * pq, pq).apply(dst);
     }
 }
 
@@ -1181,18 +1229,26 @@ mod tests {
             );
             for kern in kernels {
                 for bias in [None, Some(b.as_slice())] {
-                    // With a bias, a clamp too (applied to each product's output).
-                    let clamp = match bias {
-                        Some(_) => Clamp {
-                            lo: -0.5,
-                            hi: 0.75,
-                            relu: false,
-                        },
-                        None => Clamp::NONE,
-                    };
                     let mut want = reference(&g, &x, &wt, bias);
-                    want.iter_mut()
-                        .for_each(|v| *v = v.clamp(clamp.lo, clamp.hi));
+                    // With a bias, an addend (a residual, added before the clamp) and a
+                    // clamp too, each applied as the path stores its output.
+                    let d: Vec<f32> = (0..want.len()).map(|j| ((j * 29 % 31) as f32 - 15.0) / 20.0).collect();
+                    let post = match bias {
+                        Some(_) => Post {
+                            addend: Some(&d),
+                            clamp: Clamp {
+                                lo: -0.5,
+                                hi: 0.75,
+                                relu: false,
+                            },
+                        },
+                        None => Post::NONE,
+                    };
+                    let clamp = post.clamp;
+                    for (j, v) in want.iter_mut().enumerate() {
+                        let add = post.addend.map_or(0.0, |d| d[j]);
+                        *v = (*v + add).clamp(clamp.lo, clamp.hi);
+                    }
                     for threads in [1, 2] {
                         let mut got = vec![f32::NAN; want.len()];
                         // Scratch full of NaN: every value the product reads is written first.
@@ -1209,7 +1265,7 @@ mod tests {
                                 &mut got,
                                 &mut scratch,
                                 None,
-                                clamp,
+                                post,
                             )
                         })
                         .unwrap()

@@ -345,14 +345,34 @@ fn run_program<'a>(
 }
 
 /// The leading epilogue nodes of convolution kernel `k` that the convolution applies to
-/// its sums itself, as one [`Clamp`]: a `Relu`, or a `ClipLow` then a `ClipHigh` (ONNX
-/// `Clip`: ReLU6) by one-element bounds that are not NaN; and how many nodes that is.
-fn clamp_prefix(st: &State, k: &Kernel) -> (tensorforge_kernels::clamp::Clamp, usize) {
+/// its sums itself ([`super::conv::Post`]): first an `Add` of a tensor of the output's shape
+/// (a residual connection: its tensor is returned), then a `Relu`, or a `ClipLow` then a
+/// `ClipHigh` (ONNX `Clip`: ReLU6) by one-element bounds that are not NaN, as one
+/// [`Clamp`]; and how many nodes that is.
+fn conv_post(
+    st: &State,
+    k: &Kernel,
+) -> (Option<usize>, tensorforge_kernels::clamp::Clamp, usize) {
     use crate::optable::{BinaryFn, UnaryFn};
     let tg = st.tg;
     let mut c = tensorforge_kernels::clamp::Clamp::NONE;
     let mut folded = 0;
-    for &e in &k.nodes[1..] {
+    let chain = tg.node_outputs[k.nodes[0]][0];
+    let shape = &tg.tensors[chain].shape;
+    let addend = k.nodes.get(1).and_then(|&e| {
+        let ins = &tg.node_inputs[e];
+        let add = matches!(tg.nodes[e].op, Op::Binary { f: BinaryFn::Add });
+        let other = match ins[..] {
+            [a, b] if a == chain && b != chain => b,
+            [a, b] if b == chain && a != chain => a,
+            _ => return None,
+        };
+        (add && tg.tensors[other].shape == *shape && st.bufs[other].is_some()).then_some(other)
+    });
+    if addend.is_some() {
+        folded = 1;
+    }
+    for &e in &k.nodes[1 + folded..] {
         let ins = &tg.node_inputs[e];
         // The node's one-element operand (the other is the chain, checked by the fusion
         // rule): its value, if it is not NaN.
@@ -383,7 +403,7 @@ fn clamp_prefix(st: &State, k: &Kernel) -> (tensorforge_kernels::clamp::Clamp, u
         }
         folded += 1;
     }
-    (c, folded)
+    (addend, c, folded)
 }
 
 /// The elementwise nodes after a convolution in its kernel (`FusionRule::ConvEpilogue`),
@@ -771,7 +791,11 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-                    let (clamp, folded) = clamp_prefix(st, k);
+                    let (addend, clamp, folded) = conv_post(st, k);
+                    let post = super::conv::Post {
+                        addend: addend.map(|t| st.bufs[t].as_deref().unwrap_or(&[])),
+                        clamp,
+                    };
                     super::conv::conv2d(
                         &geo,
                         x,
@@ -781,7 +805,7 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         &mut scratch,
                         st.filters,
                         n,
-                        clamp,
+                        post,
                     )
                     .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);

@@ -309,8 +309,10 @@ fn transform_filters(kern: Kernel, g: &ConvShape, w: &[f32]) -> Result<Vec<f32>,
     Ok(packed)
 }
 
-/// `out = conv(x, w) + bias` through F(2×2, 3×3) for `g` ([`applies`] must hold), the filters
-/// from `cache` under node id `node`; `scratch` holds at least [`scratch_len`] values.
+/// `out = clamp(conv(x, w) + bias + addend)` through F(2×2, 3×3) for `g` ([`applies`] must
+/// hold), `post` holding the addend and clamp, the filters from `cache` under node id
+/// `node`; `scratch` holds at least [`scratch_len`] values. `post` is applied to each output
+/// plane as the output transform writes it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     kern: Kernel,
@@ -320,6 +322,7 @@ pub(crate) fn conv(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    post: super::conv::Post,
     out: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<(), String> {
@@ -403,6 +406,7 @@ pub(crate) fn conv(
                     let kk = wi * kchunk + j;
                     let b = bias.map_or(0.0, |b| b[kk]);
                     output_transform(g, m, kk, k, t, tw, b, &mut y[..4 * t], ok);
+                    post.part((img * k + kk) * pq, pq).apply(ok);
                 }
             });
     }
@@ -617,7 +621,9 @@ fn output_body(
 
 #[cfg(test)]
 mod tests {
+    use super::super::conv::Post;
     use super::*;
+    use tensorforge_kernels::clamp::Clamp;
 
     /// The definition in f64 (zero padding, stride 1).
     fn reference(g: &ConvShape, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f64> {
@@ -697,21 +703,39 @@ mod tests {
             let b = tensorforge_core::rng::SplitMix64::f32_pm1_vec(90 + i as u64, g.k);
             let want = reference(g, &x, &w, &b);
             let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-            for threads in [1, 2] {
+            // At two threads, plus an addend (a residual) and clamped to bounds inside the
+            // values' range (each output plane as the output transform writes it).
+            let d = tensorforge_core::rng::SplitMix64::f32_pm1_vec(70 + i as u64, want.len());
+            let bounds = Post {
+                addend: Some(&d),
+                clamp: Clamp {
+                    lo: (-0.1 * scale) as f32,
+                    hi: (0.2 * scale) as f32,
+                    relu: false,
+                },
+            };
+            for (threads, post) in [(1, Post::NONE), (2, bounds)] {
+                let clamp = post.clamp;
                 let cache = FilterCache::default();
                 let mut out = vec![f32::NAN; g.n * g.k * g.p * g.q];
                 let mut scratch = vec![f32::NAN; scratch_len(g)];
                 crate::exec::with_threads(threads, || {
-                    conv(kern, &cache, 7, g, &x, &w, Some(&b), &mut out, &mut scratch)
+                    conv(kern, &cache, 7, g, &x, &w, Some(&b), post, &mut out, &mut scratch)
                 })
                 .unwrap()
                 .unwrap();
+                let (mut low, mut high) = (false, false);
                 for (j, (a, e)) in out.iter().zip(&want).enumerate() {
+                    let e = e + post.addend.map_or(0.0, |d| d[j] as f64);
+                    low |= e < clamp.lo as f64;
+                    high |= e > clamp.hi as f64;
+                    let e = e.max(clamp.lo as f64).min(clamp.hi as f64);
                     assert!(
-                        (*a as f64 - e).abs() <= 1e-5 * scale,
+                        (*a as f64 - e).abs() <= 1e-5 * (scale + 1.0),
                         "case {i} {threads}T [{j}]: {a} vs {e}"
                     );
                 }
+                assert!(clamp.is_none() || (low && high), "case {i}: both bounds reached");
             }
         }
     }
@@ -753,7 +777,7 @@ mod tests {
             &mut scratch,
             &cache,
             4,
-            tensorforge_kernels::clamp::Clamp::NONE,
+            Post::NONE,
         )
         .unwrap();
         assert!(scratch.len() >= scratch_len(&g));
@@ -775,12 +799,12 @@ mod tests {
         let cache = FilterCache::default();
         let mut out = vec![0f32; 8 * 36];
         let mut scratch = vec![0f32; scratch_len(&g)];
-        conv(kern, &cache, 0, &g, &x, &w, None, &mut out, &mut scratch).unwrap();
+        conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut scratch).unwrap();
         assert!(out.iter().all(|&v| v == 0.0));
         // Every filter tap 1 (the sampled positions change): a centre output sums 8 channels
         // × 9 taps of ones = 72.
         w.fill(1.0);
-        conv(kern, &cache, 0, &g, &x, &w, None, &mut out, &mut scratch).unwrap();
+        conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut scratch).unwrap();
         assert_eq!(out[6 + 1], 72.0);
     }
 
@@ -816,7 +840,7 @@ mod tests {
                 &mut scratch,
                 &cache,
                 3,
-                tensorforge_kernels::clamp::Clamp::NONE,
+                Post::NONE,
             )
             .unwrap();
             for (a, e) in out.iter().zip(&want) {
@@ -836,6 +860,7 @@ mod tests {
 /// -- --ignored --nocapture`.
 #[cfg(test)]
 mod bench {
+    use super::super::conv::Post;
     use super::*;
 
     #[test]
@@ -878,7 +903,7 @@ mod bench {
             let mut best = [f64::MAX; 2];
             for _ in 0..30 {
                 let t = std::time::Instant::now();
-                conv(kern, &cache, 0, &g, &x, &w, None, &mut out, &mut sw).unwrap();
+                conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut sw).unwrap();
                 best[0] = best[0].min(t.elapsed().as_secs_f64());
                 let t = std::time::Instant::now();
                 super::super::conv::conv2d_direct(&g, &x, &w, &mut out, &mut sd).unwrap();
