@@ -18,43 +18,22 @@ Usage (repository root, onnxruntime, onnx and numpy installed):
 DIR holds model.onnx and inputs/*.npy (tools/export_bench_models.py writes such folders).
 """
 import collections
-import glob
 import json
 import os
 import subprocess
 import sys
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ort_profile  # noqa: E402  (tools/ort_profile.py, beside this file)
+
 
 def ort_times(d, threads):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.enable_profiling = True
-    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so, providers=["CPUExecutionProvider"])
-    names = {i.name for i in sess.get_inputs()}
-    feeds = {}
-    for f in glob.glob(os.path.join(d, "inputs", "*.npy")):
-        name = os.path.basename(f)[:-4]
-        if name in names:
-            feeds[name] = np.load(f)
-    for _ in range(50):
-        sess.run(None, feeds)
-    path = sess.end_profiling()
-    with open(path) as fh:
-        events = json.load(fh)
-    os.remove(path)
-    per = collections.defaultdict(list)
-    ops = {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            n = e["name"][: -len("_kernel_time")]
-            per[n].append(e["dur"])
-            ops[n] = e.get("args", {}).get("op_name")
-    return {n: sorted(v)[len(v) // 4] for n, v in per.items()}, ops
+    """onnxruntime's p25 per node (µs) and op types (`ort_profile.node_times`)."""
+    t = ort_profile.node_times(d, threads)
+    return {n: v[0] for n, v in t.items()}, {n: v[1] for n, v in t.items()}
 
 
 def geometry(model):

@@ -23,12 +23,9 @@ import numpy as np
 import onnxruntime as ort
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    d = sys.argv[1]
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    top = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+def node_times(d, threads, runs=50):
+    """onnxruntime's per-node kernel times for the model in folder `d`: a dict from node name
+    to (25th-percentile µs over `runs` runs after one warm-up, op type, output shape)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -40,7 +37,7 @@ def main():
         name = os.path.basename(f)[:-4]
         if name in names:
             feeds[name] = np.load(f)
-    for _ in range(50):
+    for _ in range(runs):
         sess.run(None, feeds)
     path = sess.end_profiling()
     with open(path) as fh:
@@ -53,10 +50,20 @@ def main():
             per_node[e["name"][: -len("_kernel_time")]].append(
                 (e["dur"], args.get("op_name"), args.get("output_type_shape"))
             )
-    rows = []
+    out = {}
     for node, v in per_node.items():
         durs = sorted(x[0] for x in v)
-        rows.append((durs[len(durs) // 4], node, v[0][1], v[0][2]))
+        out[node] = (durs[len(durs) // 4], v[0][1], v[0][2])
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+    rows = [(us, node, op, shape) for node, (us, op, shape) in node_times(d, threads).items()]
     rows.sort(reverse=True)
     by_op = collections.defaultdict(float)
     for r in rows:

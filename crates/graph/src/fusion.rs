@@ -1323,7 +1323,11 @@ mod tests {
         // Three geometries: 1×1 (the GEMM reading the input in place), 3×3 on 32 channels of
         // 28 × 28 (Winograd: 32·32·9·784 = 7.2 Mi multiply-adds), depthwise 3×3; the
         // residual is the block's input.
-        for (c, w, group) in [(16, "[16,16,1,1]", 1), (32, "[32,32,3,3]", 1), (16, "[16,1,3,3]", 16)] {
+        for (c, w, group) in [
+            (16, "[16,16,1,1]", 1),
+            (32, "[32,32,3,3]", 1),
+            (16, "[16,1,3,3]", 16),
+        ] {
             let pad = if w.ends_with("3,3]") { 1 } else { 0 };
             let c = compile(&g(&format!(
                 r#"{{"nodes":[

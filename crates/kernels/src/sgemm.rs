@@ -338,10 +338,11 @@ impl Kernel {
         self.gemm_with(m, n, k, a, b, c, ldc, accumulate, Epilogue::NONE)
     }
 
-    /// [`Kernel::gemm_left`] with an [`Epilogue`]: `C = clamp(bias + A·B)` (or
-    /// `clamp(C + bias + A·B)` when accumulating), the bias and clamp applied in the tile's
-    /// registers. A row's sum starts from its bias, so its result can differ in the last bit
-    /// from `bias + (A·B)` computed apart.
+    /// [`Kernel::gemm_left`] with an [`Epilogue`]: `C = clamp(bias + A·B + addend)` (or
+    /// `clamp(C + bias + A·B + addend)` when accumulating), bias, addend and clamp applied in
+    /// the tile's registers. A row's sum starts from its bias, so its result can differ in
+    /// the last bit from `bias + (A·B)` computed apart; the addend and the clamp are exactly
+    /// the separate ops'.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_with(
         &self,
@@ -748,10 +749,10 @@ mod x86 {
 
     /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; with `MASKED` the last vector
     /// under a mask of `cols − 16·(NV − 1)` lanes, else every vector whole. Whole vectors
-    /// take plain loads and stores: a masked store that misses the cache was several times
-    /// slower on AMD EPYC Zen 5 (AVX-512), and so was the next kernel's read of what it
-    /// stored: MobileNetV2's 16 → 96-channel 1 × 1 convolution 566 → 1426 µs and the
-    /// depthwise layer after it 227 → 612 µs (docs/performance.md).
+    /// take plain loads and stores: on AMD EPYC Zen 5 (AVX-512), masked stores into lines
+    /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
+    /// 1 × 1 convolution from 566 to 1426 µs and the depthwise layer reading its output from
+    /// 227 to 612 µs; stored whole, 685 and 380 (docs/performance.md).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
@@ -1290,7 +1291,8 @@ mod tests {
                 let d = vals(m * n, 45);
                 let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
                 kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                for (acc, with_add) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (acc, with_add) in [(false, false), (true, false), (false, true), (true, true)]
+                {
                     for clamp in [
                         Clamp::NONE,
                         Clamp {
@@ -1363,39 +1365,26 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&c), bits(&want), "{kern:?} relu={relu}");
             }
-            // A bias shorter than m is an error, not a read past it.
-            let mut c = [0.0f32; 4];
-            let ep = Epilogue {
-                row_bias: Some(&[1.0]),
-                addend: None,
-                clamp: Clamp::NONE,
-            };
-            let right = Right::RowMajor {
-                data: &[1.0; 4],
-                ld: 2,
-            };
-            let short = kern.gemm_with(
-                2,
-                2,
-                2,
-                Left::RowMajor {
+            // A bias shorter than m, an addend shorter than C: errors, not reads past them.
+            for (row_bias, addend) in [(Some(&[1.0f32][..]), None), (None, Some(&[1.0f32; 3][..]))]
+            {
+                let ep = Epilogue {
+                    row_bias,
+                    addend,
+                    clamp: Clamp::NONE,
+                };
+                let right = Right::RowMajor {
                     data: &[1.0; 4],
                     ld: 2,
-                },
-                right,
-                &mut c,
-                2,
-                false,
-                ep,
-            );
-            assert!(short.is_err());
-            let ep = Epilogue {
-                row_bias: None,
-                addend: Some(&[1.0; 3]),
-                clamp: Clamp::NONE,
-            };
-            let short = kern.gemm_with(2, 2, 2, Left::RowMajor { data: &[1.0; 4], ld: 2 }, right, &mut c, 2, false, ep);
-            assert!(short.is_err(), "an addend shorter than C");
+                };
+                let left = Left::RowMajor {
+                    data: &[1.0; 4],
+                    ld: 2,
+                };
+                let mut c = [0.0f32; 4];
+                let r = kern.gemm_with(2, 2, 2, left, right, &mut c, 2, false, ep);
+                assert!(r.is_err(), "{ep:?}");
+            }
         }
     }
 

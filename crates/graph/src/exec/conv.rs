@@ -304,7 +304,9 @@ fn conv2d_with(
         return Ok(());
     }
     if post.addend.is_some_and(|d| d.len() != out.len()) {
-        return Err(format!("conv2d: the addend does not match the output {g:?}"));
+        return Err(format!(
+            "conv2d: the addend does not match the output {g:?}"
+        ));
     }
     if cg == 1 && kg == 1 {
         if super::depthwise::applies(g) {
@@ -1232,7 +1234,9 @@ mod tests {
                     let mut want = reference(&g, &x, &wt, bias);
                     // With a bias, an addend (a residual, added before the clamp) and a
                     // clamp too, each applied as the path stores its output.
-                    let d: Vec<f32> = (0..want.len()).map(|j| ((j * 29 % 31) as f32 - 15.0) / 20.0).collect();
+                    let d: Vec<f32> = (0..want.len())
+                        .map(|j| ((j * 29 % 31) as f32 - 15.0) / 20.0)
+                        .collect();
                     let post = match bias {
                         Some(_) => Post {
                             addend: Some(&d),
@@ -1256,17 +1260,7 @@ mod tests {
                         // On two workers, the (image, group)-parallel path and the row split
                         // run where they apply.
                         crate::exec::with_threads(threads, || {
-                            conv2d_with(
-                                kern,
-                                &g,
-                                &x,
-                                &wt,
-                                bias,
-                                &mut got,
-                                &mut scratch,
-                                None,
-                                post,
-                            )
+                            conv2d_with(kern, &g, &x, &wt, bias, &mut got, &mut scratch, None, post)
                         })
                         .unwrap()
                         .unwrap();

@@ -349,10 +349,7 @@ fn run_program<'a>(
 /// (a residual connection: its tensor is returned), then a `Relu`, or a `ClipLow` then a
 /// `ClipHigh` (ONNX `Clip`: ReLU6) by one-element bounds that are not NaN, as one
 /// [`Clamp`]; and how many nodes that is.
-fn conv_post(
-    st: &State,
-    k: &Kernel,
-) -> (Option<usize>, tensorforge_kernels::clamp::Clamp, usize) {
+fn conv_post(st: &State, k: &Kernel) -> (Option<usize>, tensorforge_kernels::clamp::Clamp, usize) {
     use crate::optable::{BinaryFn, UnaryFn};
     let tg = st.tg;
     let mut c = tensorforge_kernels::clamp::Clamp::NONE;
@@ -796,18 +793,8 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         addend: addend.map(|t| st.bufs[t].as_deref().unwrap_or(&[])),
                         clamp,
                     };
-                    super::conv::conv2d(
-                        &geo,
-                        x,
-                        w,
-                        b,
-                        &mut out,
-                        &mut scratch,
-                        st.filters,
-                        n,
-                        post,
-                    )
-                    .map_err(|e| exec_err(tg, n, e))?;
+                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n, post)
+                        .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
                     // The convolution's buffer holds the last folded node's value.
                     st.bufs[tg.node_outputs[k.nodes[folded]][0]] = Some(out.into());

@@ -720,7 +720,18 @@ mod tests {
                 let mut out = vec![f32::NAN; g.n * g.k * g.p * g.q];
                 let mut scratch = vec![f32::NAN; scratch_len(g)];
                 crate::exec::with_threads(threads, || {
-                    conv(kern, &cache, 7, g, &x, &w, Some(&b), post, &mut out, &mut scratch)
+                    conv(
+                        kern,
+                        &cache,
+                        7,
+                        g,
+                        &x,
+                        &w,
+                        Some(&b),
+                        post,
+                        &mut out,
+                        &mut scratch,
+                    )
                 })
                 .unwrap()
                 .unwrap();
@@ -735,7 +746,10 @@ mod tests {
                         "case {i} {threads}T [{j}]: {a} vs {e}"
                     );
                 }
-                assert!(clamp.is_none() || (low && high), "case {i}: both bounds reached");
+                assert!(
+                    clamp.is_none() || (low && high),
+                    "case {i}: both bounds reached"
+                );
             }
         }
     }
@@ -797,15 +811,29 @@ mod tests {
         let x = vec![1f32; 8 * 36];
         let mut w = vec![0f32; 8 * 8 * 9];
         let cache = FilterCache::default();
-        let mut out = vec![0f32; 8 * 36];
         let mut scratch = vec![0f32; scratch_len(&g)];
-        conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut scratch).unwrap();
-        assert!(out.iter().all(|&v| v == 0.0));
+        let mut run = |w: &[f32]| {
+            let mut out = vec![0f32; 8 * 36];
+            conv(
+                kern,
+                &cache,
+                0,
+                &g,
+                &x,
+                w,
+                None,
+                Post::NONE,
+                &mut out,
+                &mut scratch,
+            )
+            .unwrap();
+            out
+        };
+        assert!(run(&w).iter().all(|&v| v == 0.0));
         // Every filter tap 1 (the sampled positions change): a centre output sums 8 channels
         // × 9 taps of ones = 72.
         w.fill(1.0);
-        conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut scratch).unwrap();
-        assert_eq!(out[6 + 1], 72.0);
+        assert_eq!(run(&w)[6 + 1], 72.0);
     }
 
     #[test]
@@ -903,7 +931,19 @@ mod bench {
             let mut best = [f64::MAX; 2];
             for _ in 0..30 {
                 let t = std::time::Instant::now();
-                conv(kern, &cache, 0, &g, &x, &w, None, Post::NONE, &mut out, &mut sw).unwrap();
+                conv(
+                    kern,
+                    &cache,
+                    0,
+                    &g,
+                    &x,
+                    &w,
+                    None,
+                    Post::NONE,
+                    &mut out,
+                    &mut sw,
+                )
+                .unwrap();
                 best[0] = best[0].min(t.elapsed().as_secs_f64());
                 let t = std::time::Instant::now();
                 super::super::conv::conv2d_direct(&g, &x, &w, &mut out, &mut sd).unwrap();
