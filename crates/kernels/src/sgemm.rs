@@ -18,7 +18,12 @@
 //! then column panels of B, then row panels of A. Every product is a fused multiply-add, so
 //! a result equals the sum in the order k = 0, 1, … within a K block, each block's sum then
 //! added to C; it can
-//! differ from another GEMM's result in the last bits (faer's, a naive loop's).
+//! differ from another GEMM's result in the last bits (faer's, a naive loop's). A tile
+//! prefetches its packed A panel 2 KiB ahead of its reads: a convolution's filters
+//! (1–2 MB in a deep layer) come from beyond L2 once per run, at a rate the hardware
+//! prefetcher did not keep up with (MobileNetV2's 320 → 1280 layer 429 → 296 µs in the
+//! model; docs/performance.md).
+//! An [`Epilogue`] adds a bias per row and an addend (a residual) and clamps, in registers.
 //!
 //! Left out: other element types, a transposed C, threading (a caller splits the rows in
 //! whole panels, [`Kernel::panel_rows`]), block sizes read from the CPU's caches (they are
@@ -729,6 +734,11 @@ impl Rows {
 mod x86 {
     use super::*;
 
+    /// How far ahead in a packed A panel the tiles prefetch, in floats (2 KiB: about a
+    /// DRAM latency of 100 ns at the 8 floats an AVX-512 step consumes in ~8 cycles). Not
+    /// tuned: the first distance tried.
+    const A_AHEAD: usize = 512;
+
     /// Where row r of a tile's first `MR` rows of A is, relative to its step pointer, and
     /// how far the pointer moves per step: packed (`a_ld` 0) row r at r, `panel` (the packed
     /// panel's width, ≥ `MR`) a step; row-major row r at `min(r, rows − 1) · a_ld` (the rows
@@ -787,8 +797,14 @@ mod x86 {
             }
         }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
+        let packed = a_ld == 0;
         let mut ap = a;
         for t in 0..kc {
+            if packed {
+                // The packed panel is read once, in order: ask for it A_AHEAD floats early
+                // (a prefetch past the end reads nothing and faults nothing).
+                _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_AHEAD) as *const i8);
+            }
             let bp = b.row::<OFFS>(t);
             let mut bv = [_mm512_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
@@ -932,8 +948,13 @@ mod x86 {
             }
         }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
+        let packed = a_ld == 0;
         let mut ap = a;
         for t in 0..kc {
+            if packed {
+                // As in `tile512`.
+                _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_AHEAD) as *const i8);
+            }
             let bp = b.row::<OFFS>(t);
             let mut bv = [_mm256_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
