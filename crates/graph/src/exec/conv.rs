@@ -15,11 +15,12 @@
 //! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
 //! (one input and one output channel per group) skip the GEMM: across channels in blocks
 //! of a vector (module `depthwise`) where the CPU has AVX2 and FMA, else a loop per channel
-//! over its rows, channels in parallel. A clamp (ReLU, ReLU6) of the following nodes is applied
-//! by the depthwise kernel to its sums, and by the other paths to each product's output
-//! while it is in cache.
-//! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts, applying the
-//! clamp inside the GEMM's microkernel.
+//! over its rows, channels in parallel. A residual added to the output and a clamp (ReLU,
+//! ReLU6) of the following nodes ([`Post`]) are applied by the GEMM's tiles in registers
+//! (`sgemm::Epilogue`), by Winograd's output transform and the implicit path's copy-out per
+//! output plane, by the depthwise kernel to its sums (the clamp; with a residual, both in a
+//! pass after), and by the patch and faer paths in a pass after.
+//! Left out: FFT algorithms (Winograd is module `winograd`), NHWC layouts.
 
 use faer::{Accum, MatRef};
 use rayon::prelude::*;
@@ -235,7 +236,11 @@ pub(crate) fn conv2d(
 ) -> Result<(), String> {
     let kern = Kernel::detect();
     if let Some(kern) = kern.filter(|_| super::winograd::applies(g, kern)) {
-        if out.len() != g.n * g.k * g.p * g.q || x.len() != g.n * g.c * g.h * g.w {
+        let numel = g.n * g.k * g.p * g.q;
+        if out.len() != numel
+            || x.len() != g.n * g.c * g.h * g.w
+            || post.addend.is_some_and(|d| d.len() != numel)
+        {
             return Err(format!("conv2d buffers do not match the shapes {g:?}"));
         }
         let need = super::winograd::scratch_len(g);
