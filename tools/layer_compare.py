@@ -4,12 +4,14 @@ which layer loses, by how much, and what its geometry is).
 
 Runs `tensorforge run MODEL --profile --json` (best time of each kernel over --reps runs) and
 `tensorforge fuse MODEL --json` (which ONNX nodes and tensors each kernel covers), and
-onnxruntime with its profiler (25th percentile of each node over 50 runs). A kernel is
+onnxruntime with its profiler (best time of each node over 50 runs). A kernel is
 matched with onnxruntime's nodes that write one of the tensors it writes, or that carry one
 of its nodes' names (onnxruntime names its NCHWc nodes after their output tensor, with
 `_nchwc`); onnxruntime's layout reorders (`ReorderInput`/`ReorderOutput`) have no kernel of
-ours and are listed apart. Times are the two profilers' own: ours is each kernel's best,
-onnxruntime's a percentile; the sums say how much of the run they cover. Prints one row per
+ours and are listed apart. Both sides are the best of 50 runs of the whole model at the
+same thread count, each timed by its own profiler (onnxruntime's adds its profiling cost to
+every node, so its node times sum to more than its unprofiled run); the sums say how much of
+the run they cover. Prints one row per
 kernel, slowest first: µs ours, µs onnxruntime, ratio (ours ÷ onnxruntime), the first op's
 geometry (Conv: channels in → out, groups, kernel, stride, output map).
 
@@ -31,9 +33,19 @@ import ort_profile  # noqa: E402  (tools/ort_profile.py, beside this file)
 
 
 def ort_times(d, threads):
-    """onnxruntime's p25 per node (µs) and op types (`ort_profile.node_times`)."""
+    """onnxruntime's best time per node (µs) and op types (`ort_profile.node_times`)."""
     t = ort_profile.node_times(d, threads)
-    return {n: v[0] for n, v in t.items()}, {n: v[1] for n, v in t.items()}
+    return {n: v[1] for n, v in t.items()}, {n: v[2] for n, v in t.items()}
+
+
+def kind(ops, geo):
+    """The row's layer kind: a convolution by kernel size (depthwise apart from grouped-by-one),
+    anything else by its ops."""
+    if not geo.startswith("Conv"):
+        return ops
+    words = geo.split(" out ")[0].split()
+    k = next((w for w in words if w.startswith("k")), "")
+    return f"Conv g1 {k}" if "g1" in words else f"Conv depthwise {k}"
 
 
 def geometry(model):
@@ -92,16 +104,13 @@ def main():
         if n not in used:
             rest[ort_ops[n]] += us
     print(f"{os.path.basename(d.rstrip('/'))}: {threads} thread(s); ours = best of 50 per kernel, "
-          f"onnxruntime {ort.__version__} = p25 of 50 per node")
+          f"onnxruntime {ort.__version__} = best of 50 per node (profiled)")
     print(f"sum: ours {sum(r[0] for r in rows):.0f} µs, onnxruntime matched "
           f"{sum(r[1] for r in rows):.0f} µs + unmatched {sum(rest.values()):.0f} µs "
           + ", ".join(f"{op} {us:.0f}" for op, us in sorted(rest.items(), key=lambda x: -x[1])))
     by = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for r in rows:
-        key = r[3].split(" out ")[0] if r[3].startswith("Conv") else r[2]
-        key = " ".join(key.split()[:1] + [w for w in key.split()[1:] if w.startswith(("g1", "k"))]) \
-            if key.startswith("Conv") else key
-        key = ("Conv depthwise " + key.split()[-1]) if r[3].startswith("Conv") and " g1 " not in r[3] else key
+        key = kind(r[2], r[3])
         by[key][0] += r[0]
         by[key][1] += r[1]
         by[key][2] += 1

@@ -24,8 +24,9 @@ import onnxruntime as ort
 
 
 def node_times(d, threads, runs=50):
-    """onnxruntime's per-node kernel times for the model in folder `d`: a dict from node name
-    to (25th-percentile µs over `runs` runs after one warm-up, op type, output shape)."""
+    """onnxruntime's per-node kernel times for the model in folder `d`, all `runs` runs
+    profiled (the first, cold one included): a dict from node name to (25th-percentile µs,
+    minimum µs, op type, output shape)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -53,7 +54,7 @@ def node_times(d, threads, runs=50):
     out = {}
     for node, v in per_node.items():
         durs = sorted(x[0] for x in v)
-        out[node] = (durs[len(durs) // 4], v[0][1], v[0][2])
+        out[node] = (durs[len(durs) // 4], durs[0], v[0][1], v[0][2])
     return out
 
 
@@ -63,7 +64,7 @@ def main():
     d = sys.argv[1]
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-    rows = [(us, node, op, shape) for node, (us, op, shape) in node_times(d, threads).items()]
+    rows = [(us, node, op, shape) for node, (us, _, op, shape) in node_times(d, threads).items()]
     rows.sort(reverse=True)
     by_op = collections.defaultdict(float)
     for r in rows:

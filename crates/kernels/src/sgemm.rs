@@ -577,24 +577,27 @@ impl Kernel {
     unsafe fn tile(&self, kc: usize, a: *const f32, a_ld: usize, b: Rows, cols: usize, out: Store) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
-            Level::Avx512 => match (cols.div_ceil(16), b.offs.is_null()) {
-                (1, true) if cols == 16 => {
-                    x86::tile512::<1, false, false>(kc, a, a_ld, b, cols, out)
+            Level::Avx512 => {
+                macro_rules! t512 {
+                    ($nv:literal, $offs:literal, $masked:literal) => {
+                        x86::tile512::<$nv, $offs, $masked>(kc, a, a_ld, b, cols, out)
+                    };
                 }
-                (_, true) if cols == 32 => {
-                    x86::tile512::<2, false, false>(kc, a, a_ld, b, cols, out)
+                match (
+                    cols.div_ceil(16),
+                    b.offs.is_null(),
+                    !cols.is_multiple_of(16),
+                ) {
+                    (1, true, false) => t512!(1, false, false),
+                    (_, true, false) => t512!(2, false, false),
+                    (1, false, false) => t512!(1, true, false),
+                    (_, false, false) => t512!(2, true, false),
+                    (1, true, true) => t512!(1, false, true),
+                    (_, true, true) => t512!(2, false, true),
+                    (1, false, true) => t512!(1, true, true),
+                    (_, false, true) => t512!(2, true, true),
                 }
-                (1, false) if cols == 16 => {
-                    x86::tile512::<1, true, false>(kc, a, a_ld, b, cols, out)
-                }
-                (_, false) if cols == 32 => {
-                    x86::tile512::<2, true, false>(kc, a, a_ld, b, cols, out)
-                }
-                (1, true) => x86::tile512::<1, false, true>(kc, a, a_ld, b, cols, out),
-                (_, true) => x86::tile512::<2, false, true>(kc, a, a_ld, b, cols, out),
-                (1, false) => x86::tile512::<1, true, true>(kc, a, a_ld, b, cols, out),
-                (_, false) => x86::tile512::<2, true, true>(kc, a, a_ld, b, cols, out),
-            },
+            }
             // A tile of whole vectors takes plain loads and stores: AVX2's masked ones
             // (`vmaskmovps`, once per step for B and once per tile for C) made the whole
             // tiles up to 1.5x slower on AMD EPYC (Zen 3; docs/performance.md).
@@ -762,7 +765,8 @@ mod x86 {
     /// take plain loads and stores: on AMD EPYC Zen 5 (AVX-512), masked stores into lines
     /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
     /// 1 × 1 convolution from 566 to 1426 µs and the depthwise layer reading its output from
-    /// 227 to 612 µs; stored whole, 685 and 380 (docs/performance.md).
+    /// 227 to 612 µs; stored whole, 685 and 380 (a temporary instrumented build's per-run
+    /// kernel times, docs/performance.md).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
