@@ -49,6 +49,7 @@
 use crate::clamp::Clamp;
 use crate::vmath::Level;
 use crate::KernelError;
+use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -361,6 +362,27 @@ impl Kernel {
         accumulate: bool,
         ep: Epilogue,
     ) -> Result<(), KernelError> {
+        self.gemm_split(m, n, k, a, b, c, ldc, accumulate, ep, 1)
+    }
+
+    /// [`Kernel::gemm_with`] cut into up to `workers` blocks of C ([`Kernel::blocks`]: whole
+    /// panels of columns or rows) run on rayon's pool. Each block's sums are the one-block
+    /// product's (the same K blocks, in the same order), so the result does not depend on
+    /// `workers`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_split(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Left,
+        b: Right,
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+        ep: Epilogue,
+        workers: usize,
+    ) -> Result<(), KernelError> {
         let bad = |what: &str| invalid(format!("sgemm: {what} for a {m}×{k}·{k}×{n} product"));
         if m == 0 || n == 0 {
             return Ok(());
@@ -464,8 +486,101 @@ impl Kernel {
             }
             return Ok(());
         }
-        let packed_b = matches!(b, Right::Packed(_));
-        let c_ptr = c.as_mut_ptr();
+        let job = Job {
+            n,
+            k,
+            a,
+            b_ptr,
+            b_panel_stride,
+            ldb,
+            offs,
+            runs,
+            packed_b: matches!(b, Right::Packed(_)),
+            c: c.as_mut_ptr(),
+            ldc,
+            accumulate,
+            ep,
+        };
+        let blocks = self.blocks(m, n, workers);
+        if blocks.len() == 1 {
+            // SAFETY: the checks above bound every access of the job's whole range.
+            unsafe { self.run_block(&job, 0..m, 0..n) };
+            return Ok(());
+        }
+        // SAFETY: as above for each block's range, a part of the whole; the blocks write
+        // disjoint parts of C (rows or columns), and read the rest only.
+        blocks
+            .par_iter()
+            .for_each(|(rows, cols)| unsafe { self.run_block(&job, rows.clone(), cols.clone()) });
+        Ok(())
+    }
+
+    /// How [`Kernel::gemm_split`] cuts an `m × n` product for `workers`: into at most
+    /// `workers` blocks of whole column panels (`nr`) or of whole row panels (`mr`),
+    /// whichever leaves the largest block the fewest tiles (the slowest worker's share: 96
+    /// rows × 196 columns on two workers is 48 rows × 7 panels = 42 tiles a block cut by rows,
+    /// but 128 + 68 columns, 4 panels × 12 = 48 tiles in the larger block, cut by columns). On a tie
+    /// the cut goes across the larger dimension: a row block reads all of B and a column
+    /// block all of A, so the operand read twice is then the smaller (a convolution of 16
+    /// output channels over a 112 × 112 map reads its 16 × 32 filters twice, not its
+    /// 32 × 12544 input).
+    pub fn blocks(
+        &self,
+        m: usize,
+        n: usize,
+        workers: usize,
+    ) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+        let cut = |len: usize, unit: usize| -> Vec<std::ops::Range<usize>> {
+            let per = len
+                .div_ceil(workers.max(1))
+                .next_multiple_of(unit)
+                .max(unit);
+            (0..len)
+                .step_by(per)
+                .map(|s| s..(s + per).min(len))
+                .collect()
+        };
+        if workers <= 1 || m == 0 || n == 0 {
+            return vec![(0..m, 0..n)];
+        }
+        let (rows, cols) = (cut(m, self.mr), cut(n, self.nr));
+        // Tiles of the largest block: its panels of rows times its panels of columns.
+        let row_tiles = rows[0].len().div_ceil(self.mr) * n.div_ceil(self.nr);
+        let col_tiles = m.div_ceil(self.mr) * cols[0].len().div_ceil(self.nr);
+        if col_tiles < row_tiles || (col_tiles == row_tiles && n >= m) {
+            cols.into_iter().map(|c| (0..m, c)).collect()
+        } else {
+            rows.into_iter().map(|r| (r, 0..n)).collect()
+        }
+    }
+
+    /// Rows `row_range` and columns `col_range` of the job's C (`rows.start` a multiple of `mr`,
+    /// `cols.start` of `nr`): BLIS's loops over that block.
+    ///
+    /// # Safety
+    /// The job's operands were checked for its whole `m × n` range (`gemm_split`); no other
+    /// thread writes this block of C meanwhile; the CPU supports `self.level`.
+    unsafe fn run_block(
+        &self,
+        job: &Job,
+        row_range: std::ops::Range<usize>,
+        col_range: std::ops::Range<usize>,
+    ) {
+        let Job {
+            n,
+            k,
+            a,
+            b_ptr,
+            b_panel_stride,
+            ldb,
+            offs,
+            runs,
+            packed_b,
+            c: c_ptr,
+            ldc,
+            accumulate,
+            ep,
+        } = *job;
         let (mr, nr) = (self.mr, self.nr);
         let kcmax = self.kc();
         let in_place = matches!(a, Left::RowMajor { .. });
@@ -479,12 +594,12 @@ impl Kernel {
             let first = pc == 0;
             let last = pc + kc == k;
             let clamp = (last && !ep.clamp.is_none()).then_some(ep.clamp);
-            let mut ib = 0;
-            while ib < m {
-                let mend = (ib + mc).min(m);
-                let mut j0 = 0;
-                while j0 < n {
-                    let cols = nr.min(n - j0);
+            let mut ib = row_range.start;
+            while ib < row_range.end {
+                let mend = (ib + mc).min(row_range.end);
+                let mut j0 = col_range.start;
+                while j0 < col_range.end {
+                    let cols = nr.min(col_range.end - j0);
                     // SAFETY (all pointer arithmetic below): the checks above bound every panel:
                     // packed B panel j0/nr spans nr·k floats from (j0/nr)·nr·k, the block starts
                     // pc·nr into it; row-major B row pc + t, columns j0..j0 + cols lie inside
@@ -562,7 +677,6 @@ impl Kernel {
             }
             pc += kc;
         }
-        Ok(())
     }
 
     /// One tile: `rows ≤ mr` rows and `cols ≤ nr` columns of C from `kc` steps.
@@ -701,6 +815,31 @@ struct Rows {
     offs: *const usize,
     vec_off: [usize; 2],
 }
+
+/// One checked product for [`Kernel::run_block`]: the operands as pointers (B's as
+/// [`Kernel::gemm_split`] resolved it), C's first element and stride.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    n: usize,
+    k: usize,
+    a: Left<'a>,
+    b_ptr: *const f32,
+    b_panel_stride: usize,
+    ldb: usize,
+    offs: *const usize,
+    runs: Option<(usize, &'a [usize])>,
+    packed_b: bool,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    ep: Epilogue<'a>,
+}
+
+// SAFETY: a job's pointers come from slices borrowed for its lifetime `'a` (B's values and
+// offsets read only; C's, which `gemm_split` borrows mutably for the whole call); the
+// blocks that share it on the pool write disjoint parts of C.
+unsafe impl Send for Job<'_> {}
+unsafe impl Sync for Job<'_> {}
 
 /// Where and how a tile stores its `rows` rows of C (stride `ldc`): added to C's values
 /// (`acc`), its sums started from `bias[r]` (null: from zero), plus `add`'s values (laid out
@@ -1472,6 +1611,127 @@ mod tests {
             assert_eq!(c, vec![5.0; 6]);
             kern.gemm(2, 3, 0, &[], r, &mut c, 3, false).unwrap();
             assert_eq!(c, vec![0.0; 6]);
+        }
+    }
+
+    #[test]
+    fn a_product_cut_into_blocks_equals_it_whole() {
+        let ks = kernels();
+        if ks.is_empty() {
+            eprintln!("no sgemm kernel on this CPU; the test has nothing to check");
+        }
+        for kern in ks {
+            let (mr, nr) = (kern.panel_rows(), kern.panel_cols());
+            // The plan, by hand. 16 × 12544 on two workers: by rows 8 rows (1 panel) ×
+            // 392 column panels = 392 tiles; by columns 2 × 196 = 392: a tie, cut across the
+            // larger dimension, the columns (6272 each, a multiple of nr = 16 or 32).
+            assert_eq!(
+                kern.blocks(16, 12544, 2),
+                [(0..16, 0..6272), (0..16, 6272..12544)]
+            );
+            // 960 × 49 on two: by rows 480 rows × ⌈49 / nr⌉ column panels, by columns
+            // ⌈49/2⌉ = 25 → 32 columns (⌈32 / nr⌉ panels) × 960 / mr row panels: AVX-512
+            // (8 × 32) 60·2 = 120 against 120·1, AVX2 (6 × 16) 80·4 = 320 against 160·2: a
+            // tie at both widths, cut across the larger dimension, the rows.
+            assert_eq!(
+                kern.blocks(960, 49, 2),
+                [(0..480, 0..49), (480..960, 0..49)]
+            );
+            // One worker, or a dimension too small to share: one block.
+            assert_eq!(kern.blocks(7, 9, 1), [(0..7, 0..9)]);
+            assert_eq!(kern.blocks(3, 5, 2), [(0..3, 0..5)]);
+            // Every cut: starts on panel boundaries, the blocks tile C exactly once.
+            for (m, n, w) in [(96, 196, 2), (24, 3136, 2), (50, 70, 3), (200, 40, 3)] {
+                let bl = kern.blocks(m, n, w);
+                assert!(bl.len() <= w);
+                let mut hit = vec![0u8; m * n];
+                for (r, c) in &bl {
+                    assert!(r.start % mr == 0 && c.start % nr == 0, "{m}×{n}: {bl:?}");
+                    for i in r.clone() {
+                        for j in c.clone() {
+                            hit[i * n + j] += 1;
+                        }
+                    }
+                }
+                assert!(hit.iter().all(|&h| h == 1), "{m}×{n} on {w}: {bl:?}");
+            }
+            // Results: each cut equals the whole product bit for bit, for every kind of B,
+            // A packed and in place, with an epilogue, accumulating or not. Shapes cut by
+            // columns (m < n) and by rows, partial panels, K past one block.
+            let shapes = [(16, 200, 20), (24, 130, 300), (70, 40, 9), (13, 47, 33)];
+            for (si, &(m, n, k)) in shapes.iter().enumerate() {
+                let seed = 100 + 10 * si as u64;
+                let a = vals(m * k, seed);
+                let ldb = n + 5;
+                let b = vals(k * ldb + 64, seed + 1);
+                let ldc = n + 3;
+                let c0 = vals(m * ldc, seed + 2);
+                let bias = vals(m, seed + 3);
+                let addend = vals(m * ldc, seed + 4);
+                let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
+                kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
+                let mut bp = vec![0.0; kern.packed_b_len(k, n).unwrap()];
+                kern.pack_b(&b, k, n, ldb, 1, &mut bp).unwrap();
+                // Offsets: row p at p·ldb + (p % 3); Runs of 2·lanes columns, run r of row p
+                // at p·ldb + r·run (a shifted copy of the row-major layout).
+                let offsets: Vec<usize> = (0..k).map(|p| p * ldb + p % 3).collect();
+                let run = 2 * kern.lanes();
+                let run_offsets: Vec<usize> = (0..n.div_ceil(run)).map(|r| r * run).collect();
+                let rights = [
+                    Right::Packed(&bp),
+                    Right::RowMajor { data: &b, ld: ldb },
+                    Right::Offsets {
+                        data: &b,
+                        offsets: &offsets,
+                    },
+                    Right::Runs {
+                        data: &b,
+                        offsets: &offsets,
+                        run,
+                        run_offsets: &run_offsets,
+                    },
+                ];
+                let lefts = [Left::Packed(&ap), Left::RowMajor { data: &a, ld: k }];
+                let ep = Epilogue {
+                    row_bias: Some(&bias),
+                    addend: Some(&addend),
+                    clamp: Clamp {
+                        lo: 0.0,
+                        hi: 6.0,
+                        relu: true,
+                    },
+                };
+                for right in rights {
+                    for left in lefts {
+                        for (acc, ep) in [(false, ep), (true, Epilogue::NONE)] {
+                            let go = |workers: usize| {
+                                let mut c = c0.clone();
+                                kern.gemm_split(
+                                    m, n, k, left, right, &mut c, ldc, acc, ep, workers,
+                                )
+                                .unwrap();
+                                c
+                            };
+                            let whole = go(1);
+                            for w in [2, 3] {
+                                let cut = go(w);
+                                let same = whole
+                                    .iter()
+                                    .zip(&cut)
+                                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                                assert!(same, "{m}×{n}×{k} on {w}: {right:?} {left:?} {acc}");
+                            }
+                            // And the whole is the product: C's padding columns untouched.
+                            for i in 0..m {
+                                assert_eq!(
+                                    whole[i * ldc + n..][..ldc - n],
+                                    c0[i * ldc + n..][..ldc - n]
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -11,8 +11,10 @@
 //! explicit column matrix (im2col) gathered from the padded planes, except for a patch
 //! embedding (stride equal to the kernel, no padding: ViT's, ConvNeXt's stem), which runs as
 //! a linear layer over its patches ([`patch_embedding`]). Without that kernel
-//! (other CPUs) the column matrix goes to faer. Large products split their output channels
-//! over the workers; many small ones run (image, group) per worker. Depthwise convolutions
+//! (other CPUs) the column matrix goes to faer. A large product is cut into blocks of
+//! output channels or of pixels, whichever dimension is larger, one per worker
+//! (`sgemm::Kernel::blocks`; faer's splits its output channels); many small ones run
+//! (image, group) per worker. Depthwise convolutions
 //! (one input and one output channel per group) skip the GEMM: across channels in blocks
 //! of a vector (module `depthwise`) where the CPU has AVX2 and FMA, else a loop per channel
 //! over its rows, channels in parallel. A residual added to the output and a clamp (ReLU,
@@ -172,7 +174,7 @@ fn layout(g: &ConvShape, kern: Option<Kernel>) -> Layout {
     let macs = kg * crs * pq;
     // Several images or groups and enough work: the (image, group) GEMMs dealt to the
     // workers in contiguous runs, each sequential with its own column buffer; otherwise one
-    // after another, a large GEMM split by output channel inside.
+    // after another, a large GEMM cut into blocks inside.
     let min_tasks = if super::spin::active() {
         PAR_MIN_TASKS_MACS_SPINNING
     } else {
@@ -344,11 +346,13 @@ fn conv2d_with(
     let threads = rayon::current_num_threads();
     let macs = kg * crs * pq;
     grow_scratch(scratch, total, "im2col")?;
-    // One large GEMM: its output channels split across the workers (at least 16 each).
-    let split = if threads > 1 && !across && macs >= PAR_MIN_MACS {
-        crate::gemm::split_workers(threads, kg)
-    } else {
-        1
+    // One large GEMM over the workers: the packed kernel cuts it into blocks of output
+    // channels or of pixels, whichever dimension is larger (`Kernel::blocks`); faer's
+    // product splits its output channels (at least 16 each).
+    let split = match kern {
+        _ if threads <= 1 || across || macs < PAR_MIN_MACS => 1,
+        Some(_) => threads,
+        None => crate::gemm::split_workers(threads, kg),
     };
     let work = &mut scratch[..total];
     // Every group's filters packed for the kernel (kg·crs values each), once per weight
@@ -620,8 +624,9 @@ fn patch_embedding(
     Ok(())
 }
 
-/// One (image, group) product's constant side: `m × k` filters packed for `kern`, the rows
-/// split over `split` workers in whole panels.
+/// One (image, group) product's constant side: `m × k` filters packed for `kern`, the
+/// product cut into up to `split` blocks of output channels or pixels
+/// (`Kernel::blocks`), one per worker.
 struct Product<'a> {
     kern: Kernel,
     m: usize,
@@ -644,28 +649,24 @@ impl Product<'_> {
         post: Post,
     ) -> Result<(), String> {
         let (kern, m, k) = (self.kern, self.m, self.k);
-        let c = &mut c[..m * n];
-        let per = if self.split > 1 {
-            m.div_ceil(self.split).next_multiple_of(kern.panel_rows())
-        } else {
-            m
+        let ep = Epilogue {
+            row_bias: bias,
+            addend: post.addend,
+            clamp: post.clamp,
         };
-        let run = |(i, cb): (usize, &mut [f32])| {
-            let rows = cb.len() / n.max(1);
-            let a = &self.a[kern.a_panel_offset(i * per, k)..];
-            let ep = Epilogue {
-                row_bias: bias.map(|b| &b[i * per..][..rows]),
-                addend: post.part(i * per * n, rows * n).addend,
-                clamp: post.clamp,
-            };
-            kern.gemm_with(rows, n, k, Left::Packed(a), right, cb, n, false, ep)
-                .map_err(|e| e.to_string())
-        };
-        if self.split > 1 && per < m {
-            c.par_chunks_mut(per * n).enumerate().try_for_each(run)
-        } else {
-            run((0, c))
-        }
+        kern.gemm_split(
+            m,
+            n,
+            k,
+            Left::Packed(self.a),
+            right,
+            &mut c[..m * n],
+            n,
+            false,
+            ep,
+            self.split,
+        )
+        .map_err(|e| e.to_string())
     }
 }
 
