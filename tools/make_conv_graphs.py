@@ -6,7 +6,8 @@ model.onnx (a Conv with bias, random weights) and inputs/x.npy (batch 1).
 
 Depthwise: dw_C_H[_sS][_kK] = C channels of H x H, stride S (default 1), K x K filter
 (default 3), padding K // 2. Pointwise: pw_C_K_H = a 1 x 1 convolution from C to K channels
-on H x H.
+on H x H. Dense: conv_C_K_H_sS_kK = a K x K convolution from C to K channels on H x H,
+stride S (MobileNetV2's and EfficientNet's stem).
 
 Usage (onnx and numpy installed):
     python tools/make_conv_graphs.py OUT
@@ -25,6 +26,9 @@ DEPTHWISE = [  # (channels, size, stride, kernel)
 POINTWISE = [  # (in channels, out channels, size)
     (960, 320, 7), (160, 960, 7), (96, 576, 14), (576, 96, 14), (112, 1280, 1),
     (112, 1280, 2), (64, 384, 4), (16, 96, 112),
+]
+DENSE = [  # (in channels, out channels, size, stride, kernel)
+    (3, 32, 224, 2, 3),
 ]
 
 
@@ -57,7 +61,9 @@ def main():
         save(out, name, c, c, h, c, k, s, rng)
     for c, k, h in POINTWISE:
         save(out, f"pw_{c}_{k}_{h}", c, k, h, 1, 1, 1, rng)
-    print(f"{len(DEPTHWISE) + len(POINTWISE)} graphs under {out}")
+    for c, k, h, s, kk in DENSE:
+        save(out, f"conv_{c}_{k}_{h}_s{s}_k{kk}", c, k, h, 1, kk, s, rng)
+    print(f"{len(DEPTHWISE) + len(POINTWISE) + len(DENSE)} graphs under {out}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@
 //! (1–2 MB in a deep layer) come from beyond L2 once per run, at a rate the hardware
 //! prefetcher did not keep up with (MobileNetV2's 320 → 1280 layer 429 → 296 µs in the
 //! model; docs/performance.md).
-//! An [`Epilogue`] adds a bias per row and an addend (a residual) and clamps, in registers.
+//! An [`Epilogue`] adds a bias per row or per column and an addend (a residual) and clamps,
+//! in registers.
 //!
 //! Left out: other element types, a transposed C, threading (a caller splits the rows in
 //! whole panels, [`Kernel::panel_rows`]), block sizes read from the CPU's caches (they are
@@ -141,6 +142,10 @@ pub enum Left<'a> {
 pub struct Epilogue<'a> {
     /// One value per row of C (`m` of them), or none.
     pub row_bias: Option<&'a [f32]>,
+    /// One value per column of C (`n` of them), or none: the sums of column `j` start from
+    /// `col_bias[j]` (a convolution computed with its output channels as C's columns, as
+    /// `C = Xᵀ·Wᵀ`). Not with a row bias (an error).
+    pub col_bias: Option<&'a [f32]>,
     /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`), or none.
     pub addend: Option<&'a [f32]>,
     /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
@@ -151,6 +156,7 @@ impl Epilogue<'_> {
     /// No bias, no addend, no clamp: C is the product (or C plus it).
     pub const NONE: Epilogue<'static> = Epilogue {
         row_bias: None,
+        col_bias: None,
         addend: None,
         clamp: Clamp::NONE,
     };
@@ -390,6 +396,12 @@ impl Kernel {
         if ep.row_bias.is_some_and(|b| b.len() < m) {
             return Err(bad("the row bias has fewer than m values"));
         }
+        if ep.col_bias.is_some_and(|b| b.len() < n) {
+            return Err(bad("the column bias has fewer than n values"));
+        }
+        if ep.row_bias.is_some() && ep.col_bias.is_some() {
+            return Err(bad("both a row and a column bias"));
+        }
         match a {
             Left::Packed(a_packed) => {
                 let a_need = self
@@ -479,6 +491,7 @@ impl Kernel {
             for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
                 let b = ep.row_bias.map_or(0.0, |b| b[i]);
                 for (j, x) in row[..n].iter_mut().enumerate() {
+                    let b = ep.col_bias.map_or(b, |c| c[j]);
                     let y = if accumulate { *x + b } else { b };
                     let y = ep.addend.map_or(y, |d| y + d[i * ldc + j]);
                     *x = ep.clamp.apply(y);
@@ -653,6 +666,11 @@ impl Kernel {
                                 Some(b) if first => b.as_ptr().add(i0),
                                 _ => std::ptr::null(),
                             };
+                            // Columns j0..j0 + cols of the column bias (checked: n values).
+                            let cbias = match ep.col_bias {
+                                Some(b) if first => b.as_ptr().add(j0),
+                                _ => std::ptr::null(),
+                            };
                             // The addend's element (i0, j0), laid out as C (checked).
                             let add = match ep.addend {
                                 Some(d) if last => d.as_ptr().add(i0 * ldc + j0),
@@ -664,6 +682,7 @@ impl Kernel {
                                 rows,
                                 acc,
                                 bias,
+                                cbias,
                                 add,
                                 clamp,
                             };
@@ -791,6 +810,15 @@ fn pack_panels(
             unsafe { x86::pack_panel(&src[i0 * rs..], rs, n, depth, width, panel) };
             continue;
         }
+        if rs == 1 {
+            // Rows adjacent (a column-major source: a convolution's input planes read as
+            // Xᵀ): each depth step's `n` values are consecutive, one copy.
+            for (kk, dst) in panel.chunks_exact_mut(width).enumerate() {
+                dst[..n].copy_from_slice(&src[i0 + kk * cs..][..n]);
+                dst[n..].fill(0.0);
+            }
+            continue;
+        }
         for (kk, dst) in panel.chunks_exact_mut(width).enumerate() {
             for (r, d) in dst.iter_mut().enumerate() {
                 *d = if r < n {
@@ -852,6 +880,7 @@ struct Store {
     rows: usize,
     acc: bool,
     bias: *const f32,
+    cbias: *const f32,
     add: *const f32,
     clamp: Option<Clamp>,
 }
@@ -923,6 +952,7 @@ mod x86 {
             rows,
             acc: accumulate,
             bias,
+            cbias,
             add,
             clamp,
         } = out;
@@ -938,6 +968,14 @@ mod x86 {
             for (r, row) in acc.iter_mut().enumerate() {
                 *row = [_mm512_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
+        }
+        if !cbias.is_null() {
+            // The tile's `cols` values of the column bias, the last vector masked.
+            let start: [__m512; NV] = std::array::from_fn(|v| {
+                let m = if v + 1 == NV { tail } else { 0xffff };
+                _mm512_maskz_loadu_ps(m, cbias.add(16 * v))
+            });
+            acc = [start; MR];
         }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
         let packed = a_ld == 0;
@@ -1079,6 +1117,7 @@ mod x86 {
             rows,
             acc: accumulate,
             bias,
+            cbias,
             add,
             clamp,
         } = out;
@@ -1089,6 +1128,17 @@ mod x86 {
             for (r, row) in acc.iter_mut().enumerate() {
                 *row = [_mm256_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
+        }
+        if !cbias.is_null() {
+            // The tile's `cols` values of the column bias, the last vector masked.
+            let start: [__m256; NV] = std::array::from_fn(|v| {
+                if v + 1 == NV {
+                    _mm256_maskload_ps(cbias.add(8 * v), tail)
+                } else {
+                    _mm256_loadu_ps(cbias.add(8 * v))
+                }
+            });
+            acc = [start; MR];
         }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
         let packed = a_ld == 0;
@@ -1434,8 +1484,9 @@ mod tests {
 
     #[test]
     fn the_epilogue_adds_bias_and_addend_and_clamps_as_the_ops_do() {
-        // C = clamp(bias + A·B (+ D)) and clamp(C0 + bias + A·B (+ D)), D an addend laid out
-        // as C (a residual), against an f64 reference, on
+        // C = clamp(bias + A·B (+ D)) and clamp(C0 + bias + A·B (+ D)), the bias one value
+        // per row or one per column, D an addend laid out as C (a residual), against an f64
+        // reference, on
         // shapes with partial panels (rows, and columns of one and a half vectors), K past
         // one block (the bias only in the first block's sums, the addend and the clamp only
         // after the last), whole and masked tiles; the clamp's bounds sit inside the values' range so
@@ -1451,12 +1502,18 @@ mod tests {
                 let a = vals(m * k, 41);
                 let b = vals(k * n, 42);
                 let bias = vals(m, 43);
+                let cbias = vals(n, 46);
                 let c0 = vals(m * n, 44);
                 let d = vals(m * n, 45);
                 let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
                 kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                for (acc, with_add) in [(false, false), (true, false), (false, true), (true, true)]
-                {
+                for (acc, with_add, per_col) in [
+                    (false, false, false),
+                    (true, false, true),
+                    (false, true, false),
+                    (true, true, false),
+                    (false, true, true),
+                ] {
                     for clamp in [
                         Clamp::NONE,
                         Clamp {
@@ -1472,7 +1529,8 @@ mod tests {
                     ] {
                         let mut c = c0.clone();
                         let ep = Epilogue {
-                            row_bias: Some(&bias),
+                            row_bias: (!per_col).then_some(&bias[..]),
+                            col_bias: per_col.then_some(&cbias[..]),
                             addend: with_add.then_some(&d[..]),
                             clamp,
                         };
@@ -1484,7 +1542,8 @@ mod tests {
                         for i in 0..m {
                             for j in 0..n {
                                 let add = if with_add { d[i * n + j] as f64 } else { 0.0 };
-                                let x = want[i * n + j] + bias[i] as f64 + add;
+                                let bv = if per_col { cbias[j] } else { bias[i] };
+                                let x = want[i * n + j] + bv as f64 + add;
                                 let y = x.max(clamp.lo as f64).min(clamp.hi as f64);
                                 low |= x < clamp.lo as f64;
                                 high |= x > clamp.hi as f64;
@@ -1493,8 +1552,8 @@ mod tests {
                                 let got = c[i * n + j] as f64;
                                 assert!(
                                     (got - y).abs() <= tol,
-                                    "{kern:?} {m}×{n}×{k} acc={acc} add={with_add} {clamp:?} \
-                                     ({i},{j}): {got} vs {y}"
+                                    "{kern:?} {m}×{n}×{k} acc={acc} add={with_add} \
+                                     col={per_col} {clamp:?} ({i},{j}): {got} vs {y}"
                                 );
                             }
                         }
@@ -1516,6 +1575,7 @@ mod tests {
                 let mut c = [1.0f32; 6];
                 let ep = Epilogue {
                     row_bias: Some(&[-0.0]),
+                    col_bias: None,
                     addend: None,
                     clamp: Clamp {
                         lo: 0.0,
@@ -1529,11 +1589,19 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&c), bits(&want), "{kern:?} relu={relu}");
             }
-            // A bias shorter than m, an addend shorter than C: errors, not reads past them.
-            for (row_bias, addend) in [(Some(&[1.0f32][..]), None), (None, Some(&[1.0f32; 3][..]))]
-            {
+            // A bias shorter than m or n, an addend shorter than C, both biases: errors, not
+            // reads past them.
+            let one = Some(&[1.0f32][..]);
+            let two = Some(&[1.0f32; 2][..]);
+            for (row_bias, col_bias, addend) in [
+                (one, None, None),
+                (None, one, None),
+                (None, None, Some(&[1.0f32; 3][..])),
+                (two, two, None),
+            ] {
                 let ep = Epilogue {
                     row_bias,
+                    col_bias,
                     addend,
                     clamp: Clamp::NONE,
                 };
@@ -1694,6 +1762,7 @@ mod tests {
                 let lefts = [Left::Packed(&ap), Left::RowMajor { data: &a, ld: k }];
                 let ep = Epilogue {
                     row_bias: Some(&bias),
+                    col_bias: None,
                     addend: Some(&addend),
                     clamp: Clamp {
                         lo: 0.0,

@@ -279,21 +279,57 @@ fn block<const V: usize, const FMA: bool>(
         .map_or(1, |b| b + 1)
         .clamp(1, g.p);
     let band_rows = (band - 1) * g.stride[0] + span;
-    // Every value of a band's tiles is written before it is read (padding included), so
-    // the buffers are only sized here, not cleared.
-    sc.tile.resize(band_rows * cols * V, 0.0);
+    // Consecutive bands share `span − stride` padded rows (2 of a 3 × 3 filter's 3 at unit
+    // stride). The tile holds [`WINDOW_BANDS`] bands' rows and each band's window slides
+    // down it, so that a shared row is transposed once, not once per band that reads it;
+    // the shared rows are copied back to the top only when the window reaches the end.
+    let keep = span.saturating_sub(g.stride[0]);
+    let cap = band_rows + (WINDOW_BANDS - 1) * band * g.stride[0];
+    let row_len = cols * V;
+    // Every value of a window is written before it is read (padding included), so the
+    // buffers are only sized here, not cleared.
+    sc.tile.resize(cap * row_len, 0.0);
     sc.otile.resize(band * g.q * V, 0.0);
+    // The window's first tile row, and how many of its rows (from the top) hold the band's
+    // first padded rows already.
+    let (mut w0, mut have) = (0, 0);
     let mut p0 = 0;
     while p0 < g.p {
         let rows_out = band.min(g.p - p0);
         let rows_in = (rows_out - 1) * g.stride[0] + span;
-        fill_tile::<V>(g, xin, nc, p0 * g.stride[0], rows_in, cols, &mut sc.tile);
+        if w0 + rows_in > cap {
+            sc.tile.copy_within(w0 * row_len..(w0 + have) * row_len, 0);
+            w0 = 0;
+        }
+        let r0 = p0 * g.stride[0];
+        let tile = &mut sc.tile[w0 * row_len..(w0 + rows_in) * row_len];
+        fill_tile::<V>(
+            g,
+            xin,
+            nc,
+            r0 + have,
+            rows_in - have,
+            cols,
+            &mut tile[have * row_len..],
+        );
         let otile = &mut sc.otile[..rows_out * g.q * V];
-        sums::<V, FMA>(g, offs, &sc.tile, cols, wt, &bv, clamp, rows_out, otile);
+        sums::<V, FMA>(g, offs, tile, cols, wt, &bv, clamp, rows_out, otile);
         store_planes::<V>(otile, nc, p0 * g.q, g.p * g.q, o);
+        // The next band starts rows_out·stride padded rows down; its first `keep` rows are
+        // this window's last ones.
+        let step = rows_out * g.stride[0];
+        (w0, have) = if keep > 0 && step + keep == rows_in {
+            (w0 + step, keep)
+        } else {
+            (0, 0)
+        };
         p0 += rows_out;
     }
 }
+
+/// Bands whose rows the tile holds ([`block`]): the shared rows are copied back to the
+/// top once every this many bands.
+const WINDOW_BANDS: usize = 8;
 
 /// Padded rows `[r0, r0 + rows)` of the block's `nc` planes into `tile` (`cols` pixels of
 /// `V` lanes per row): padded row `r` is input row `r − pad_top`, padded column `c` input
