@@ -124,6 +124,9 @@ enum Form {
     Right,
     /// A depthwise convolution's filters lane-major (module `depthwise`).
     Depthwise,
+    /// A 1 × 1 convolution's filters transposed (`cin × K`), for the expansion computed
+    /// into a depthwise kernel's tile (`depthwise::expand_depthwise`).
+    Transposed,
 }
 
 impl Clone for FilterCache {
@@ -219,6 +222,21 @@ impl FilterCache {
         self.get_or_make(kern, (node, Form::Depthwise), w, || Ok(make()))
     }
 
+    /// Node `node`'s filters `w` (`rows × cols`, row-major) transposed ([`transposed`]),
+    /// kept like the packed filters.
+    pub(crate) fn transposed(
+        &self,
+        kern: Kernel,
+        node: usize,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Arc<Filters>, String> {
+        self.get_or_make(kern, (node, Form::Transposed), w, || {
+            Ok(transposed(w, rows, cols))
+        })
+    }
+
     fn get_or_make(
         &self,
         kern: Kernel,
@@ -246,6 +264,18 @@ impl FilterCache {
         }
         Ok(f)
     }
+}
+
+/// `w` (`rows × cols`, row-major) transposed: element (j, i) of the result, at
+/// `j·rows + i`, is `w[i·cols + j]`.
+pub(crate) fn transposed(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0f32; rows * cols];
+    for (i, row) in w.chunks_exact(cols.max(1)).take(rows).enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            t[j * rows + i] = x;
+        }
+    }
+    t
 }
 
 /// `group` groups of `kg × crs` filters, each packed for `kern` ([`Kernel::pack_a`]).
