@@ -7,7 +7,9 @@ model.onnx (a Conv with bias, random weights) and inputs/x.npy (batch 1).
 Depthwise: dw_C_H[_sS][_kK] = C channels of H x H, stride S (default 1), K x K filter
 (default 3), padding K // 2. Pointwise: pw_C_K_H = a 1 x 1 convolution from C to K channels
 on H x H. Dense: conv_C_K_H_sS_kK = a K x K convolution from C to K channels on H x H,
-stride S (MobileNetV2's and EfficientNet's stem).
+stride S (MobileNetV2's and EfficientNet's stem). Chains: chain_C_E_H_sS = MobileNetV2's
+expansion and depthwise convolution, a 1 x 1 convolution from C to E channels on H x H, ReLU6,
+a 3 x 3 depthwise convolution of stride S, ReLU6 (what `FusionRule::ConvChain` fuses).
 
 Usage (onnx and numpy installed):
     python tools/make_conv_graphs.py OUT
@@ -30,6 +32,36 @@ POINTWISE = [  # (in channels, out channels, size)
 DENSE = [  # (in channels, out channels, size, stride, kernel)
     (3, 32, 224, 2, 3),
 ]
+CHAIN = [  # (in channels, expanded channels, size, depthwise stride)
+    (16, 96, 112, 2), (24, 144, 56, 1), (24, 144, 56, 2), (32, 192, 28, 1), (64, 384, 14, 1),
+    (96, 576, 14, 1), (160, 960, 7, 1),
+]
+
+
+def save_chain(out, name, c, e, h, stride, rng):
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    w1 = (rng.standard_normal((e, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    b1 = rng.standard_normal(e).astype(np.float32)
+    w2 = (rng.standard_normal((e, 1, 3, 3)) / 3.0).astype(np.float32)
+    b2 = rng.standard_normal(e).astype(np.float32)
+    lo, hi = np.array(0.0, np.float32), np.array(6.0, np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["t"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["t", "lo", "hi"], ["u"]),
+        helper.make_node("Conv", ["u", "w2", "b2"], ["v"], group=e, kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], strides=[stride, stride]),
+        helper.make_node("Clip", ["v", "lo", "hi"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for a, n in
+             [(w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (lo, "lo"), (hi, "hi")]]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    np.save(os.path.join(d, "inputs", "x.npy"), rng.standard_normal((1, c, h, h)).astype(np.float32))
 
 
 def save(out, name, c, k, h, group, kernel, stride, rng):
@@ -63,7 +95,9 @@ def main():
         save(out, f"pw_{c}_{k}_{h}", c, k, h, 1, 1, 1, rng)
     for c, k, h, s, kk in DENSE:
         save(out, f"conv_{c}_{k}_{h}_s{s}_k{kk}", c, k, h, 1, kk, s, rng)
-    print(f"{len(DEPTHWISE) + len(POINTWISE) + len(DENSE)} graphs under {out}")
+    for c, e, h, s in CHAIN:
+        save_chain(out, f"chain_{c}_{e}_{h}_s{s}", c, e, h, s, rng)
+    print(f"{len(DEPTHWISE) + len(POINTWISE) + len(DENSE) + len(CHAIN)} graphs under {out}")
 
 
 if __name__ == "__main__":

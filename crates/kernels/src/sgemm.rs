@@ -514,6 +514,11 @@ impl Kernel {
             accumulate,
             ep,
         };
+        if workers <= 1 {
+            // SAFETY: the checks above bound every access of the job's whole range.
+            unsafe { self.run_block(&job, 0..m, 0..n) };
+            return Ok(());
+        }
         let blocks = self.blocks(m, n, workers);
         if blocks.len() == 1 {
             // SAFETY: the checks above bound every access of the job's whole range.

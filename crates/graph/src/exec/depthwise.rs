@@ -145,7 +145,7 @@ pub(crate) struct Expand<'a> {
 }
 
 /// An [`Expand`] ready for the tile: its input transposed and packed once per run, its
-/// filters transposed (`cin × C`, kept in the filter cache).
+/// filters in blocks of lanes ([`expansion_filters`], kept in the filter cache).
 struct ExpandRun<'a> {
     kern: Kernel,
     cin: usize,
@@ -156,6 +156,32 @@ struct ExpandRun<'a> {
     wt: &'a [f32],
     bias: Option<&'a [f32]>,
     clamp: Clamp,
+}
+
+/// The expansion's filters `w` (`ch × cin`) in blocks of `v` output channels, each block
+/// `cin × v` (input channel by input channel, its `v` channels' values; 0 past `ch`): the
+/// right operand of a block's GEMM, `v` consecutive values per step. (Read from the whole
+/// `cin × ch` transpose, a block's column strode `4·ch` bytes per step: MobileNetV2's 96 →
+/// 576 expansion, 2304 bytes, 16 cache sets of the L1 for its 96 lines.)
+fn expansion_filters(w: &[f32], ch: usize, cin: usize, v: usize) -> Vec<f32> {
+    let mut out = vec![0f32; ch.div_ceil(v) * cin * v];
+    for (c, row) in w.chunks_exact(cin.max(1)).take(ch).enumerate() {
+        let blk = &mut out[(c / v) * cin * v..][..cin * v];
+        for (ci, &x) in row.iter().enumerate() {
+            blk[ci * v + c % v] = x;
+        }
+    }
+    out
+}
+
+/// Values of the scratch [`expand_depthwise`] takes for depthwise convolution `g` after an
+/// expansion from `cin` channels: the packed `Xᵀ`, one panel-padded row per input row (0
+/// where it does not run).
+pub(crate) fn expand_scratch_len(g: &ConvShape, cin: usize) -> usize {
+    Kernel::detect()
+        .and_then(|k| k.packed_a_len(g.w, cin))
+        .and_then(|r| r.checked_mul(g.n * g.h))
+        .unwrap_or(0)
 }
 
 /// Whether [`expand_depthwise`] runs depthwise convolution `g` with an expansion on this
@@ -224,18 +250,18 @@ pub(crate) fn expand_depthwise(
     } else {
         packed.chunks_mut(row_len).enumerate().try_for_each(pack)?;
     }
+    let v = lanes();
     let (held, own);
     let wt: &[f32] = match cache {
         Some((c, _)) => {
-            held = c.transposed(kern, e.node, e.w, ch, cin)?;
+            held = c.expansion(kern, e.node, e.w, || expansion_filters(e.w, ch, cin, v))?;
             &held.packed
         }
         None => {
-            own = super::winograd::transposed(e.w, ch, cin);
+            own = expansion_filters(e.w, ch, cin, v);
             &own
         }
     };
-    let v = lanes();
     let (held_dw, own_dw);
     let wdw: &[f32] = match cache {
         Some((c, node)) => {
@@ -580,8 +606,8 @@ fn fill_expand<const V: usize>(
         clamp: e.clamp,
     };
     let right = Right::RowMajor {
-        data: &e.wt[c0..],
-        ld: g.c,
+        data: &e.wt[c0 * e.cin..][..e.cin * V],
+        ld: V,
     };
     for pr in lo..hi {
         let ih = pr - g.pad[0];

@@ -124,9 +124,9 @@ enum Form {
     Right,
     /// A depthwise convolution's filters lane-major (module `depthwise`).
     Depthwise,
-    /// A 1 × 1 convolution's filters transposed (`cin × K`), for the expansion computed
-    /// into a depthwise kernel's tile (`depthwise::expand_depthwise`).
-    Transposed,
+    /// A 1 × 1 convolution's filters in blocks of output channels, each input-channel-major
+    /// (module `depthwise`: the expansion computed into a depthwise kernel's tile).
+    Expansion,
 }
 
 impl Clone for FilterCache {
@@ -222,19 +222,17 @@ impl FilterCache {
         self.get_or_make(kern, (node, Form::Depthwise), w, || Ok(make()))
     }
 
-    /// Node `node`'s filters `w` (`rows × cols`, row-major) transposed ([`transposed`]),
-    /// kept like the packed filters.
-    pub(crate) fn transposed(
+    /// 1 × 1 convolution node `node`'s filters `w` as `make` lays them out for the
+    /// expansion computed into a depthwise kernel's tile (`super::depthwise`), kept like the
+    /// packed filters.
+    pub(crate) fn expansion(
         &self,
         kern: Kernel,
         node: usize,
         w: &[f32],
-        rows: usize,
-        cols: usize,
+        make: impl FnOnce() -> Vec<f32>,
     ) -> Result<Arc<Filters>, String> {
-        self.get_or_make(kern, (node, Form::Transposed), w, || {
-            Ok(transposed(w, rows, cols))
-        })
+        self.get_or_make(kern, (node, Form::Expansion), w, || Ok(make()))
     }
 
     fn get_or_make(
@@ -264,18 +262,6 @@ impl FilterCache {
         }
         Ok(f)
     }
-}
-
-/// `w` (`rows × cols`, row-major) transposed: element (j, i) of the result, at
-/// `j·rows + i`, is `w[i·cols + j]`.
-pub(crate) fn transposed(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0f32; rows * cols];
-    for (i, row) in w.chunks_exact(cols.max(1)).take(rows).enumerate() {
-        for (j, &x) in row.iter().enumerate() {
-            t[j * rows + i] = x;
-        }
-    }
-    t
 }
 
 /// `group` groups of `kg × crs` filters, each packed for `kern` ([`Kernel::pack_a`]).
