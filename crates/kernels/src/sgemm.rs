@@ -208,6 +208,26 @@ impl Kernel {
         }
     }
 
+    /// The kernel for products of at most one vector of columns (`n ≤` [`Kernel::lanes`]):
+    /// twice the rows of [`Kernel::for_level`]'s (AVX-512 16 rows × 16 columns, AVX2 12 × 8),
+    /// so that a tile still keeps 16 (12) independent sums where the wide tile would keep
+    /// 8 (6) with one vector of columns. Four-cycle fused multiply-adds on two pipes need
+    /// eight sums in flight at the least: a depthwise kernel's tile filled by a 1 × 1
+    /// convolution 16 channels at a time (module `depthwise` of the graph crate) ran 45 %
+    /// slower than the standalone convolution with 8 rows (AMD EPYC Zen 5, AVX-512).
+    /// Its packed A is in panels of its own rows ([`Kernel::pack_a`] of this kernel).
+    pub fn narrow(&self) -> Kernel {
+        let (mr, nr) = match self.level {
+            Level::Avx512 => (16, 16),
+            _ => (12, 8),
+        };
+        Kernel {
+            level: self.level,
+            mr,
+            nr,
+        }
+    }
+
     /// The instruction set.
     pub fn level(&self) -> Level {
         self.level
@@ -716,9 +736,14 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             Level::Avx512 => {
+                // The narrow kernel's tiles are one vector wide (n ≤ nr = 16): 16 rows.
                 macro_rules! t512 {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        x86::tile512::<$nv, $offs, $masked>(kc, a, a_ld, b, cols, out)
+                        if self.mr == 16 {
+                            x86::tile512::<1, $offs, $masked, 16>(kc, a, a_ld, b, cols, out)
+                        } else {
+                            x86::tile512::<$nv, $offs, $masked, 8>(kc, a, a_ld, b, cols, out)
+                        }
                     };
                 }
                 match (
@@ -742,16 +767,23 @@ impl Kernel {
             Level::Avx2 => {
                 // The tile's rows: a whole panel, or the fewest of 4 and 2 that cover a
                 // partial last panel (M = 128 is 21 panels of 6 and one of 2).
+                // The narrow kernel (12-row panels, one vector: n ≤ nr = 8) keeps 12 rows.
+                let p = self.mr;
                 macro_rules! rows_tile {
                     ($nv:literal, $offs:literal, $masked:literal) => {
                         match out.rows {
+                            7.. if p == 12 => {
+                                x86::tile256::<1, $offs, $masked, 12>(kc, a, a_ld, p, b, cols, out)
+                            }
                             5.. => {
-                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, b, cols, out)
+                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, p, b, cols, out)
                             }
                             3 | 4 => {
-                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, b, cols, out)
+                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, p, b, cols, out)
                             }
-                            _ => x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, b, cols, out),
+                            _ => {
+                                x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, p, b, cols, out)
+                            }
                         }
                     };
                 }
@@ -933,7 +965,8 @@ mod x86 {
         }
     }
 
-    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; with `MASKED` the last vector
+    /// AVX-512F tile: `MR` rows (8, or 16 for [`Kernel::narrow`]'s one vector) × `NV`
+    /// vectors of 16 columns (packed A in panels of `MR`); with `MASKED` the last vector
     /// under a mask of `cols − 16·(NV − 1)` lanes, else every vector whole. Whole vectors
     /// take plain loads and stores: on AMD EPYC Zen 5 (AVX-512), masked stores into lines
     /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
@@ -942,7 +975,12 @@ mod x86 {
     /// kernel times, docs/performance.md).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
+    pub(super) unsafe fn tile512<
+        const NV: usize,
+        const OFFS: bool,
+        const MASKED: bool,
+        const MR: usize,
+    >(
         kc: usize,
         a: *const f32,
         a_ld: usize,
@@ -950,7 +988,6 @@ mod x86 {
         cols: usize,
         out: Store,
     ) {
-        const MR: usize = 8;
         let Store {
             c,
             ldc,
@@ -1112,6 +1149,7 @@ mod x86 {
         kc: usize,
         a: *const f32,
         a_ld: usize,
+        panel: usize,
         b: Rows,
         cols: usize,
         out: Store,
@@ -1145,7 +1183,7 @@ mod x86 {
             });
             acc = [start; MR];
         }
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows, panel);
         let packed = a_ld == 0;
         let mut ap = a;
         for t in 0..kc {
@@ -1297,10 +1335,12 @@ mod tests {
         assert_eq!(kern.mc(), 126);
     }
 
+    /// Every kernel this CPU runs: each level's wide and narrow ([`Kernel::narrow`]) one.
     fn kernels() -> Vec<Kernel> {
         [Level::Avx2, Level::Avx512]
             .into_iter()
             .filter_map(Kernel::for_level)
+            .flat_map(|k| [k, k.narrow()])
             .collect()
     }
 

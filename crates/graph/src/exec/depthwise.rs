@@ -178,10 +178,17 @@ fn expansion_filters(w: &[f32], ch: usize, cin: usize, v: usize) -> Vec<f32> {
 /// expansion from `cin` channels: the packed `Xᵀ`, one panel-padded row per input row (0
 /// where it does not run).
 pub(crate) fn expand_scratch_len(g: &ConvShape, cin: usize) -> usize {
-    Kernel::detect()
+    expand_kernel(g)
         .and_then(|k| k.packed_a_len(g.w, cin))
         .and_then(|r| r.checked_mul(g.n * g.h))
         .unwrap_or(0)
+}
+
+/// The packed GEMM kernel that computes an expansion's rows for depthwise convolution `g`:
+/// the narrow one ([`Kernel::narrow`], twice the rows) for products one block of channels
+/// wide.
+fn expand_kernel(_g: &ConvShape) -> Option<Kernel> {
+    Kernel::detect().map(|k| k.narrow())
 }
 
 /// Whether [`expand_depthwise`] runs depthwise convolution `g` with an expansion on this
@@ -210,7 +217,7 @@ pub(crate) fn expand_depthwise(
     scratch: &mut Vec<f32>,
     cache: Option<(&super::winograd::FilterCache, usize)>,
 ) -> Result<(), String> {
-    let kern = match Kernel::detect() {
+    let kern = match expand_kernel(g) {
         Some(k) if applies(g) => k,
         _ => return Err("the fused expansion needs the packed GEMM and AVX2 + FMA".into()),
     };
