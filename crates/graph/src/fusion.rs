@@ -428,9 +428,6 @@ impl Program {
                                 groups[g].kind = KernelKind::Row;
                                 groups[g].domain = r;
                             }
-                            if rule == FusionRule::ConvChain {
-                                groups[g].domain = tg.tensors[tg.node_outputs[i][0]].shape.clone();
-                            }
                             if tg.class(i) == OpClass::Reduction {
                                 groups[g].reductions.push(i);
                             }
@@ -719,13 +716,7 @@ fn conv_epilogue(
             "kernel {k} is a convolution; only a unary op, or a binary op with an operand of the same shape or of one element, joins it as an epilogue"
         ));
     }
-    // Epilogue ops after the kernel's last convolution (a chain has two).
-    let convs = grp
-        .nodes
-        .iter()
-        .rposition(|&n| matches!(tg.nodes[n].op, Op::Conv2d { .. }))
-        .unwrap_or(0);
-    if grp.nodes.len() - 1 - convs >= CONV_EPILOGUE_MAX {
+    if grp.nodes.len() > CONV_EPILOGUE_MAX {
         return Err(format!(
             "kernel {k}'s convolution already has {CONV_EPILOGUE_MAX} epilogue ops"
         ));
@@ -761,97 +752,12 @@ fn conv_epilogue(
     ))
 }
 
-/// Whether depthwise convolution `i` joins convolution kernel `g` (`FusionRule::ConvChain`):
-/// the kernel is one 1 × 1 convolution (one group, unit stride, no padding) followed by at
-/// most a ReLU or a clip, `i` reads its last value as its input (and nothing else reads
-/// it), and `i` has one filter per channel. The executor then computes the expanded tensor
-/// into the depthwise kernel's tile (`exec::depthwise::expand_depthwise`).
-fn conv_chain(tg: &TypedGraph, grp: &Group, g: usize, i: usize) -> Verdict {
-    use crate::optable::{BinaryFn, UnaryFn};
-    let k = kname(g);
-    let first = grp.nodes[0];
-    let pointwise = match &tg.nodes[first].op {
-        Op::Conv2d {
-            strides,
-            pads,
-            dilations,
-            group,
-        } => {
-            let w = &tg.tensors[tg.node_inputs[first][1]].shape;
-            *group == 1
-                && w.len() == 4
-                && w[2..] == [1, 1]
-                && strides.iter().all(|&s| s == 1)
-                && pads.iter().all(|&p| p == 0)
-                && dilations.iter().all(|&d| d == 1)
-        }
-        _ => false,
-    };
-    if !pointwise {
-        return Err(format!(
-            "kernel {k} is not a 1 × 1 convolution (one group, unit stride, no padding); only such a convolution's output is computed into a depthwise kernel's tile"
-        ));
-    }
-    // The epilogue ops the executor folds into the expansion's clamp: ReLU, Clip's bounds.
-    let clamps = grp.nodes[1..].iter().all(|&n| {
-        matches!(
-            tg.nodes[n].op,
-            Op::Unary { f: UnaryFn::Relu }
-                | Op::Binary {
-                    f: BinaryFn::ClipLow | BinaryFn::ClipHigh
-                }
-        )
-    });
-    if !clamps || grp.nodes.len() > 3 {
-        return Err(format!(
-            "kernel {k}'s convolution has epilogue ops other than a ReLU or a clip"
-        ));
-    }
-    let Op::Conv2d { group, .. } = &tg.nodes[i].op else {
-        return Err("not a convolution".into());
-    };
-    let ins = &tg.node_inputs[i];
-    let x = &tg.tensors[ins[0]].shape;
-    let w = &tg.tensors[ins[1]].shape;
-    let depthwise = x.len() == 4 && w.len() == 4 && *group == x[1] && w[0] == x[1] && w[1] == 1;
-    if !depthwise {
-        return Err(format!(
-            "{} is not depthwise (one filter per channel); a dense convolution reads its input from memory",
-            tg.nodes[i].name
-        ));
-    }
-    let last = tg.node_outputs[*grp.nodes.last().unwrap_or(&first)][0];
-    if ins[0] != last || ins[1..].contains(&last) {
-        return Err(format!(
-            "{} does not read kernel {k}'s last value as its input",
-            tg.nodes[i].name
-        ));
-    }
-    if tg.consumers[last] != [i] || exposed(tg, last) {
-        return Err(format!(
-            "`{}` is also read elsewhere or is a graph output; it must be stored",
-            tg.tensors[last].name
-        ));
-    }
-    Ok((
-        FusionRule::ConvChain,
-        format!(
-            "depthwise convolution computed from kernel {k}'s 1 × 1 convolution row by row in its tile: the {} bytes of `{}` are neither stored nor read back",
-            tg.tensors[last].numel.saturating_mul(4),
-            tg.tensors[last].name
-        ),
-    ))
-}
-
 fn rules(tg: &TypedGraph, grp: &Group, group_of: &[Option<usize>], g: usize, i: usize) -> Verdict {
     let k = kname(g);
     let op = &tg.nodes[i].op;
     let out = &tg.tensors[tg.node_outputs[i][0]].shape;
     let class = tg.class(i);
     if grp.kind == KernelKind::Opaque && matches!(tg.nodes[grp.nodes[0]].op, Op::Conv2d { .. }) {
-        if matches!(op, Op::Conv2d { .. }) {
-            return conv_chain(tg, grp, g, i);
-        }
         return conv_epilogue(tg, grp, group_of, g, i);
     }
     match grp.kind {

@@ -84,10 +84,6 @@ pub enum FusionRule {
     /// An elementwise op on a convolution's output (activation, residual Add) joins the
     /// convolution's kernel, applied while the output is in cache.
     ConvEpilogue,
-    /// A depthwise convolution joins the kernel of the 1 × 1 convolution (and its ReLU or
-    /// clip) that produces its input: the expanded tensor is computed into the depthwise
-    /// kernel's tile row by row and never stored (MobileNetV2's inverted residual blocks).
-    ConvChain,
     /// An elementwise producer joins the reduction that reads it (the kernel becomes a row kernel).
     ProducerIntoReduction,
     /// A reduction over the same rows joins a row kernel.
@@ -142,7 +138,6 @@ impl FusionRule {
             FusionRule::RowScalarEpilogue => "row_scalar_epilogue",
             FusionRule::MatmulEpilogue => "matmul_epilogue",
             FusionRule::ConvEpilogue => "conv_epilogue",
-            FusionRule::ConvChain => "conv_chain",
             FusionRule::ProducerIntoReduction => "producer_into_reduction",
             FusionRule::DependentReduction => "dependent_reduction",
             FusionRule::Attention => "attention",

@@ -23,8 +23,7 @@
 //! (1–2 MB in a deep layer) come from beyond L2 once per run, at a rate the hardware
 //! prefetcher did not keep up with (MobileNetV2's 320 → 1280 layer 429 → 296 µs in the
 //! model; docs/performance.md).
-//! An [`Epilogue`] adds a bias per row or per column and an addend (a residual) and clamps,
-//! in registers.
+//! An [`Epilogue`] adds a bias per row and an addend (a residual) and clamps, in registers.
 //!
 //! Left out: other element types, a transposed C, threading (a caller splits the rows in
 //! whole panels, [`Kernel::panel_rows`]), block sizes read from the CPU's caches (they are
@@ -142,10 +141,6 @@ pub enum Left<'a> {
 pub struct Epilogue<'a> {
     /// One value per row of C (`m` of them), or none.
     pub row_bias: Option<&'a [f32]>,
-    /// One value per column of C (`n` of them), or none: the sums of column `j` start from
-    /// `col_bias[j]` (a convolution computed with its output channels as C's columns, as
-    /// `C = Xᵀ·Wᵀ`). Not with a row bias (an error).
-    pub col_bias: Option<&'a [f32]>,
     /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`), or none.
     pub addend: Option<&'a [f32]>,
     /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
@@ -156,7 +151,6 @@ impl Epilogue<'_> {
     /// No bias, no addend, no clamp: C is the product (or C plus it).
     pub const NONE: Epilogue<'static> = Epilogue {
         row_bias: None,
-        col_bias: None,
         addend: None,
         clamp: Clamp::NONE,
     };
@@ -205,26 +199,6 @@ impl Kernel {
                 nr: 16,
             }),
             _ => None,
-        }
-    }
-
-    /// The kernel for products of at most one vector of columns (`n ≤` [`Kernel::lanes`]):
-    /// twice the rows of [`Kernel::for_level`]'s (AVX-512 16 rows × 16 columns, AVX2 12 × 8),
-    /// so that a tile still keeps 16 (12) independent sums where the wide tile would keep
-    /// 8 (6) with one vector of columns. Four-cycle fused multiply-adds on two pipes need
-    /// eight sums in flight at the least: a depthwise kernel's tile filled by a 1 × 1
-    /// convolution 16 channels at a time (module `depthwise` of the graph crate) ran 45 %
-    /// slower than the standalone convolution with 8 rows (AMD EPYC Zen 5, AVX-512).
-    /// Its packed A is in panels of its own rows ([`Kernel::pack_a`] of this kernel).
-    pub fn narrow(&self) -> Kernel {
-        let (mr, nr) = match self.level {
-            Level::Avx512 => (16, 16),
-            _ => (12, 8),
-        };
-        Kernel {
-            level: self.level,
-            mr,
-            nr,
         }
     }
 
@@ -416,12 +390,6 @@ impl Kernel {
         if ep.row_bias.is_some_and(|b| b.len() < m) {
             return Err(bad("the row bias has fewer than m values"));
         }
-        if ep.col_bias.is_some_and(|b| b.len() < n) {
-            return Err(bad("the column bias has fewer than n values"));
-        }
-        if ep.row_bias.is_some() && ep.col_bias.is_some() {
-            return Err(bad("both a row and a column bias"));
-        }
         match a {
             Left::Packed(a_packed) => {
                 let a_need = self
@@ -511,7 +479,6 @@ impl Kernel {
             for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
                 let b = ep.row_bias.map_or(0.0, |b| b[i]);
                 for (j, x) in row[..n].iter_mut().enumerate() {
-                    let b = ep.col_bias.map_or(b, |c| c[j]);
                     let y = if accumulate { *x + b } else { b };
                     let y = ep.addend.map_or(y, |d| y + d[i * ldc + j]);
                     *x = ep.clamp.apply(y);
@@ -691,11 +658,6 @@ impl Kernel {
                                 Some(b) if first => b.as_ptr().add(i0),
                                 _ => std::ptr::null(),
                             };
-                            // Columns j0..j0 + cols of the column bias (checked: n values).
-                            let cbias = match ep.col_bias {
-                                Some(b) if first => b.as_ptr().add(j0),
-                                _ => std::ptr::null(),
-                            };
                             // The addend's element (i0, j0), laid out as C (checked).
                             let add = match ep.addend {
                                 Some(d) if last => d.as_ptr().add(i0 * ldc + j0),
@@ -707,7 +669,6 @@ impl Kernel {
                                 rows,
                                 acc,
                                 bias,
-                                cbias,
                                 add,
                                 clamp,
                             };
@@ -736,14 +697,9 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             Level::Avx512 => {
-                // The narrow kernel's tiles are one vector wide (n ≤ nr = 16): 16 rows.
                 macro_rules! t512 {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        if self.mr == 16 {
-                            x86::tile512::<1, $offs, $masked, 16>(kc, a, a_ld, b, cols, out)
-                        } else {
-                            x86::tile512::<$nv, $offs, $masked, 8>(kc, a, a_ld, b, cols, out)
-                        }
+                        x86::tile512::<$nv, $offs, $masked>(kc, a, a_ld, b, cols, out)
                     };
                 }
                 match (
@@ -767,23 +723,16 @@ impl Kernel {
             Level::Avx2 => {
                 // The tile's rows: a whole panel, or the fewest of 4 and 2 that cover a
                 // partial last panel (M = 128 is 21 panels of 6 and one of 2).
-                // The narrow kernel (12-row panels, one vector: n ≤ nr = 8) keeps 12 rows.
-                let p = self.mr;
                 macro_rules! rows_tile {
                     ($nv:literal, $offs:literal, $masked:literal) => {
                         match out.rows {
-                            7.. if p == 12 => {
-                                x86::tile256::<1, $offs, $masked, 12>(kc, a, a_ld, p, b, cols, out)
-                            }
                             5.. => {
-                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, p, b, cols, out)
+                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, b, cols, out)
                             }
                             3 | 4 => {
-                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, p, b, cols, out)
+                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, b, cols, out)
                             }
-                            _ => {
-                                x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, p, b, cols, out)
-                            }
+                            _ => x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, b, cols, out),
                         }
                     };
                 }
@@ -848,8 +797,8 @@ fn pack_panels(
             continue;
         }
         if rs == 1 {
-            // Rows adjacent (a column-major source: a convolution's input planes read as
-            // Xᵀ): each depth step's `n` values are consecutive, one copy.
+            // Rows adjacent (a column-major source, a transposed A): each depth step's `n`
+            // values are consecutive, one copy.
             for (kk, dst) in panel.chunks_exact_mut(width).enumerate() {
                 dst[..n].copy_from_slice(&src[i0 + kk * cs..][..n]);
                 dst[n..].fill(0.0);
@@ -917,7 +866,6 @@ struct Store {
     rows: usize,
     acc: bool,
     bias: *const f32,
-    cbias: *const f32,
     add: *const f32,
     clamp: Option<Clamp>,
 }
@@ -965,8 +913,7 @@ mod x86 {
         }
     }
 
-    /// AVX-512F tile: `MR` rows (8, or 16 for [`Kernel::narrow`]'s one vector) × `NV`
-    /// vectors of 16 columns (packed A in panels of `MR`); with `MASKED` the last vector
+    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; with `MASKED` the last vector
     /// under a mask of `cols − 16·(NV − 1)` lanes, else every vector whole. Whole vectors
     /// take plain loads and stores: on AMD EPYC Zen 5 (AVX-512), masked stores into lines
     /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
@@ -975,12 +922,7 @@ mod x86 {
     /// kernel times, docs/performance.md).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile512<
-        const NV: usize,
-        const OFFS: bool,
-        const MASKED: bool,
-        const MR: usize,
-    >(
+    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
         kc: usize,
         a: *const f32,
         a_ld: usize,
@@ -988,13 +930,13 @@ mod x86 {
         cols: usize,
         out: Store,
     ) {
+        const MR: usize = 8;
         let Store {
             c,
             ldc,
             rows,
             acc: accumulate,
             bias,
-            cbias,
             add,
             clamp,
         } = out;
@@ -1010,14 +952,6 @@ mod x86 {
             for (r, row) in acc.iter_mut().enumerate() {
                 *row = [_mm512_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
-        }
-        if !cbias.is_null() {
-            // The tile's `cols` values of the column bias, the last vector masked.
-            let start: [__m512; NV] = std::array::from_fn(|v| {
-                let m = if v + 1 == NV { tail } else { 0xffff };
-                _mm512_maskz_loadu_ps(m, cbias.add(16 * v))
-            });
-            acc = [start; MR];
         }
         let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
         let packed = a_ld == 0;
@@ -1149,7 +1083,6 @@ mod x86 {
         kc: usize,
         a: *const f32,
         a_ld: usize,
-        panel: usize,
         b: Rows,
         cols: usize,
         out: Store,
@@ -1160,7 +1093,6 @@ mod x86 {
             rows,
             acc: accumulate,
             bias,
-            cbias,
             add,
             clamp,
         } = out;
@@ -1172,18 +1104,7 @@ mod x86 {
                 *row = [_mm256_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
         }
-        if !cbias.is_null() {
-            // The tile's `cols` values of the column bias, the last vector masked.
-            let start: [__m256; NV] = std::array::from_fn(|v| {
-                if v + 1 == NV {
-                    _mm256_maskload_ps(cbias.add(8 * v), tail)
-                } else {
-                    _mm256_loadu_ps(cbias.add(8 * v))
-                }
-            });
-            acc = [start; MR];
-        }
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows, panel);
+        let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
         let packed = a_ld == 0;
         let mut ap = a;
         for t in 0..kc {
@@ -1335,12 +1256,10 @@ mod tests {
         assert_eq!(kern.mc(), 126);
     }
 
-    /// Every kernel this CPU runs: each level's wide and narrow ([`Kernel::narrow`]) one.
     fn kernels() -> Vec<Kernel> {
         [Level::Avx2, Level::Avx512]
             .into_iter()
             .filter_map(Kernel::for_level)
-            .flat_map(|k| [k, k.narrow()])
             .collect()
     }
 
@@ -1529,9 +1448,8 @@ mod tests {
 
     #[test]
     fn the_epilogue_adds_bias_and_addend_and_clamps_as_the_ops_do() {
-        // C = clamp(bias + A·B (+ D)) and clamp(C0 + bias + A·B (+ D)), the bias one value
-        // per row or one per column, D an addend laid out as C (a residual), against an f64
-        // reference, on
+        // C = clamp(bias + A·B (+ D)) and clamp(C0 + bias + A·B (+ D)), D an addend laid out
+        // as C (a residual), against an f64 reference, on
         // shapes with partial panels (rows, and columns of one and a half vectors), K past
         // one block (the bias only in the first block's sums, the addend and the clamp only
         // after the last), whole and masked tiles; the clamp's bounds sit inside the values' range so
@@ -1547,18 +1465,12 @@ mod tests {
                 let a = vals(m * k, 41);
                 let b = vals(k * n, 42);
                 let bias = vals(m, 43);
-                let cbias = vals(n, 46);
                 let c0 = vals(m * n, 44);
                 let d = vals(m * n, 45);
                 let mut ap = vec![0.0; kern.packed_a_len(m, k).unwrap()];
                 kern.pack_a(&a, m, k, k, 1, &mut ap).unwrap();
-                for (acc, with_add, per_col) in [
-                    (false, false, false),
-                    (true, false, true),
-                    (false, true, false),
-                    (true, true, false),
-                    (false, true, true),
-                ] {
+                for (acc, with_add) in [(false, false), (true, false), (false, true), (true, true)]
+                {
                     for clamp in [
                         Clamp::NONE,
                         Clamp {
@@ -1574,8 +1486,7 @@ mod tests {
                     ] {
                         let mut c = c0.clone();
                         let ep = Epilogue {
-                            row_bias: (!per_col).then_some(&bias[..]),
-                            col_bias: per_col.then_some(&cbias[..]),
+                            row_bias: Some(&bias),
                             addend: with_add.then_some(&d[..]),
                             clamp,
                         };
@@ -1587,8 +1498,7 @@ mod tests {
                         for i in 0..m {
                             for j in 0..n {
                                 let add = if with_add { d[i * n + j] as f64 } else { 0.0 };
-                                let bv = if per_col { cbias[j] } else { bias[i] };
-                                let x = want[i * n + j] + bv as f64 + add;
+                                let x = want[i * n + j] + bias[i] as f64 + add;
                                 let y = x.max(clamp.lo as f64).min(clamp.hi as f64);
                                 low |= x < clamp.lo as f64;
                                 high |= x > clamp.hi as f64;
@@ -1597,8 +1507,8 @@ mod tests {
                                 let got = c[i * n + j] as f64;
                                 assert!(
                                     (got - y).abs() <= tol,
-                                    "{kern:?} {m}×{n}×{k} acc={acc} add={with_add} \
-                                     col={per_col} {clamp:?} ({i},{j}): {got} vs {y}"
+                                    "{kern:?} {m}×{n}×{k} acc={acc} add={with_add} {clamp:?} \
+                                     ({i},{j}): {got} vs {y}"
                                 );
                             }
                         }
@@ -1620,7 +1530,6 @@ mod tests {
                 let mut c = [1.0f32; 6];
                 let ep = Epilogue {
                     row_bias: Some(&[-0.0]),
-                    col_bias: None,
                     addend: None,
                     clamp: Clamp {
                         lo: 0.0,
@@ -1634,19 +1543,11 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&c), bits(&want), "{kern:?} relu={relu}");
             }
-            // A bias shorter than m or n, an addend shorter than C, both biases: errors, not
-            // reads past them.
-            let one = Some(&[1.0f32][..]);
-            let two = Some(&[1.0f32; 2][..]);
-            for (row_bias, col_bias, addend) in [
-                (one, None, None),
-                (None, one, None),
-                (None, None, Some(&[1.0f32; 3][..])),
-                (two, two, None),
-            ] {
+            // A bias shorter than m, an addend shorter than C: errors, not reads past them.
+            for (row_bias, addend) in [(Some(&[1.0f32][..]), None), (None, Some(&[1.0f32; 3][..]))]
+            {
                 let ep = Epilogue {
                     row_bias,
-                    col_bias,
                     addend,
                     clamp: Clamp::NONE,
                 };
@@ -1807,7 +1708,6 @@ mod tests {
                 let lefts = [Left::Packed(&ap), Left::RowMajor { data: &a, ld: k }];
                 let ep = Epilogue {
                     row_bias: Some(&bias),
-                    col_bias: None,
                     addend: Some(&addend),
                     clamp: Clamp {
                         lo: 0.0,

@@ -651,7 +651,6 @@ impl Product<'_> {
         let (kern, m, k) = (self.kern, self.m, self.k);
         let ep = Epilogue {
             row_bias: bias,
-            col_bias: None,
             addend: post.addend,
             clamp: post.clamp,
         };

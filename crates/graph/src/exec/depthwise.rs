@@ -19,7 +19,6 @@
 use super::conv::ConvShape;
 use rayon::prelude::*;
 use tensorforge_kernels::clamp::Clamp;
-use tensorforge_kernels::sgemm::{Epilogue, Kernel, Left, Right};
 
 /// Bytes of one band's padded input tile: rows of it are added to a band until the next
 /// would pass this (at least one output row per band). A third of a 48 KiB L1 data cache,
@@ -77,23 +76,6 @@ pub(crate) fn depthwise_blocked(
             &own
         }
     };
-    run_width(v, simd, g, Input::Planes(x), wt, bias, clamp, out);
-    Ok(())
-}
-
-/// [`run`] at `v` lanes with the explicit vector paths where `simd` (AVX2 and FMA; 16
-/// lanes: AVX-512F), else lane by lane.
-#[allow(clippy::too_many_arguments)]
-fn run_width(
-    v: usize,
-    simd: bool,
-    g: &ConvShape,
-    x: Input,
-    wt: &[f32],
-    bias: Option<&[f32]>,
-    clamp: Clamp,
-    out: &mut [f32],
-) {
     #[cfg(target_arch = "x86_64")]
     if simd {
         if v == 16 {
@@ -101,195 +83,9 @@ fn run_width(
         } else {
             run::<8>(g, x, wt, bias, clamp, out, block_avx2);
         }
-        return;
+        return Ok(());
     }
-    let _ = simd;
     run::<8>(g, x, wt, bias, clamp, out, block::<8, false>);
-}
-
-/// What a channel block's input comes from: the input planes, or an expansion computed
-/// into the tile ([`expand_depthwise`]).
-#[derive(Clone, Copy)]
-enum Input<'a> {
-    Planes(&'a [f32]),
-    Expand(&'a ExpandRun<'a>),
-}
-
-/// One channel block's input: its `nc` planes, or the expansion's image `img` from
-/// channel `c0`.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    Planes(&'a [f32]),
-    Expand {
-        e: &'a ExpandRun<'a>,
-        img: usize,
-        c0: usize,
-    },
-}
-
-/// A 1 × 1 convolution (one group, unit stride, no padding) and its clamp, whose output
-/// is a depthwise convolution's input and is read by nothing else (`FusionRule::ConvChain`).
-pub(crate) struct Expand<'a> {
-    /// Its input planes (`N × cin × H × W`).
-    pub x: &'a [f32],
-    /// Its input channels.
-    pub cin: usize,
-    /// Its filters (`C × cin`, `C` the depthwise convolution's channels).
-    pub w: &'a [f32],
-    /// Its bias (`C` values), if any.
-    pub bias: Option<&'a [f32]>,
-    /// Its activation (ReLU, ReLU6), applied before the depthwise convolution reads it.
-    pub clamp: Clamp,
-    /// Its node, the key of its transposed filters in the program's filter cache.
-    pub node: usize,
-}
-
-/// An [`Expand`] ready for the tile: its input transposed and packed once per run, its
-/// filters in blocks of lanes ([`expansion_filters`], kept in the filter cache).
-struct ExpandRun<'a> {
-    kern: Kernel,
-    cin: usize,
-    /// Image by image, input row by input row, that row's `W × cin` block of `Xᵀ` packed
-    /// for `kern` ([`Kernel::pack_a`]), `row_len` values each.
-    packed: &'a [f32],
-    row_len: usize,
-    wt: &'a [f32],
-    bias: Option<&'a [f32]>,
-    clamp: Clamp,
-}
-
-/// The expansion's filters `w` (`ch × cin`) in blocks of `v` output channels, each block
-/// `cin × v` (input channel by input channel, its `v` channels' values; 0 past `ch`): the
-/// right operand of a block's GEMM, `v` consecutive values per step. (Read from the whole
-/// `cin × ch` transpose, a block's column strode `4·ch` bytes per step: MobileNetV2's 96 →
-/// 576 expansion, 2304 bytes, 16 cache sets of the L1 for its 96 lines.)
-fn expansion_filters(w: &[f32], ch: usize, cin: usize, v: usize) -> Vec<f32> {
-    let mut out = vec![0f32; ch.div_ceil(v) * cin * v];
-    for (c, row) in w.chunks_exact(cin.max(1)).take(ch).enumerate() {
-        let blk = &mut out[(c / v) * cin * v..][..cin * v];
-        for (ci, &x) in row.iter().enumerate() {
-            blk[ci * v + c % v] = x;
-        }
-    }
-    out
-}
-
-/// Values of the scratch [`expand_depthwise`] takes for depthwise convolution `g` after an
-/// expansion from `cin` channels: the packed `Xᵀ`, one panel-padded row per input row (0
-/// where it does not run).
-pub(crate) fn expand_scratch_len(g: &ConvShape, cin: usize) -> usize {
-    expand_kernel(g)
-        .and_then(|k| k.packed_a_len(g.w, cin))
-        .and_then(|r| r.checked_mul(g.n * g.h))
-        .unwrap_or(0)
-}
-
-/// The packed GEMM kernel that computes an expansion's rows for depthwise convolution `g`:
-/// the narrow one ([`Kernel::narrow`], twice the rows) for products one block of channels
-/// wide.
-fn expand_kernel(_g: &ConvShape) -> Option<Kernel> {
-    Kernel::detect().map(|k| k.narrow())
-}
-
-/// Whether [`expand_depthwise`] runs depthwise convolution `g` with an expansion on this
-/// CPU: where the blocked kernel applies ([`applies`]) and the packed GEMM exists.
-pub(crate) fn expand_applies(g: &ConvShape) -> bool {
-    applies(g) && Kernel::detect().is_some()
-}
-
-/// `out` = the depthwise convolution `g` (filters `w`, `bias`, then `clamp`) of the
-/// expansion `e`'s clamped output, which is never stored: each channel block's tile rows
-/// are computed by the expansion's GEMM ([`fill_expand`]) where the plain kernel transposes
-/// them from the input planes. The sums are those of the two convolutions run apart (the
-/// expansion's as the packed GEMM computes a 1 × 1 convolution with its bias starting
-/// the sums, over the input channels in order), so the result is the same bits.
-///
-/// `scratch` holds the packed `Xᵀ` (grown as needed, kept for the next call); `cache` the
-/// program's filter cache with the depthwise node's id.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn expand_depthwise(
-    g: &ConvShape,
-    e: &Expand,
-    w: &[f32],
-    bias: Option<&[f32]>,
-    clamp: Clamp,
-    out: &mut [f32],
-    scratch: &mut Vec<f32>,
-    cache: Option<(&super::winograd::FilterCache, usize)>,
-) -> Result<(), String> {
-    let kern = match expand_kernel(g) {
-        Some(k) if applies(g) => k,
-        _ => return Err("the fused expansion needs the packed GEMM and AVX2 + FMA".into()),
-    };
-    let (hw, cin, ch) = (g.h * g.w, e.cin, g.c);
-    let bad = || format!("expand_depthwise: buffers do not match the shapes {g:?} cin {cin}");
-    if e.x.len() != g.n * cin * hw
-        || e.w.len() != ch * cin
-        || e.bias.is_some_and(|b| b.len() != ch)
-        || w.len() != ch * g.r * g.s
-        || bias.is_some_and(|b| b.len() != ch)
-        || out.len() != g.n * ch * g.p * g.q
-    {
-        return Err(bad());
-    }
-    let row_len = kern.packed_a_len(g.w, cin).ok_or_else(bad)?;
-    let rows = g.n * g.h;
-    let need = rows.checked_mul(row_len).ok_or_else(bad)?;
-    if scratch.len() < need {
-        scratch
-            .try_reserve_exact(need - scratch.len())
-            .map_err(|_| format!("cannot allocate {need} values of packed expansion input"))?;
-        scratch.resize(need, 0.0);
-    }
-    let packed = &mut scratch[..need];
-    // Row (img, ih) of Xᵀ: pixel iw, channel ci at x[(img·cin + ci)·HW + ih·W + iw].
-    let pack = |(r, dst): (usize, &mut [f32])| {
-        let (img, ih) = (r / g.h, r % g.h);
-        let src = &e.x[img * cin * hw + ih * g.w..];
-        kern.pack_a(src, g.w, cin, 1, hw, dst)
-            .map_err(|err| err.to_string())
-    };
-    if need >= PAR_MIN_OUT && rayon::current_num_threads() > 1 {
-        packed
-            .par_chunks_mut(row_len)
-            .enumerate()
-            .try_for_each(pack)?;
-    } else {
-        packed.chunks_mut(row_len).enumerate().try_for_each(pack)?;
-    }
-    let v = lanes();
-    let (held, own);
-    let wt: &[f32] = match cache {
-        Some((c, _)) => {
-            held = c.expansion(kern, e.node, e.w, || expansion_filters(e.w, ch, cin, v))?;
-            &held.packed
-        }
-        None => {
-            own = expansion_filters(e.w, ch, cin, v);
-            &own
-        }
-    };
-    let (held_dw, own_dw);
-    let wdw: &[f32] = match cache {
-        Some((c, node)) => {
-            held_dw = c.depthwise(kern, node, w, || lane_major(g, w, v))?;
-            &held_dw.packed
-        }
-        None => {
-            own_dw = lane_major(g, w, v);
-            &own_dw
-        }
-    };
-    let run_e = ExpandRun {
-        kern,
-        cin,
-        packed,
-        row_len,
-        wt,
-        bias: e.bias,
-        clamp: e.clamp,
-    };
-    run_width(v, true, g, Input::Expand(&run_e), wdw, bias, clamp, out);
     Ok(())
 }
 
@@ -309,7 +105,7 @@ fn lane_major(g: &ConvShape, w: &[f32], v: usize) -> Vec<f32> {
 
 /// The signature of [`block`] at one width and instruction set.
 type BlockFn<const V: usize> =
-    fn(&ConvShape, &[usize], Src, &[f32], Option<&[f32]>, Clamp, &mut Scratch, &mut [f32]);
+    fn(&ConvShape, &[usize], &[f32], &[f32], Option<&[f32]>, Clamp, &mut Scratch, &mut [f32]);
 
 /// [`block`] with 16 lanes and fused multiply-adds, compiled for AVX-512F (the closures of
 /// [`run`] do not inherit a caller's target features, so the dispatch is per block).
@@ -318,7 +114,7 @@ type BlockFn<const V: usize> =
 fn block_avx512(
     g: &ConvShape,
     offs: &[usize],
-    src: Src,
+    xin: &[f32],
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -330,18 +126,18 @@ fn block_avx512(
     unsafe fn inner(
         g: &ConvShape,
         offs: &[usize],
-        src: Src,
+        xin: &[f32],
         wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
         sc: &mut Scratch,
         o: &mut [f32],
     ) {
-        block::<16, true>(g, offs, src, wt, bias, clamp, sc, o)
+        block::<16, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
     // SAFETY: chosen by `depthwise_blocked` only where `vmath::level` reports AVX-512F
     // (detected on this CPU) and the CPU has AVX2 and FMA.
-    unsafe { inner(g, offs, src, wt, bias, clamp, sc, o) }
+    unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
 
 /// [`block`] with 8 lanes and fused multiply-adds, compiled for AVX2 + FMA.
@@ -350,7 +146,7 @@ fn block_avx512(
 fn block_avx2(
     g: &ConvShape,
     offs: &[usize],
-    src: Src,
+    xin: &[f32],
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -362,17 +158,17 @@ fn block_avx2(
     unsafe fn inner(
         g: &ConvShape,
         offs: &[usize],
-        src: Src,
+        xin: &[f32],
         wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
         sc: &mut Scratch,
         o: &mut [f32],
     ) {
-        block::<8, true>(g, offs, src, wt, bias, clamp, sc, o)
+        block::<8, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
     // SAFETY: chosen by `depthwise_blocked` only where the CPU has AVX2 and FMA.
-    unsafe { inner(g, offs, src, wt, bias, clamp, sc, o) }
+    unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
 
 /// Elements of output above which the channel blocks go to the pool's workers.
@@ -390,7 +186,7 @@ struct Scratch {
 /// enough.
 fn run<const V: usize>(
     g: &ConvShape,
-    x: Input,
+    x: &[f32],
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -415,14 +211,11 @@ fn run<const V: usize>(
         let (img, b) = (idx / blocks, idx % blocks);
         let c0 = b * V;
         let nc = V.min(g.k - c0);
-        let src = match x {
-            Input::Planes(x) => Src::Planes(&x[(img * g.c + c0) * hw..][..nc * hw]),
-            Input::Expand(e) => Src::Expand { e, img, c0 },
-        };
+        let xin = &x[(img * g.c + c0) * hw..][..nc * hw];
         blk(
             g,
             &offs,
-            src,
+            xin,
             &wt[b * taps * V..][..taps * V],
             bias.map(|b| &b[c0..]),
             clamp,
@@ -455,8 +248,7 @@ fn run<const V: usize>(
     }
 }
 
-/// One block of `nc ≤ V` channels of one image: `src` their `nc` input planes (or the
-/// expansion that computes them), `wt` their
+/// One block of `nc ≤ V` channels of one image: `xin` their `nc` input planes, `wt` their
 /// filters lane-major (`R·S × V`, zero past `nc`), `o` their `nc` output planes; band by band of output
 /// rows, the band's padded input rows transposed into `sc.tile` (pixel-major, `V` lanes,
 /// zero outside the plane and in lanes `≥ nc`), summed into `sc.otile`, transposed out.
@@ -465,7 +257,7 @@ fn run<const V: usize>(
 fn block<const V: usize, const FMA: bool>(
     g: &ConvShape,
     offs: &[usize],
-    src: Src,
+    xin: &[f32],
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -512,12 +304,7 @@ fn block<const V: usize, const FMA: bool>(
         let r0 = p0 * g.stride[0];
         let tile = &mut sc.tile[w0 * row_len..(w0 + rows_in) * row_len];
         let rest = &mut tile[have * row_len..];
-        match src {
-            Src::Planes(xin) => fill_tile::<V>(g, xin, nc, r0 + have, rows_in - have, cols, rest),
-            Src::Expand { e, img, c0 } => {
-                fill_expand::<V>(g, e, (img, c0, nc), r0 + have, rows_in - have, cols, rest)
-            }
-        }
+        fill_tile::<V>(g, xin, nc, r0 + have, rows_in - have, cols, rest);
         let otile = &mut sc.otile[..rows_out * g.q * V];
         sums::<V, FMA>(g, offs, tile, cols, wt, &bv, clamp, rows_out, otile);
         store_planes::<V>(otile, nc, p0 * g.q, g.p * g.q, o);
@@ -549,28 +336,6 @@ fn fill_tile<const V: usize>(
     cols: usize,
     tile: &mut [f32],
 ) {
-    let Some((lo, hi, left, n)) = fill_padding::<V>(g, r0, rows, cols, tile) else {
-        return;
-    };
-    // Input rows [lo − pad_top, hi − pad_top), columns [0, n): input pixel (ih, iw) goes to
-    // tile pixel (r0 + rr = ih + pad_top) · cols + left + iw.
-    let (ih0, ih1) = (lo - g.pad[0], hi - g.pad[0]);
-    let row0 = lo - r0;
-    let dst_px = |ih: usize, iw: usize| (ih - ih0 + row0) * cols + left + iw;
-    transpose_in::<V>(g, xin, nc, (ih0, ih1), n, &dst_px, tile);
-}
-
-/// The zeros of padded rows `[r0, r0 + rows)` in `tile` (`cols` pixels of `V` lanes per
-/// row): the rows outside the plane, and the columns left and right of it. Returns the
-/// padded rows inside the plane `[lo, hi)`, the plane's first padded column and its
-/// columns in the tile, or `None` when the band holds none of the plane.
-fn fill_padding<const V: usize>(
-    g: &ConvShape,
-    r0: usize,
-    rows: usize,
-    cols: usize,
-    tile: &mut [f32],
-) -> Option<(usize, usize, usize, usize)> {
     let left = g.pad[1].min(cols);
     let n = g.w.min(cols - left);
     // Padded rows of the band inside the plane: [lo, hi).
@@ -585,46 +350,15 @@ fn fill_padding<const V: usize>(
             dst[(left + n) * V..].fill(0.0);
         }
     }
-    (hi > lo && n > 0).then_some((lo, hi, left, n))
-}
-
-/// Padded rows `[r0, r0 + rows)` of channels `[c0, c0 + nc)` of image `img` of the
-/// expansion `e` into `tile`, as [`fill_tile`] lays out the planes it reads: each input
-/// row's `W` pixels are one GEMM, `Xᵀ·Wᵀ` (pixels × the block's channels), its bias per
-/// column and its clamp applied in the GEMM's registers and stored straight into the
-/// tile's pixels (`V` apart). Lanes `≥ nc` are not written (their sums are never stored).
-#[allow(clippy::too_many_arguments)]
-fn fill_expand<const V: usize>(
-    g: &ConvShape,
-    e: &ExpandRun,
-    (img, c0, nc): (usize, usize, usize),
-    r0: usize,
-    rows: usize,
-    cols: usize,
-    tile: &mut [f32],
-) {
-    let Some((lo, hi, left, n)) = fill_padding::<V>(g, r0, rows, cols, tile) else {
+    if hi == lo || n == 0 {
         return;
-    };
-    let ep = Epilogue {
-        row_bias: None,
-        col_bias: e.bias.map(|b| &b[c0..c0 + nc]),
-        addend: None,
-        clamp: e.clamp,
-    };
-    let right = Right::RowMajor {
-        data: &e.wt[c0 * e.cin..][..e.cin * V],
-        ld: V,
-    };
-    for pr in lo..hi {
-        let ih = pr - g.pad[0];
-        let a = &e.packed[(img * g.h + ih) * e.row_len..][..e.row_len];
-        let c = &mut tile[((pr - r0) * cols + left) * V..];
-        // Every length was checked against the shapes by `expand_depthwise`.
-        e.kern
-            .gemm_with(n, nc, e.cin, Left::Packed(a), right, c, V, false, ep)
-            .expect("expansion operands checked by expand_depthwise");
     }
+    // Input rows [lo − pad_top, hi − pad_top), columns [0, n): input pixel (ih, iw) goes to
+    // tile pixel (r0 + rr = ih + pad_top) · cols + left + iw.
+    let (ih0, ih1) = (lo - g.pad[0], hi - g.pad[0]);
+    let row0 = lo - r0;
+    let dst_px = |ih: usize, iw: usize| (ih - ih0 + row0) * cols + left + iw;
+    transpose_in::<V>(g, xin, nc, (ih0, ih1), n, &dst_px, tile);
 }
 
 /// The pixels `(ih, iw)`, `ih0 ≤ ih < ih1`, `iw < n`, of the `nc` planes of `xin`
@@ -1221,162 +955,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    #[test]
-    fn an_expansion_computed_into_the_tile_equals_the_two_convolutions() {
-        let mut rng = SplitMix64::new(11);
-        // (n, cin, channels, h, w, r, stride, pad): MobileNetV2's shapes scaled down (a
-        // 3 × 3 depthwise at strides 1 and 2 after a 16 → 40 expansion: two full blocks and
-        // a partial one), a map wider than one band's tile (the window slides and wraps),
-        // two images, an odd width (partial GEMM panels), a 5 × 5 filter, a 7 × 7 map.
-        let cases = [
-            (1, 16, 40, 12, 12, 3, 1, 1),
-            (1, 16, 40, 13, 11, 3, 2, 1),
-            (1, 8, 16, 40, 130, 3, 1, 1),
-            (2, 5, 24, 9, 7, 5, 1, 2),
-            (1, 24, 48, 7, 7, 3, 1, 1),
-        ];
-        let relu6 = Clamp {
-            lo: 0.0,
-            hi: 6.0,
-            relu: false,
-        };
-        let half = Clamp {
-            lo: -0.5,
-            hi: 0.5,
-            relu: true,
-        };
-        for &(n, cin, c, h, w, r, st, pad) in &cases {
-            let p = (h + 2 * pad - r) / st + 1;
-            let q = (w + 2 * pad - r) / st + 1;
-            let g1 = ConvShape {
-                n,
-                c: cin,
-                h,
-                w,
-                k: c,
-                r: 1,
-                s: 1,
-                p: h,
-                q: w,
-                stride: [1, 1],
-                pad: [0, 0],
-                dil: [1, 1],
-                group: 1,
-            };
-            let g = ConvShape {
-                n,
-                c,
-                h,
-                w,
-                k: c,
-                r,
-                s: r,
-                p,
-                q,
-                stride: [st, st],
-                pad: [pad, pad],
-                dil: [1, 1],
-                group: c,
-            };
-            if !expand_applies(&g) {
-                eprintln!("no packed GEMM or no AVX2 + FMA: nothing to check");
-                return;
-            }
-            let vals = |len: usize, rng: &mut SplitMix64| -> Vec<f32> {
-                (0..len).map(|_| rng.next_f32_pm1()).collect()
-            };
-            let x = vals(n * cin * h * w, &mut rng);
-            let w1 = vals(c * cin, &mut rng);
-            let b1 = vals(c, &mut rng);
-            let wd = vals(c * r * r, &mut rng);
-            let bd = vals(c, &mut rng);
-            for (c1, c2) in [(relu6, Clamp::NONE), (half, relu6)] {
-                // The two convolutions apart: the 1 × 1 one through the packed GEMM
-                // (`conv2d`), then the blocked depthwise kernel.
-                let cache = crate::exec::winograd::FilterCache::default();
-                let mut y = vec![0f32; n * c * h * w];
-                let mut scratch = Vec::new();
-                let post = crate::exec::conv::Post {
-                    addend: None,
-                    clamp: c1,
-                };
-                crate::exec::conv::conv2d(
-                    &g1,
-                    &x,
-                    &w1,
-                    Some(&b1),
-                    &mut y,
-                    &mut scratch,
-                    &cache,
-                    1,
-                    post,
-                )
-                .unwrap();
-                let mut apart = vec![0f32; n * c * p * q];
-                depthwise_blocked(&g, &y, &wd, Some(&bd), c2, &mut apart, None).unwrap();
-                // And against the definition: the reference's f64 sums of the rounded y.
-                let want = reference(&g, &y, &wd, &bd, c2);
-                for threads in [1, 2] {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    let e = Expand {
-                        x: &x,
-                        cin,
-                        w: &w1,
-                        bias: Some(&b1),
-                        clamp: c1,
-                        node: 5,
-                    };
-                    let mut got = vec![f32::NAN; apart.len()];
-                    let mut sc = Vec::new();
-                    // Twice through the cache: the second call takes the kept layouts.
-                    for _ in 0..2 {
-                        got.fill(f32::NAN);
-                        pool.install(|| {
-                            let cache = Some((&cache, 6));
-                            expand_depthwise(&g, &e, &wd, Some(&bd), c2, &mut got, &mut sc, cache)
-                        })
-                        .unwrap();
-                        let same = got
-                            .iter()
-                            .zip(&apart)
-                            .all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{g:?} cin {cin} {c1:?} {c2:?} on {threads}");
-                    }
-                    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
-                            "{g:?} at {i}: {a} vs {e}"
-                        );
-                    }
-                }
-            }
-            // A buffer of the wrong length is an error, not a read past it.
-            let e = Expand {
-                x: &x[1..],
-                cin,
-                w: &w1,
-                bias: None,
-                clamp: Clamp::NONE,
-                node: 0,
-            };
-            let mut out = vec![0f32; n * c * p * q];
-            let r = expand_depthwise(
-                &g,
-                &e,
-                &wd,
-                None,
-                Clamp::NONE,
-                &mut out,
-                &mut Vec::new(),
-                None,
-            );
-            assert!(r.is_err());
         }
     }
 }

@@ -344,22 +344,19 @@ fn run_program<'a>(
     })
 }
 
-/// The leading epilogue nodes of a convolution (`nodes[0]`, then its epilogue) that it applies to
+/// The leading epilogue nodes of convolution kernel `k` that the convolution applies to
 /// its sums itself ([`super::conv::Post`]): first an `Add` of a tensor of the output's shape
 /// (a residual connection: its tensor is returned), then a `Relu`, or a `ClipLow` then a
 /// `ClipHigh` (ONNX `Clip`: ReLU6) by one-element bounds that are not NaN, as one
 /// [`Clamp`]; and how many nodes that is.
-fn conv_post(
-    st: &State,
-    nodes: &[usize],
-) -> (Option<usize>, tensorforge_kernels::clamp::Clamp, usize) {
+fn conv_post(st: &State, k: &Kernel) -> (Option<usize>, tensorforge_kernels::clamp::Clamp, usize) {
     use crate::optable::{BinaryFn, UnaryFn};
     let tg = st.tg;
     let mut c = tensorforge_kernels::clamp::Clamp::NONE;
     let mut folded = 0;
-    let chain = tg.node_outputs[nodes[0]][0];
+    let chain = tg.node_outputs[k.nodes[0]][0];
     let shape = &tg.tensors[chain].shape;
-    let addend = nodes.get(1).and_then(|&e| {
+    let addend = k.nodes.get(1).and_then(|&e| {
         let ins = &tg.node_inputs[e];
         let add = matches!(tg.nodes[e].op, Op::Binary { f: BinaryFn::Add });
         let other = match ins[..] {
@@ -372,7 +369,7 @@ fn conv_post(
     if addend.is_some() {
         folded = 1;
     }
-    for &e in &nodes[1 + folded..] {
+    for &e in &k.nodes[1 + folded..] {
         let ins = &tg.node_inputs[e];
         // The node's one-element operand (the other is the chain, checked by the fusion
         // rule): its value, if it is not NaN.
@@ -404,125 +401,6 @@ fn conv_post(
         folded += 1;
     }
     (addend, c, folded)
-}
-
-/// The geometry of convolution node `n` from its tensors' shapes.
-fn conv_shape(tg: &TypedGraph, n: usize) -> super::conv::ConvShape {
-    let Op::Conv2d {
-        strides,
-        pads,
-        dilations,
-        group,
-    } = &tg.nodes[n].op
-    else {
-        unreachable!("conv_shape of a node that is not a convolution")
-    };
-    let ins = &tg.node_inputs[n];
-    let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
-    let os = &tg.tensors[tg.node_outputs[n][0]].shape;
-    super::conv::ConvShape {
-        n: xs[0],
-        c: xs[1],
-        h: xs[2],
-        w: xs[3],
-        k: ws[0],
-        r: ws[2],
-        s: ws[3],
-        p: os[2],
-        q: os[3],
-        stride: [strides[0], strides[1]],
-        pad: [pads[0], pads[1]],
-        dil: [dilations[0], dilations[1]],
-        group: *group,
-    }
-}
-
-/// Convolution `nodes[0]` and its epilogue `nodes[1..]`: the leading residual and clamp
-/// applied by the convolution ([`conv_post`]), the rest after ([`conv_epilogue`]).
-fn run_conv(st: &mut State, nodes: &[usize]) -> Result<()> {
-    let tg = st.tg;
-    let n = nodes[0];
-    let ins = &tg.node_inputs[n];
-    let o = tg.node_outputs[n][0];
-    let geo = conv_shape(tg, n);
-    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-    let mut scratch = st.pool.take(super::conv::scratch_len(&geo))?;
-    let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
-    let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
-    let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
-    let (addend, clamp, folded) = conv_post(st, nodes);
-    let post = super::conv::Post {
-        addend: addend.map(|t| st.bufs[t].as_deref().unwrap_or(&[])),
-        clamp,
-    };
-    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n, post)
-        .map_err(|e| exec_err(tg, n, e))?;
-    st.pool.put(scratch);
-    // The convolution's buffer holds the last folded node's value.
-    st.bufs[tg.node_outputs[nodes[folded]][0]] = Some(out.into());
-    conv_epilogue(st, &nodes[folded..])
-}
-
-/// A chain kernel (`FusionRule::ConvChain`): the 1 × 1 convolution `nodes[0]` and its
-/// clamp `nodes[1..j]`, then the depthwise convolution `nodes[j]` and its epilogue. Where
-/// the CPU runs it ([`super::depthwise::expand_applies`]) and the clamp folds whole, the
-/// expanded tensor is computed into the depthwise kernel's tile and never stored
-/// ([`super::depthwise::expand_depthwise`]); otherwise the two convolutions run one after
-/// the other, the expanded tensor in a pool buffer.
-fn conv_chain(st: &mut State, nodes: &[usize], j: usize) -> Result<()> {
-    let tg = st.tg;
-    let (n1, n2) = (nodes[0], nodes[j]);
-    let g2 = conv_shape(tg, n2);
-    let (addend1, clamp1, folded1) = conv_post(st, &nodes[..j]);
-    if addend1.is_some() || folded1 + 1 != j || !super::depthwise::expand_applies(&g2) {
-        run_conv(st, &nodes[..j])?;
-        return run_conv(st, &nodes[j..]);
-    }
-    let g1 = conv_shape(tg, n1);
-    let (ins1, ins2) = (&tg.node_inputs[n1], &tg.node_inputs[n2]);
-    let o = tg.node_outputs[n2][0];
-    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-    let mut scratch = st
-        .pool
-        .take(super::depthwise::expand_scratch_len(&g2, g1.c))?;
-    let val = |t: usize| st.bufs[t].as_deref().unwrap_or(&[]);
-    let e = super::depthwise::Expand {
-        x: val(ins1[0]),
-        cin: g1.c,
-        w: val(ins1[1]),
-        bias: ins1.get(2).map(|&t| val(t)),
-        clamp: clamp1,
-        node: n1,
-    };
-    let (addend, clamp, folded) = conv_post(st, &nodes[j..]);
-    // The blocked kernel clamps its sums; an addend comes before the clamp, so then both
-    // are applied after.
-    let inner = if addend.is_some() {
-        tensorforge_kernels::clamp::Clamp::NONE
-    } else {
-        clamp
-    };
-    super::depthwise::expand_depthwise(
-        &g2,
-        &e,
-        val(ins2[1]),
-        ins2.get(2).map(|&t| val(t)),
-        inner,
-        &mut out,
-        &mut scratch,
-        Some((st.filters, n2)),
-    )
-    .map_err(|err| exec_err(tg, n2, err))?;
-    if let Some(a) = addend {
-        super::conv::Post {
-            addend: Some(val(a)),
-            clamp,
-        }
-        .apply(&mut out);
-    }
-    st.pool.put(scratch);
-    st.bufs[tg.node_outputs[nodes[j + folded]][0]] = Some(out.into());
-    conv_epilogue(st, &nodes[j + folded..])
 }
 
 /// The elementwise nodes after a convolution in its kernel (`FusionRule::ConvEpilogue`),
@@ -880,16 +758,47 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
-                Op::Conv2d { .. } => {
-                    // A chain (`FusionRule::ConvChain`): a 1 × 1 convolution, its clamp, then
-                    // a depthwise convolution and its epilogue.
-                    let second = k.nodes[1..]
-                        .iter()
-                        .position(|&m| matches!(tg.nodes[m].op, Op::Conv2d { .. }));
-                    match second {
-                        Some(j) => conv_chain(st, &k.nodes, j + 1),
-                        None => run_conv(st, &k.nodes),
-                    }
+                Op::Conv2d {
+                    strides,
+                    pads,
+                    dilations,
+                    group,
+                } => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
+                    let os = &tg.tensors[o].shape;
+                    let geo = super::conv::ConvShape {
+                        n: xs[0],
+                        c: xs[1],
+                        h: xs[2],
+                        w: xs[3],
+                        k: ws[0],
+                        r: ws[2],
+                        s: ws[3],
+                        p: os[2],
+                        q: os[3],
+                        stride: [strides[0], strides[1]],
+                        pad: [pads[0], pads[1]],
+                        dil: [dilations[0], dilations[1]],
+                        group: *group,
+                    };
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    let mut scratch = st.pool.take(super::conv::scratch_len(&geo))?;
+                    let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
+                    let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
+                    let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
+                    let (addend, clamp, folded) = conv_post(st, k);
+                    let post = super::conv::Post {
+                        addend: addend.map(|t| st.bufs[t].as_deref().unwrap_or(&[])),
+                        clamp,
+                    };
+                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n, post)
+                        .map_err(|e| exec_err(tg, n, e))?;
+                    st.pool.put(scratch);
+                    // The convolution's buffer holds the last folded node's value.
+                    st.bufs[tg.node_outputs[k.nodes[folded]][0]] = Some(out.into());
+                    conv_epilogue(st, &k.nodes[folded..])
                 }
                 Op::AvgPool2d {
                     kernel,

@@ -124,9 +124,6 @@ enum Form {
     Right,
     /// A depthwise convolution's filters lane-major (module `depthwise`).
     Depthwise,
-    /// A 1 × 1 convolution's filters in blocks of output channels, each input-channel-major
-    /// (module `depthwise`: the expansion computed into a depthwise kernel's tile).
-    Expansion,
 }
 
 impl Clone for FilterCache {
@@ -220,19 +217,6 @@ impl FilterCache {
         make: impl FnOnce() -> Vec<f32>,
     ) -> Result<Arc<Filters>, String> {
         self.get_or_make(kern, (node, Form::Depthwise), w, || Ok(make()))
-    }
-
-    /// 1 × 1 convolution node `node`'s filters `w` as `make` lays them out for the
-    /// expansion computed into a depthwise kernel's tile (`super::depthwise`), kept like the
-    /// packed filters.
-    pub(crate) fn expansion(
-        &self,
-        kern: Kernel,
-        node: usize,
-        w: &[f32],
-        make: impl FnOnce() -> Vec<f32>,
-    ) -> Result<Arc<Filters>, String> {
-        self.get_or_make(kern, (node, Form::Expansion), w, || Ok(make()))
     }
 
     fn get_or_make(
