@@ -24,9 +24,11 @@
 //! prefetcher did not keep up with (MobileNetV2's 320 → 1280 layer 429 → 296 µs in the
 //! model; docs/performance.md).
 //! An [`Epilogue`] adds a bias per row and an addend (a residual) and clamps, in registers.
+//! [`Kernel::gemm_split`] runs a product on rayon's pool in blocks of whole column or row
+//! panels, whichever dimension is larger ([`Kernel::blocks`]).
 //!
-//! Left out: other element types, a transposed C, threading (a caller splits the rows in
-//! whole panels, [`Kernel::panel_rows`]), block sizes read from the CPU's caches (they are
+//! Left out: other element types, a transposed C, a split of K or along both dimensions at
+//! once, block sizes read from the CPU's caches (they are
 //! fixed for a 32–48 KiB L1 and a 512 KiB–2 MiB L2), and a kernel for CPUs without
 //! AVX2 (aarch64 NEON included): there [`Kernel::detect`] returns `None` and callers keep
 //! their fallback GEMM.

@@ -9,7 +9,9 @@
 //! planes are small or strided, where the row kernels of module `conv` waste lanes, test
 //! short rows or shuffle (MobileNetV2's 7 × 7 and 14 × 14 layers, its stride-2 layers).
 //! The tile covers a band of output rows at a time, so that it stays in the L1 and L2
-//! caches whatever the map's size. An optional clamp (ReLU, ReLU6) is applied to the sums
+//! caches whatever the map's size; consecutive bands share input rows (two of a 3 × 3
+//! filter's three at unit stride), and the band's window slides down a buffer of several
+//! bands' rows so that each input row is transposed once. An optional clamp (ReLU, ReLU6) is applied to the sums
 //! before they are stored.
 //!
 //! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
