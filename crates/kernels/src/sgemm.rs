@@ -70,9 +70,11 @@ use std::arch::x86_64::*;
 pub const B_SLICE_BYTES: usize = 32 << 10;
 
 /// Bytes of one column block of B (`kc × ncb` floats) that every row panel of an M block
-/// sweeps in turn: half of a 512 KiB L2, beside the A block ([`A_BLOCK_BYTES`]). The first
-/// size tried, not tuned.
-pub const B_BLOCK_BYTES: usize = 256 << 10;
+/// sweeps in turn: a quarter of a 512 KiB L2, beside the A block ([`A_BLOCK_BYTES`]).
+/// Two sizes measured (AMD EPYC Zen 5, AVX-512, `run --bench`, five alternated rounds,
+/// medians): 128 against 256 KiB, EfficientNet-B0 7628 against 7572 µs, BERT h256 4425
+/// against 4461, ConvNeXt 5852 against 6088; 128 leaves room for C in a 512 KiB L2 (Zen 3).
+pub const B_BLOCK_BYTES: usize = 128 << 10;
 
 /// Bytes of one block of packed A (`mc × kc` floats) that the microkernel sweeps once per
 /// panel of B: half of a 512 KiB L2, so that the block stays there with room for C.
@@ -1299,9 +1301,10 @@ mod tests {
             (40, 5, 70),
             // 128 = 20·6 + 4 + 4 rows read in place at AVX2, one M block at k = 256.
             (128, 24, 256),
-            // Columns past one block of B (B_BLOCK_BYTES / (4·kc) columns): at AVX-512 the
-            // first K block (kc = 256) runs 600 columns as 256 + 256 + 88, the second (44)
-            // as one block; at AVX2 kc = 300 gives blocks of 208, 208 and 184.
+            // Columns past one block of B (B_BLOCK_BYTES / (4·kc) columns, 128 KiB): at
+            // AVX-512 the first K block (kc = 256) runs 600 columns as 128·4 + 88, the
+            // second (44) as one block (744 → 736 columns); at AVX2 kc = 300 gives blocks of
+            // ⌊109.2⌋ → 96 columns, six of them and one of 24.
             (9, 600, 300),
         ];
         let ks = kernels();
