@@ -287,8 +287,8 @@ fn block<const V: usize, const FMA: bool>(
     // the shared rows are copied back to the top only when the window reaches the end.
     let keep = span.saturating_sub(g.stride[0]);
     // At most the map's padded rows (a small map is one band: no room for more).
-    let cap = (band_rows + (WINDOW_BANDS - 1) * band * g.stride[0])
-        .min((g.p - 1) * g.stride[0] + span);
+    let cap =
+        (band_rows + (WINDOW_BANDS - 1) * band * g.stride[0]).min((g.p - 1) * g.stride[0] + span);
     let row_len = cols * V;
     // Every value of a window is written before it is read (padding included), so the
     // buffers are only sized here, not cleared.
