@@ -19,8 +19,8 @@
 //! with the column panels outside the row panels (BLIS's order, which keeps a panel of B in
 //! L1 instead), a tile column of a 96-row M block wrote 96 streams at once, and
 //! EfficientNet's 16 → 96 expansion at 112 × 112 (a 4.8 MB output going to memory) took 297
-//! µs in the model against 178 alone; in column blocks, 220 (docs/performance.md). Every
-//! product is a fused multiply-add, so
+//! µs in the model against 178 alone; in column blocks (of 256 KiB), 220
+//! (docs/performance.md). Every product is a fused multiply-add, so
 //! a result equals the sum in the order k = 0, 1, … within a K block, each block's sum then
 //! added to C; it can
 //! differ from another GEMM's result in the last bits (faer's, a naive loop's). A tile
@@ -515,13 +515,13 @@ impl Kernel {
             accumulate,
             ep,
         };
-        if workers <= 1 {
-            // SAFETY: the checks above bound every access of the job's whole range.
-            unsafe { self.run_block(&job, 0..m, 0..n) };
-            return Ok(());
-        }
-        let blocks = self.blocks(m, n, workers);
-        if blocks.len() == 1 {
+        // One worker: no plan (`blocks` allocates one).
+        let blocks = if workers > 1 {
+            self.blocks(m, n, workers)
+        } else {
+            Vec::new()
+        };
+        if blocks.len() <= 1 {
             // SAFETY: the checks above bound every access of the job's whole range.
             unsafe { self.run_block(&job, 0..m, 0..n) };
             return Ok(());
@@ -537,9 +537,10 @@ impl Kernel {
     /// How [`Kernel::gemm_split`] cuts an `m × n` product for `workers`: into at most
     /// `workers` blocks of whole column panels (`nr`) or of whole row panels (`mr`),
     /// whichever leaves the largest block the fewest tiles (the slowest worker's share: 96
-    /// rows × 196 columns on two workers is 48 rows × 7 panels = 42 tiles a block cut by rows,
-    /// but 128 + 68 columns, 4 panels × 12 = 48 tiles in the larger block, cut by columns). On a tie
-    /// the cut goes across the larger dimension: a row block reads all of B and a column
+    /// rows × 196 columns on two workers is 48 rows × 7 panels = 42 tiles a block cut by
+    /// rows, but 128 + 68 columns, 4 panels × 12 = 48 tiles in the larger block, cut by
+    /// columns). On a tie the cut goes across the larger dimension: a row block reads all of
+    /// B and a column
     /// block all of A, so the operand read twice is then the smaller (a convolution of 16
     /// output channels over a 112 × 112 map reads its 16 × 32 filters twice, not its
     /// 32 × 12544 input).
@@ -573,8 +574,8 @@ impl Kernel {
         }
     }
 
-    /// Rows `row_range` and columns `col_range` of the job's C (`rows.start` a multiple of `mr`,
-    /// `cols.start` of `nr`): BLIS's loops over that block.
+    /// Rows `row_range` and columns `col_range` of the job's C (`row_range.start` a multiple
+    /// of `mr`, `col_range.start` of `nr`): the module's loop order over that block.
     ///
     /// # Safety
     /// The job's operands were checked for its whole `m × n` range (`gemm_split`); no other

@@ -11,8 +11,8 @@
 //! The tile covers a band of output rows at a time, so that it stays in the L1 and L2
 //! caches whatever the map's size; consecutive bands share input rows (two of a 3 × 3
 //! filter's three at unit stride), and the band's window slides down a buffer of several
-//! bands' rows so that each input row is transposed once. An optional clamp (ReLU, ReLU6) is applied to the sums
-//! before they are stored.
+//! bands' rows so that each input row is transposed once. An optional clamp (ReLU, ReLU6)
+//! is applied to the sums before they are stored.
 //!
 //! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
 //! keeping the blocked layout between layers (onnxruntime's NCHWc: no transposes), and a
