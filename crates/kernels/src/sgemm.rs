@@ -141,11 +141,23 @@ pub enum Left<'a> {
         /// Row stride in elements.
         ld: usize,
     },
+    /// Column-major in place: element (i, p) at `data[p * ld + i]`, `ld ≥ m`. Each step's
+    /// `mr` values are consecutive, as in a packed panel, but `ld` apart from one step to
+    /// the next: a convolution's input planes (`C × H·W`) read as the left operand `H·W × C`
+    /// of a product whose columns are output channels, with nothing packed. A partial last
+    /// panel re-reads its last row, as [`Left::RowMajor`] does.
+    ColMajor {
+        /// The values.
+        data: &'a [f32],
+        /// Column stride in elements.
+        ld: usize,
+    },
 }
 
 /// What the microkernel does to C beyond the product, while each tile is in registers: the
 /// sums of row `i` start from `row_bias[i]` (a convolution's bias per output channel; C is
-/// then `bias + A·B`, or `C + bias + A·B` when accumulating), after the last K block an
+/// then `bias + A·B`, or `C + bias + A·B` when accumulating), or those of column `j` from
+/// `col_bias[j]`, after the last K block an
 /// `addend` laid out as C is added (a residual connection), and every stored value is
 /// clamped ([`Clamp`]: ReLU, ReLU6): `C = clamp((C +) (bias + A·B) + addend)`, each `+` one
 /// f32 rounding, in that order. A bias filled into C first, a residual added and a clamp
@@ -155,6 +167,9 @@ pub enum Left<'a> {
 pub struct Epilogue<'a> {
     /// One value per row of C (`m` of them), or none.
     pub row_bias: Option<&'a [f32]>,
+    /// One value per column of C (`n` of them), or none (not with a row bias): a
+    /// convolution's bias when C's columns are its output channels.
+    pub col_bias: Option<&'a [f32]>,
     /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`), or none.
     pub addend: Option<&'a [f32]>,
     /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
@@ -165,6 +180,7 @@ impl Epilogue<'_> {
     /// No bias, no addend, no clamp: C is the product (or C plus it).
     pub const NONE: Epilogue<'static> = Epilogue {
         row_bias: None,
+        col_bias: None,
         addend: None,
         clamp: Clamp::NONE,
     };
@@ -397,12 +413,81 @@ impl Kernel {
         ep: Epilogue,
         workers: usize,
     ) -> Result<(), KernelError> {
+        self.split(
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            CLayout::RowMajor(ldc),
+            accumulate,
+            ep,
+            workers,
+        )
+    }
+
+    /// [`Kernel::gemm_split`] into C transposed: element (i, j) at `c[j·ldct + i]`,
+    /// `ldct ≥ m`. A convolution's product taken as pixels × output channels (its input
+    /// planes read column-major, [`Left::ColMajor`]; its filters transposed as B) then
+    /// writes its output planes: each tile's 8 rows × 16 columns are transposed in
+    /// registers and stored as 16 runs of 8 pixels. On a 7 × 7 map (49 pixels) that uses
+    /// 49 of 56 lanes against 49 of 64 as channels × pixels. AVX-512 only (the kernel's 8
+    /// rows); no addend.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_transposed(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Left,
+        b: Right,
+        c: &mut [f32],
+        ldct: usize,
+        accumulate: bool,
+        ep: Epilogue,
+        workers: usize,
+    ) -> Result<(), KernelError> {
+        self.split(
+            m,
+            n,
+            k,
+            a,
+            b,
+            c,
+            CLayout::Transposed(ldct),
+            accumulate,
+            ep,
+            workers,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn split(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Left,
+        b: Right,
+        c: &mut [f32],
+        layout: CLayout,
+        accumulate: bool,
+        ep: Epilogue,
+        workers: usize,
+    ) -> Result<(), KernelError> {
         let bad = |what: &str| invalid(format!("sgemm: {what} for a {m}×{k}·{k}×{n} product"));
         if m == 0 || n == 0 {
             return Ok(());
         }
         if ep.row_bias.is_some_and(|b| b.len() < m) {
             return Err(bad("the row bias has fewer than m values"));
+        }
+        if ep.col_bias.is_some_and(|b| b.len() < n) {
+            return Err(bad("the column bias has fewer than n values"));
+        }
+        if ep.row_bias.is_some() && ep.col_bias.is_some() {
+            return Err(bad("a row bias and a column bias together"));
         }
         match a {
             Left::Packed(a_packed) => {
@@ -419,10 +504,44 @@ impl Kernel {
                     return Err(bad("A is too short or its stride below k"));
                 }
             }
+            Left::ColMajor { data, ld } => {
+                let need = span(m, k, 1, ld).ok_or_else(|| bad("A overflows"))?;
+                if ld < m || data.len() < need {
+                    return Err(bad("A is too short or its stride below m"));
+                }
+            }
         }
-        let c_need = span(m, n, ldc, 1).ok_or_else(|| bad("C overflows"))?;
-        if ldc < n || c.len() < c_need {
-            return Err(bad("C is too short or its stride below n"));
+        // C's stride, and whether it is stored transposed.
+        let (ldc, transposed, c_need) = match layout {
+            CLayout::RowMajor(ldc) => {
+                if ldc < n {
+                    return Err(bad("C's stride is below n"));
+                }
+                (
+                    ldc,
+                    false,
+                    span(m, n, ldc, 1).ok_or_else(|| bad("C overflows"))?,
+                )
+            }
+            CLayout::Transposed(ldct) => {
+                if self.level != Level::Avx512 {
+                    return Err(bad("a transposed C without AVX-512"));
+                }
+                if ep.addend.is_some() {
+                    return Err(bad("an addend with a transposed C"));
+                }
+                if ldct < m {
+                    return Err(bad("C's stride is below m"));
+                }
+                (
+                    ldct,
+                    true,
+                    span(n, m, ldct, 1).ok_or_else(|| bad("C overflows"))?,
+                )
+            }
+        };
+        if c.len() < c_need {
+            return Err(bad("C is too short"));
         }
         if ep.addend.is_some_and(|d| d.len() < c_need) {
             return Err(bad("the addend is shorter than C"));
@@ -490,12 +609,13 @@ impl Kernel {
             }
         };
         if k == 0 {
-            for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
-                let b = ep.row_bias.map_or(0.0, |b| b[i]);
-                for (j, x) in row[..n].iter_mut().enumerate() {
-                    let y = if accumulate { *x + b } else { b };
-                    let y = ep.addend.map_or(y, |d| y + d[i * ldc + j]);
-                    *x = ep.clamp.apply(y);
+            for i in 0..m {
+                for j in 0..n {
+                    let at = if transposed { j * ldc + i } else { i * ldc + j };
+                    let b = ep.row_bias.map_or(0.0, |b| b[i]) + ep.col_bias.map_or(0.0, |b| b[j]);
+                    let y = if accumulate { c[at] + b } else { b };
+                    let y = ep.addend.map_or(y, |d| y + d[at]);
+                    c[at] = ep.clamp.apply(y);
                 }
             }
             return Ok(());
@@ -512,6 +632,7 @@ impl Kernel {
             packed_b: matches!(b, Right::Packed(_)),
             c: c.as_mut_ptr(),
             ldc,
+            transposed,
             accumulate,
             ep,
         };
@@ -598,12 +719,13 @@ impl Kernel {
             packed_b,
             c: c_ptr,
             ldc,
+            transposed,
             accumulate,
             ep,
         } = *job;
         let (mr, nr) = (self.mr, self.nr);
         let kcmax = self.kc();
-        let in_place = matches!(a, Left::RowMajor { .. });
+        let in_place = !matches!(a, Left::Packed(_));
         let mut pc = 0;
         while pc < k {
             let kc = kcmax.min(k - pc);
@@ -631,9 +753,32 @@ impl Kernel {
                         // Packed: panel i0/mr from (i0/mr)·mr·k, the block pc·mr into it (a_ld
                         // 0); row-major: row i0 at i0·ld, column pc (rows i0..i0 + rows,
                         // columns pc..pc + kc inside `span(m, k, ld, 1)`).
-                        let (ap, a_ld) = match a {
-                            Left::Packed(d) => (d.as_ptr().add(i0 * k + pc * mr), 0),
-                            Left::RowMajor { data, ld } => (data.as_ptr().add(i0 * ld + pc), ld),
+                        // Column-major: row i0 at i0, column pc at pc·ld.
+                        let (ap, asrc) = match a {
+                            Left::Packed(d) => (
+                                d.as_ptr().add(i0 * k + pc * mr),
+                                ASrc {
+                                    rs: 1,
+                                    step: mr,
+                                    packed: true,
+                                },
+                            ),
+                            Left::RowMajor { data, ld } => (
+                                data.as_ptr().add(i0 * ld + pc),
+                                ASrc {
+                                    rs: ld,
+                                    step: 1,
+                                    packed: false,
+                                },
+                            ),
+                            Left::ColMajor { data, ld } => (
+                                data.as_ptr().add(pc * ld + i0),
+                                ASrc {
+                                    rs: 1,
+                                    step: ld,
+                                    packed: false,
+                                },
+                            ),
                         };
                         // Rows i0..i0 + rows of the bias (checked: m values).
                         let bias = match ep.row_bias {
@@ -643,6 +788,16 @@ impl Kernel {
                         let mut j0 = jc;
                         while j0 < jend {
                             let cols = nr.min(jend - j0);
+                            // Element (i0, j0) of C and of the addend.
+                            let cpos = if transposed {
+                                j0 * ldc + i0
+                            } else {
+                                i0 * ldc + j0
+                            };
+                            let cbias = match ep.col_bias {
+                                Some(b) if first => b.as_ptr().add(j0),
+                                _ => std::ptr::null(),
+                            };
                             // SAFETY (all pointer arithmetic below): the checks above bound
                             // every panel: packed B panel j0/nr spans nr·k floats from
                             // (j0/nr)·nr·k, the block starts pc·nr into it; row-major B row
@@ -675,22 +830,25 @@ impl Kernel {
                                 ld: ldb,
                                 offs: op,
                                 vec_off,
+                                packed: packed_b,
                             };
                             // The addend's element (i0, j0), laid out as C (checked).
                             let add = match ep.addend {
-                                Some(d) if last => d.as_ptr().add(i0 * ldc + j0),
+                                Some(d) if last => d.as_ptr().add(cpos),
                                 _ => std::ptr::null(),
                             };
                             let out = Store {
-                                c: c_ptr.add(i0 * ldc + j0),
+                                c: c_ptr.add(cpos),
                                 ldc,
+                                transposed,
                                 rows,
                                 acc,
                                 bias,
+                                cbias,
                                 add,
                                 clamp,
                             };
-                            self.tile(kc, ap, a_ld, brows, cols, out);
+                            self.tile(kc, ap, asrc, brows, cols, out);
                             j0 += nr;
                         }
                         i0 += rows;
@@ -706,19 +864,27 @@ impl Kernel {
     /// One tile: `rows ≤ mr` rows and `cols ≤ nr` columns of C from `kc` steps.
     ///
     /// # Safety
-    /// `a_ld` 0: `a` has `kc · mr` readable floats (packed); else rows `0..rows` of `a` at
-    /// stride `a_ld` have `kc` readable floats each; B rows `0..kc` (see [`Rows`]) have
+    /// Rows `0..rows` of `a` (`asrc`: at `r·rs`, each step `step` further) have `kc`
+    /// readable floats each (a packed panel: `kc · mr`); B rows `0..kc` (see [`Rows`]) have
     /// `cols` readable floats each; C rows `0..rows` (stride `ldc`) have `cols` writable
     /// floats each, and a non-null bias `rows` readable values; the CPU supports
     /// `self.level`.
     #[inline]
-    unsafe fn tile(&self, kc: usize, a: *const f32, a_ld: usize, b: Rows, cols: usize, out: Store) {
+    unsafe fn tile(&self, kc: usize, a: *const f32, asrc: ASrc, b: Rows, cols: usize, out: Store) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             Level::Avx512 => {
+                // The column bias and the transposed store in their own builds of the
+                // tile, so that every other product's tile is as before them (with them
+                // compiled in, ResNet-56's convolutions took 3 % longer).
+                let ext = out.transposed || !out.cbias.is_null();
                 macro_rules! t512 {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        x86::tile512::<$nv, $offs, $masked>(kc, a, a_ld, b, cols, out)
+                        if ext {
+                            x86::tile512::<$nv, $offs, $masked, true>(kc, a, asrc, b, cols, out)
+                        } else {
+                            x86::tile512::<$nv, $offs, $masked, false>(kc, a, asrc, b, cols, out)
+                        }
                     };
                 }
                 match (
@@ -742,16 +908,29 @@ impl Kernel {
             Level::Avx2 => {
                 // The tile's rows: a whole panel, or the fewest of 4 and 2 that cover a
                 // partial last panel (M = 128 is 21 panels of 6 and one of 2).
+                // The column bias in its own build of the tile, as at AVX-512.
+                let ext = !out.cbias.is_null();
                 macro_rules! rows_tile {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        match out.rows {
-                            5.. => {
-                                x86::tile256::<$nv, $offs, $masked, 6>(kc, a, a_ld, b, cols, out)
-                            }
-                            3 | 4 => {
-                                x86::tile256::<$nv, $offs, $masked, 4>(kc, a, a_ld, b, cols, out)
-                            }
-                            _ => x86::tile256::<$nv, $offs, $masked, 2>(kc, a, a_ld, b, cols, out),
+                        match (out.rows, ext) {
+                            (5.., false) => x86::tile256::<$nv, $offs, $masked, 6, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (3 | 4, false) => x86::tile256::<$nv, $offs, $masked, 4, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (_, false) => x86::tile256::<$nv, $offs, $masked, 2, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (5.., true) => x86::tile256::<$nv, $offs, $masked, 6, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (3 | 4, true) => x86::tile256::<$nv, $offs, $masked, 4, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (_, true) => x86::tile256::<$nv, $offs, $masked, 2, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
                         }
                     };
                 }
@@ -770,7 +949,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (kc, a, a_ld, b, cols, out);
+            let _ = (kc, a, asrc, b, cols, out);
             unreachable!("Kernel is only built on x86-64")
         }
     }
@@ -847,6 +1026,8 @@ struct Rows {
     ld: usize,
     offs: *const usize,
     vec_off: [usize; 2],
+    /// A packed panel, read once in order: prefetched ahead.
+    packed: bool,
 }
 
 /// One checked product for [`Kernel::run_block`]: the operands as pointers (B's as
@@ -864,8 +1045,28 @@ struct Job<'a> {
     packed_b: bool,
     c: *mut f32,
     ldc: usize,
+    /// C stored transposed ([`Kernel::gemm_transposed`]).
+    transposed: bool,
     accumulate: bool,
     ep: Epilogue<'a>,
+}
+
+/// How C is laid out: row-major with a row stride, or transposed
+/// ([`Kernel::gemm_transposed`]).
+#[derive(Clone, Copy)]
+enum CLayout {
+    RowMajor(usize),
+    Transposed(usize),
+}
+
+/// Where a tile reads A: row r of its step pointer at `min(r, rows − 1)·rs`, the pointer
+/// moving `step` a step; `packed` when that is a packed panel (prefetched ahead).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct ASrc {
+    rs: usize,
+    step: usize,
+    packed: bool,
 }
 
 // SAFETY: a job's pointers come from slices borrowed for its lifetime `'a` (B's values and
@@ -882,9 +1083,13 @@ unsafe impl Sync for Job<'_> {}
 struct Store {
     c: *mut f32,
     ldc: usize,
+    /// C transposed: element (r, j) of the tile at `c[j·ldc + r]`.
+    transposed: bool,
     rows: usize,
     acc: bool,
     bias: *const f32,
+    /// The tile's columns' bias (null: none).
+    cbias: *const f32,
     add: *const f32,
     clamp: Option<Clamp>,
 }
@@ -914,21 +1119,85 @@ mod x86 {
     /// tuned: the first distance tried.
     const A_AHEAD: usize = 512;
 
+    /// How far ahead in a packed B panel the AVX-512 tiles prefetch, in floats (1 KiB; B
+    /// advances 32 floats a step, two lines). A weight packed as B (a linear layer's, a
+    /// convolution's taken transposed) comes from beyond the caches once per run, as a
+    /// packed A does; without it, 1 × 1 convolutions on 7 × 7 maps taken transposed were
+    /// 0.86x the planar product with their filters out of cache (1.06x in cache). Not
+    /// tuned.
+    const B_AHEAD: usize = 2048;
+
     /// Where row r of a tile's first `MR` rows of A is, relative to its step pointer, and
-    /// how far the pointer moves per step: packed (`a_ld` 0) row r at r, `panel` (the packed
-    /// panel's width, ≥ `MR`) a step; row-major row r at `min(r, rows − 1) · a_ld` (the rows
-    /// past a partial panel re-read its last row), 1 a step.
+    /// how far the pointer moves per step (`a.step`): packed, row r at r (a partial panel's
+    /// missing rows are zeros); in place, at `min(r, rows − 1)·rs` (the rows past a partial
+    /// panel re-read its last row).
     #[inline(always)]
-    pub(super) fn a_offsets<const MR: usize>(
-        a_ld: usize,
-        rows: usize,
-        panel: usize,
-    ) -> ([usize; MR], usize) {
-        if a_ld == 0 {
-            (std::array::from_fn(|r| r), panel)
+    pub(super) fn a_offsets<const MR: usize>(a: ASrc, rows: usize) -> ([usize; MR], usize) {
+        if a.packed {
+            (std::array::from_fn(|r| r), a.step)
         } else {
             let last = rows.max(1) - 1;
-            (std::array::from_fn(|r| r.min(last) * a_ld), 1)
+            (std::array::from_fn(|r| r.min(last) * a.rs), a.step)
+        }
+    }
+
+    /// The tile's sums (8 rows × `NV` vectors of 16 columns) stored transposed: column j of
+    /// the tile (`j < cols`) to `c[j·ldc ..][..rows]`, plus the values there when
+    /// accumulating, clamped. Each vector's 8 rows are transposed as two 8 × 8 blocks
+    /// (`simd::transpose8x8`), giving 16 runs of 8 rows; a partial panel (`rows < 8`)
+    /// stores under a lane mask.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512vl,avx2")]
+    unsafe fn store_transposed<const NV: usize>(
+        acc: &[[__m512; NV]; 8],
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        accumulate: bool,
+        clamp: Option<Clamp>,
+    ) {
+        let m: __mmask8 = if rows >= 8 { 0xff } else { (1u8 << rows) - 1 };
+        // Vector v of every row at once: an index, not an iterator over one row.
+        #[allow(clippy::needless_range_loop)]
+        for v in 0..NV {
+            for half in 0..2 {
+                let mut t: [__m256; 8] = std::array::from_fn(|r| {
+                    let x = _mm512_castps_pd(acc[r][v]);
+                    _mm256_castpd_ps(if half == 0 {
+                        _mm512_castpd512_pd256(x)
+                    } else {
+                        _mm512_extractf64x4_pd::<1>(x)
+                    })
+                });
+                crate::simd::transpose8x8(&mut t);
+                for (l, y) in t.iter().enumerate() {
+                    let j = 16 * v + 8 * half + l;
+                    if j >= cols {
+                        break;
+                    }
+                    let p = c.add(j * ldc);
+                    let mut y = *y;
+                    if accumulate {
+                        y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, p));
+                    }
+                    if let Some(cl) = clamp {
+                        // max(a, b) is `a > b ? a : b` (module `clamp`).
+                        let lo = _mm256_set1_ps(cl.lo);
+                        y = if cl.relu {
+                            _mm256_max_ps(y, lo)
+                        } else {
+                            _mm256_max_ps(lo, y)
+                        };
+                        y = _mm256_min_ps(_mm256_set1_ps(cl.hi), y);
+                    }
+                    if m == 0xff {
+                        _mm256_storeu_ps(p, y);
+                    } else {
+                        _mm256_mask_storeu_ps(p, m, y);
+                    }
+                }
+            }
         }
     }
 
@@ -938,13 +1207,20 @@ mod x86 {
     /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
     /// 1 × 1 convolution from 566 to 1426 µs and the depthwise layer reading its output from
     /// 227 to 612 µs; stored whole, 685 and 380 (a temporary instrumented build's per-run
-    /// kernel times, docs/performance.md).
+    /// kernel times, docs/performance.md). With `EXT` the tile also starts its sums from a
+    /// column bias and stores transposed where `out` says so; without, it ignores both
+    /// (the caller builds `EXT` only for such stores).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile512<const NV: usize, const OFFS: bool, const MASKED: bool>(
+    pub(super) unsafe fn tile512<
+        const NV: usize,
+        const OFFS: bool,
+        const MASKED: bool,
+        const EXT: bool,
+    >(
         kc: usize,
         a: *const f32,
-        a_ld: usize,
+        asrc: ASrc,
         b: Rows,
         cols: usize,
         out: Store,
@@ -953,9 +1229,11 @@ mod x86 {
         let Store {
             c,
             ldc,
+            transposed,
             rows,
             acc: accumulate,
             bias,
+            cbias,
             add,
             clamp,
         } = out;
@@ -972,8 +1250,18 @@ mod x86 {
                 *row = [_mm512_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
         }
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows, MR);
-        let packed = a_ld == 0;
+        if EXT && !cbias.is_null() {
+            let bv: [__m512; NV] = std::array::from_fn(|v| {
+                if MASKED && v + 1 == NV {
+                    _mm512_maskz_loadu_ps(tail, cbias.add(16 * v))
+                } else {
+                    _mm512_loadu_ps(cbias.add(16 * v))
+                }
+            });
+            acc = [bv; MR];
+        }
+        let (aoff, step) = a_offsets::<MR>(asrc, rows);
+        let packed = asrc.packed;
         let mut ap = a;
         for t in 0..kc {
             if packed {
@@ -982,6 +1270,13 @@ mod x86 {
                 _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add(A_AHEAD) as *const i8);
             }
             let bp = b.row::<OFFS>(t);
+            if b.packed {
+                // Likewise a packed B panel, NV vectors (lines) a step.
+                for v in 0..NV {
+                    let q = bp.wrapping_add(B_AHEAD + 16 * v);
+                    _mm_prefetch::<_MM_HINT_T0>(q as *const i8);
+                }
+            }
             let mut bv = [_mm512_setzero_ps(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
                 *x = if MASKED && v + 1 == NV {
@@ -997,6 +1292,14 @@ mod x86 {
                 }
             }
             ap = ap.add(step);
+        }
+        if EXT && transposed {
+            // A copy goes out by reference, so that the sums themselves never have their
+            // address taken and stay in registers through the loop above (passing `&acc`
+            // kept them in memory: MobileNetV2's 7 × 7 products 2.6x slower).
+            let sums = acc;
+            store_transposed::<NV>(&sums, c, ldc, rows, cols, accumulate, clamp);
+            return;
         }
         for (r, row) in acc.iter().enumerate() {
             if r >= rows {
@@ -1090,7 +1393,8 @@ mod x86 {
     /// AVX2 + FMA tile: `MR` rows (6, a whole panel; 4 or 2 for the last panel's `rows`,
     /// so that a partial panel does not cost a whole one) × `NV` vectors of 8 columns; with
     /// `MASKED` the last vector under a mask of `cols − 8·(NV − 1)` lanes, else every vector
-    /// whole (`cols = 8·NV`). Packed A advances a whole panel (6) per step.
+    /// whole (`cols = 8·NV`). Packed A advances a whole panel (6) per step. With `EXT` the
+    /// sums start from a column bias where `out` has one; without, it is ignored.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile256<
@@ -1098,10 +1402,11 @@ mod x86 {
         const OFFS: bool,
         const MASKED: bool,
         const MR: usize,
+        const EXT: bool,
     >(
         kc: usize,
         a: *const f32,
-        a_ld: usize,
+        asrc: ASrc,
         b: Rows,
         cols: usize,
         out: Store,
@@ -1109,12 +1414,18 @@ mod x86 {
         let Store {
             c,
             ldc,
+            transposed,
             rows,
             acc: accumulate,
             bias,
+            cbias,
             add,
             clamp,
         } = out;
+        debug_assert!(
+            !transposed,
+            "a transposed C at AVX2 (refused by the checks)"
+        );
         let tail = mask8(cols - 8 * (NV - 1));
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
         if !bias.is_null() {
@@ -1123,8 +1434,18 @@ mod x86 {
                 *row = [_mm256_set1_ps(*bias.add(r.min(rows - 1))); NV];
             }
         }
-        let (aoff, step) = a_offsets::<MR>(a_ld, rows, 6);
-        let packed = a_ld == 0;
+        if EXT && !cbias.is_null() {
+            let bv: [__m256; NV] = std::array::from_fn(|v| {
+                if MASKED && v + 1 == NV {
+                    _mm256_maskload_ps(cbias.add(8 * v), tail)
+                } else {
+                    _mm256_loadu_ps(cbias.add(8 * v))
+                }
+            });
+            acc = [bv; MR];
+        }
+        let (aoff, step) = a_offsets::<MR>(asrc, rows);
+        let packed = asrc.packed;
         let mut ap = a;
         for t in 0..kc {
             if packed {
@@ -1511,6 +1832,7 @@ mod tests {
                         let mut c = c0.clone();
                         let ep = Epilogue {
                             row_bias: Some(&bias),
+                            col_bias: None,
                             addend: with_add.then_some(&d[..]),
                             clamp,
                         };
@@ -1554,6 +1876,7 @@ mod tests {
                 let mut c = [1.0f32; 6];
                 let ep = Epilogue {
                     row_bias: Some(&[-0.0]),
+                    col_bias: None,
                     addend: None,
                     clamp: Clamp {
                         lo: 0.0,
@@ -1572,6 +1895,7 @@ mod tests {
             {
                 let ep = Epilogue {
                     row_bias,
+                    col_bias: None,
                     addend,
                     clamp: Clamp::NONE,
                 };
@@ -1649,6 +1973,161 @@ mod tests {
             assert_eq!(c, vec![5.0; 6]);
             kern.gemm(2, 3, 0, &[], r, &mut c, 3, false).unwrap();
             assert_eq!(c, vec![0.0; 6]);
+        }
+    }
+
+    #[test]
+    fn a_column_bias_starts_each_columns_sums() {
+        for kern in kernels() {
+            // Row-major C at both widths; a partial row panel and a masked column tail.
+            let (m, n, k) = (11, 37, 20);
+            let a = vals(m * k, 70);
+            let b = vals(k * n, 71);
+            let bias = vals(n, 72);
+            // By hand: each sum from its column's bias, then k = 0, 1, … by fused
+            // multiply-adds (one K block), so equal bit for bit.
+            let want: Vec<f32> = (0..m * n)
+                .map(|e| {
+                    let (i, j) = (e / n, e % n);
+                    (0..k).fold(bias[j], |s, p| a[i * k + p].mul_add(b[p * n + j], s))
+                })
+                .collect();
+            let mut c = vec![f32::NAN; m * n];
+            let ep = Epilogue {
+                col_bias: Some(&bias),
+                ..Epilogue::NONE
+            };
+            let left = Left::RowMajor { data: &a, ld: k };
+            let right = Right::RowMajor { data: &b, ld: n };
+            kern.gemm_split(m, n, k, left, right, &mut c, n, false, ep, 1)
+                .unwrap();
+            for (e, (x, y)) in c.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    x.to_bits(),
+                    y.to_bits(),
+                    "{:?} at {e}: {x} vs {y}",
+                    kern.level()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_transposed_c_from_a_column_major_a_equals_the_product_transposed() {
+        for kern in kernels() {
+            let (m, n, k) = (13, 40, 24);
+            let a = vals(k * m, 1);
+            let b = vals(k * n, 2);
+            if kern.level() != Level::Avx512 {
+                // Refused where the tile is not 8 rows of 16 lanes.
+                let mut c = vec![0.0; m * n];
+                let left = Left::ColMajor { data: &a, ld: m };
+                let right = Right::RowMajor { data: &b, ld: n };
+                let r =
+                    kern.gemm_transposed(m, n, k, left, right, &mut c, m, false, Epilogue::NONE, 1);
+                assert!(r.is_err());
+                continue;
+            }
+            // (m, n, k): pixels × channels × input channels. A 7 × 7 map (49 rows: six whole
+            // row panels and one of a single row), partial panels on both sides, n not a
+            // multiple of 16 (the tail's columns not stored), K past one block (kc), one and
+            // two workers, accumulating into C or not.
+            for (si, &(m, n, k)) in [(49, 96, 160), (13, 40, 24), (200, 64, 300), (8, 7, 3)]
+                .iter()
+                .enumerate()
+            {
+                let seed = 500 + 10 * si as u64;
+                // A column-major with ld = m + 2: element (i, p) at p·(m + 2) + i; C
+                // transposed with ldct = m + 3 (its gaps must stay as they were).
+                let (lda, ldct) = (m + 2, m + 3);
+                let a = vals(k * lda, seed);
+                let b = vals(k * n, seed + 1);
+                let bias = vals(n, seed + 2);
+                let c0 = vals(n * ldct, seed + 3);
+                let clamp = Clamp {
+                    lo: -0.5,
+                    hi: 0.75,
+                    relu: false,
+                };
+                let mut bp = vec![0.0; kern.packed_b_len(k, n).unwrap()];
+                kern.pack_b(&b, k, n, n, 1, &mut bp).unwrap();
+                for acc in [false, true] {
+                    // By hand, in the module's order (so equal bit for bit): each K block of
+                    // kc summed by fused multiply-adds in order, the first from the bias (and
+                    // added to C when accumulating), each later one from zero and then added.
+                    let mut want = vec![0f32; m * n];
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut c = c0[j * ldct + i];
+                            for p0 in (0..k).step_by(kern.kc()) {
+                                let mut s = if p0 == 0 { bias[j] } else { 0.0 };
+                                for p in p0..k.min(p0 + kern.kc()) {
+                                    s = a[p * lda + i].mul_add(b[p * n + j], s);
+                                }
+                                c = if p0 == 0 && !acc { s } else { c + s };
+                            }
+                            want[i * n + j] = clamp.apply(c);
+                        }
+                    }
+                    for workers in [1, 2] {
+                        for (ri, right) in [Right::Packed(&bp), Right::RowMajor { data: &b, ld: n }]
+                            .into_iter()
+                            .enumerate()
+                        {
+                            let mut c = c0.clone();
+                            let ep = Epilogue {
+                                col_bias: Some(&bias),
+                                clamp,
+                                ..Epilogue::NONE
+                            };
+                            let left = Left::ColMajor { data: &a, ld: lda };
+                            kern.gemm_transposed(
+                                m, n, k, left, right, &mut c, ldct, acc, ep, workers,
+                            )
+                            .unwrap();
+                            for j in 0..n {
+                                for i in 0..ldct {
+                                    let got = c[j * ldct + i];
+                                    let want = if i < m {
+                                        want[i * n + j]
+                                    } else {
+                                        c0[j * ldct + i]
+                                    };
+                                    assert_eq!(
+                                        got.to_bits(),
+                                        want.to_bits(),
+                                        "{m}×{n}×{k} acc {acc} at ({i}, {j}), {workers} workers, \
+                                         B kind {ri}: {got} vs {want}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // A row and a column bias together, an addend, a short C are refused.
+            let a = [1.0f32; 4];
+            let left = Left::ColMajor { data: &a, ld: 2 };
+            let right = Right::RowMajor { data: &a, ld: 1 };
+            let mut c = vec![0.0; 16];
+            let both = Epilogue {
+                row_bias: Some(&[0.0; 2]),
+                col_bias: Some(&[0.0]),
+                ..Epilogue::NONE
+            };
+            let added = Epilogue {
+                addend: Some(&[0.0; 16]),
+                ..Epilogue::NONE
+            };
+            for ep in [both, added] {
+                assert!(kern
+                    .gemm_transposed(2, 1, 1, left, right, &mut c, 2, false, ep, 1)
+                    .is_err());
+            }
+            let ep = Epilogue::NONE;
+            assert!(kern
+                .gemm_transposed(2, 1, 1, left, right, &mut c[..1], 2, false, ep, 1)
+                .is_err());
         }
     }
 
@@ -1732,6 +2211,7 @@ mod tests {
                 let lefts = [Left::Packed(&ap), Left::RowMajor { data: &a, ld: k }];
                 let ep = Epilogue {
                     row_bias: Some(&bias),
+                    col_bias: None,
                     addend: Some(&addend),
                     clamp: Clamp {
                         lo: 0.0,

@@ -334,6 +334,11 @@ fn conv2d_with(
         post.apply(out);
         return Ok(());
     }
+    if let (Some(kern), Some(cache)) = (kern, cache) {
+        if post.addend.is_none() && transposed_pays(g, kern) {
+            return pointwise_transposed(kern, g, x, w, bias, post.clamp, out, cache);
+        }
+    }
     let Layout {
         cols,
         across,
@@ -651,6 +656,7 @@ impl Product<'_> {
         let (kern, m, k) = (self.kern, self.m, self.k);
         let ep = Epilogue {
             row_bias: bias,
+            col_bias: None,
             addend: post.addend,
             clamp: post.clamp,
         };
@@ -668,6 +674,94 @@ impl Product<'_> {
         )
         .map_err(|e| e.to_string())
     }
+}
+
+/// Input channels (the product's depth) below which a 1 × 1 convolution stays channels ×
+/// pixels even where [`transposed_pays`] would take it transposed: in MobileNetV2 (in the
+/// model, best of six alternated rounds) the transposed product gained 5–12 % on 960 → 320,
+/// 320 → 1280 and 576 → 160 at 7 × 7, but 160 → 960 went between −2 % and +6 %.
+const TRANSPOSED_MIN_C: usize = 256;
+
+/// Whether 1 × 1 convolution `g` runs as pixels × output channels with its output stored
+/// transposed ([`pointwise_transposed`]) rather than channels × pixels: unit stride, no
+/// padding, one group, output channels a whole number of 16-lane vectors, an AVX-512 kernel
+/// (the transposing store's 8 × 16 tiles), and a map whose pixels fill at most 80 % of the
+/// 16-lane vectors they take as columns while filling more of the 8-row panels they take as
+/// rows: MobileNetV2's 7 × 7 layers (49 pixels: 77 % of 64 lanes, 88 % of 56 rows). There
+/// the transposed product was 1.05–1.13x faster, in cache or not
+/// (`crates/kernels/examples/transposed_pointwise.rs`, AMD EPYC Zen 5; docs/performance.md);
+/// on 14 × 14 (94 % of the lanes) it was 0.92x, on 28 × 28 0.83x.
+fn transposed_pays(g: &ConvShape, kern: Kernel) -> bool {
+    let hw = g.h * g.w;
+    let lanes_used = hw as f64 / (16 * hw.div_ceil(16)).max(1) as f64;
+    let rows_used = hw as f64 / (8 * hw.div_ceil(8)).max(1) as f64;
+    kern.level() == tensorforge_kernels::vmath::Level::Avx512
+        && g.group == 1
+        && (g.r, g.s) == (1, 1)
+        && g.stride == [1, 1]
+        && g.pad == [0, 0]
+        && (g.p, g.q) == (g.h, g.w)
+        && g.k.is_multiple_of(16)
+        && g.c >= TRANSPOSED_MIN_C
+        && lanes_used <= 0.8
+        && rows_used > lanes_used + 0.05
+}
+
+/// `out` = `clamp(bias + W·x)` of 1 × 1 convolution `g` ([`transposed_pays`]) as the
+/// product `H·W × C` (the input planes read column-major, nothing gathered) by `C × K` (the
+/// filters transposed, packed once per weight buffer in `cache`), one K block of
+/// [`Kernel::kc`] input channels at a time, its tiles stored transposed into the output
+/// planes (`sgemm::Kernel::gemm_transposed`): the first block started from the bias, the
+/// clamp after the last. The sums are the channels × pixels product's, in the same order,
+/// so the values are equal bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn pointwise_transposed(
+    kern: Kernel,
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+    (cache, node): (&super::winograd::FilterCache, usize),
+) -> Result<(), String> {
+    let hw = g.h * g.w;
+    if x.len() != g.n * g.c * hw || out.len() != g.n * g.k * hw || w.len() != g.k * g.c {
+        return Err(format!("conv2d buffers do not match the shapes {g:?}"));
+    }
+    // Wᵀ: element (ci, ko) at w[ko·C + ci], packed in K blocks.
+    let pb = cache.packed_right(kern, node, g.c, g.k, 1, g.c, w)?;
+    let threads = rayon::current_num_threads();
+    let split = if threads <= 1 || g.k * g.c * hw < PAR_MIN_MACS {
+        1
+    } else {
+        threads
+    };
+    let kcmax = kern.kc().min(g.c).max(1);
+    for (xi, oi) in x.chunks_exact(g.c * hw).zip(out.chunks_exact_mut(g.k * hw)) {
+        let mut pos = 0;
+        for pc in (0..g.c).step_by(kcmax) {
+            let kc = kcmax.min(g.c - pc);
+            let blen = kern
+                .packed_b_len(kc, g.k)
+                .ok_or_else(|| format!("packed filters of {kc}x{} overflow", g.k))?;
+            let (first, last) = (pc == 0, pc + kc == g.c);
+            let ep = Epilogue {
+                col_bias: bias.filter(|_| first),
+                clamp: if last { clamp } else { Clamp::NONE },
+                ..Epilogue::NONE
+            };
+            let left = Left::ColMajor {
+                data: &xi[pc * hw..],
+                ld: hw,
+            };
+            let right = Right::Packed(&pb.packed[pos..pos + blen]);
+            kern.gemm_transposed(hw, g.k, kc, left, right, oi, hw, !first, ep, split)
+                .map_err(|e| e.to_string())?;
+            pos += blen;
+        }
+    }
+    Ok(())
 }
 
 /// The implicit GEMM's result (`K/g` rows of `n_eff` values over the padded width) copied to
@@ -1146,6 +1240,97 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_pointwise_convolution_on_a_small_map_taken_transposed_equals_the_planar_one() {
+        let Some(kern) = Kernel::detect() else {
+            eprintln!("no sgemm kernel on this CPU; the test has nothing to check");
+            return;
+        };
+        // MobileNetV2's 320 → 1280 on 7 × 7, a smaller one (9 × 5 = 45 pixels: 45 of 48 lanes,
+        // not taken), two images; ReLU6 and a bias.
+        let relu6 = Clamp {
+            lo: 0.0,
+            hi: 6.0,
+            relu: false,
+        };
+        for (n, c, k, h, w) in [(1, 320, 1280, 7, 7), (2, 288, 64, 7, 7), (1, 256, 32, 9, 5)] {
+            let g = ConvShape {
+                n,
+                c,
+                h,
+                w,
+                k,
+                r: 1,
+                s: 1,
+                p: h,
+                q: w,
+                stride: [1, 1],
+                pad: [0, 0],
+                dil: [1, 1],
+                group: 1,
+            };
+            // 49 pixels: 77 % of 64 lanes, 88 % of 56 rows; 45: 94 % of 48 lanes.
+            assert_eq!(
+                transposed_pays(&g, kern),
+                kern.level() == Level::Avx512 && h * w == 49,
+                "{g:?}"
+            );
+            let mut rng = tensorforge_core::rng::SplitMix64::new(7);
+            let x: Vec<f32> = (0..n * c * h * w).map(|_| rng.next_f32_pm1()).collect();
+            let wt: Vec<f32> = (0..k * c).map(|_| rng.next_f32_pm1()).collect();
+            let b: Vec<f32> = (0..k).map(|_| rng.next_f32_pm1()).collect();
+            let post = Post {
+                addend: None,
+                clamp: relu6,
+            };
+            // The planar product (no filter cache: never transposed), then the entry point
+            // with one: the same sums in the same order, so the same bits.
+            let mut want = vec![f32::NAN; n * k * h * w];
+            let mut scratch = vec![];
+            conv2d_with(
+                Some(kern),
+                &g,
+                &x,
+                &wt,
+                Some(&b),
+                &mut want,
+                &mut scratch,
+                None,
+                post,
+            )
+            .unwrap();
+            let cache = crate::exec::winograd::FilterCache::default();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut got = vec![f32::NAN; want.len()];
+                pool.install(|| {
+                    conv2d(
+                        &g,
+                        &x,
+                        &wt,
+                        Some(&b),
+                        &mut got,
+                        &mut scratch,
+                        &cache,
+                        5,
+                        post,
+                    )
+                })
+                .unwrap();
+                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        e.to_bits(),
+                        "{g:?} {threads}T at {i}: {a} vs {e}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
