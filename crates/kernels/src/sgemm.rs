@@ -32,8 +32,13 @@
 //! [`Kernel::gemm_split`] runs a product on rayon's pool in blocks of whole column or row
 //! panels, whichever dimension is larger ([`Kernel::blocks`]).
 //!
-//! Left out: other element types, a transposed C, a split of K or along both dimensions at
-//! once, block sizes read from the CPU's caches (they are
+//! A may also be read in place column-major ([`Left::ColMajor`]), the sums may start from a
+//! bias per column, and at AVX-512 C may be stored transposed ([`Kernel::gemm_transposed`]:
+//! each tile turned in registers), in separate builds of the tile; a packed B panel is
+//! prefetched ahead as a packed A is.
+//!
+//! Left out: other element types, a transposed C at AVX2 and with an addend, a split of K
+//! or along both dimensions at once, block sizes read from the CPU's caches (they are
 //! fixed for a 32–48 KiB L1 and a 512 KiB–2 MiB L2), and a kernel for CPUs without
 //! AVX2 (aarch64 NEON included): there [`Kernel::detect`] returns `None` and callers keep
 //! their fallback GEMM.
