@@ -10,7 +10,9 @@
 //! output width, and its extra columns are dropped when it is copied out), or else an
 //! explicit column matrix (im2col) gathered from the padded planes, except for a patch
 //! embedding (stride equal to the kernel, no padding: ViT's, ConvNeXt's stem), which runs as
-//! a linear layer over its patches ([`patch_embedding`]). Without that kernel
+//! a linear layer over its patches ([`patch_embedding`]). A 1 × 1 convolution on a small map
+//! (7 × 7) with no residual runs as pixels × channels instead, its tiles stored transposed
+//! into the output planes ([`pointwise_transposed`]), where that fills more of the vectors. Without that kernel
 //! (other CPUs) the column matrix goes to faer. A large product is cut into blocks of
 //! output channels or of pixels, whichever dimension is larger, one per worker
 //! (`sgemm::Kernel::blocks`; faer's splits its output channels); many small ones run
