@@ -37,8 +37,8 @@
 //! each tile turned in registers), in separate builds of the tile; a packed B panel is
 //! prefetched ahead as a packed A is.
 //!
-//! Left out: other element types, a transposed C at AVX2 and with an addend, a split of K
-//! or along both dimensions at once, block sizes read from the CPU's caches (they are
+//! Left out: other element types, a transposed C at AVX2, a split of K or along both
+//! dimensions at once, block sizes read from the CPU's caches (they are
 //! fixed for a 32–48 KiB L1 and a 512 KiB–2 MiB L2), and a kernel for CPUs without
 //! AVX2 (aarch64 NEON included): there [`Kernel::detect`] returns `None` and callers keep
 //! their fallback GEMM.
@@ -175,7 +175,8 @@ pub struct Epilogue<'a> {
     /// One value per column of C (`n` of them), or none (not with a row bias): a
     /// convolution's bias when C's columns are its output channels.
     pub col_bias: Option<&'a [f32]>,
-    /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`), or none.
+    /// Values laid out as C (element (i, j) at `addend[i · ldc + j]`, or `[j · ldct + i]` for
+    /// [`Kernel::gemm_transposed`]), or none.
     pub addend: Option<&'a [f32]>,
     /// Bounds applied to every stored value ([`Clamp::NONE`]: none).
     pub clamp: Clamp,
@@ -438,7 +439,7 @@ impl Kernel {
     /// writes its output planes: each tile's 8 rows × 16 columns are transposed in
     /// registers and stored as 16 runs of 8 pixels. On a 7 × 7 map (49 pixels) that uses
     /// 49 of 56 lanes against 49 of 64 as channels × pixels. AVX-512 only (the kernel's 8
-    /// rows); no addend.
+    /// rows). An addend is laid out as C, transposed too (a residual's planes).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_transposed(
         &self,
@@ -531,9 +532,6 @@ impl Kernel {
             CLayout::Transposed(ldct) => {
                 if self.level != Level::Avx512 {
                     return Err(bad("a transposed C without AVX-512"));
-                }
-                if ep.addend.is_some() {
-                    return Err(bad("an addend with a transposed C"));
                 }
                 if ldct < m {
                     return Err(bad("C's stride is below m"));
@@ -1148,14 +1146,14 @@ mod x86 {
 
     /// The tile's sums (8 rows × `NV` vectors of 16 columns) stored transposed: column j of
     /// the tile (`j < cols`) to `c[j·ldc ..][..rows]`, plus the values there when
-    /// accumulating, clamped. Each vector's 8 rows are transposed as two 8 × 8 blocks
+    /// accumulating, plus `add`'s (laid out alike; null: none), clamped. Each vector's 8 rows are transposed as two 8 × 8 blocks
     /// (`simd::transpose8x8`), giving 16 runs of 8 rows; a partial panel (`rows < 8`)
     /// stores under a lane mask.
     #[inline(never)]
     #[target_feature(enable = "avx512f,avx512vl,avx2")]
     unsafe fn store_transposed<const NV: usize>(
         acc: &[[__m512; NV]; 8],
-        c: *mut f32,
+        (c, add): (*mut f32, *const f32),
         ldc: usize,
         rows: usize,
         cols: usize,
@@ -1185,6 +1183,9 @@ mod x86 {
                     let mut y = *y;
                     if accumulate {
                         y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, p));
+                    }
+                    if !add.is_null() {
+                        y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, add.add(j * ldc)));
                     }
                     if let Some(cl) = clamp {
                         // max(a, b) is `a > b ? a : b` (module `clamp`).
@@ -1303,7 +1304,7 @@ mod x86 {
             // address taken and stay in registers through the loop above (passing `&acc`
             // kept them in memory: MobileNetV2's 7 × 7 products 2.6x slower).
             let sums = acc;
-            store_transposed::<NV>(&sums, c, ldc, rows, cols, accumulate, clamp);
+            store_transposed::<NV>(&sums, (c, add), ldc, rows, cols, accumulate, clamp);
             return;
         }
         for (r, row) in acc.iter().enumerate() {
@@ -2049,6 +2050,8 @@ mod tests {
                 let b = vals(k * n, seed + 1);
                 let bias = vals(n, seed + 2);
                 let c0 = vals(n * ldct, seed + 3);
+                // A residual laid out as C (transposed), added after the sums.
+                let addend = vals(n * ldct, seed + 4);
                 let clamp = Clamp {
                     lo: -0.5,
                     hi: 0.75,
@@ -2071,7 +2074,7 @@ mod tests {
                                 }
                                 c = if p0 == 0 && !acc { s } else { c + s };
                             }
-                            want[i * n + j] = clamp.apply(c);
+                            want[i * n + j] = clamp.apply(c + addend[j * ldct + i]);
                         }
                     }
                     for workers in [1, 2] {
@@ -2082,6 +2085,7 @@ mod tests {
                             let mut c = c0.clone();
                             let ep = Epilogue {
                                 col_bias: Some(&bias),
+                                addend: Some(&addend),
                                 clamp,
                                 ..Epilogue::NONE
                             };
@@ -2110,7 +2114,7 @@ mod tests {
                     }
                 }
             }
-            // A row and a column bias together, an addend, a short C are refused.
+            // A row and a column bias together, a short addend, a short C are refused.
             let a = [1.0f32; 4];
             let left = Left::ColMajor { data: &a, ld: 2 };
             let right = Right::RowMajor { data: &a, ld: 1 };
@@ -2121,7 +2125,7 @@ mod tests {
                 ..Epilogue::NONE
             };
             let added = Epilogue {
-                addend: Some(&[0.0; 16]),
+                addend: Some(&[0.0; 1]),
                 ..Epilogue::NONE
             };
             for ep in [both, added] {

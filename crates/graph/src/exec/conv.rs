@@ -11,7 +11,7 @@
 //! explicit column matrix (im2col) gathered from the padded planes, except for a patch
 //! embedding (stride equal to the kernel, no padding: ViT's, ConvNeXt's stem), which runs as
 //! a linear layer over its patches ([`patch_embedding`]). A 1 × 1 convolution on a small map
-//! (7 × 7) with no residual runs as pixels × channels instead, its tiles stored transposed
+//! (7 × 7) runs as pixels × channels instead, its tiles stored transposed
 //! into the output planes ([`pointwise_transposed`]), where that fills more of the vectors. Without that kernel
 //! (other CPUs) the column matrix goes to faer. A large product is cut into blocks of
 //! output channels or of pixels, whichever dimension is larger, one per worker
@@ -337,8 +337,8 @@ fn conv2d_with(
         return Ok(());
     }
     if let (Some(kern), Some(cache)) = (kern, cache) {
-        if post.addend.is_none() && transposed_pays(g, kern) {
-            return pointwise_transposed(kern, g, x, w, bias, post.clamp, out, cache);
+        if transposed_pays(g, kern) {
+            return pointwise_transposed(kern, g, x, w, bias, post, out, cache);
         }
     }
     let Layout {
@@ -709,12 +709,12 @@ fn transposed_pays(g: &ConvShape, kern: Kernel) -> bool {
         && rows_used > lanes_used + 0.05
 }
 
-/// `out` = `clamp(bias + W·x)` of 1 × 1 convolution `g` ([`transposed_pays`]) as the
+/// `out` = `clamp(bias + W·x + addend)` of 1 × 1 convolution `g` ([`transposed_pays`]) as the
 /// product `H·W × C` (the input planes read column-major, nothing gathered) by `C × K` (the
 /// filters transposed, packed once per weight buffer in `cache`), one K block of
 /// [`Kernel::kc`] input channels at a time, its tiles stored transposed into the output
 /// planes (`sgemm::Kernel::gemm_transposed`): the first block started from the bias, the
-/// clamp after the last. The sums are the channels × pixels product's, in the same order,
+/// addend (a residual, laid out as the output) and the clamp after the last. The sums are the channels × pixels product's, in the same order,
 /// so the values are equal bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn pointwise_transposed(
@@ -723,12 +723,13 @@ fn pointwise_transposed(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    clamp: Clamp,
+    post: Post,
     out: &mut [f32],
     (cache, node): (&super::winograd::FilterCache, usize),
 ) -> Result<(), String> {
     let hw = g.h * g.w;
-    if x.len() != g.n * g.c * hw || out.len() != g.n * g.k * hw || w.len() != g.k * g.c {
+    let sizes = x.len() == g.n * g.c * hw && out.len() == g.n * g.k * hw && w.len() == g.k * g.c;
+    if !sizes || post.addend.is_some_and(|d| d.len() != out.len()) {
         return Err(format!("conv2d buffers do not match the shapes {g:?}"));
     }
     // Wᵀ: element (ci, ko) at w[ko·C + ci], packed in K blocks.
@@ -740,7 +741,12 @@ fn pointwise_transposed(
         threads
     };
     let kcmax = kern.kc().min(g.c).max(1);
-    for (xi, oi) in x.chunks_exact(g.c * hw).zip(out.chunks_exact_mut(g.k * hw)) {
+    for (img, (xi, oi)) in x
+        .chunks_exact(g.c * hw)
+        .zip(out.chunks_exact_mut(g.k * hw))
+        .enumerate()
+    {
+        let post = post.part(img * g.k * hw, g.k * hw);
         let mut pos = 0;
         for pc in (0..g.c).step_by(kcmax) {
             let kc = kcmax.min(g.c - pc);
@@ -750,7 +756,8 @@ fn pointwise_transposed(
             let (first, last) = (pc == 0, pc + kc == g.c);
             let ep = Epilogue {
                 col_bias: bias.filter(|_| first),
-                clamp: if last { clamp } else { Clamp::NONE },
+                addend: post.addend.filter(|_| last),
+                clamp: if last { post.clamp } else { Clamp::NONE },
                 ..Epilogue::NONE
             };
             let left = Left::ColMajor {
@@ -1283,53 +1290,63 @@ mod tests {
             let x: Vec<f32> = (0..n * c * h * w).map(|_| rng.next_f32_pm1()).collect();
             let wt: Vec<f32> = (0..k * c).map(|_| rng.next_f32_pm1()).collect();
             let b: Vec<f32> = (0..k).map(|_| rng.next_f32_pm1()).collect();
-            let post = Post {
-                addend: None,
-                clamp: relu6,
-            };
-            // The planar product (no filter cache: never transposed), then the entry point
-            // with one: the same sums in the same order, so the same bits.
-            let mut want = vec![f32::NAN; n * k * h * w];
-            let mut scratch = vec![];
-            conv2d_with(
-                Some(kern),
-                &g,
-                &x,
-                &wt,
-                Some(&b),
-                &mut want,
-                &mut scratch,
-                None,
-                post,
-            )
-            .unwrap();
-            let cache = crate::exec::winograd::FilterCache::default();
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let mut got = vec![f32::NAN; want.len()];
-                pool.install(|| {
-                    conv2d(
-                        &g,
-                        &x,
-                        &wt,
-                        Some(&b),
-                        &mut got,
-                        &mut scratch,
-                        &cache,
-                        5,
-                        post,
-                    )
-                })
+            // With and without a residual (MobileNetV2's 960 → 160 + Add).
+            let residual: Vec<f32> = (0..n * k * h * w).map(|_| rng.next_f32_pm1()).collect();
+            let posts = [
+                Post {
+                    addend: None,
+                    clamp: relu6,
+                },
+                Post {
+                    addend: Some(&residual),
+                    clamp: Clamp::NONE,
+                },
+            ];
+            for post in posts {
+                // The planar product (no filter cache: never transposed), then the entry point
+                // with one: the same sums in the same order, so the same bits.
+                let mut want = vec![f32::NAN; n * k * h * w];
+                let mut scratch = vec![];
+                conv2d_with(
+                    Some(kern),
+                    &g,
+                    &x,
+                    &wt,
+                    Some(&b),
+                    &mut want,
+                    &mut scratch,
+                    None,
+                    post,
+                )
                 .unwrap();
-                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        e.to_bits(),
-                        "{g:?} {threads}T at {i}: {a} vs {e}"
-                    );
+                let cache = crate::exec::winograd::FilterCache::default();
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    pool.install(|| {
+                        conv2d(
+                            &g,
+                            &x,
+                            &wt,
+                            Some(&b),
+                            &mut got,
+                            &mut scratch,
+                            &cache,
+                            5,
+                            post,
+                        )
+                    })
+                    .unwrap();
+                    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            e.to_bits(),
+                            "{g:?} {threads}T at {i}: {a} vs {e}"
+                        );
+                    }
                 }
             }
         }
