@@ -740,19 +740,13 @@ fn pointwise_transposed(
     } else {
         threads
     };
-    let kcmax = kern.kc().min(g.c).max(1);
     for (img, (xi, oi)) in x
         .chunks_exact(g.c * hw)
         .zip(out.chunks_exact_mut(g.k * hw))
         .enumerate()
     {
         let post = post.part(img * g.k * hw, g.k * hw);
-        let mut pos = 0;
-        for pc in (0..g.c).step_by(kcmax) {
-            let kc = kcmax.min(g.c - pc);
-            let blen = kern
-                .packed_b_len(kc, g.k)
-                .ok_or_else(|| format!("packed filters of {kc}x{} overflow", g.k))?;
+        for (pc, kc, block) in super::winograd::right_blocks(kern, &pb.packed, g.c, g.k) {
             let (first, last) = (pc == 0, pc + kc == g.c);
             let ep = Epilogue {
                 col_bias: bias.filter(|_| first),
@@ -764,10 +758,19 @@ fn pointwise_transposed(
                 data: &xi[pc * hw..],
                 ld: hw,
             };
-            let right = Right::Packed(&pb.packed[pos..pos + blen]);
-            kern.gemm_transposed(hw, g.k, kc, left, right, oi, hw, !first, ep, split)
-                .map_err(|e| e.to_string())?;
-            pos += blen;
+            kern.gemm_transposed(
+                hw,
+                g.k,
+                kc,
+                left,
+                Right::Packed(block),
+                oi,
+                hw,
+                !first,
+                ep,
+                split,
+            )
+            .map_err(|e| e.to_string())?;
         }
     }
     Ok(())

@@ -158,23 +158,13 @@ fn k_blocks(
     j0: usize,
     mut f: impl FnMut(usize, Left, &[f32], bool) -> Result<(), String>,
 ) -> Result<(), String> {
-    let kcmax = kern.kc().min(k);
     let nr = kern.panel_cols();
-    let mut at = 0;
-    for pc in (0..k).step_by(kcmax) {
-        let kc = kcmax.min(k - pc);
-        let blen = kern.packed_b_len(kc, n).unwrap_or(0);
-        let bblk = &pb[at..at + blen][(j0 / nr) * nr * kc..];
-        f(
-            kc,
-            Left::RowMajor {
-                data: &a[pc..],
-                ld: k,
-            },
-            bblk,
-            pc == 0,
-        )?;
-        at += blen;
+    for (pc, kc, block) in super::winograd::right_blocks(kern, pb, k, n) {
+        let left = Left::RowMajor {
+            data: &a[pc..],
+            ld: k,
+        };
+        f(kc, left, &block[(j0 / nr) * nr * kc..], pc == 0)?;
     }
     Ok(())
 }

@@ -248,6 +248,27 @@ impl FilterCache {
     }
 }
 
+/// The K blocks of a weight packed by [`FilterCache::packed_right`] (`k × n`, blocks of
+/// [`Kernel::kc`] rows one after another): `(pc, kc, block)` for rows `pc..pc + kc`, the
+/// block's [`Kernel::packed_b_len`]`(kc, n)` values. One walk for every caller that runs
+/// such a weight one K block at a time (linear layers, transposed 1 × 1 convolutions).
+pub(crate) fn right_blocks(
+    kern: Kernel,
+    packed: &[f32],
+    k: usize,
+    n: usize,
+) -> impl Iterator<Item = (usize, usize, &[f32])> {
+    let kc = kern.kc().max(1);
+    (0..k).step_by(kc).scan(0usize, move |at, pc| {
+        let rows = kc.min(k - pc);
+        let len = kern.packed_b_len(rows, n).unwrap_or(0);
+        // (A weight of another k × n is a caller's bug: the slice panics, as before.)
+        let block = &packed[*at..*at + len];
+        *at += len;
+        Some((pc, rows, block))
+    })
+}
+
 /// `group` groups of `kg × crs` filters, each packed for `kern` ([`Kernel::pack_a`]).
 pub(crate) fn pack_filters(
     kern: Kernel,
