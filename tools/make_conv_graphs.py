@@ -7,7 +7,8 @@ model.onnx (a Conv with bias, random weights) and inputs/x.npy (batch 1).
 Depthwise: dw_C_H[_sS][_kK] = C channels of H x H, stride S (default 1), K x K filter
 (default 3), padding K // 2. Pointwise: pw_C_K_H = a 1 x 1 convolution from C to K channels
 on H x H. Dense: conv_C_K_H_sS_kK = a K x K convolution from C to K channels on H x H,
-stride S (MobileNetV2's and EfficientNet's stem). Chains: chain_C_E_H_sS = MobileNetV2's
+stride S, padding K // 2 (MobileNetV2's and EfficientNet's stem) or none where K = S (ConvNeXt's
+patch convolutions). Chains: chain_C_E_H_sS = MobileNetV2's
 expansion and depthwise convolution, a 1 x 1 convolution from C to E channels on H x H, ReLU6,
 a 3 x 3 depthwise convolution of stride S, ReLU6 (what `FusionRule::ConvChain` fuses).
 
@@ -29,8 +30,10 @@ POINTWISE = [  # (in channels, out channels, size)
     (960, 320, 7), (160, 960, 7), (96, 576, 14), (576, 96, 14), (112, 1280, 1),
     (112, 1280, 2), (64, 384, 4), (16, 96, 112),
 ]
-DENSE = [  # (in channels, out channels, size, stride, kernel)
+DENSE = [  # (in channels, out channels, size, stride, kernel); padding K // 2 unless K = S
     (3, 32, 224, 2, 3),
+    # ConvNeXt's patch convolutions (kernel = stride, no padding): its stem, its downsamplers.
+    (3, 48, 224, 4, 4), (48, 96, 56, 2, 2), (96, 192, 28, 2, 2), (192, 384, 14, 2, 2),
 ]
 CHAIN = [  # (in channels, expanded channels, size, depthwise stride)
     (16, 96, 112, 2), (24, 144, 56, 1), (24, 144, 56, 2), (32, 192, 28, 1), (64, 384, 14, 1),
@@ -71,7 +74,8 @@ def save(out, name, c, k, h, group, kernel, stride, rng):
     w = (rng.standard_normal((k, c // group, kernel, kernel)) / np.sqrt(fan_in)).astype(np.float32)
     b = rng.standard_normal(k).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group,
-                            kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4,
+                            kernel_shape=[kernel, kernel],
+                            pads=[0 if kernel == stride else kernel // 2] * 4,
                             strides=[stride, stride])
     graph = helper.make_graph(
         [node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],

@@ -29,6 +29,7 @@ pub mod quant;
 pub mod reference;
 pub mod sgemm;
 pub mod simd;
+pub mod transpose;
 pub mod verify;
 pub mod vmath;
 

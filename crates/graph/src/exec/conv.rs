@@ -216,8 +216,8 @@ pub(crate) fn scratch_len(g: &ConvShape) -> usize {
     if super::winograd::applies(g, kern) {
         return super::winograd::scratch_len(g);
     }
-    if patches_apply(g, kern) {
-        return patches_scratch_len(g);
+    if let Some(kern) = kern.filter(|&k| patches_apply(g, Some(k))) {
+        return patches_scratch_len(g, kern);
     }
     layout(g, kern).total
 }
@@ -476,9 +476,12 @@ fn grow_scratch(scratch: &mut Vec<f32>, need: usize, what: &str) -> Result<(), S
 }
 
 /// True for a patch embedding that the column-matrix path would otherwise run: ViT's 16×16
-/// stride-16 projection, ConvNeXt's 4×4 stride-4 stem, and a 1 × 1 convolution on a map of
-/// at most 4 values. The stride equals the kernel (wider than 2, where no phase-plane path
-/// reads the input in place, or a 1 × 1 kernel), no padding or dilation, one
+/// stride-16 projection, ConvNeXt's 4×4 stride-4 stem (and at AVX-512 its 2×2 stride-2
+/// downsamplers), and a 1 × 1 convolution on a map of at most 4 values. The stride equals
+/// the kernel (wider than 2, where no phase-plane path reads the input in place; 2 where
+/// the product is stored transposed into the planes, AVX-512: 48 → 96 channels to 28 × 28
+/// 160 → 150 µs, 96 → 192 to 14 × 14 155 → 141, 192 → 384 to 7 × 7 185 → 149 against phase
+/// planes, one-convolution graphs, AMD EPYC Zen 5; or a 1 × 1 kernel), no padding or dilation, one
 /// group, and every patch inside the input (trailing rows or columns no patch covers are
 /// allowed). Such a convolution is a linear layer over the patches; [`patch_embedding`] runs
 /// it as one.
@@ -493,7 +496,7 @@ fn patches_apply(g: &ConvShape, kern: Option<Kernel>) -> bool {
     // planes.
     let tiny = g.p * g.q <= 4;
     let patches = g.stride == [g.r, g.s]
-        && g.stride[1] > 2
+        && (g.stride[1] > 2 || kern.is_some_and(transposed_store))
         && g.pad == [0, 0]
         && g.dil == [1, 1]
         && g.p * g.r <= g.h
@@ -504,11 +507,21 @@ fn patches_apply(g: &ConvShape, kern: Option<Kernel>) -> bool {
         && g.n * g.p * g.q * g.c * g.r * g.s * g.k > crate::gemm::SMALL_MACS
 }
 
-/// Scratch values of [`patch_embedding`]: the patch matrix (`N·P·Q × C·R·S`) and the product
-/// (`N·P·Q × K`).
-fn patches_scratch_len(g: &ConvShape) -> usize {
+/// Scratch values of [`patch_embedding`] on `kern`: the patch matrix (`N·P·Q × C·R·S`) and,
+/// below AVX-512 (no transposed store), the product (`N·P·Q × K`).
+fn patches_scratch_len(g: &ConvShape, kern: Kernel) -> usize {
     let rows = g.n * g.p * g.q;
-    rows * (g.c * g.r * g.s) + rows * g.k
+    let prod = if transposed_store(kern) {
+        0
+    } else {
+        rows * g.k
+    };
+    rows * (g.c * g.r * g.s) + prod
+}
+
+/// Whether `kern` stores a product transposed (`Kernel::gemm_transposed`: AVX-512).
+fn transposed_store(kern: Kernel) -> bool {
+    kern.level() == tensorforge_kernels::vmath::Level::Avx512
 }
 
 /// A patch embedding ([`patches_apply`]) as the linear layer it is: the patches gathered as
@@ -517,7 +530,11 @@ fn patches_scratch_len(g: &ConvShape) -> usize {
 /// transposed, `C·R·S × K`, packed once per weight buffer as a linear layer's weight is
 /// ([`super::linear::packed_weight_product`], under this node's id in `cache`), then each
 /// image's `P·Q × K` product transposed into its `K × P·Q` output with the bias. The batch
-/// folds into the product's rows. On ViT h192's 16×16 stride-16 projection (224×224×3 → 192
+/// folds into the product's rows. At AVX-512 each image's product is stored transposed
+/// straight into its planes, each output channel's sums started from its bias
+/// (`Kernel::gemm_transposed`, `Epilogue::col_bias`): no product buffer and no pass turning
+/// it (ConvNeXt's 4 × 4 stem alone 196 → 135 µs, and 94 with the patches gathered by
+/// output row, [`patch_band`]). On ViT h192's 16×16 stride-16 projection (224×224×3 → 192
 /// channels) the column-matrix path took 777–793 µs at one thread, this path 646–652 µs, and
 /// a plain product of the same size 640–674 µs (AMD EPYC Zen 3, AVX2; docs/performance.md,
 /// "patch embedding").
@@ -534,7 +551,7 @@ fn patch_embedding(
 ) -> Result<(), String> {
     let (pq, crs, k) = (g.p * g.q, g.c * g.r * g.s, g.k);
     let rows = g.n * pq;
-    let need = patches_scratch_len(g);
+    let need = patches_scratch_len(g, kern);
     grow_scratch(scratch, need, "patch")?;
     let (patches, prod) = scratch[..need].split_at_mut(rows * crs);
     // Patch (img, p, q) as a row: for each channel and kernel row, S consecutive values
@@ -587,6 +604,16 @@ fn patch_embedding(
     if exact && g.r == 1 && g.s == 1 && g.h * g.w == 1 {
         // A 1 × 1 map: the input is the patch matrix already.
         patches.copy_from_slice(&x[..rows * crs]);
+    } else if exact && g.s > 1 {
+        // By output row: each kernel row of each channel is one contiguous input row, cut
+        // into `Q` runs of `S` values, one per patch.
+        let band = g.q * crs;
+        let row = |(i, d): (usize, &mut [f32])| patch_band(g, x, i / g.p, i % g.p, d);
+        if patches.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
+            patches.par_chunks_mut(band).enumerate().for_each(row);
+        } else {
+            patches.chunks_mut(band).enumerate().for_each(row);
+        }
     } else if patches.len() >= PAR_MIN_COPY && rayon::current_num_threads() > 1 {
         patches
             .par_chunks_mut(crs)
@@ -597,11 +624,6 @@ fn patch_embedding(
             gather(row, d);
         }
     }
-    let a = crate::gemm::Operand::row_major(patches, 1, rows, crs)
-        .ok_or_else(|| format!("patch matrix of {rows}x{crs} does not fit"))?;
-    // The filters `K × C·R·S` read as their transpose, `C·R·S × K`.
-    let b = crate::gemm::Operand::strided(w, &[(crs, 1), (k, crs)])
-        .ok_or_else(|| format!("filters of {k}x{crs} do not fit"))?;
     let own;
     let (cache, node) = match cache {
         Some(c) => c,
@@ -610,25 +632,102 @@ fn patch_embedding(
             (&own, 0)
         }
     };
+    if transposed_store(kern) {
+        // Each image's product stored transposed, straight into its `K × P·Q` output planes,
+        // each column (output channel) started from its bias: no product buffer, no pass
+        // turning it.
+        let pb = cache.packed_right(kern, node, crs, k, 1, crs, w)?;
+        let split = if rayon::current_num_threads() <= 1 || pq * crs * k < PAR_MIN_MACS {
+            1
+        } else {
+            rayon::current_num_threads()
+        };
+        for (pi, oi) in patches
+            .chunks_exact(pq * crs)
+            .zip(out.chunks_exact_mut(k * pq))
+        {
+            for (pc, kc, block) in super::winograd::right_blocks(kern, &pb.packed, crs, k) {
+                let ep = Epilogue {
+                    col_bias: bias.filter(|_| pc == 0),
+                    ..Epilogue::NONE
+                };
+                let left = Left::RowMajor {
+                    data: &pi[pc..],
+                    ld: crs,
+                };
+                kern.gemm_transposed(
+                    pq,
+                    k,
+                    kc,
+                    left,
+                    Right::Packed(block),
+                    oi,
+                    pq,
+                    pc > 0,
+                    ep,
+                    split,
+                )
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        return Ok(());
+    }
+    let a = crate::gemm::Operand::row_major(patches, 1, rows, crs)
+        .ok_or_else(|| format!("patch matrix of {rows}x{crs} does not fit"))?;
+    // The filters `K × C·R·S` read as their transpose, `C·R·S × K`.
+    let b = crate::gemm::Operand::strided(w, &[(crs, 1), (k, crs)])
+        .ok_or_else(|| format!("filters of {k}x{crs} do not fit"))?;
     if !super::linear::packed_weight_product_with(kern, cache, node, a, b, prod, false)? {
         return Err(format!(
             "the packed product declined the patch embedding {g:?}"
         ));
     }
-    // Each image's `P·Q × K` product into its `K × P·Q` output, 16 channels at a time (each
-    // product row read as 16 consecutive values, each of 16 output rows written in order).
+    // Each image's `P·Q × K` product transposed into its `K × P·Q` output, then each plane
+    // plus its channel's bias.
     for (img, o) in out.chunks_mut(k * pq).enumerate() {
-        let src = &prod[img * pq * k..][..pq * k];
-        for k0 in (0..k).step_by(16) {
-            let k1 = (k0 + 16).min(k);
-            for (j, r) in src.chunks_exact(k).enumerate() {
-                for kk in k0..k1 {
-                    o[kk * pq + j] = r[kk] + bias.map_or(0.0, |b| b[kk]);
-                }
+        tensorforge_kernels::transpose::transpose_to(&prod[img * pq * k..][..pq * k], pq, k, o);
+        if let Some(b) = bias {
+            for (plane, &b) in o.chunks_exact_mut(pq).zip(b) {
+                plane.iter_mut().for_each(|v| *v += b);
             }
         }
     }
     Ok(())
+}
+
+/// The `Q` patch rows of output row `p` of image `img` (a patch embedding with stride =
+/// kernel, no padding), `Q × C·R·S` values in `dst`: kernel row `rr` of channel `c` reads
+/// input row `p·R + rr` from its start, `S` values per patch, into columns `(c·R + rr)·S ..`.
+fn patch_band(g: &ConvShape, x: &[f32], img: usize, p: usize, dst: &mut [f32]) {
+    fn runs<const S: usize>(src: &[f32], dst: &mut [f32], col: usize, crs: usize) {
+        for (s, d) in src.chunks_exact(S).zip(dst.chunks_exact_mut(crs)) {
+            if let (Ok(d), Ok(s)) = (
+                <&mut [f32; S]>::try_from(&mut d[col..col + S]),
+                <&[f32; S]>::try_from(s),
+            ) {
+                *d = *s;
+            }
+        }
+    }
+    let crs = g.c * g.r * g.s;
+    for c in 0..g.c {
+        let plane = &x[(img * g.c + c) * g.h * g.w..][..g.h * g.w];
+        for rr in 0..g.r {
+            let src = &plane[(p * g.r + rr) * g.w..][..g.q * g.s];
+            let col = (c * g.r + rr) * g.s;
+            match g.s {
+                2 => runs::<2>(src, dst, col, crs),
+                4 => runs::<4>(src, dst, col, crs),
+                8 => runs::<8>(src, dst, col, crs),
+                16 => runs::<16>(src, dst, col, crs),
+                _ => {
+                    for (s, d) in src.chunks_exact(g.s).zip(dst.chunks_exact_mut(crs)) {
+                        d[col..col + g.s].copy_from_slice(s);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One (image, group) product's constant side: `m × k` filters packed for `kern`, the
@@ -1402,7 +1501,12 @@ mod tests {
             // images (2·64 patch rows, split over two workers: 128·48·40 ≈ 246 Ki
             // multiply-adds); an input no patch grid fills (37×29 under 8×8: 4×3 patches, 5
             // rows and columns left over) with 20 channels (not a multiple of 16); unequal
-            // kernel sides; a 3×3 stride-3 over several images at 1.8 Mi multiply-adds.
+            // kernel sides; a 3×3 stride-3 over several images at 1.8 Mi multiply-adds;
+            // ConvNeXt's 2×2 stride-2 downsamplers (at AVX-512 patch embeddings, at AVX2
+            // phase planes): two images of 24 → 40 channels, and 48 → 96 on 56 × 56 (split
+            // over two workers: 784·192·96 ≈ 14 Mi multiply-adds).
+            (2, 24, 28, 28, 40, 2, 2, [2, 2], [0, 0], [1, 1], 1),
+            (1, 48, 56, 56, 96, 2, 2, [2, 2], [0, 0], [1, 1], 1),
             (1, 3, 64, 64, 40, 16, 16, [16, 16], [0, 0], [1, 1], 1),
             (2, 3, 32, 32, 40, 4, 4, [4, 4], [0, 0], [1, 1], 1),
             (1, 4, 37, 29, 20, 8, 8, [8, 8], [0, 0], [1, 1], 1),
@@ -1605,10 +1709,18 @@ mod tests {
         };
         assert!(patches_apply(&wide(2), Some(kern)));
         assert!(!patches_apply(&wide(3), Some(kern)));
-        // 4×4 patches of 4·8·8 = 256 values, and their 16 × 8 product.
-        assert_eq!(patches_scratch_len(&g), 16 * 256 + 16 * 8);
-        if Kernel::detect().is_some() {
-            assert_eq!(scratch_len(&g), patches_scratch_len(&g));
+        // At AVX-512, whose product is stored transposed into the planes, a 2 × 2 stride-2
+        // convolution is a patch embedding too (no phase planes to split).
+        if let Some(k512) = Kernel::for_level(Level::Avx512) {
+            assert!(patches_apply(&shape(32, 2, 2, 0), Some(k512)));
+            assert!(!patches_apply(&shape(32, 3, 2, 1), Some(k512)));
+        }
+        // 4×4 patches of 4·8·8 = 256 values, and their 16 × 8 product unless it is stored
+        // transposed (AVX-512).
+        let prod = if transposed_store(kern) { 0 } else { 16 * 8 };
+        assert_eq!(patches_scratch_len(&g, kern), 16 * 256 + prod);
+        if let Some(k) = Kernel::detect() {
+            assert_eq!(scratch_len(&g), patches_scratch_len(&g, k));
         }
         assert_eq!(layout(&shape(4, 3, 1, 1), Some(kern)).cols, Cols::Im2col);
         assert_eq!(layout(&g, None).cols, Cols::Im2col);

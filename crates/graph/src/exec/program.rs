@@ -197,7 +197,31 @@ pub(super) fn transpose_into(src: &[f32], shape: &[usize], perm: &[usize], out: 
         }
     }
     out.clear();
-    let mut idx = vec![0usize; sizes.len()];
+    let r = sizes.len();
+    if r >= 2 && st[r - 2] == 1 && st[r - 1] == sizes[r - 2] {
+        // The two inner axes swap a contiguous `B × A` block (`NCHW ↔ NHWC`: `C × H·W`):
+        // one matrix transpose per outer index, in registers, not a gather at stride `A`.
+        let (a, b) = (sizes[r - 2], sizes[r - 1]);
+        let outer: usize = sizes[..r - 2].iter().product();
+        let mut idx = vec![0usize; r - 2];
+        for _ in 0..outer {
+            let off: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
+            match src.get(off..off + a * b) {
+                Some(block) => tensorforge_kernels::transpose::transpose_append(block, b, a, out),
+                // A malformed view reads zeros rather than panicking (as `gather_runs`).
+                None => out.extend(std::iter::repeat_n(0.0, a * b)),
+            }
+            for d in (0..r - 2).rev() {
+                idx[d] += 1;
+                if idx[d] < sizes[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        return;
+    }
+    let mut idx = vec![0usize; r];
     super::blocks::gather_runs(src, &sizes, &st, &mut idx, 0, src.len(), out);
 }
 
