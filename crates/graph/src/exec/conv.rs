@@ -496,7 +496,7 @@ fn patches_apply(g: &ConvShape, kern: Option<Kernel>) -> bool {
     // planes.
     let tiny = g.p * g.q <= 4;
     let patches = g.stride == [g.r, g.s]
-        && (g.stride[1] > 2 || kern.is_some_and(transposed_store))
+        && (g.stride[1] > 2 || (g.stride[1] == 2 && kern.is_some_and(transposed_store)))
         && g.pad == [0, 0]
         && g.dil == [1, 1]
         && g.p * g.r <= g.h
@@ -1714,6 +1714,10 @@ mod tests {
         if let Some(k512) = Kernel::for_level(Level::Avx512) {
             assert!(patches_apply(&shape(32, 2, 2, 0), Some(k512)));
             assert!(!patches_apply(&shape(32, 3, 2, 1), Some(k512)));
+            // Not a 1 × 1 stride-1 convolution (stride = kernel too, but a pointwise layer:
+            // its own paths, with the residual in the tile).
+            assert!(!patches_apply(&wide(3), Some(k512)));
+            assert!(!patches_apply(&wide(14), Some(k512)));
         }
         // 4×4 patches of 4·8·8 = 256 values, and their 16 × 8 product unless it is stored
         // transposed (AVX-512).
