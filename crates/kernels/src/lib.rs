@@ -4,7 +4,7 @@
 //! with naive ones, `.npy` encoding on byte buffers, a fused RMSNorm+SwiGLU, and explicit-width
 //! SIMD elementwise math over f32 slices ([`vmath`]: exp, log, tanh, erf, sigmoid, SiLU, GELU),
 //! a packed f32 GEMM with AVX2 and AVX-512 microkernels and a bias and clamp epilogue ([`sgemm`],
-//! [`clamp`]).
+//! [`clamp`]), and out-of-place f32 matrix transposes in 8 × 8 register blocks ([`transpose`]).
 //! The crate performs no file I/O and never panics on user input; errors are [`KernelError`].
 //!
 //! ```

@@ -72,14 +72,21 @@ const SLACK: usize = 2 * RUN;
 /// Values one run copy moves at a time.
 const RUN: usize = 16;
 
-/// Scratch values for one image: the parity planes (`C` of [`plane_len`], plus slack), `V`
-/// (`C · 16 · T`, channel-major), `M` (`16 · K · T`), and per worker 16 patch planes of
-/// `T` (plus slack) for the input transform or 4 output planes for the output transform.
+/// Scratch values for one image: `V` (`C · 16 · T`, channel-major), `M` (`16 · K · T`), and
+/// per worker ([`per_worker`]) one parity plane and 16 patch planes of `T` (each plus
+/// slack) for the input transform, or 4 output planes for the output transform.
 pub(crate) fn scratch_len(g: &ConvShape) -> usize {
     let (th, tw) = tiles(g);
     let t = th * tw;
     let workers = rayon::current_num_threads().max(1);
-    g.c * plane_len(g) + SLACK + 16 * g.c * t + 16 * g.k * t + workers * 16 * (t + SLACK)
+    16 * g.c * t + 16 * g.k * t + workers * per_worker(g)
+}
+
+/// One worker's scratch: a parity plane ([`plane_len`]) and 16 patch planes of `T`, each
+/// followed by [`SLACK`] values.
+fn per_worker(g: &ConvShape) -> usize {
+    let (th, tw) = tiles(g);
+    plane_len(g) + SLACK + 16 * (th * tw + SLACK)
 }
 
 /// A weight's filters packed for one kernel (Winograd's 16 transformed matrices `U[ξ]`, or
@@ -357,32 +364,25 @@ pub(crate) fn conv(
     }
     let filters = cache.get(kern, node, g, w)?;
     let pa = kern.packed_a_len(k, c).unwrap_or(0);
-    let (planes, rest) = scratch.split_at_mut(c * plane + SLACK);
-    let (v, rest) = rest.split_at_mut(16 * c * t);
+    let (v, rest) = scratch.split_at_mut(16 * c * t);
     let (m, work) = rest.split_at_mut(16 * k * t);
     let threads = rayon::current_num_threads();
-    let per_worker = 16 * (t + SLACK);
+    let per_worker = per_worker(g);
     let work = &mut work[..threads.max(1) * per_worker];
     let par = threads > 1;
     for img in 0..g.n {
         let xin = &x[img * c * g.h * g.w..][..c * g.h * g.w];
         let o = &mut out[img * k * g.p * g.q..][..k * g.p * g.q];
-        // 1. Parity planes, then each channel's 16 rows of V from its 16 patch planes.
-        let parity = |(ci, pl): (usize, &mut [f32])| {
-            parity_plane(g, &xin[ci * g.h * g.w..][..g.h * g.w], pl, ww);
-        };
-        let pl_all = &mut planes[..c * plane];
-        if par {
-            pl_all.par_chunks_mut(plane).enumerate().for_each(parity);
-        } else {
-            pl_all.chunks_mut(plane).enumerate().for_each(parity);
-        }
-        let planes = &*planes;
-        let input = |(ci, vc): (usize, &mut [f32]), d: &mut [f32]| {
-            gather_patches(&planes[ci * plane..], ww, th, tw, d);
+        // 1. Each channel's parity plane, then its 16 rows of V from its 16 patch planes, in
+        // one pass over the workers (the parity planes of all channels first, then the
+        // transforms, were two: at two threads each pass is a fork and a join).
+        let input = |(ci, vc): (usize, &mut [f32]), w: &mut [f32]| {
+            let (pl, d) = w.split_at_mut(plane + SLACK);
+            parity_plane(g, &xin[ci * g.h * g.w..][..g.h * g.w], &mut pl[..plane], ww);
+            gather_patches(pl, ww, th, tw, d);
             input_transform(d, t, vc);
         };
-        // Channels dealt to the workers in contiguous runs, each with its own patch planes.
+        // Channels dealt to the workers in contiguous runs, each with its own planes.
         let chunk = c.div_ceil(if par { threads } else { 1 });
         v.par_chunks_mut(chunk * 16 * t)
             .zip(work.par_chunks_mut(per_worker))
