@@ -149,6 +149,11 @@ fn edge(
     }
 }
 
+/// [`columns`] tile by tile, each tile's whole 8 × 8 blocks turned in registers
+/// (`simd::transpose8x8`), its ragged rows and columns by [`edge`].
+///
+/// # Safety
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn columns_avx2(
