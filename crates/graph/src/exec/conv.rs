@@ -89,6 +89,43 @@ pub(crate) struct ConvShape {
     pub group: usize,
 }
 
+impl ConvShape {
+    /// The geometry of `Conv2d` node `n` of `tg` (`None` for another op or a tensor of
+    /// another rank).
+    pub(crate) fn of_node(tg: &crate::ir::TypedGraph, n: usize) -> Option<ConvShape> {
+        let crate::ir::Op::Conv2d {
+            strides,
+            pads,
+            dilations,
+            group,
+        } = &tg.nodes[n].op
+        else {
+            return None;
+        };
+        let ins = &tg.node_inputs[n];
+        let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[*ins.get(1)?].shape);
+        let os = &tg.tensors[*tg.node_outputs[n].first()?].shape;
+        if xs.len() != 4 || ws.len() != 4 || os.len() != 4 {
+            return None;
+        }
+        Some(ConvShape {
+            n: xs[0],
+            c: xs[1],
+            h: xs[2],
+            w: xs[3],
+            k: ws[0],
+            r: ws[2],
+            s: ws[3],
+            p: os[2],
+            q: os[3],
+            stride: [*strides.first()?, *strides.get(1)?],
+            pad: [*pads.first()?, *pads.get(1)?],
+            dil: [*dilations.first()?, *dilations.get(1)?],
+            group: *group,
+        })
+    }
+}
+
 /// Multiply-accumulates of one GEMM below which faer runs it on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 20;
 /// Multiply-accumulates of a whole convolution below which its (image, group) GEMMs run one
@@ -461,6 +498,35 @@ fn conv2d_with(
         }
         Ok(())
     }
+}
+
+/// `out` = `post(conv(x, w) + bias)` of depthwise convolution `g` whose input is given
+/// channels-last: `x` holds `N × H × W × C` (the stored tensor the graph's `NCHW` input is a
+/// transposed view of, [`super::depthwise::nhwc_source`]), read in place by the blocked
+/// kernel, each pixel's block of channels one contiguous run (no transpose made, none into
+/// the tile). The sums are the planar path's, in the same order.
+pub(crate) fn depthwise_pixels(
+    g: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    cache: (&super::winograd::FilterCache, usize),
+    post: Post,
+) -> Result<(), String> {
+    let (hw, pq) = (g.h * g.w, g.p * g.q);
+    let sizes =
+        x.len() == g.n * g.c * hw && out.len() == g.n * g.k * pq && w.len() == g.k * g.r * g.s;
+    if !sizes || post.addend.is_some_and(|d| d.len() != out.len()) {
+        return Err(format!("conv2d buffers do not match the shapes {g:?}"));
+    }
+    let input = super::depthwise::Input::Pixels(x);
+    if post.addend.is_none() {
+        return super::depthwise::depthwise_from(g, input, w, bias, post.clamp, out, Some(cache));
+    }
+    super::depthwise::depthwise_from(g, input, w, bias, Clamp::NONE, out, Some(cache))?;
+    post.apply(out);
+    Ok(())
 }
 
 /// `scratch` grown to at least `need` values (kept for the next call); an allocation the

@@ -12,7 +12,10 @@
 //! caches whatever the map's size; consecutive bands share input rows (two of a 3 × 3
 //! filter's three at unit stride), and the band's window slides down a buffer of several
 //! bands' rows so that each input row is transposed once. An optional clamp (ReLU, ReLU6)
-//! is applied to the sums before they are stored.
+//! is applied to the sums before they are stored. An input the graph reads through a
+//! transposed view of a channels-last tensor (ConvNeXt's `NHWC → NCHW` Transpose before each
+//! 7 × 7 layer, [`nhwc_source`]) is read in place: a pixel's block of channels is one run,
+//! copied into the tile, where the view would have been made and then transposed again.
 //!
 //! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
 //! keeping the blocked layout between layers (onnxruntime's NCHWc: no transposes), and a
@@ -65,6 +68,60 @@ pub(crate) fn depthwise_blocked(
     out: &mut [f32],
     cache: Option<(&super::winograd::FilterCache, usize)>,
 ) -> Result<(), String> {
+    depthwise_from(g, Input::Planes(x), w, bias, clamp, out, cache)
+}
+
+/// How a depthwise convolution's input lies in memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Input<'a> {
+    /// `N × C × H × W` (the graph's layout): a block's `V` channels are `V` planes, turned
+    /// into the tile's pixels by transposes.
+    Planes(&'a [f32]),
+    /// `N × H × W × C`, channels last (a tensor the graph reads through a transposed view):
+    /// a block's `V` channels of a pixel are one run, copied into the tile.
+    Pixels(&'a [f32]),
+}
+
+/// One block's input: its `nc` planes, or its image's pixels and its first channel.
+#[derive(Clone, Copy)]
+enum BlockIn<'a> {
+    Planes(&'a [f32]),
+    Pixels { image: &'a [f32], c0: usize },
+}
+
+/// The input node `n` (a depthwise `Conv2d` that [`applies`]) reads in place, channels last:
+/// the stored tensor whose buffer, read as `N × H × W × C`, is the convolution's `N × C × H
+/// × W` input (a `Transpose` with perm `[0, 3, 1, 2]` of it, as ConvNeXt's LayerNorm
+/// permutes write before each depthwise layer). `None` for any other input.
+pub(crate) fn nhwc_source(tg: &crate::ir::TypedGraph, n: usize) -> Option<usize> {
+    let g = ConvShape::of_node(tg, n)?;
+    if !applies(&g) {
+        return None;
+    }
+    let (src, axes) = crate::gemm::strided_view(tg, *tg.node_inputs[n].first()?)?;
+    let (hw, c) = (g.h * g.w, g.c);
+    let want = [(g.n, hw * c), (c, 1), (g.h, g.w * c), (g.w, c)];
+    // Axes of size 1 may carry any stride.
+    let fits = axes.len() == 4
+        && axes
+            .iter()
+            .zip(want)
+            .all(|(&(n, st), (wn, ws))| n == wn && (n == 1 || st == ws));
+    let source = &tg.tensors[src];
+    (fits && source.numel == (g.n * hw * c) as u64 && source.dtype == crate::ir::DType::Fp32)
+        .then_some(src)
+}
+
+/// [`depthwise_blocked`] from an input in either layout.
+pub(crate) fn depthwise_from(
+    g: &ConvShape,
+    x: Input,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+    cache: Option<(&super::winograd::FilterCache, usize)>,
+) -> Result<(), String> {
     let simd = tensorforge_kernels::simd::avx2_fma();
     let v = if simd { lanes() } else { 8 };
     let (held, own);
@@ -107,7 +164,7 @@ fn lane_major(g: &ConvShape, w: &[f32], v: usize) -> Vec<f32> {
 
 /// The signature of [`block`] at one width and instruction set.
 type BlockFn<const V: usize> =
-    fn(&ConvShape, &[usize], &[f32], &[f32], Option<&[f32]>, Clamp, &mut Scratch, &mut [f32]);
+    fn(&ConvShape, &[usize], BlockIn, &[f32], Option<&[f32]>, Clamp, &mut Scratch, &mut [f32]);
 
 /// [`block`] with 16 lanes and fused multiply-adds, compiled for AVX-512F (the closures of
 /// [`run`] do not inherit a caller's target features, so the dispatch is per block).
@@ -116,7 +173,7 @@ type BlockFn<const V: usize> =
 fn block_avx512(
     g: &ConvShape,
     offs: &[usize],
-    xin: &[f32],
+    xin: BlockIn,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -128,7 +185,7 @@ fn block_avx512(
     unsafe fn inner(
         g: &ConvShape,
         offs: &[usize],
-        xin: &[f32],
+        xin: BlockIn,
         wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
@@ -148,7 +205,7 @@ fn block_avx512(
 fn block_avx2(
     g: &ConvShape,
     offs: &[usize],
-    xin: &[f32],
+    xin: BlockIn,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -160,7 +217,7 @@ fn block_avx2(
     unsafe fn inner(
         g: &ConvShape,
         offs: &[usize],
-        xin: &[f32],
+        xin: BlockIn,
         wt: &[f32],
         bias: Option<&[f32]>,
         clamp: Clamp,
@@ -188,7 +245,7 @@ struct Scratch {
 /// enough.
 fn run<const V: usize>(
     g: &ConvShape,
-    x: &[f32],
+    x: Input,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -213,7 +270,13 @@ fn run<const V: usize>(
         let (img, b) = (idx / blocks, idx % blocks);
         let c0 = b * V;
         let nc = V.min(g.k - c0);
-        let xin = &x[(img * g.c + c0) * hw..][..nc * hw];
+        let xin = match x {
+            Input::Planes(x) => BlockIn::Planes(&x[(img * g.c + c0) * hw..][..nc * hw]),
+            Input::Pixels(x) => BlockIn::Pixels {
+                image: &x[img * hw * g.c..][..hw * g.c],
+                c0,
+            },
+        };
         blk(
             g,
             &offs,
@@ -259,7 +322,7 @@ fn run<const V: usize>(
 fn block<const V: usize, const FMA: bool>(
     g: &ConvShape,
     offs: &[usize],
-    xin: &[f32],
+    xin: BlockIn,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -333,7 +396,7 @@ const WINDOW_BANDS: usize = 8;
 /// column `c − pad_left`; everything outside the plane, and lanes `≥ nc`, zero.
 fn fill_tile<const V: usize>(
     g: &ConvShape,
-    xin: &[f32],
+    xin: BlockIn,
     nc: usize,
     r0: usize,
     rows: usize,
@@ -362,7 +425,47 @@ fn fill_tile<const V: usize>(
     let (ih0, ih1) = (lo - g.pad[0], hi - g.pad[0]);
     let row0 = lo - r0;
     let dst_px = |ih: usize, iw: usize| (ih - ih0 + row0) * cols + left + iw;
-    transpose_in::<V>(g, xin, nc, (ih0, ih1), n, &dst_px, tile);
+    match xin {
+        BlockIn::Planes(xin) => transpose_in::<V>(g, xin, nc, (ih0, ih1), n, &dst_px, tile),
+        BlockIn::Pixels { image, c0 } => {
+            pixels_in::<V>(g, image, (c0, nc), (ih0, ih1), n, &dst_px, tile)
+        }
+    }
+}
+
+/// As [`transpose_in`], from one image's pixels channels last (`image`: pixel `(ih, iw)`'s
+/// `C` values at `(ih·W + iw)·C`): each tile pixel's lanes are the run of channels `c0 ..
+/// c0 + nc`, lanes `nc ≤ l < V` zero.
+#[inline(always)]
+fn pixels_in<const V: usize>(
+    g: &ConvShape,
+    image: &[f32],
+    (c0, nc): (usize, usize),
+    (ih0, ih1): (usize, usize),
+    n: usize,
+    dst_px: &impl Fn(usize, usize) -> usize,
+    tile: &mut [f32],
+) {
+    for ih in ih0..ih1 {
+        let row = &image[(ih * g.w) * g.c..][..n * g.c];
+        let d0 = dst_px(ih, 0) * V;
+        let dst = &mut tile[d0..][..n * V];
+        for (d, px) in dst.chunks_exact_mut(V).zip(row.chunks_exact(g.c)) {
+            let src = &px[c0..c0 + nc];
+            // A whole block is one fixed-size copy (a run of `nc` known only at run time
+            // would be a `memmove` call per pixel).
+            match (
+                <&mut [f32; V]>::try_from(&mut *d),
+                <&[f32; V]>::try_from(src),
+            ) {
+                (Ok(d), Ok(s)) => *d = *s,
+                _ => {
+                    d[..nc].copy_from_slice(src);
+                    d[nc..].fill(0.0);
+                }
+            }
+        }
+    }
 }
 
 /// The pixels `(ih, iw)`, `ih0 ≤ ih < ih1`, `iw < n`, of the `nc` planes of `xin`
@@ -836,6 +939,7 @@ unsafe fn transpose_cols_avx2(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use tensorforge_core::rng::SplitMix64;
 
     /// The definition in f64 (out[n,k,p,q] = b[k] + Σ_{r,s} x[n,k,p·sh + r·dh − ph,
@@ -959,6 +1063,134 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The channels-last input (`Input::Pixels`) gives the planar input's output bit for
+    /// bit: the tile holds the same values either way, and the sums run in the same order.
+    /// Whole and partial channel blocks (48 = three of 16; 20: a block of 4), stride 2, a
+    /// 7 × 7 filter, two images, one and two workers.
+    #[test]
+    fn channels_last_input_equals_the_planar_one() {
+        let mut rng = SplitMix64::new(31);
+        // (n, c, h, w, r, stride, pad)
+        for &(n, c, h, w, r, st, pad) in &[
+            (1, 48, 14, 14, 7, 1, 3),
+            (2, 20, 9, 11, 3, 2, 1),
+            (1, 32, 8, 8, 5, 1, 2),
+            (1, 16, 7, 7, 3, 1, 1),
+        ] {
+            let p = (h + 2 * pad - r) / st + 1;
+            let q = (w + 2 * pad - r) / st + 1;
+            let g = ConvShape {
+                n,
+                c,
+                h,
+                w,
+                k: c,
+                r,
+                s: r,
+                p,
+                q,
+                stride: [st, st],
+                pad: [pad, pad],
+                dil: [1, 1],
+                group: c,
+            };
+            let x: Vec<f32> = (0..n * c * h * w).map(|_| rng.next_f32_pm1()).collect();
+            // The same values channels last: nhwc[((img·H + ih)·W + iw)·C + ch].
+            let mut nhwc = vec![0f32; x.len()];
+            for img in 0..n {
+                for ch in 0..c {
+                    for i in 0..h * w {
+                        nhwc[(img * h * w + i) * c + ch] = x[(img * c + ch) * h * w + i];
+                    }
+                }
+            }
+            let wk: Vec<f32> = (0..c * r * r).map(|_| rng.next_f32_pm1()).collect();
+            let b: Vec<f32> = (0..c).map(|_| rng.next_f32_pm1()).collect();
+            for threads in [1, 2] {
+                let run = |input: Input| {
+                    let mut out = vec![f32::NAN; n * c * p * q];
+                    crate::exec::with_threads(threads, || {
+                        depthwise_from(&g, input, &wk, Some(&b), Clamp::NONE, &mut out, None)
+                    })
+                    .unwrap()
+                    .unwrap();
+                    out
+                };
+                let (planar, pixels) = (run(Input::Planes(&x)), run(Input::Pixels(&nhwc)));
+                assert!(
+                    planar
+                        .iter()
+                        .zip(&pixels)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{g:?} at {threads} threads"
+                );
+                let want = reference(&g, &x, &wk, &b, Clamp::NONE);
+                assert!(pixels
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, e)| (a - e).abs() <= 1e-5 * (1.0 + e.abs())));
+            }
+        }
+    }
+
+    /// A depthwise convolution of a channels-last tensor's transposed view (ConvNeXt's
+    /// `Transpose(NHWC → NCHW)` before each 7 × 7 layer) reads the tensor in place: neither
+    /// the fused nor the unfused program makes the transpose, and both give the planar
+    /// path's values bit for bit.
+    #[test]
+    fn a_transposed_view_is_read_in_place() {
+        use crate::exec::tests::TRANSPOSE_COPIES;
+        let j = r#"{"schema_version":1,"name":"dw","nodes":[
+          {"name":"x","op":"Input","attrs":{"shape":[1,10,12,48],"dtype":"fp32"}},
+          {"name":"w","op":"Weight","attrs":{"shape":[48,1,7,7],"dtype":"fp32"}},
+          {"name":"xt","op":"Transpose","attrs":{"perm":[0,3,1,2]},"inputs":["x"]},
+          {"name":"c","op":"Conv2d","inputs":["xt","w"],"attrs":{"strides":[1,1],"pads":[3,3,3,3],"dilations":[1,1],"group":48}}],
+          "outputs":["c"]}"#;
+        let graph = crate::ir::Graph::from_json_str(j).unwrap();
+        let c = crate::fusion::compile(&graph).unwrap();
+        let conv = c
+            .fused
+            .graph
+            .nodes
+            .iter()
+            .position(|n| n.name == "c")
+            .unwrap();
+        let expect_in_place = applies(&ConvShape::of_node(&c.fused.graph, conv).unwrap());
+        assert_eq!(nhwc_source(&c.fused.graph, conv).is_some(), expect_in_place);
+        let mut ins = HashMap::new();
+        crate::exec::fill_inputs(&c.unfused.graph, &mut ins, 5).unwrap();
+        let copies = |p| {
+            let before = TRANSPOSE_COPIES.with(|c| c.get());
+            let r = crate::exec::execute(p, &ins).unwrap();
+            (
+                TRANSPOSE_COPIES.with(|c| c.get()) - before,
+                r.outputs[0].2.clone(),
+            )
+        };
+        let made = usize::from(!expect_in_place);
+        let (fused_copies, fused) = copies(&c.fused);
+        let (unfused_copies, unfused) = copies(&c.unfused);
+        assert_eq!((fused_copies, unfused_copies), (made, made));
+        // The planar path on the transposed input: the same tile values, the same sums.
+        let (h, w, ch) = (10, 12, 48);
+        let x = &ins["x"];
+        let mut planes = vec![0f32; x.len()];
+        for i in 0..h * w {
+            for k in 0..ch {
+                planes[k * h * w + i] = x[i * ch + k];
+            }
+        }
+        let g = ConvShape::of_node(&c.fused.graph, conv).unwrap();
+        let mut want = vec![0f32; fused.len()];
+        depthwise_blocked(&g, &planes, &ins["w"], None, Clamp::NONE, &mut want, None).unwrap();
+        for got in [&fused, &unfused] {
+            assert!(got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
         }
     }
 }

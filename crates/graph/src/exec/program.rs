@@ -470,8 +470,16 @@ pub(crate) fn kernel_reads(tg: &TypedGraph, k: &Kernel) -> Vec<usize> {
             if !k.nodes.contains(&tg.producer[tg.base(t)]) {
                 // A MatMul reads a view of a stored tensor in place, with the view's
                 // strides (`gemm::view_layout`), and so do Concat and Slice
-                // (`gemm::strided_view`, `gather`); other views are made first.
-                let r = if copies {
+                // (`gemm::strided_view`, `gather`) and a depthwise convolution a
+                // channels-last tensor (`depthwise::nhwc_source`); other views are made
+                // first.
+                let pixels = (matches!(op, Op::Conv2d { .. }) && j == 0)
+                    .then(|| super::depthwise::nhwc_source(tg, n))
+                    .flatten();
+                let r = if let Some(s) = pixels {
+                    // A depthwise convolution reads a channels-last tensor in place.
+                    s
+                } else if copies {
                     crate::gemm::strided_view(tg, t).map_or(t, |(s, _)| s)
                 } else {
                     crate::gemm::view_layout(tg, t)
@@ -782,34 +790,12 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
-                Op::Conv2d {
-                    strides,
-                    pads,
-                    dilations,
-                    group,
-                } => {
+                Op::Conv2d { .. } => {
                     let ins = &tg.node_inputs[n];
                     let o = tg.node_outputs[n][0];
-                    let (xs, ws) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
-                    let os = &tg.tensors[o].shape;
-                    let geo = super::conv::ConvShape {
-                        n: xs[0],
-                        c: xs[1],
-                        h: xs[2],
-                        w: xs[3],
-                        k: ws[0],
-                        r: ws[2],
-                        s: ws[3],
-                        p: os[2],
-                        q: os[3],
-                        stride: [strides[0], strides[1]],
-                        pad: [pads[0], pads[1]],
-                        dil: [dilations[0], dilations[1]],
-                        group: *group,
-                    };
+                    let geo = super::conv::ConvShape::of_node(tg, n)
+                        .ok_or_else(|| exec_err(tg, n, "a convolution of rank other than 4"))?;
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    let mut scratch = st.pool.take(super::conv::scratch_len(&geo))?;
-                    let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
                     let w = st.bufs[ins[1]].as_deref().unwrap_or(&[]);
                     let b = ins.get(2).map(|t| st.bufs[*t].as_deref().unwrap_or(&[]));
                     let (addend, clamp, folded) = conv_post(st, k);
@@ -817,8 +803,30 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         addend: addend.map(|t| st.bufs[t].as_deref().unwrap_or(&[])),
                         clamp,
                     };
-                    super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, st.filters, n, post)
-                        .map_err(|e| exec_err(tg, n, e))?;
+                    // A depthwise convolution of a channels-last tensor's transposed view
+                    // reads that tensor in place ([`kernel_reads`] did not make the view).
+                    let pixels = st.bufs[ins[0]]
+                        .is_none()
+                        .then(|| super::depthwise::nhwc_source(tg, n))
+                        .flatten();
+                    let mut scratch = st.pool.take(if pixels.is_some() {
+                        0
+                    } else {
+                        super::conv::scratch_len(&geo)
+                    })?;
+                    match pixels {
+                        Some(s) => {
+                            let x = st.bufs[s].as_deref().unwrap_or(&[]);
+                            let f = (st.filters, n);
+                            super::conv::depthwise_pixels(&geo, x, w, b, &mut out, f, post)
+                        }
+                        None => {
+                            let x = st.bufs[ins[0]].as_deref().unwrap_or(&[]);
+                            let f = st.filters;
+                            super::conv::conv2d(&geo, x, w, b, &mut out, &mut scratch, f, n, post)
+                        }
+                    }
+                    .map_err(|e| exec_err(tg, n, e))?;
                     st.pool.put(scratch);
                     // The convolution's buffer holds the last folded node's value.
                     st.bufs[tg.node_outputs[k.nodes[folded]][0]] = Some(out.into());
