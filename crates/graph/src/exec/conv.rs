@@ -356,15 +356,10 @@ fn conv2d_with(
     }
     if cg == 1 && kg == 1 {
         if super::depthwise::applies(g) {
-            // The blocked kernel clamps its sums; an addend comes before the clamp, so then
-            // both are applied after.
-            if post.addend.is_none() {
-                return super::depthwise::depthwise_blocked(g, x, w, bias, post.clamp, out, cache);
-            }
-            super::depthwise::depthwise_blocked(g, x, w, bias, Clamp::NONE, out, cache)?;
-        } else {
-            depthwise(g, x, w, bias, out);
+            let input = super::depthwise::Input::Planes(x);
+            return blocked_depthwise(g, input, w, bias, post, out, cache);
         }
+        depthwise(g, x, w, bias, out);
         post.apply(out);
         return Ok(());
     }
@@ -521,10 +516,25 @@ pub(crate) fn depthwise_pixels(
         return Err(format!("conv2d buffers do not match the shapes {g:?}"));
     }
     let input = super::depthwise::Input::Pixels(x);
+    blocked_depthwise(g, input, w, bias, post, out, Some(cache))
+}
+
+/// The blocked depthwise kernel with `post`: the kernel clamps its sums itself; an addend
+/// comes before the clamp, so then both are applied after, in one pass.
+fn blocked_depthwise(
+    g: &ConvShape,
+    input: super::depthwise::Input,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    post: Post,
+    out: &mut [f32],
+    cache: Option<(&super::winograd::FilterCache, usize)>,
+) -> Result<(), String> {
+    use super::depthwise::depthwise_from;
     if post.addend.is_none() {
-        return super::depthwise::depthwise_from(g, input, w, bias, post.clamp, out, Some(cache));
+        return depthwise_from(g, input, w, bias, post.clamp, out, cache);
     }
-    super::depthwise::depthwise_from(g, input, w, bias, Clamp::NONE, out, Some(cache))?;
+    depthwise_from(g, input, w, bias, Clamp::NONE, out, cache)?;
     post.apply(out);
     Ok(())
 }

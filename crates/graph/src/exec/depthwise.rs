@@ -52,25 +52,6 @@ pub(crate) fn applies(g: &ConvShape) -> bool {
     g.c == g.k && g.group == g.c && tensorforge_kernels::simd::avx2_fma()
 }
 
-/// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`)
-/// with filters `w` (`K × R × S`) and `bias`, clamped by `clamp`; channel blocks of
-/// [`lanes`] over the pool's workers.
-///
-/// The filters laid out lane-major ([`lane_major`]) are kept in `cache` under the node id
-/// when there is one (a program's filter cache: once per weight buffer), else made for
-/// this call.
-pub(crate) fn depthwise_blocked(
-    g: &ConvShape,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    clamp: Clamp,
-    out: &mut [f32],
-    cache: Option<(&super::winograd::FilterCache, usize)>,
-) -> Result<(), String> {
-    depthwise_from(g, Input::Planes(x), w, bias, clamp, out, cache)
-}
-
 /// How a depthwise convolution's input lies in memory.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Input<'a> {
@@ -112,7 +93,13 @@ pub(crate) fn nhwc_source(tg: &crate::ir::TypedGraph, n: usize) -> Option<usize>
         .then_some(src)
 }
 
-/// [`depthwise_blocked`] from an input in either layout.
+/// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`,
+/// given in either layout, [`Input`]) with filters `w` (`K × R × S`) and `bias`, clamped
+/// by `clamp`; channel blocks of [`lanes`] over the pool's workers.
+///
+/// The filters laid out lane-major ([`lane_major`]) are kept in `cache` under the node id
+/// when there is one (a program's filter cache: once per weight buffer), else made for
+/// this call.
 pub(crate) fn depthwise_from(
     g: &ConvShape,
     x: Input,
@@ -194,7 +181,7 @@ fn block_avx512(
     ) {
         block::<16, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
-    // SAFETY: chosen by `depthwise_blocked` only where `vmath::level` reports AVX-512F
+    // SAFETY: chosen by `depthwise_from` only where `vmath::level` reports AVX-512F
     // (detected on this CPU) and the CPU has AVX2 and FMA.
     unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
@@ -226,7 +213,7 @@ fn block_avx2(
     ) {
         block::<8, true>(g, offs, xin, wt, bias, clamp, sc, o)
     }
-    // SAFETY: chosen by `depthwise_blocked` only where the CPU has AVX2 and FMA.
+    // SAFETY: chosen by `depthwise_from` only where the CPU has AVX2 and FMA.
     unsafe { inner(g, offs, xin, wt, bias, clamp, sc, o) }
 }
 
@@ -613,7 +600,7 @@ fn sums<const V: usize, const FMA: bool>(
     #[cfg(target_arch = "x86_64")]
     if FMA {
         // SAFETY: the FMA builds run only where the CPU has AVX2 and FMA, the 16-lane one
-        // only where it has AVX-512F (`depthwise_blocked`); the reads are bounded above.
+        // only where it has AVX-512F (`depthwise_from`); the reads are bounded above.
         unsafe {
             match V {
                 16 => return sums_avx512(offs, tile, wt, bv, clamp, m, bases, otile),
@@ -1042,9 +1029,9 @@ mod tests {
                     for _ in 0..2 {
                         got.fill(f32::NAN);
                         pool.install(|| {
-                            depthwise_blocked(
+                            depthwise_from(
                                 &g,
-                                &x,
+                                Input::Planes(&x),
                                 &wk,
                                 Some(&b),
                                 clamp,
@@ -1185,7 +1172,8 @@ mod tests {
         }
         let g = ConvShape::of_node(&c.fused.graph, conv).unwrap();
         let mut want = vec![0f32; fused.len()];
-        depthwise_blocked(&g, &planes, &ins["w"], None, Clamp::NONE, &mut want, None).unwrap();
+        let planes = Input::Planes(&planes);
+        depthwise_from(&g, planes, &ins["w"], None, Clamp::NONE, &mut want, None).unwrap();
         for got in [&fused, &unfused] {
             assert!(got
                 .iter()
