@@ -109,6 +109,25 @@ pub(crate) fn depthwise_from(
     out: &mut [f32],
     cache: Option<(&super::winograd::FilterCache, usize)>,
 ) -> Result<(), String> {
+    if let Input::Planes(x) = x {
+        if super::depthwise_planes::applies(g) {
+            super::depthwise_planes::depthwise_planes(g, x, w, bias, clamp, out);
+            return Ok(());
+        }
+    }
+    blocked(g, x, w, bias, clamp, out, cache)
+}
+
+/// [`depthwise_from`] by the blocked kernel, whatever the geometry.
+pub(super) fn blocked(
+    g: &ConvShape,
+    x: Input,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+    cache: Option<(&super::winograd::FilterCache, usize)>,
+) -> Result<(), String> {
     let simd = tensorforge_kernels::simd::avx2_fma();
     let v = if simd { lanes() } else { 8 };
     let (held, own);

@@ -29,6 +29,7 @@ mod attention;
 mod blocks;
 mod conv;
 mod depthwise;
+mod depthwise_planes;
 mod elementwise;
 mod gather;
 mod gather_elements;
