@@ -31,12 +31,15 @@ use super::conv::ConvShape;
 use rayon::prelude::*;
 use tensorforge_kernels::clamp::Clamp;
 
-/// Output columns below which the blocked kernel is kept: at 14 a 16-lane vector is 14/16
-/// used; at 7 (MobileNetV2's last stage) under half.
-const MIN_Q: usize = 14;
+/// Output columns from which 16-lane vectors are used (AVX-512): at 14 a vector is 14/16
+/// used.
+const MIN_Q_16: usize = 14;
 
-/// Lanes of a vector (AVX-512, f32).
-const V: usize = 16;
+/// Output columns from which 8-lane vectors are used (AVX2, and AVX-512 CPUs for maps too
+/// narrow for 16 lanes): at 7 (the last stage of MobileNetV2 and EfficientNet at 224 ×
+/// 224) a vector is 7/8 used; below, the blocked kernel (16 or 8 channels to a vector)
+/// stays.
+const MIN_Q_8: usize = 7;
 
 /// Elements of output above which the planes go to the pool's workers.
 const PAR_MIN_OUT: usize = 1 << 14;
@@ -46,19 +49,31 @@ const PAR_MIN_OUT: usize = 1 << 14;
 /// against 93 (AMD EPYC Zen 5, one thread, one-convolution graphs).
 const PREFETCH_STEPS: usize = 4;
 
-/// Whether this kernel runs depthwise convolution `g`: one input and one output channel
-/// per group, stride 1 or 2 both ways, no dilation, a 3 × 3 or 5 × 5 filter, at least [`MIN_Q`] output columns, on a CPU with AVX-512F (as
-/// `vmath::level` reports it: `TENSORFORGE_SIMD=avx2` caps it).
-pub(crate) fn applies(g: &ConvShape) -> bool {
-    g.c == g.k
+/// The lanes this kernel runs depthwise convolution `g` with, or `None` where it does not
+/// run it: one input and one output channel per group, stride 1 or 2 both ways, no
+/// dilation, a 3 × 3 or 5 × 5 filter; 16 lanes where the CPU has AVX-512F (as
+/// `vmath::level` reports it: `TENSORFORGE_SIMD=avx2` caps it) and the output rows have at
+/// least [`MIN_Q_16`] columns, else 8 where it has AVX2 and FMA and at least [`MIN_Q_8`].
+pub(crate) fn lanes(g: &ConvShape) -> Option<usize> {
+    use tensorforge_kernels::vmath::{level, Level};
+    let fits = g.c == g.k
         && g.group == g.c
         && matches!(g.stride[1], 1 | 2)
         && g.stride[0] == g.stride[1]
         && g.dil == [1, 1]
         && matches!(g.s, 3 | 5)
-        && g.r == g.s
-        && g.q >= MIN_Q
-        && tensorforge_kernels::vmath::level() == tensorforge_kernels::vmath::Level::Avx512
+        && g.r == g.s;
+    match level() {
+        _ if !fits || !cfg!(target_arch = "x86_64") => None,
+        Level::Avx512 if g.q >= MIN_Q_16 => Some(16),
+        Level::Avx512 | Level::Avx2 if g.q >= MIN_Q_8 => Some(8),
+        _ => None,
+    }
+}
+
+/// Whether this kernel runs depthwise convolution `g` ([`lanes`]).
+pub(crate) fn applies(g: &ConvShape) -> bool {
+    lanes(g).is_some()
 }
 
 /// `out` (`N × K × P × Q`) = the depthwise convolution of `x` (`N × C × H × W`, `C = K`)
@@ -72,9 +87,22 @@ pub(crate) fn depthwise_planes(
     clamp: Clamp,
     out: &mut [f32],
 ) {
+    planes_at(g, lanes(g), x, w, bias, clamp, out)
+}
+
+/// [`depthwise_planes`] at `v` lanes (16 or 8: one the CPU has).
+fn planes_at(
+    g: &ConvShape,
+    v: Option<usize>,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+) {
     let (hw, pq, taps) = (g.h * g.w, g.p * g.q, g.r * g.s);
     assert!(
-        applies(g)
+        v.is_some()
             && x.len() == g.n * g.c * hw
             && out.len() == g.n * g.k * pq
             && w.len() == g.k * taps
@@ -88,11 +116,15 @@ pub(crate) fn depthwise_planes(
         let wk = &w[k * taps..][..taps];
         let b = bias.map_or(0.0, |b| b[k]);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `applies` checked that the CPU has AVX-512F; the plane, filter and output
-        // slices have the sizes the kernel reads and writes (asserted above), and `zeros`
-        // is a row.
+        // SAFETY: `lanes` checked that the CPU has AVX-512F (16 lanes) or AVX2 and FMA (8);
+        // the plane, filter and output slices have the sizes the kernel reads and writes
+        // (asserted above), and `zeros` is a row.
         unsafe {
-            plane_avx512(g, xp, wk, b, clamp, &zeros, o)
+            if v == Some(16) {
+                plane_avx512(g, xp, wk, b, clamp, &zeros, o)
+            } else {
+                plane_avx2(g, xp, wk, b, clamp, &zeros, o)
+            }
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (xp, wk, b, o, &zeros);
@@ -104,8 +136,205 @@ pub(crate) fn depthwise_planes(
     }
 }
 
-/// One plane, its output columns in chunks of up to four strips of [`V`] ([`rows`] for
-/// each chunk), the chunk's size a constant so that its sums stay in registers.
+/// The vector operations of [`rows`] at one width. Every method is `#[inline(always)]`
+/// and runs inside a function compiled for its instruction set ([`plane_avx512`],
+/// [`plane_avx2`]).
+#[cfg(target_arch = "x86_64")]
+trait Isa {
+    /// A vector of `V` f32.
+    type F: Copy;
+    /// Which lanes a load reads.
+    type M: Copy;
+    /// Lanes.
+    const V: usize;
+    /// Strips of a chunk at most, per (filter width, stride): what leaves the sums, the
+    /// taps and the weight in registers.
+    fn max_strips(s: usize, sw: usize) -> usize;
+    unsafe fn splat(x: f32) -> Self::F;
+    /// Lanes `i` of a load at column `c0` with `0 ≤ c0 + i < w`.
+    unsafe fn inside(c0: isize, w: isize) -> Self::M;
+    /// `V` values at `p`, lanes outside `m` zero (and not read).
+    unsafe fn load(m: Self::M, p: *const f32) -> Self::F;
+    /// `V` values at `p`.
+    unsafe fn load_all(p: *const f32) -> Self::F;
+    /// Lanes `2j` (`odd`: `2j + 1`) of the `2V` values `lo` then `hi`.
+    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F;
+    /// `a·b + c`, one rounding.
+    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// `a` clamped, with the semantics of [`Clamp`].
+    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F;
+    /// Which lanes [`Isa::store`] writes.
+    type K: Copy;
+    /// The first `n ≤ V` lanes.
+    fn keep(n: usize) -> Self::K;
+    /// The lanes `k` of `v` to `p`.
+    unsafe fn store(p: *mut f32, v: Self::F, k: Self::K);
+}
+
+/// 16 lanes, AVX-512F: masked loads and stores, `vpermt2ps`.
+#[cfg(target_arch = "x86_64")]
+struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Avx512 {
+    type F = std::arch::x86_64::__m512;
+    type M = u16;
+    const V: usize = 16;
+    fn max_strips(_: usize, _: usize) -> usize {
+        4
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::F {
+        std::arch::x86_64::_mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn inside(c0: isize, w: isize) -> u16 {
+        let upto = (w - c0).clamp(0, 16) as u32;
+        let from = (-c0).clamp(0, 16) as u32;
+        (((1u32 << upto) - 1) & !((1u32 << from) - 1)) as u16
+    }
+    #[inline(always)]
+    unsafe fn load(m: u16, p: *const f32) -> Self::F {
+        std::arch::x86_64::_mm512_maskz_loadu_ps(m, p)
+    }
+    #[inline(always)]
+    unsafe fn load_all(p: *const f32) -> Self::F {
+        std::arch::x86_64::_mm512_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
+        use std::arch::x86_64::*;
+        let idx = if odd {
+            _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)
+        } else {
+            _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)
+        };
+        _mm512_permutex2var_ps(lo, idx, hi)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
+        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
+        use std::arch::x86_64::*;
+        // max(a, b) is `a > b ? a : b`: max(lo, x) keeps x when x is NaN or not below lo
+        // (ClipLow), max(x, lo) gives lo then (Relu's fmax); min(hi, ·) likewise.
+        let (lo, hi) = (_mm512_set1_ps(c.lo), _mm512_set1_ps(c.hi));
+        let m = if c.relu {
+            _mm512_max_ps(a, lo)
+        } else {
+            _mm512_max_ps(lo, a)
+        };
+        _mm512_min_ps(hi, m)
+    }
+    type K = u16;
+    fn keep(n: usize) -> u16 {
+        ((1u32 << n) - 1) as u16
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::F, k: u16) {
+        std::arch::x86_64::_mm512_mask_storeu_ps(p, k, v)
+    }
+}
+
+/// 8 lanes, AVX2 and FMA: `vmaskmovps` loads, a shuffle and a permute for a stride-2 tap,
+/// short stores in pieces of 4, 2 and 1 lanes (a masked store is slow on AMD's cores).
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Avx2 {
+    type F = std::arch::x86_64::__m256;
+    type M = std::arch::x86_64::__m256i;
+    const V: usize = 8;
+    fn max_strips(s: usize, sw: usize) -> usize {
+        // 16 registers: 3 × 3 sums, 3 taps and a weight at 3 × 3, unit stride; else two
+        // strips (at stride 2 each strip's two loads stay live across a pair of taps).
+        if (s, sw) == (3, 1) {
+            3
+        } else {
+            2
+        }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::F {
+        std::arch::x86_64::_mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn inside(c0: isize, w: isize) -> Self::M {
+        use std::arch::x86_64::*;
+        let i = _mm256_add_epi32(
+            _mm256_set1_epi32(c0.clamp(-64, w.max(0)) as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let ge0 = _mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1));
+        let ltw = _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), i);
+        _mm256_and_si256(ge0, ltw)
+    }
+    #[inline(always)]
+    unsafe fn load(m: Self::M, p: *const f32) -> Self::F {
+        std::arch::x86_64::_mm256_maskload_ps(p, m)
+    }
+    #[inline(always)]
+    unsafe fn load_all(p: *const f32) -> Self::F {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
+        use std::arch::x86_64::*;
+        // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then its 64-bit pairs in the order 0, 2, 1, 3.
+        let t = if odd {
+            _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)
+        } else {
+            _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)
+        };
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
+        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
+        use std::arch::x86_64::*;
+        // As Avx512's: the operand order gives Clip's and Relu's semantics.
+        let (lo, hi) = (_mm256_set1_ps(c.lo), _mm256_set1_ps(c.hi));
+        let m = if c.relu {
+            _mm256_max_ps(a, lo)
+        } else {
+            _mm256_max_ps(lo, a)
+        };
+        _mm256_min_ps(hi, m)
+    }
+    type K = usize;
+    fn keep(n: usize) -> usize {
+        n
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::F, n: usize) {
+        use std::arch::x86_64::*;
+        if n == 8 {
+            _mm256_storeu_ps(p, v);
+            return;
+        }
+        // 4, 2 and 1 lanes as n's bits say (a copy of n values would be a `memcpy` call).
+        let (mut p, mut q) = (p, _mm256_castps256_ps128(v));
+        if n & 4 != 0 {
+            _mm_storeu_ps(p, q);
+            (p, q) = (p.add(4), _mm256_extractf128_ps::<1>(v));
+        }
+        if n & 2 != 0 {
+            _mm_storel_epi64(p.cast(), _mm_castps_si128(q));
+            (p, q) = (p.add(2), _mm_movehl_ps(q, q));
+        }
+        if n & 1 != 0 {
+            _mm_store_ss(p, q);
+        }
+    }
+}
+
+/// One plane at 16 lanes ([`plane`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -118,29 +347,137 @@ unsafe fn plane_avx512(
     zeros: &[f32],
     o: &mut [f32],
 ) {
-    macro_rules! go {
-        ($s:literal, $sw:literal, $a:literal) => {{
-            let strips = g.q.div_ceil(V);
-            let mut b = 0;
-            while b < strips {
-                let q0 = b * V;
-                match strips - b {
-                    1 => rows::<$s, $sw, $a, 1>(g, q0, x, wk, bias, clamp, zeros, o),
-                    2 => rows::<$s, $sw, $a, 2>(g, q0, x, wk, bias, clamp, zeros, o),
-                    3 => rows::<$s, $sw, $a, 3>(g, q0, x, wk, bias, clamp, zeros, o),
-                    _ => rows::<$s, $sw, $a, 4>(g, q0, x, wk, bias, clamp, zeros, o),
-                }
-                b += 4;
+    plane::<Avx512>(g, x, wk, bias, clamp, zeros, o, chunk_avx512)
+}
+
+/// One plane at 8 lanes ([`plane`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn plane_avx2(
+    g: &ConvShape,
+    x: &[f32],
+    wk: &[f32],
+    bias: f32,
+    clamp: Clamp,
+    zeros: &[f32],
+    o: &mut [f32],
+) {
+    plane::<Avx2>(g, x, wk, bias, clamp, zeros, o, chunk_avx2)
+}
+
+/// [`rows`] at one width, compiled for its instruction set as a function of its own per
+/// geometry (inlined into one function with every other geometry's, its sums and masks
+/// were spilled more: 10 % slower).
+#[cfg(target_arch = "x86_64")]
+type ChunkFn = unsafe fn(&ConvShape, Chunk, usize, &[f32], &[f32], f32, Clamp, &[f32], &mut [f32]);
+
+/// A chunk's geometry: filter width, stride, strips.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Chunk {
+    s: usize,
+    sw: usize,
+    strips: usize,
+    /// Whether the strips between the chunk's first and last read inside the row only
+    /// (then they load without masks: fewer mask registers to reload).
+    inner_plain: bool,
+}
+
+macro_rules! chunk_fn {
+    ($name:ident, $isa:ty, $feat:literal) => {
+        /// [`rows`] for `c`'s geometry at this width.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            g: &ConvShape,
+            c: Chunk,
+            q0: usize,
+            x: &[f32],
+            wk: &[f32],
+            bias: f32,
+            clamp: Clamp,
+            zeros: &[f32],
+            o: &mut [f32],
+        ) {
+            macro_rules! sb {
+                ($s:literal, $sw:literal, $a:literal) => {
+                    match (c.strips, c.inner_plain) {
+                        (1, _) => {
+                            rows::<$isa, $s, $sw, $a, 1, false>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                        (2, _) => {
+                            rows::<$isa, $s, $sw, $a, 2, false>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                        (3, false) => {
+                            rows::<$isa, $s, $sw, $a, 3, false>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                        (3, true) => {
+                            rows::<$isa, $s, $sw, $a, 3, true>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                        (_, false) => {
+                            rows::<$isa, $s, $sw, $a, 4, false>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                        (_, true) => {
+                            rows::<$isa, $s, $sw, $a, 4, true>(g, q0, x, wk, bias, clamp, zeros, o)
+                        }
+                    }
+                };
             }
-        }};
-    }
-    // A = ⌈S / SW⌉ output rows in flight.
-    match (g.s, g.stride[1]) {
-        (3, 1) => go!(3, 1, 3),
-        (3, 2) => go!(3, 2, 2),
-        (5, 1) => go!(5, 1, 5),
-        (5, 2) => go!(5, 2, 3),
-        _ => unreachable!("depthwise_planes::applies admits filters 3 or 5 wide, stride 1 or 2"),
+            // A = ⌈S / SW⌉ output rows in flight.
+            match (c.s, c.sw) {
+                (3, 1) => sb!(3, 1, 3),
+                (3, 2) => sb!(3, 2, 2),
+                (5, 1) => sb!(5, 1, 5),
+                (5, 2) => sb!(5, 2, 3),
+                _ => unreachable!(
+                    "depthwise_planes::lanes admits filters 3 or 5 wide, stride 1 or 2"
+                ),
+            }
+        }
+    };
+}
+chunk_fn!(chunk_avx512, Avx512, "avx512f,avx2,fma");
+chunk_fn!(chunk_avx2, Avx2, "avx2,fma");
+
+/// One plane, its output columns in chunks of up to `I::max_strips` strips of `I::V`
+/// (`chunk`, [`rows`], for each), the chunk's size a constant so that its sums stay in
+/// registers.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn plane<I: Isa>(
+    g: &ConvShape,
+    x: &[f32],
+    wk: &[f32],
+    bias: f32,
+    clamp: Clamp,
+    zeros: &[f32],
+    o: &mut [f32],
+    chunk: ChunkFn,
+) {
+    let (s, sw) = (g.s, g.stride[1]);
+    let strips = g.q.div_ceil(I::V);
+    let most = I::max_strips(s, sw);
+    let mut b = 0;
+    while b < strips {
+        let n = (strips - b).min(most);
+        // Strip j of the chunk reads columns [c0, c0 + (V + 1)·SW + S) at most (a stride-2
+        // tap's two loads from its even column), c0 = (b + j)·V·SW − pad_left.
+        let reads = |j: usize| {
+            let c0 = ((b + j) * I::V * sw) as isize - g.pad[1] as isize;
+            c0 >= 0 && c0 as usize + (I::V + 1) * sw + s <= g.w
+        };
+        let c = Chunk {
+            s,
+            sw,
+            strips: n,
+            inner_plain: (1..n.saturating_sub(1)).all(reads),
+        };
+        chunk(g, c, b * I::V, x, wk, bias, clamp, zeros, o);
+        b += most;
     }
 }
 
@@ -151,15 +488,21 @@ unsafe fn plane_avx512(
 /// for which the input row is filter row `r = (A − 1 − a)·SW + u` (when `r < S`: known at
 /// compile time); then the oldest, complete, is stored (when it is a row of the output) and
 /// the others move up. Every tap is a masked load at a fixed offset from the chunk's first
-/// column (two and a permute at stride 2, shared by taps `s` and `s + 1`), the mask
-/// zeroing columns outside the row (the padding: no padded copy, whose just-stored vectors
-/// an unaligned load could not forward from); each input row is loaded once per strip and
-/// tap column. No branch depends on the data or the position but the store's.
+/// column (two and a pick at stride 2, shared by taps `s` and `s + 1`), the mask zeroing
+/// columns outside the row (the padding: no padded copy, whose just-stored vectors an
+/// unaligned load could not forward from); each input row is loaded once per strip and tap
+/// column. No branch depends on the data or the position but the store's.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn rows<const S: usize, const SW: usize, const A: usize, const SB: usize>(
+unsafe fn rows<
+    I: Isa,
+    const S: usize,
+    const SW: usize,
+    const A: usize,
+    const SB: usize,
+    const INNER_PLAIN: bool,
+>(
     g: &ConvShape,
     q0: usize,
     x: &[f32],
@@ -169,44 +512,31 @@ unsafe fn rows<const S: usize, const SW: usize, const A: usize, const SB: usize>
     zeros: &[f32],
     o: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     debug_assert!(wk.len() == S * S && (A - 1) * SW < S && A * SW >= S);
     debug_assert!(zeros.len() >= g.w);
+    let v = I::V;
     let (xp, wp, zp, op) = (x.as_ptr(), wk.as_ptr(), zeros.as_ptr(), o.as_mut_ptr());
-    // Lane j of a stride-2 tap: column 2j (s even) or 2j + 1 (s odd) of the two loads.
-    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    // max(a, b) is `a > b ? a : b`: max(lo, x) keeps x when x is NaN or not below lo
-    // (ClipLow), max(x, lo) gives lo then (Relu's fmax); min(hi, ·) likewise.
-    let (lo, hi) = (_mm512_set1_ps(clamp.lo), _mm512_set1_ps(clamp.hi));
-    let out = |a: __m512| {
-        let m = if clamp.relu {
-            _mm512_max_ps(a, lo)
-        } else {
-            _mm512_max_ps(lo, a)
-        };
-        _mm512_min_ps(hi, m)
-    };
     // Tap s of strip b reads input columns c0 + i, c0 = q0·SW − pad_left + b·V·SW + s (at
     // stride 2: the pair at s rounded down to even, and the next V).
     let first = (q0 * SW) as isize - g.pad[1] as isize;
     let w = g.w as isize;
-    // Lanes i of a load at column c0 with 0 ≤ c0 + i < W.
-    let inside = |c0: isize| -> __mmask16 {
-        let upto = (w - c0).clamp(0, V as isize) as u32;
-        let from = (-c0).clamp(0, V as isize) as u32;
-        (((1u32 << upto) - 1) & !((1u32 << from) - 1)) as u16
-    };
-    let col = |b: usize, s: usize| (b * V * SW + if SW == 1 { s } else { s / 2 * 2 }) as isize;
-    let m_lo: [[__mmask16; S]; SB] =
-        std::array::from_fn(|b| std::array::from_fn(|s| inside(first + col(b, s))));
-    let m_hi: [[__mmask16; S]; SB] =
-        std::array::from_fn(|b| std::array::from_fn(|s| inside(first + col(b, s) + V as isize)));
-    let store: [__mmask16; SB] = std::array::from_fn(|b| {
-        let n = g.q.saturating_sub(q0 + b * V).min(V);
-        ((1u32 << n) - 1) as u16
-    });
-    let b0 = _mm512_set1_ps(bias);
+    let col = |b: usize, s: usize| (b * v * SW + if SW == 1 { s } else { s / 2 * 2 }) as isize;
+    // (Loops, not `array::from_fn`: a closure is compiled without the caller's target
+    // features, and the intrinsics in it would not be inlined.)
+    let mut m_lo = [[I::inside(0, 0); S]; SB];
+    let mut m_hi = m_lo;
+    for b in 0..SB {
+        for s in 0..S {
+            m_lo[b][s] = I::inside(first + col(b, s), w);
+            m_hi[b][s] = I::inside(first + col(b, s) + v as isize, w);
+        }
+    }
+    // Each strip's stored lanes: its columns below Q.
+    let store: [I::K; SB] = std::array::from_fn(|b| I::keep(g.q.saturating_sub(q0 + b * v).min(v)));
+    // Strip b loads without masks (known at compile time once the loops are unrolled).
+    let plain = |b: usize| INNER_PLAIN && b > 0 && b + 1 < SB;
+    let b0 = I::splat(bias);
     let mut acc = [[b0; SB]; A];
     let h = g.h as isize;
     for k in 0..g.p + A - 1 {
@@ -237,23 +567,29 @@ unsafe fn rows<const S: usize, const SW: usize, const A: usize, const SB: usize>
             // are formed with wrapping arithmetic and never dereferenced.
             let base = row.wrapping_offset(first);
             for s in 0..S {
-                let t: [__m512; SB] = std::array::from_fn(|b| {
+                let mut t = [b0; SB];
+                for (b, tb) in t.iter_mut().enumerate() {
                     let p = base.wrapping_offset(col(b, s));
-                    if SW == 1 {
-                        _mm512_maskz_loadu_ps(m_lo[b][s], p)
+                    *tb = if SW == 1 {
+                        if plain(b) {
+                            I::load_all(p)
+                        } else {
+                            I::load(m_lo[b][s], p)
+                        }
+                    } else if plain(b) {
+                        I::pick(I::load_all(p), I::load_all(p.wrapping_add(v)), s % 2 == 1)
                     } else {
-                        let idx = if s % 2 == 0 { even } else { odd };
-                        let l = _mm512_maskz_loadu_ps(m_lo[b][s], p);
-                        let r = _mm512_maskz_loadu_ps(m_hi[b][s], p.wrapping_add(V));
-                        _mm512_permutex2var_ps(l, idx, r)
-                    }
-                });
+                        let lo = I::load(m_lo[b][s], p);
+                        let hi = I::load(m_hi[b][s], p.wrapping_add(v));
+                        I::pick(lo, hi, s % 2 == 1)
+                    };
+                }
                 for (a, acc_a) in acc.iter_mut().enumerate() {
                     let r = (A - 1 - a) * SW + u;
                     if r < S {
-                        let wv = _mm512_set1_ps(*wp.add(r * S + s));
+                        let wv = I::splat(*wp.add(r * S + s));
                         for (ab, tb) in acc_a.iter_mut().zip(&t) {
-                            *ab = _mm512_fmadd_ps(*tb, wv, *ab);
+                            *ab = I::fma(*tb, wv, *ab);
                         }
                     }
                 }
@@ -263,7 +599,11 @@ unsafe fn rows<const S: usize, const SW: usize, const A: usize, const SB: usize>
         if let Some(oh) = (k + 1).checked_sub(A).filter(|&oh| oh < g.p) {
             for (b, ab) in acc[0].iter().enumerate() {
                 // SAFETY: row oh < P and the stored lanes are columns < Q.
-                _mm512_mask_storeu_ps(op.add(oh * g.q + q0 + b * V), store[b], out(*ab));
+                I::store(
+                    op.add(oh * g.q + q0 + b * v),
+                    I::clamp(*ab, clamp),
+                    store[b],
+                );
             }
         }
         for a in 0..A - 1 {
@@ -329,9 +669,13 @@ mod tests {
 
     #[test]
     fn every_geometry_matches_the_definition_and_the_blocked_kernel() {
-        if !applies(&shape(16, 16, 16, 3, 1, 1)) {
-            return; // no AVX-512 on this CPU: the kernel never runs here.
-        }
+        use tensorforge_kernels::vmath::{level, Level};
+        // Each width this CPU has (the kernel never runs on one without AVX2 and FMA).
+        let widths: &[usize] = match level() {
+            Level::Avx512 => &[16, 8],
+            Level::Avx2 => &[8],
+            _ => return,
+        };
         let relu6 = Clamp {
             lo: 0.0,
             hi: 6.0,
@@ -359,34 +703,47 @@ mod tests {
             // bias alone.
             (2, 16, 16, 3, 1, 3),
             (2, 16, 24, 5, 2, 5),
+            // 7 and 9 columns: 8 lanes on every CPU.
+            (3, 7, 7, 5, 1, 2),
+            (3, 14, 18, 3, 2, 1),
         ] {
             let g = shape(c, h, w, rs, stride, pad);
             assert!(applies(&g), "{g:?}");
-            let x = vals(g.n * c * h * w);
-            let wt = vals(c * rs * rs);
-            let b = vals(c);
-            for cl in [Clamp::NONE, relu6] {
-                let want = reference(&g, &x, &wt, &b, cl);
-                let mut got = vec![f32::NAN; want.len()];
-                depthwise_planes(&g, &x, &wt, Some(&b), cl, &mut got);
-                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
-                    // Nine to 25 products of values below 1: within a few f32 roundings.
-                    assert!((a - e).abs() <= 1e-5, "{g:?} at {i}: {a} vs {e}");
-                }
-                // The blocked kernel sums in the same order: the same bits.
-                let mut blocked = vec![0f32; want.len()];
-                let input = super::super::depthwise::Input::Planes(&x);
-                super::super::depthwise::blocked(&g, input, &wt, Some(&b), cl, &mut blocked, None)
+            for &v in widths {
+                let x = vals(g.n * c * h * w);
+                let wt = vals(c * rs * rs);
+                let b = vals(c);
+                for cl in [Clamp::NONE, relu6] {
+                    let want = reference(&g, &x, &wt, &b, cl);
+                    let mut got = vec![f32::NAN; want.len()];
+                    planes_at(&g, Some(v), &x, &wt, Some(&b), cl, &mut got);
+                    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                        // Nine to 25 products of values below 1: within a few f32 roundings.
+                        assert!((a - e).abs() <= 1e-5, "{v} lanes, {g:?} at {i}: {a} vs {e}");
+                    }
+                    // The blocked kernel sums in the same order: the same bits.
+                    let mut blocked = vec![0f32; want.len()];
+                    let input = super::super::depthwise::Input::Planes(&x);
+                    super::super::depthwise::blocked(
+                        &g,
+                        input,
+                        &wt,
+                        Some(&b),
+                        cl,
+                        &mut blocked,
+                        None,
+                    )
                     .unwrap();
-                assert_eq!(got, blocked, "{g:?}");
+                    assert_eq!(got, blocked, "{v} lanes, {g:?}");
+                }
             }
         }
     }
 
     #[test]
     fn narrow_maps_and_other_filters_are_left_to_the_blocked_kernel() {
-        // 7 output columns: under half of a vector.
-        assert!(!applies(&shape(8, 14, 14, 3, 2, 1)));
+        // 4 output columns: half of an 8-lane vector.
+        assert!(!applies(&shape(8, 8, 8, 3, 2, 1)));
         // A 7-wide filter, stride 3, a grouped (not depthwise) convolution.
         assert!(!applies(&shape(8, 56, 56, 7, 1, 3)));
         assert!(!applies(&shape(8, 56, 56, 3, 3, 1)));
