@@ -32,14 +32,17 @@ use rayon::prelude::*;
 use tensorforge_kernels::clamp::Clamp;
 
 /// Output columns from which 16-lane vectors are used (AVX-512): at 14 a vector is 14/16
-/// used.
+/// used. Narrower maps keep the blocked kernel (16 channels to a vector): 8-lane vectors
+/// on them measured no faster (960 channels of 7 × 7: 29 µs against 27, AMD EPYC Zen 5).
 const MIN_Q_16: usize = 14;
 
-/// Output columns from which 8-lane vectors are used (AVX2, and AVX-512 CPUs for maps too
-/// narrow for 16 lanes): at 7 (the last stage of MobileNetV2 and EfficientNet at 224 ×
-/// 224) a vector is 7/8 used; below, the blocked kernel (16 or 8 channels to a vector)
-/// stays.
-const MIN_Q_8: usize = 7;
+/// Output columns from which 8-lane vectors are used (CPUs with AVX2 and FMA but not
+/// AVX-512F), with 3 × 3 filters only: against the blocked kernel at 8 lanes (AMD EPYC Zen
+/// 5 capped to AVX2, one thread) the 96-channel 112 × 112 stride-2 layer took 181 µs
+/// against 212, 192 channels of 56 × 56 160 against 175, but 14 × 14 maps (two strips, one
+/// of 6 lanes) 28.5 against 25 and a 5 × 5 filter on 28 × 28 159 against 124 (its five
+/// rows of sums and ten masks do not fit 16 registers).
+const MIN_Q_8: usize = 16;
 
 /// Elements of output above which the planes go to the pool's workers.
 const PAR_MIN_OUT: usize = 1 << 14;
@@ -53,7 +56,8 @@ const PREFETCH_STEPS: usize = 4;
 /// run it: one input and one output channel per group, stride 1 or 2 both ways, no
 /// dilation, a 3 × 3 or 5 × 5 filter; 16 lanes where the CPU has AVX-512F (as
 /// `vmath::level` reports it: `TENSORFORGE_SIMD=avx2` caps it) and the output rows have at
-/// least [`MIN_Q_16`] columns, else 8 where it has AVX2 and FMA and at least [`MIN_Q_8`].
+/// least [`MIN_Q_16`] columns; 8 where it has AVX2 and FMA only, the filter is 3 × 3 and
+/// the rows have at least [`MIN_Q_8`] columns.
 pub(crate) fn lanes(g: &ConvShape) -> Option<usize> {
     use tensorforge_kernels::vmath::{level, Level};
     let fits = g.c == g.k
@@ -66,7 +70,7 @@ pub(crate) fn lanes(g: &ConvShape) -> Option<usize> {
     match level() {
         _ if !fits || !cfg!(target_arch = "x86_64") => None,
         Level::Avx512 if g.q >= MIN_Q_16 => Some(16),
-        Level::Avx512 | Level::Avx2 if g.q >= MIN_Q_8 => Some(8),
+        Level::Avx2 if g.q >= MIN_Q_8 && g.s == 3 => Some(8),
         _ => None,
     }
 }
@@ -248,14 +252,8 @@ impl Isa for Avx2 {
     type F = std::arch::x86_64::__m256;
     type M = std::arch::x86_64::__m256i;
     const V: usize = 8;
-    fn max_strips(s: usize, sw: usize) -> usize {
-        // 16 registers: 3 × 3 sums, 3 taps and a weight at 3 × 3, unit stride; else two
-        // strips (at stride 2 each strip's two loads stay live across a pair of taps).
-        if (s, sw) == (3, 1) {
-            3
-        } else {
-            2
-        }
+    fn max_strips(_: usize, _: usize) -> usize {
+        2
     }
     #[inline(always)]
     unsafe fn splat(x: f32) -> Self::F {
@@ -703,12 +701,11 @@ mod tests {
             // bias alone.
             (2, 16, 16, 3, 1, 3),
             (2, 16, 24, 5, 2, 5),
-            // 7 and 9 columns: 8 lanes on every CPU.
+            // 7 and 9 columns.
             (3, 7, 7, 5, 1, 2),
             (3, 14, 18, 3, 2, 1),
         ] {
             let g = shape(c, h, w, rs, stride, pad);
-            assert!(applies(&g), "{g:?}");
             for &v in widths {
                 let x = vals(g.n * c * h * w);
                 let wt = vals(c * rs * rs);
@@ -742,8 +739,8 @@ mod tests {
 
     #[test]
     fn narrow_maps_and_other_filters_are_left_to_the_blocked_kernel() {
-        // 4 output columns: half of an 8-lane vector.
-        assert!(!applies(&shape(8, 8, 8, 3, 2, 1)));
+        // 7 output columns: under half of a 16-lane vector, and not faster at 8.
+        assert!(!applies(&shape(8, 14, 14, 3, 2, 1)));
         // A 7-wide filter, stride 3, a grouped (not depthwise) convolution.
         assert!(!applies(&shape(8, 56, 56, 7, 1, 3)));
         assert!(!applies(&shape(8, 56, 56, 3, 3, 1)));
