@@ -1,6 +1,7 @@
 //! Depthwise convolutions computed plane by plane in the input's own layout (NCHW), with no
-//! transposes, at AVX-512. Each plane's output columns are taken in chunks of up to four
-//! strips of 16, and each chunk's rows as a pipeline down the plane: one step reads the
+//! transposes, in vectors of 16 lanes (AVX-512F) or 8 (AVX2 and FMA; [`lanes`] says which
+//! geometries each takes). Each plane's output columns are taken in chunks of up to four
+//! strips of a vector (two at 8 lanes), and each chunk's rows as a pipeline down the plane: one step reads the
 //! next input row (two at stride 2) and multiplies it into every output row in flight
 //! that it reaches (`⌈S / stride⌉` of them, the sums in registers), then stores the oldest,
 //! now complete. For each input row and filter column `s`, a strip's 16 inputs are one
@@ -19,10 +20,10 @@
 //! read once, in order, and written once, in order.
 //!
 //! Left out: strides other than 1 and 2, unequal strides or filter sides, dilation,
-//! filters other than 3 × 3 and 5 × 5, output rows narrower than [`MIN_Q`] columns (most
-//! lanes of a vector would be wasted: those keep the blocked kernel), channels-last inputs
-//! (the blocked kernel reads them in place), and CPUs without AVX-512F (AVX2 and aarch64
-//! keep the blocked kernel).
+//! filters other than 3 × 3 and 5 × 5 (and 5 × 5 at 8 lanes), output rows narrower than
+//! [`MIN_Q_16`] or [`MIN_Q_8`] columns (lanes of a vector would be wasted: those keep the
+//! blocked kernel), channels-last inputs (the blocked kernel reads them in place), and CPUs
+//! without AVX2, where module `conv`'s row kernel runs).
 
 // Only x86-64 has the kernel; elsewhere `applies` is false and the rest goes unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
