@@ -57,7 +57,7 @@ const PREFETCH_STEPS: usize = 4;
 /// run it: one input and one output channel per group, stride 1 or 2 both ways, no
 /// dilation, a 3 × 3 or 5 × 5 filter; 16 lanes where the CPU has AVX-512F (as
 /// `vmath::level` reports it: `TENSORFORGE_SIMD=avx2` caps it) and the output rows have at
-/// least [`MIN_Q_16`] columns; 8 where it has AVX2 and FMA only, the filter is 3 × 3 and
+/// least [`MIN_Q_16`] columns (more than 16 with a 5 × 5 filter); 8 where it has AVX2 and FMA only, the filter is 3 × 3 and
 /// the rows have at least [`MIN_Q_8`] columns.
 pub(crate) fn lanes(g: &ConvShape) -> Option<usize> {
     use tensorforge_kernels::vmath::{level, Level};
@@ -70,7 +70,10 @@ pub(crate) fn lanes(g: &ConvShape) -> Option<usize> {
         && g.r == g.s;
     match level() {
         _ if !fits || !cfg!(target_arch = "x86_64") => None,
-        Level::Avx512 if g.q >= MIN_Q_16 => Some(16),
+        // A 5 × 5 filter on one strip: five sums in flight, each five dependent
+        // multiply-adds a step, wait on each other (EfficientNet's 672 channels of 14 × 14:
+        // 80 µs against the blocked kernel's 70); from two strips on, ten.
+        Level::Avx512 if g.q >= MIN_Q_16 && (g.s == 3 || g.q > 16) => Some(16),
         Level::Avx2 if g.q >= MIN_Q_8 && g.s == 3 => Some(8),
         _ => None,
     }
@@ -742,6 +745,8 @@ mod tests {
     fn narrow_maps_and_other_filters_are_left_to_the_blocked_kernel() {
         // 7 output columns: under half of a 16-lane vector, and not faster at 8.
         assert!(!applies(&shape(8, 14, 14, 3, 2, 1)));
+        // A 5 × 5 filter on 14 columns (one strip).
+        assert!(!applies(&shape(8, 14, 14, 5, 1, 2)));
         // A 7-wide filter, stride 3, a grouped (not depthwise) convolution.
         assert!(!applies(&shape(8, 56, 56, 7, 1, 3)));
         assert!(!applies(&shape(8, 56, 56, 3, 3, 1)));
