@@ -17,6 +17,13 @@
 //! 7 × 7 layer, [`nhwc_source`]) is read in place: a pixel's block of channels is one run,
 //! copied into the tile, where the view would have been made and then transposed again.
 //!
+//! Where the input is planar and module `depthwise_planes` takes the geometry (maps of 14
+//! columns or more at AVX-512, of 16 or more with 3 × 3 filters at AVX2), [`depthwise_from`]
+//! hands the convolution to it instead: reading the planes in order without transposing
+//! them measured 1.5–2.5× faster there (docs/performance.md, twenty-first session). This
+//! kernel keeps small maps (7 × 7: 16 channels fill a vector where a row would not), 7 × 7
+//! filters and channels-last inputs.
+//!
 //! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
 //! keeping the blocked layout between layers (onnxruntime's NCHWc: no transposes), and a
 //! NEON transpose (aarch64 transposes element by element).
@@ -38,7 +45,8 @@ fn lanes() -> usize {
     }
 }
 
-/// Whether the blocked kernel runs depthwise convolution `g` rather than the row kernel of
+/// Whether [`depthwise_from`] (this module's blocked kernel, or module `depthwise_planes`
+/// where it takes the geometry) runs depthwise convolution `g` rather than the row kernel of
 /// module `conv`: wherever the CPU has AVX2 and FMA (the blocked kernel's explicit vector
 /// paths). With each filter row's inputs loaded once for all its taps it was the faster
 /// on every layer shape measured, wide unit-stride maps included: 144 channels of 56 × 56
