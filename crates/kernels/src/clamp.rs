@@ -78,6 +78,43 @@ impl Clamp {
         xs.iter_mut().for_each(|x| *x = self.apply(*x));
     }
 
+    /// [`Clamp::apply`] on the 16 lanes of `x`: `min(hi, max(lo, x))` for `Clip`,
+    /// `min(hi, max(x, lo))` for `relu`. x86's `max(a, b)` is `a > b ? a : b`, so the
+    /// operand order gives the scalar form's bits (a NaN or −0 kept by `Clip`, turned to `lo`
+    /// by `Relu`). Inline, for a caller compiled for AVX-512F.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub unsafe fn apply_m512(&self, x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let lo = _mm512_set1_ps(self.lo);
+        let y = if self.relu {
+            _mm512_max_ps(x, lo)
+        } else {
+            _mm512_max_ps(lo, x)
+        };
+        _mm512_min_ps(_mm512_set1_ps(self.hi), y)
+    }
+
+    /// [`Clamp::apply_m512`] on the 8 lanes of `x`, for a caller compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must have AVX.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub unsafe fn apply_m256(&self, x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let lo = _mm256_set1_ps(self.lo);
+        let y = if self.relu {
+            _mm256_max_ps(x, lo)
+        } else {
+            _mm256_max_ps(lo, x)
+        };
+        _mm256_min_ps(_mm256_set1_ps(self.hi), y)
+    }
+
     /// [`Clamp::apply_slice`] compiled for AVX2, where the compiler vectorizes the selects.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
@@ -125,6 +162,34 @@ mod tests {
             let want: Vec<u32> = v.iter().map(|&x| c.apply(x).to_bits()).collect();
             c.apply_slice(&mut v);
             assert_eq!(v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+            // And the vector forms, on every width this CPU has.
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut v: Vec<f32> = xs.iter().cycle().take(16).copied().collect();
+                let want: Vec<u32> = v.iter().map(|&x| c.apply(x).to_bits()).collect();
+                if crate::simd::avx2_fma() {
+                    // SAFETY: the CPU has AVX2 (checked); v holds 16 values.
+                    let got = unsafe {
+                        use std::arch::x86_64::*;
+                        let mut out = [0f32; 16];
+                        for h in 0..2 {
+                            let y = c.apply_m256(_mm256_loadu_ps(v.as_ptr().add(8 * h)));
+                            _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), y);
+                        }
+                        out
+                    };
+                    assert_eq!(got.map(f32::to_bits).to_vec(), want);
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F (checked); v holds 16 values.
+                    unsafe {
+                        use std::arch::x86_64::*;
+                        let y = c.apply_m512(_mm512_loadu_ps(v.as_ptr()));
+                        _mm512_storeu_ps(v.as_mut_ptr(), y);
+                    }
+                    assert_eq!(v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+                }
+            }
         }
     }
 }

@@ -1188,14 +1188,7 @@ mod x86 {
                         y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, add.add(j * ldc)));
                     }
                     if let Some(cl) = clamp {
-                        // max(a, b) is `a > b ? a : b` (module `clamp`).
-                        let lo = _mm256_set1_ps(cl.lo);
-                        y = if cl.relu {
-                            _mm256_max_ps(y, lo)
-                        } else {
-                            _mm256_max_ps(lo, y)
-                        };
-                        y = _mm256_min_ps(_mm256_set1_ps(cl.hi), y);
+                        y = cl.apply_m256(y);
                     }
                     if m == 0xff {
                         _mm256_storeu_ps(p, y);
@@ -1322,14 +1315,7 @@ mod x86 {
                     y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, add.add(r * ldc + 16 * v)));
                 }
                 if let Some(cl) = clamp {
-                    // max(a, b) is `a > b ? a : b` (module `clamp`).
-                    let lo = _mm512_set1_ps(cl.lo);
-                    y = if cl.relu {
-                        _mm512_max_ps(y, lo)
-                    } else {
-                        _mm512_max_ps(lo, y)
-                    };
-                    y = _mm512_min_ps(_mm512_set1_ps(cl.hi), y);
+                    y = cl.apply_m512(y);
                 }
                 if m == 0xffff {
                     _mm512_storeu_ps(p, y);
@@ -1501,14 +1487,7 @@ mod x86 {
                     y = _mm256_add_ps(y, d);
                 }
                 if let Some(cl) = clamp {
-                    // max(a, b) is `a > b ? a : b` (module `clamp`).
-                    let lo = _mm256_set1_ps(cl.lo);
-                    y = if cl.relu {
-                        _mm256_max_ps(y, lo)
-                    } else {
-                        _mm256_max_ps(lo, y)
-                    };
-                    y = _mm256_min_ps(_mm256_set1_ps(cl.hi), y);
+                    y = cl.apply_m256(y);
                 }
                 if masked {
                     _mm256_maskstore_ps(p, tail, y);

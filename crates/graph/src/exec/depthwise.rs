@@ -684,7 +684,7 @@ impl Iterator for Bases {
 /// [`sums`] with explicit vectors of `$v` lanes (`$ty`), [`GROUP`] pixels at a time.
 macro_rules! sums_simd {
     ($name:ident, $feat:literal, $v:literal, $ty:ty, $set1:ident, $load:ident, $store:ident,
-     $fmadd:ident, $max:ident, $min:ident) => {
+     $fmadd:ident, $clamp:ident) => {
         /// [`sums`] at this width: `offs` the taps' offsets and `bases` the `m` output
         /// pixels' first taps, in values.
         #[cfg(target_arch = "x86_64")]
@@ -704,11 +704,7 @@ macro_rules! sums_simd {
             debug_assert_eq!(V, $v);
             let (t, wp, o) = (tile.as_ptr(), wt.as_ptr(), otile.as_mut_ptr());
             let bias: $ty = $load(bv.as_ptr());
-            let (lo, hi): ($ty, $ty) = ($set1(clamp.lo), $set1(clamp.hi));
-            // max(a, b) is `a > b ? a : b`: max(lo, x) keeps x when x is NaN or not below
-            // lo (ClipLow), max(x, lo) gives lo then (Relu's fmax); min(hi, ·) likewise.
-            let relu = clamp.relu;
-            let out = |a: $ty| $min(hi, if relu { $max(a, lo) } else { $max(lo, a) });
+            let out = |a: $ty| clamp.$clamp(a);
             let mut i = 0;
             while i + GROUP <= m {
                 let p: [*const f32; GROUP] = std::array::from_fn(|_| t.add(bases.step()));
@@ -746,7 +742,7 @@ macro_rules! sums_simd {
 /// path's, so the two give the same bits.
 macro_rules! rows_simd {
     ($name:ident, $feat:literal, $ty:ty, $set1:ident, $load:ident, $store:ident,
-     $fmadd:ident, $max:ident, $min:ident) => {
+     $fmadd:ident, $clamp:ident) => {
         /// The rows path at this width: `offs` the taps' offsets in values (filter row r's
         /// first at `offs[r·S]`), `geo` the output width, one output row's step in the
         /// tile (values) and the rows.
@@ -765,9 +761,7 @@ macro_rules! rows_simd {
             use std::arch::x86_64::*;
             let (t, wp, o) = (tile.as_ptr(), wt.as_ptr(), otile.as_mut_ptr());
             let bias: $ty = $load(bv.as_ptr());
-            let (lo, hi): ($ty, $ty) = ($set1(clamp.lo), $set1(clamp.hi));
-            let relu = clamp.relu;
-            let out = |a: $ty| $min(hi, if relu { $max(a, lo) } else { $max(lo, a) });
+            let out = |a: $ty| clamp.$clamp(a);
             for op in 0..rows_out {
                 let mut oq = 0;
                 while oq < q {
@@ -804,8 +798,7 @@ rows_simd!(
     _mm512_loadu_ps,
     _mm512_storeu_ps,
     _mm512_fmadd_ps,
-    _mm512_max_ps,
-    _mm512_min_ps
+    apply_m512
 );
 rows_simd!(
     rows_avx2,
@@ -815,8 +808,7 @@ rows_simd!(
     _mm256_loadu_ps,
     _mm256_storeu_ps,
     _mm256_fmadd_ps,
-    _mm256_max_ps,
-    _mm256_min_ps
+    apply_m256
 );
 
 sums_simd!(
@@ -828,8 +820,7 @@ sums_simd!(
     _mm512_loadu_ps,
     _mm512_storeu_ps,
     _mm512_fmadd_ps,
-    _mm512_max_ps,
-    _mm512_min_ps
+    apply_m512
 );
 sums_simd!(
     sums_avx2,
@@ -840,8 +831,7 @@ sums_simd!(
     _mm256_loadu_ps,
     _mm256_storeu_ps,
     _mm256_fmadd_ps,
-    _mm256_max_ps,
-    _mm256_min_ps
+    apply_m256
 );
 
 /// The band's output tile (`m` pixels of `V` lanes) into the block's planes: lane `l` of

@@ -225,16 +225,7 @@ impl Isa for Avx512 {
     }
     #[inline(always)]
     unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
-        use std::arch::x86_64::*;
-        // max(a, b) is `a > b ? a : b`: max(lo, x) keeps x when x is NaN or not below lo
-        // (ClipLow), max(x, lo) gives lo then (Relu's fmax); min(hi, ·) likewise.
-        let (lo, hi) = (_mm512_set1_ps(c.lo), _mm512_set1_ps(c.hi));
-        let m = if c.relu {
-            _mm512_max_ps(a, lo)
-        } else {
-            _mm512_max_ps(lo, a)
-        };
-        _mm512_min_ps(hi, m)
+        c.apply_m512(a)
     }
     type K = u16;
     fn keep(n: usize) -> u16 {
@@ -299,15 +290,7 @@ impl Isa for Avx2 {
     }
     #[inline(always)]
     unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
-        use std::arch::x86_64::*;
-        // As Avx512's: the operand order gives Clip's and Relu's semantics.
-        let (lo, hi) = (_mm256_set1_ps(c.lo), _mm256_set1_ps(c.hi));
-        let m = if c.relu {
-            _mm256_max_ps(a, lo)
-        } else {
-            _mm256_max_ps(lo, a)
-        };
-        _mm256_min_ps(hi, m)
+        c.apply_m256(a)
     }
     type K = usize;
     fn keep(n: usize) -> usize {
