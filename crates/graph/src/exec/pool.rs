@@ -155,7 +155,7 @@ impl Pool {
     }
 
     /// Keep `v` (an output vector of an earlier run, [`super::ExecResult::outputs`]) for a
-    /// later run's buffer of its length. A run hands its outputs over instead of copying
+    /// later buffer of half its capacity to all of it ([`Pool`]). A run hands its outputs over instead of copying
     /// them, so its pool no longer holds them; a loop that hands them back here runs every
     /// later call on memory already paged in, as onnxruntime's `run` does (a 64 MiB softmax
     /// output costs it no fresh pages: 13.2 ms a call at the median against 12.5 with the
@@ -164,7 +164,8 @@ impl Pool {
     /// Without it, each run's outputs are fresh memory (see [`Pool`]).
     ///
     /// ```
-    ///     /// use tensorforge_graph::exec::{execute_pooled, Pool};
+    /// use std::collections::HashMap;
+    /// use tensorforge_graph::exec::{execute_pooled, Pool};
     /// let g = tensorforge_graph::Graph::from_json_str(r#"{"nodes":[
     ///   {"name":"x","op":"Input","attrs":{"shape":[4],"dtype":"fp32"}},
     ///   {"name":"y","op":"Exp","inputs":["x"]}]}"#).unwrap();
