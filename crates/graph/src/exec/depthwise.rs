@@ -941,14 +941,20 @@ unsafe fn transpose_cols_avx2(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::collections::HashMap;
     use tensorforge_core::rng::SplitMix64;
 
     /// The definition in f64 (out[n,k,p,q] = b[k] + Σ_{r,s} x[n,k,p·sh + r·dh − ph,
     /// q·sw + s·dw − pw]·w[k,r,s] over in-range taps), then the clamp.
-    fn reference(g: &ConvShape, x: &[f32], w: &[f32], b: &[f32], c: Clamp) -> Vec<f32> {
+    pub(in crate::exec) fn reference(
+        g: &ConvShape,
+        x: &[f32],
+        w: &[f32],
+        b: &[f32],
+        c: Clamp,
+    ) -> Vec<f32> {
         let mut out = vec![0f32; g.n * g.k * g.p * g.q];
         for n in 0..g.n {
             for k in 0..g.k {

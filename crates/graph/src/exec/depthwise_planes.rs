@@ -600,6 +600,7 @@ unsafe fn rows<
 
 #[cfg(test)]
 mod tests {
+    use super::super::depthwise::tests::reference;
     use super::*;
     use tensorforge_core::rng::SplitMix64;
 
@@ -621,35 +622,6 @@ mod tests {
             dil: [1, 1],
             group: c,
         }
-    }
-
-    /// The definition in f64, then clamped.
-    fn reference(g: &ConvShape, x: &[f32], w: &[f32], b: &[f32], cl: Clamp) -> Vec<f32> {
-        let mut out = vec![0f32; g.n * g.k * g.p * g.q];
-        for n in 0..g.n {
-            for k in 0..g.k {
-                for op in 0..g.p {
-                    for oq in 0..g.q {
-                        let mut a = b[k] as f64;
-                        for r in 0..g.r {
-                            for s in 0..g.s {
-                                let ih = (op * g.stride[0] + r) as isize - g.pad[0] as isize;
-                                let iw = (oq * g.stride[1] + s) as isize - g.pad[1] as isize;
-                                if (0..g.h as isize).contains(&ih)
-                                    && (0..g.w as isize).contains(&iw)
-                                {
-                                    let xv =
-                                        x[((n * g.c + k) * g.h + ih as usize) * g.w + iw as usize];
-                                    a += xv as f64 * w[(k * g.r + r) * g.s + s] as f64;
-                                }
-                            }
-                        }
-                        out[((n * g.k + k) * g.p + op) * g.q + oq] = cl.apply(a as f32);
-                    }
-                }
-            }
-        }
-        out
     }
 
     #[test]
