@@ -20,7 +20,7 @@
 //! Where the input is planar and module `depthwise_planes` takes the geometry (maps of 14
 //! columns or more at AVX-512, of 16 or more with 3 × 3 filters at AVX2), [`depthwise_from`]
 //! hands the convolution to it instead: reading the planes in order without transposing
-//! them measured 1.5–2.5× faster there (docs/performance.md, twenty-first session). This
+//! them measured 1.2–2.5× faster there (docs/performance.md, twenty-first session). This
 //! kernel keeps small maps (7 × 7: 16 channels fill a vector where a row would not), 7 × 7
 //! filters and channels-last inputs.
 //!

@@ -1,13 +1,14 @@
 //! Depthwise convolutions computed plane by plane in the input's own layout (NCHW), with no
 //! transposes, in vectors of 16 lanes (AVX-512F) or 8 (AVX2 and FMA; [`lanes`] says which
 //! geometries each takes). Each plane's output columns are taken in chunks of up to four
-//! strips of a vector (two at 8 lanes), and each chunk's rows as a pipeline down the plane: one step reads the
-//! next input row (two at stride 2) and multiplies it into every output row in flight
-//! that it reaches (`⌈S / stride⌉` of them, the sums in registers), then stores the oldest,
-//! now complete. For each input row and filter column `s`, a strip's 16 inputs are one
-//! masked load (the mask zeroes the columns outside the plane: the padding, with no padded
-//! copy), or at stride 2 the even or odd lanes of two masked loads picked by one permute
-//! (`vpermt2ps`; taps `s` and `s + 1` share the loads). Input rows outside the plane are a
+//! strips of a vector (two at 8 lanes), and each chunk's rows as a pipeline down the
+//! plane: one step reads the next input row (two at stride 2) and multiplies it into every
+//! output row in flight that it reaches (`⌈S / stride⌉` of them, the sums in registers),
+//! then stores the oldest, now complete. For each input row and filter column `s`, a
+//! strip's inputs are one masked load (the mask zeroes the columns outside the plane: the
+//! padding, with no padded copy), or at stride 2 the even or odd lanes of two masked loads
+//! picked by one permute (`vpermt2ps`; at 8 lanes `vshufps` and `vpermpd`; taps `s` and
+//! `s + 1` share the loads). Input rows outside the plane are a
 //! row of zeros. Each output value gets its bias, then its taps in the filter's order (row
 //! by row, column by column: the blocked kernel's order, so both give the same bits), then
 //! the clamp (ReLU, ReLU6) before one masked store. The input rows a few steps ahead are
@@ -155,9 +156,9 @@ trait Isa {
     type M: Copy;
     /// Lanes.
     const V: usize;
-    /// Strips of a chunk at most, per (filter width, stride): what leaves the sums, the
-    /// taps and the weight in registers.
-    fn max_strips(s: usize, sw: usize) -> usize;
+    /// Strips of a chunk at most: what leaves the sums, the taps and the weight in
+    /// registers.
+    const MAX_STRIPS: usize;
     unsafe fn splat(x: f32) -> Self::F;
     /// Lanes `i` of a load at column `c0` with `0 ≤ c0 + i < w`.
     unsafe fn inside(c0: isize, w: isize) -> Self::M;
@@ -188,9 +189,7 @@ impl Isa for Avx512 {
     type F = std::arch::x86_64::__m512;
     type M = u16;
     const V: usize = 16;
-    fn max_strips(_: usize, _: usize) -> usize {
-        4
-    }
+    const MAX_STRIPS: usize = 4;
     #[inline(always)]
     unsafe fn splat(x: f32) -> Self::F {
         std::arch::x86_64::_mm512_set1_ps(x)
@@ -247,9 +246,9 @@ impl Isa for Avx2 {
     type F = std::arch::x86_64::__m256;
     type M = std::arch::x86_64::__m256i;
     const V: usize = 8;
-    fn max_strips(_: usize, _: usize) -> usize {
-        2
-    }
+    // Two: with three, 3 × 3 filters' nine sums, three taps and their masks spilled from
+    // the 16 registers (`perf annotate`: sums reloaded from the stack).
+    const MAX_STRIPS: usize = 2;
     #[inline(always)]
     unsafe fn splat(x: f32) -> Self::F {
         std::arch::x86_64::_mm256_set1_ps(x)
@@ -427,7 +426,7 @@ macro_rules! chunk_fn {
 chunk_fn!(chunk_avx512, Avx512, "avx512f,avx2,fma");
 chunk_fn!(chunk_avx2, Avx2, "avx2,fma");
 
-/// One plane, its output columns in chunks of up to `I::max_strips` strips of `I::V`
+/// One plane, its output columns in chunks of up to `I::MAX_STRIPS` strips of `I::V`
 /// (`chunk`, [`rows`], for each), the chunk's size a constant so that its sums stay in
 /// registers.
 #[cfg(target_arch = "x86_64")]
@@ -445,7 +444,7 @@ unsafe fn plane<I: Isa>(
 ) {
     let (s, sw) = (g.s, g.stride[1]);
     let strips = g.q.div_ceil(I::V);
-    let most = I::max_strips(s, sw);
+    let most = I::MAX_STRIPS;
     let mut b = 0;
     while b < strips {
         let n = (strips - b).min(most);
