@@ -946,6 +946,33 @@ pub(super) mod tests {
     use std::collections::HashMap;
     use tensorforge_core::rng::SplitMix64;
 
+    /// A depthwise convolution of `n` images of `c` channels of `h × w`, a square `rs × rs`
+    /// filter, the same stride and padding both ways.
+    pub(in crate::exec) fn square(
+        n: usize,
+        c: usize,
+        (h, w): (usize, usize),
+        rs: usize,
+        stride: usize,
+        pad: usize,
+    ) -> ConvShape {
+        ConvShape {
+            n,
+            c,
+            h,
+            w,
+            k: c,
+            r: rs,
+            s: rs,
+            p: (h + 2 * pad - rs) / stride + 1,
+            q: (w + 2 * pad - rs) / stride + 1,
+            stride: [stride, stride],
+            pad: [pad, pad],
+            dil: [1, 1],
+            group: c,
+        }
+    }
+
     /// The definition in f64 (out[n,k,p,q] = b[k] + Σ_{r,s} x[n,k,p·sh + r·dh − ph,
     /// q·sw + s·dw − pw]·w[k,r,s] over in-range taps), then the clamp.
     pub(in crate::exec) fn reference(
@@ -1090,23 +1117,7 @@ pub(super) mod tests {
             (1, 32, 8, 8, 5, 1, 2),
             (1, 16, 7, 7, 3, 1, 1),
         ] {
-            let p = (h + 2 * pad - r) / st + 1;
-            let q = (w + 2 * pad - r) / st + 1;
-            let g = ConvShape {
-                n,
-                c,
-                h,
-                w,
-                k: c,
-                r,
-                s: r,
-                p,
-                q,
-                stride: [st, st],
-                pad: [pad, pad],
-                dil: [1, 1],
-                group: c,
-            };
+            let g = square(n, c, (h, w), r, st, pad);
             let x: Vec<f32> = (0..n * c * h * w).map(|_| rng.next_f32_pm1()).collect();
             // The same values channels last: nhwc[((img·H + ih)·W + iw)·C + ch].
             let mut nhwc = vec![0f32; x.len()];
@@ -1121,7 +1132,7 @@ pub(super) mod tests {
             let b: Vec<f32> = (0..c).map(|_| rng.next_f32_pm1()).collect();
             for threads in [1, 2] {
                 let run = |input: Input| {
-                    let mut out = vec![f32::NAN; n * c * p * q];
+                    let mut out = vec![f32::NAN; n * c * g.p * g.q];
                     crate::exec::with_threads(threads, || {
                         depthwise_from(&g, input, &wk, Some(&b), Clamp::NONE, &mut out, None)
                     })

@@ -604,23 +604,7 @@ mod tests {
     use tensorforge_core::rng::SplitMix64;
 
     fn shape(c: usize, h: usize, w: usize, rs: usize, stride: usize, pad: usize) -> ConvShape {
-        let p = (h + 2 * pad - rs) / stride + 1;
-        let q = (w + 2 * pad - rs) / stride + 1;
-        ConvShape {
-            n: 2,
-            c,
-            h,
-            w,
-            k: c,
-            r: rs,
-            s: rs,
-            p,
-            q,
-            stride: [stride, stride],
-            pad: [pad, pad],
-            dil: [1, 1],
-            group: c,
-        }
+        super::super::depthwise::tests::square(2, c, (h, w), rs, stride, pad)
     }
 
     #[test]
