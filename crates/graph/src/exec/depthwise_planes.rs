@@ -30,6 +30,8 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::conv::ConvShape;
+#[cfg(target_arch = "x86_64")]
+use super::lanes::{Avx2, Avx512, Isa};
 use rayon::prelude::*;
 use tensorforge_kernels::clamp::Clamp;
 
@@ -145,177 +147,23 @@ fn planes_at(
     }
 }
 
-/// The vector operations of [`rows`] at one width. Every method is `#[inline(always)]`
-/// and runs inside a function compiled for its instruction set ([`plane_avx512`],
-/// [`plane_avx2`]).
+/// Strips of a chunk at most per vector width: what leaves the sums, the taps and the
+/// weight in registers.
 #[cfg(target_arch = "x86_64")]
-trait Isa {
-    /// A vector of `V` f32.
-    type F: Copy;
-    /// Which lanes a load reads.
-    type M: Copy;
-    /// Lanes.
-    const V: usize;
-    /// Strips of a chunk at most: what leaves the sums, the taps and the weight in
-    /// registers.
+trait Strips: Isa {
     const MAX_STRIPS: usize;
-    unsafe fn splat(x: f32) -> Self::F;
-    /// Lanes `i` of a load at column `c0` with `0 ≤ c0 + i < w`.
-    unsafe fn inside(c0: isize, w: isize) -> Self::M;
-    /// `V` values at `p`, lanes outside `m` zero (and not read).
-    unsafe fn load(m: Self::M, p: *const f32) -> Self::F;
-    /// `V` values at `p`.
-    unsafe fn load_all(p: *const f32) -> Self::F;
-    /// Lanes `2j` (`odd`: `2j + 1`) of the `2V` values `lo` then `hi`.
-    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F;
-    /// `a·b + c`, one rounding.
-    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
-    /// `a` clamped, with the semantics of [`Clamp`].
-    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F;
-    /// Which lanes [`Isa::store`] writes.
-    type K: Copy;
-    /// The first `n ≤ V` lanes.
-    fn keep(n: usize) -> Self::K;
-    /// The lanes `k` of `v` to `p`.
-    unsafe fn store(p: *mut f32, v: Self::F, k: Self::K);
 }
 
-/// 16 lanes, AVX-512F: masked loads and stores, `vpermt2ps`.
 #[cfg(target_arch = "x86_64")]
-struct Avx512;
-
-#[cfg(target_arch = "x86_64")]
-impl Isa for Avx512 {
-    type F = std::arch::x86_64::__m512;
-    type M = u16;
-    const V: usize = 16;
+impl Strips for Avx512 {
     const MAX_STRIPS: usize = 4;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self::F {
-        std::arch::x86_64::_mm512_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn inside(c0: isize, w: isize) -> u16 {
-        let upto = (w - c0).clamp(0, 16) as u32;
-        let from = (-c0).clamp(0, 16) as u32;
-        (((1u32 << upto) - 1) & !((1u32 << from) - 1)) as u16
-    }
-    #[inline(always)]
-    unsafe fn load(m: u16, p: *const f32) -> Self::F {
-        std::arch::x86_64::_mm512_maskz_loadu_ps(m, p)
-    }
-    #[inline(always)]
-    unsafe fn load_all(p: *const f32) -> Self::F {
-        std::arch::x86_64::_mm512_loadu_ps(p)
-    }
-    #[inline(always)]
-    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
-        use std::arch::x86_64::*;
-        let idx = if odd {
-            _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)
-        } else {
-            _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)
-        };
-        _mm512_permutex2var_ps(lo, idx, hi)
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
-        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
-        c.apply_m512(a)
-    }
-    type K = u16;
-    fn keep(n: usize) -> u16 {
-        ((1u32 << n) - 1) as u16
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::F, k: u16) {
-        std::arch::x86_64::_mm512_mask_storeu_ps(p, k, v)
-    }
 }
 
-/// 8 lanes, AVX2 and FMA: `vmaskmovps` loads, a shuffle and a permute for a stride-2 tap,
-/// short stores in pieces of 4, 2 and 1 lanes (a masked store is slow on AMD's cores).
 #[cfg(target_arch = "x86_64")]
-struct Avx2;
-
-#[cfg(target_arch = "x86_64")]
-impl Isa for Avx2 {
-    type F = std::arch::x86_64::__m256;
-    type M = std::arch::x86_64::__m256i;
-    const V: usize = 8;
+impl Strips for Avx2 {
     // Two: with three, 3 × 3 filters' nine sums, three taps and their masks spilled from
     // the 16 registers (`perf annotate`: sums reloaded from the stack).
     const MAX_STRIPS: usize = 2;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self::F {
-        std::arch::x86_64::_mm256_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn inside(c0: isize, w: isize) -> Self::M {
-        use std::arch::x86_64::*;
-        let i = _mm256_add_epi32(
-            _mm256_set1_epi32(c0.clamp(-64, w.max(0)) as i32),
-            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        );
-        let ge0 = _mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1));
-        let ltw = _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), i);
-        _mm256_and_si256(ge0, ltw)
-    }
-    #[inline(always)]
-    unsafe fn load(m: Self::M, p: *const f32) -> Self::F {
-        std::arch::x86_64::_mm256_maskload_ps(p, m)
-    }
-    #[inline(always)]
-    unsafe fn load_all(p: *const f32) -> Self::F {
-        std::arch::x86_64::_mm256_loadu_ps(p)
-    }
-    #[inline(always)]
-    unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
-        use std::arch::x86_64::*;
-        // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then its 64-bit pairs in the order 0, 2, 1, 3.
-        let t = if odd {
-            _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)
-        } else {
-            _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)
-        };
-        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
-        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn clamp(a: Self::F, c: Clamp) -> Self::F {
-        c.apply_m256(a)
-    }
-    type K = usize;
-    fn keep(n: usize) -> usize {
-        n
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::F, n: usize) {
-        use std::arch::x86_64::*;
-        if n == 8 {
-            _mm256_storeu_ps(p, v);
-            return;
-        }
-        // 4, 2 and 1 lanes as n's bits say (a copy of n values would be a `memcpy` call).
-        let (mut p, mut q) = (p, _mm256_castps256_ps128(v));
-        if n & 4 != 0 {
-            _mm_storeu_ps(p, q);
-            (p, q) = (p.add(4), _mm256_extractf128_ps::<1>(v));
-        }
-        if n & 2 != 0 {
-            _mm_storel_epi64(p.cast(), _mm_castps_si128(q));
-            (p, q) = (p.add(2), _mm_movehl_ps(q, q));
-        }
-        if n & 1 != 0 {
-            _mm_store_ss(p, q);
-        }
-    }
 }
 
 /// One plane at 16 lanes ([`plane`]).
@@ -432,7 +280,7 @@ chunk_fn!(chunk_avx2, Avx2, "avx2,fma");
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn plane<I: Isa>(
+unsafe fn plane<I: Strips>(
     g: &ConvShape,
     x: &[f32],
     wk: &[f32],

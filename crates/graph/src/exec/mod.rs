@@ -34,6 +34,7 @@ mod elementwise;
 mod gather;
 mod gather_elements;
 mod inputs;
+mod lanes;
 mod linear;
 mod pool;
 mod pooling;

@@ -3,14 +3,14 @@
 //! each 2×2 block of outputs ("tile") comes from a 4×4 input patch with 16 multiplies per
 //! channel pair instead of 36, so the products shrink 2.25× for the cost of three transforms.
 //!
-//! Per image: the zero-padded input planes are split by column parity (so that each of a
-//! tile's four patch columns is a contiguous run over the tiles of a row); the input
-//! transform `V = Bᵀ d B` gives 16 matrices `V[ξ]` of `C × T` (T tiles); the filter transform
-//! `U = G g Gᵀ` gives 16 matrices `U[ξ]` of `K × C`, packed for the Kernels crate's `sgemm`
-//! once per weight buffer and kept ([`FilterCache`]); 16 GEMMs `M[ξ] = U[ξ] · V[ξ]` (split
-//! across the workers); the output transform `Y = Aᵀ M A` writes each tile's 2×2 outputs plus
-//! the bias, dropping those past an odd output edge. The transforms are plain loops over the
-//! tiles of a row, compiled for AVX2 where the CPU has it so that they vectorize.
+//! Per image: the input transform `V = Bᵀ d B` gives 16 matrices `V[ξ]` of `C × T` (T tiles),
+//! each tile's 4×4 patch `d` read in registers (module `lanes`: up to 16 tiles of a tile row
+//! at once, the patch columns as the even and odd lanes of masked loads, the padding never
+//! written); the filter transform `U = G g Gᵀ` gives 16 matrices `U[ξ]` of `K × C`, packed
+//! for the Kernels crate's `sgemm` once per weight buffer and kept ([`FilterCache`]); 16
+//! GEMMs `M[ξ] = U[ξ] · V[ξ]` (split across the workers); the output transform `Y = Aᵀ M A`
+//! writes each tile's 2×2 outputs plus the bias, its two columns interleaved in registers,
+//! dropping those past an odd output edge.
 //!
 //! Numerics: the transforms' coefficients are 0, ±1 and ±½, so the result differs from the
 //! direct sum by a few rounding errors of the transformed values (tested against the f64
@@ -21,10 +21,13 @@
 //! convolution module's other paths).
 
 use super::conv::ConvShape;
+#[cfg(target_arch = "x86_64")]
+use super::lanes::{Avx2, Avx512, Isa};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tensorforge_kernels::sgemm::{Kernel, Right};
+use tensorforge_kernels::vmath::Level;
 
 /// Multiply-adds of the direct convolution below which the Winograd path is not taken: the
 /// transforms' fixed costs then outweigh the smaller products. Measured at one thread
@@ -59,34 +62,10 @@ fn tiles(g: &ConvShape) -> (usize, usize) {
     (g.p.div_ceil(2), g.q.div_ceil(2))
 }
 
-/// Values of one parity plane: `(2·th + 2)` rows of `2·(tw + 1)`.
-fn plane_len(g: &ConvShape) -> usize {
-    let (th, tw) = tiles(g);
-    (2 * th + 2) * 2 * (tw + 1)
-}
-
-/// Slack after the parity planes and after each gathered patch plane: the run copies move
-/// whole blocks of [`RUN`] values and may read or write up to that many past a run's end.
-const SLACK: usize = 2 * RUN;
-
-/// Values one run copy moves at a time.
-const RUN: usize = 16;
-
-/// Scratch values for one image: `V` (`C · 16 · T`, channel-major), `M` (`16 · K · T`), and
-/// per worker ([`per_worker`]) one parity plane and 16 patch planes of `T` (each plus
-/// slack) for the input transform, or 4 output planes for the output transform.
+/// Scratch values for one image: `V` (`C · 16 · T`, channel-major) and `M` (`16 · K · T`).
 pub(crate) fn scratch_len(g: &ConvShape) -> usize {
     let (th, tw) = tiles(g);
-    let t = th * tw;
-    let workers = rayon::current_num_threads().max(1);
-    16 * g.c * t + 16 * g.k * t + workers * per_worker(g)
-}
-
-/// One worker's scratch: a parity plane ([`plane_len`]) and 16 patch planes of `T`, each
-/// followed by [`SLACK`] values.
-fn per_worker(g: &ConvShape) -> usize {
-    let (th, tw) = tiles(g);
-    plane_len(g) + SLACK + 16 * (th * tw + SLACK)
+    16 * (g.c + g.k) * th * tw
 }
 
 /// A weight's filters packed for one kernel (Winograd's 16 transformed matrices `U[ξ]`, or
@@ -357,39 +336,28 @@ pub(crate) fn conv(
     let (th, tw) = tiles(g);
     let t = th * tw;
     let (c, k) = (g.c, g.k);
-    let ww = tw + 1;
-    let plane = plane_len(g);
     if scratch.len() < scratch_len(g) || w.len() != k * c * 9 {
         return Err(format!("winograd buffers do not match the shapes {g:?}"));
     }
     let filters = cache.get(kern, node, g, w)?;
     let pa = kern.packed_a_len(k, c).unwrap_or(0);
-    let (v, rest) = scratch.split_at_mut(16 * c * t);
-    let (m, work) = rest.split_at_mut(16 * k * t);
+    let level = kern.level();
+    let (v, m) = scratch.split_at_mut(16 * c * t);
+    let m = &mut m[..16 * k * t];
     let threads = rayon::current_num_threads();
-    let per_worker = per_worker(g);
-    let work = &mut work[..threads.max(1) * per_worker];
     let par = threads > 1;
+    let hw = g.h * g.w;
     for img in 0..g.n {
-        let xin = &x[img * c * g.h * g.w..][..c * g.h * g.w];
+        let xin = &x[img * c * hw..][..c * hw];
         let o = &mut out[img * k * g.p * g.q..][..k * g.p * g.q];
-        // 1. Each channel's parity plane, then its 16 rows of V from its 16 patch planes, in
-        // one pass over the workers (the parity planes of all channels first, then the
-        // transforms, were two: at two threads each pass is a fork and a join).
-        let input = |(ci, vc): (usize, &mut [f32]), w: &mut [f32]| {
-            let (pl, d) = w.split_at_mut(plane + SLACK);
-            parity_plane(g, &xin[ci * g.h * g.w..][..g.h * g.w], &mut pl[..plane], ww);
-            gather_patches(pl, ww, th, tw, d);
-            input_transform(d, t, vc);
-        };
-        // Channels dealt to the workers in contiguous runs, each with its own planes.
+        // 1. Each channel's 16 rows of V, channels dealt to the workers in contiguous runs.
         let chunk = c.div_ceil(if par { threads } else { 1 });
         v.par_chunks_mut(chunk * 16 * t)
-            .zip(work.par_chunks_mut(per_worker))
             .enumerate()
-            .for_each(|(wi, (vb, d))| {
+            .for_each(|(wi, vb)| {
                 for (j, vc) in vb.chunks_mut(16 * t).enumerate() {
-                    input((wi * chunk + j, vc), d);
+                    let ci = wi * chunk + j;
+                    input_tiles(level, g, &xin[ci * hw..][..hw], tw, (0, t), vc, t);
                 }
             });
         // 2. The 16 products M[ξ] = U[ξ]·V[ξ], V[ξ] read in place (row c at c·16·T + ξ·T).
@@ -420,13 +388,12 @@ pub(crate) fn conv(
         let kchunk = k.div_ceil(if par { threads } else { 1 });
         let pq = g.p * g.q;
         o.par_chunks_mut(kchunk * pq)
-            .zip(work.par_chunks_mut(per_worker))
             .enumerate()
-            .for_each(|(wi, (ob, y))| {
+            .for_each(|(wi, ob)| {
                 for (j, ok) in ob.chunks_mut(pq).enumerate() {
                     let kk = wi * kchunk + j;
                     let b = bias.map_or(0.0, |b| b[kk]);
-                    output_transform(g, m, kk, k, t, tw, b, &mut y[..4 * t], ok);
+                    output_tiles(level, g, m, kk, t, tw, (0, t), b, ok);
                     post.part((img * k + kk) * pq, pq).apply(ok);
                 }
             });
@@ -434,208 +401,268 @@ pub(crate) fn conv(
     Ok(())
 }
 
-/// One input plane zero-padded to `(2·th + 2)` rows and split by padded column parity: row
-/// `r` holds padded columns `0, 2, 4, …` in its first `ww` values and `1, 3, 5, …` in the next
-/// `ww`.
-fn parity_plane(g: &ConvShape, src: &[f32], dst: &mut [f32], ww: usize) {
-    dst.fill(0.0);
-    let [pt, pl] = g.pad;
-    for (r, row) in dst.chunks_exact_mut(2 * ww).enumerate() {
-        let Some(ih) = r.checked_sub(pt).filter(|&ih| ih < g.h) else {
-            continue;
-        };
-        let (even, odd) = row.split_at_mut(ww);
-        for (iw, &v) in src[ih * g.w..][..g.w].iter().enumerate() {
-            let pc = iw + pl;
-            if pc / 2 < ww {
-                if pc % 2 == 0 {
-                    even[pc / 2] = v;
-                } else {
-                    odd[pc / 2] = v;
-                }
-            }
-        }
-    }
+/// The tiles `ta..tb` of row-major tile order (tile `ty·tw + tx`) as runs within a tile
+/// row: `(ty, tx0, n)` for tiles `tx0 .. tx0 + n`, `n ≤ v`.
+fn chunks(
+    tw: usize,
+    ta: usize,
+    tb: usize,
+    v: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    let rows = if ta < tb {
+        ta / tw..(tb - 1) / tw + 1
+    } else {
+        0..0
+    };
+    rows.flat_map(move |ty| {
+        let x0 = ta.saturating_sub(ty * tw);
+        let x1 = (tb - ty * tw).min(tw);
+        (x0..x1)
+            .step_by(v)
+            .map(move |tx| (ty, tx, (x1 - tx).min(v)))
+    })
 }
 
-/// Copies `n` values from `src` to `dst` in whole blocks of [`RUN`]: the last block may
-/// read and write up to `RUN − 1` values past the run (callers leave [`SLACK`] there, and
-/// runs into one destination are written in increasing order, so an overshoot is
-/// overwritten by the next run).
-#[inline(always)]
-fn copy_run(src: &[f32], dst: &mut [f32], n: usize) {
-    let mut i = 0;
-    while i < n {
-        let s: &[f32; RUN] = src[i..i + RUN].try_into().expect("RUN values");
-        let d: &mut [f32; RUN] = (&mut dst[i..i + RUN]).try_into().expect("RUN values");
-        *d = *s;
-        i += RUN;
-    }
-}
-
-/// The 16 patch planes of one channel: plane `i·4 + j` holds, for tile t = ty·tw + tx, the
-/// padded input at row `2·ty + i`, column `2·tx + j` (from the parity plane `p`: column
-/// parity j mod 2, offset ⌊j/2⌋). `d` holds 16 planes of `T + SLACK`.
-fn gather_patches(p: &[f32], ww: usize, th: usize, tw: usize, d: &mut [f32]) {
-    let t = th * tw;
-    for (ij, dp) in d.chunks_exact_mut(t + SLACK).enumerate() {
-        let (i, j) = (ij / 4, ij % 4);
-        let off = (j % 2) * ww + j / 2;
-        for ty in 0..th {
-            copy_run(&p[(2 * ty + i) * 2 * ww + off..], &mut dp[ty * tw..], tw);
-        }
-    }
-}
-
-/// `V` rows of one channel (`vc`: 16 rows of T, ξ-major) from its patch planes `d`:
-/// `V = Bᵀ d B` per tile, Bᵀ = [[1, 0, −1, 0], [0, 1, 1, 0], [0, −1, 1, 0], [0, 1, 0, −1]],
-/// as loops over all T tiles (compiled for AVX2 where the CPU has it).
-fn input_transform(d: &[f32], t: usize, vc: &mut [f32]) {
+/// Channel plane `xc`'s rows of `V` for the tiles `ta..tb`: `V[ξ]` of tile `t` at
+/// `vc[ξ·ld + t − ta]`, `V = Bᵀ d B` with Bᵀ = [[1, 0, −1, 0], [0, 1, 1, 0], [0, −1, 1, 0],
+/// [0, 1, 0, −1]] and `d` the tile's 4 × 4 patch of the zero-padded input. The patches of
+/// up to `V` tiles of a tile row are read in registers: per patch row, the even and odd
+/// columns of two masked loads (patch columns 0 and 1), and of two loads two columns on
+/// (columns 2 and 3); the masks leave out columns outside the plane, and rows outside it
+/// are zeros, so the padding is never written anywhere.
+fn input_tiles(
+    level: Level,
+    g: &ConvShape,
+    xc: &[f32],
+    tw: usize,
+    (ta, tb): (usize, usize),
+    vc: &mut [f32],
+    ld: usize,
+) {
+    assert!(
+        xc.len() == g.h * g.w && (ta == tb || vc.len() >= 15 * ld + (tb - ta)),
+        "winograd input transform: buffers do not match {g:?}"
+    );
     #[cfg(target_arch = "x86_64")]
-    if tensorforge_kernels::simd::avx2_fma() {
-        // SAFETY: the CPU has AVX2 and FMA (checked above).
-        unsafe { input_avx2(d, t, vc) };
-        return;
+    // SAFETY: `level` is the packed kernel's, which the CPU supports (AVX-512F, or AVX2
+    // and FMA); loads are masked to the plane's columns of rows inside it, stores to tiles
+    // `ta..tb`, within `vc` (asserted above).
+    unsafe {
+        if level == Level::Avx512 {
+            input_avx512(g, xc, tw, (ta, tb), vc, ld)
+        } else {
+            input_avx2(g, xc, tw, (ta, tb), vc, ld)
+        }
     }
-    input_body(d, t, vc);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (level, vc, ld);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn input_avx512(
+    g: &ConvShape,
+    xc: &[f32],
+    tw: usize,
+    span: (usize, usize),
+    vc: &mut [f32],
+    ld: usize,
+) {
+    input_body::<Avx512>(g, xc, tw, span, vc, ld)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn input_avx2(d: &[f32], t: usize, vc: &mut [f32]) {
-    input_body(d, t, vc);
+unsafe fn input_avx2(
+    g: &ConvShape,
+    xc: &[f32],
+    tw: usize,
+    span: (usize, usize),
+    vc: &mut [f32],
+    ld: usize,
+) {
+    input_body::<Avx2>(g, xc, tw, span, vc, ld)
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn input_body(d: &[f32], t: usize, vc: &mut [f32]) {
-    let dp = |ij: usize| &d[ij * (t + SLACK)..][..t];
-    let mut rows = vc.chunks_exact_mut(t);
-    // Per patch row a of Bᵀ·d: the four columns, then B over them into V[a·4 .. a·4 + 4].
-    for a in 0..4 {
-        // Row a of Bᵀ picks patch rows: 0: r0 − r2; 1: r1 + r2; 2: r2 − r1; 3: r1 − r3.
-        let (pi, mi, sign) = match a {
-            0 => (0, 2, -1.0f32),
-            1 => (1, 2, 1.0),
-            2 => (2, 1, -1.0),
-            _ => (1, 3, -1.0),
-        };
-        let col = |j: usize| (dp(pi * 4 + j), dp(mi * 4 + j));
-        let (c0, c1, c2, c3) = (col(0), col(1), col(2), col(3));
-        let (Some(v0), Some(v1), Some(v2), Some(v3)) =
-            (rows.next(), rows.next(), rows.next(), rows.next())
-        else {
-            return;
-        };
-        for x in 0..t {
-            let t0 = c0.0[x] + sign * c0.1[x];
-            let t1 = c1.0[x] + sign * c1.1[x];
-            let t2 = c2.0[x] + sign * c2.1[x];
-            let t3 = c3.0[x] + sign * c3.1[x];
-            v0[x] = t0 - t2;
-            v1[x] = t1 + t2;
-            v2[x] = t2 - t1;
-            v3[x] = t1 - t3;
+unsafe fn input_body<I: Isa>(
+    g: &ConvShape,
+    xc: &[f32],
+    tw: usize,
+    (ta, tb): (usize, usize),
+    vc: &mut [f32],
+    ld: usize,
+) {
+    let (h, w) = (g.h as isize, g.w as isize);
+    let (pt, pl) = (g.pad[0] as isize, g.pad[1] as isize);
+    let v = I::V as isize;
+    let zero = I::splat(0.0);
+    let out = vc.as_mut_ptr();
+    for (ty, tx0, n) in chunks(tw, ta, tb, I::V) {
+        let c0 = 2 * tx0 as isize - pl;
+        let masks = [
+            I::inside(c0, w),
+            I::inside(c0 + v, w),
+            I::inside(c0 + 2, w),
+            I::inside(c0 + 2 + v, w),
+        ];
+        // d[i][j]: patch row i, column j, for each tile of the chunk.
+        let mut d = [[zero; 4]; 4];
+        for (i, di) in d.iter_mut().enumerate() {
+            let ih = (2 * ty + i) as isize - pt;
+            if ih < 0 || ih >= h {
+                continue;
+            }
+            let row = xc.as_ptr().offset(ih * w);
+            let at = |c: isize| row.wrapping_offset(c);
+            let (lo, hi) = (I::load(masks[0], at(c0)), I::load(masks[1], at(c0 + v)));
+            let (lo2, hi2) = (
+                I::load(masks[2], at(c0 + 2)),
+                I::load(masks[3], at(c0 + 2 + v)),
+            );
+            di[0] = I::pick(lo, hi, false);
+            di[1] = I::pick(lo, hi, true);
+            di[2] = I::pick(lo2, hi2, false);
+            di[3] = I::pick(lo2, hi2, true);
+        }
+        let keep = I::keep(n);
+        let at = out.add(ty * tw + tx0 - ta);
+        for a in 0..4 {
+            // Row a of Bᵀ·d (patch rows 0 − 2, 1 + 2, 2 − 1, 1 − 3), then B over its columns.
+            let mut r = [zero; 4];
+            for (j, rj) in r.iter_mut().enumerate() {
+                *rj = match a {
+                    0 => I::sub(d[0][j], d[2][j]),
+                    1 => I::add(d[1][j], d[2][j]),
+                    2 => I::sub(d[2][j], d[1][j]),
+                    _ => I::sub(d[1][j], d[3][j]),
+                };
+            }
+            let row = at.add(4 * a * ld);
+            I::store(row, I::sub(r[0], r[2]), keep);
+            I::store(row.add(ld), I::add(r[1], r[2]), keep);
+            I::store(row.add(2 * ld), I::sub(r[2], r[1]), keep);
+            I::store(row.add(3 * ld), I::sub(r[1], r[3]), keep);
         }
     }
 }
 
-/// Output channel `kk`'s plane from `M` (`16 × K × T`): tile (ty, tx)'s 2×2 block
-/// `Aᵀ m A + bias`, Aᵀ = [[1, 1, 1, 0], [0, 1, −1, −1]], computed over all T tiles into the
-/// four planes of `y` (`4 · T`), then interleaved into the output rows; outputs past P or Q
-/// dropped.
+/// Output channel `kk`'s plane `o` (`P × Q`) at the tiles `ta..tb` from `M` (`16 × K × T`,
+/// `M[ξ]`'s row `kk` at `m[(ξ·K + kk)·T ..]`): tile (ty, tx)'s 2×2 block `Aᵀ m A + bias`,
+/// Aᵀ = [[1, 1, 1, 0], [0, 1, −1, −1]], for up to `V` tiles at once, its two columns
+/// interleaved in registers into the output rows; outputs past P or Q are not stored.
 #[allow(clippy::too_many_arguments)]
-fn output_transform(
+fn output_tiles(
+    level: Level,
     g: &ConvShape,
     m: &[f32],
     kk: usize,
-    k: usize,
     t: usize,
     tw: usize,
+    (ta, tb): (usize, usize),
     bias: f32,
-    y: &mut [f32],
     o: &mut [f32],
 ) {
+    assert!(
+        m.len() >= 16 * g.k * t && kk < g.k && tb <= t && o.len() == g.p * g.q,
+        "winograd output transform: buffers do not match {g:?}"
+    );
     #[cfg(target_arch = "x86_64")]
-    if tensorforge_kernels::simd::avx2_fma() {
-        // SAFETY: the CPU has AVX2 and FMA (checked above).
-        unsafe { output_avx2(g, m, kk, k, t, tw, bias, y, o) };
-        return;
+    // SAFETY: `level` is the packed kernel's, which the CPU supports; loads are masked to
+    // the tiles of `M`'s rows (asserted above), stores to the outputs inside the plane.
+    unsafe {
+        if level == Level::Avx512 {
+            output_avx512(g, m, kk, t, tw, (ta, tb), bias, o)
+        } else {
+            output_avx2(g, m, kk, t, tw, (ta, tb), bias, o)
+        }
     }
-    output_body(g, m, kk, k, t, tw, bias, y, o);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (level, m, kk, t, tw, ta, tb, bias, o);
 }
 
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
+unsafe fn output_avx512(
+    g: &ConvShape,
+    m: &[f32],
+    kk: usize,
+    t: usize,
+    tw: usize,
+    span: (usize, usize),
+    bias: f32,
+    o: &mut [f32],
+) {
+    output_body::<Avx512>(g, m, kk, t, tw, span, bias, o)
+}
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn output_avx2(
     g: &ConvShape,
     m: &[f32],
     kk: usize,
-    k: usize,
     t: usize,
     tw: usize,
+    span: (usize, usize),
     bias: f32,
-    y: &mut [f32],
     o: &mut [f32],
 ) {
-    output_body(g, m, kk, k, t, tw, bias, y, o);
+    output_body::<Avx2>(g, m, kk, t, tw, span, bias, o)
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn output_body(
+unsafe fn output_body<I: Isa>(
     g: &ConvShape,
     m: &[f32],
     kk: usize,
-    k: usize,
     t: usize,
     tw: usize,
+    (ta, tb): (usize, usize),
     bias: f32,
-    y: &mut [f32],
     o: &mut [f32],
 ) {
-    let mx = |xi: usize| &m[xi * k * t + kk * t..][..t];
-    let (y0, rest) = y.split_at_mut(t);
-    let (y1, rest) = rest.split_at_mut(t);
-    let (y2, y3) = rest.split_at_mut(t);
-    let y3 = &mut y3[..t];
-    for x in 0..t {
-        y0[x] = bias;
-        y1[x] = bias;
-        y2[x] = bias;
-        y3[x] = bias;
-    }
-    // Column j of Aᵀ·m: s = m0j + m1j + m2j (output row 0), d = m1j − m2j − m3j (row 1);
-    // then A over the columns: y·0 = c0 + c1 + c2, y·1 = c1 − c2 − c3.
-    for j in 0..4 {
-        let (m0, m1, m2, m3) = (mx(j), mx(4 + j), mx(8 + j), mx(12 + j));
-        let (wa, wb) = match j {
-            0 => (1.0f32, 0.0f32),
-            1 => (1.0, 1.0),
-            2 => (1.0, -1.0),
-            _ => (0.0, -1.0),
-        };
-        for x in 0..t {
-            let s = m0[x] + m1[x] + m2[x];
-            let d = m1[x] - m2[x] - m3[x];
-            y0[x] += wa * s;
-            y1[x] += wb * s;
-            y2[x] += wa * d;
-            y3[x] += wb * d;
+    let b = I::splat(bias);
+    let zero = I::splat(0.0);
+    let kt = g.k * t;
+    let (p, q) = (g.p, g.q);
+    let src = m.as_ptr().add(kk * t);
+    let dst = o.as_mut_ptr();
+    for (ty, tx0, n) in chunks(tw, ta, tb, I::V) {
+        let mask = I::inside(0, n as isize);
+        let at = src.add(ty * tw + tx0);
+        let mut mx = [zero; 16];
+        for (xi, v) in mx.iter_mut().enumerate() {
+            *v = I::load(mask, at.add(xi * kt));
         }
-    }
-    let q = g.q;
-    let ys = [&*y0, &*y1, &*y2, &*y3];
-    for (r, row) in o.chunks_exact_mut(q).enumerate() {
-        let (ty, i) = (r / 2, r % 2);
-        let (a, b) = (&ys[2 * i][ty * tw..][..tw], &ys[2 * i + 1][ty * tw..][..tw]);
-        let mut pairs = row.chunks_exact_mut(2);
-        for (p, (&va, &vb)) in (&mut pairs).zip(a.iter().zip(b)) {
-            p[0] = va;
-            p[1] = vb;
+        // Column j of Aᵀ·m: s = m0j + m1j + m2j (output row 0), d = m1j − m2j − m3j (row 1);
+        // then A over the columns: y·0 = bias + c0 + c1 + c2, y·1 = bias + c1 − c2 − c3.
+        let mut s = [zero; 4];
+        let mut d = [zero; 4];
+        for j in 0..4 {
+            s[j] = I::add(I::add(mx[j], mx[4 + j]), mx[8 + j]);
+            d[j] = I::sub(I::sub(mx[4 + j], mx[8 + j]), mx[12 + j]);
         }
-        if let Some(last) = pairs.into_remainder().first_mut() {
-            *last = a[q / 2];
+        // Outputs of a row from column 2·tx0: two per tile, fewer at an odd right edge.
+        let cols = (q - 2 * tx0).min(2 * n);
+        let (k0, k1) = (I::keep(cols.min(I::V)), I::keep(cols.saturating_sub(I::V)));
+        for (r, c) in [(2 * ty, &s), (2 * ty + 1, &d)] {
+            if r >= p {
+                break;
+            }
+            let y0 = I::add(I::add(I::add(b, c[0]), c[1]), c[2]);
+            let y1 = I::sub(I::sub(I::add(b, c[1]), c[2]), c[3]);
+            let (lo, hi) = I::zip(y0, y1);
+            let row = dst.add(r * q + 2 * tx0);
+            I::store(row, lo, k0);
+            if cols > I::V {
+                I::store(row.add(I::V), hi, k1);
+            }
         }
     }
 }
@@ -707,10 +734,29 @@ mod tests {
     }
 
     #[test]
+    fn tile_runs_cover_a_range_row_by_row() {
+        // Tiles 3..17 of rows of 7 in runs of at most 4: row 0 has tiles 3..7 (tx 3..7),
+        // row 1 tiles 7..14 (tx 0..4, 4..7), row 2 tiles 14..17 (tx 0..3).
+        let runs: Vec<_> = chunks(7, 3, 17, 4).collect();
+        assert_eq!(runs, [(0, 3, 4), (1, 0, 4), (1, 4, 3), (2, 0, 3)]);
+        assert_eq!(chunks(7, 5, 5, 4).count(), 0);
+        // A whole plane of 14 × 14 tiles in 16 lanes: one run of 14 per tile row.
+        assert!(chunks(14, 0, 196, 16).eq((0..14).map(|ty| (ty, 0, 14))));
+    }
+
+    #[test]
     fn matches_the_definition_on_even_odd_and_unpadded_geometries() {
-        let Some(kern) = Kernel::detect() else {
-            return; // no packed kernel: the convolution module's other paths run (tested there)
-        };
+        // Every packed kernel the CPU has (16 lanes and 8); none: the convolution module's
+        // other paths run (tested there).
+        for kern in [Level::Avx512, Level::Avx2]
+            .into_iter()
+            .filter_map(Kernel::for_level)
+        {
+            matches_the_definition_with(kern);
+        }
+    }
+
+    fn matches_the_definition_with(kern: Kernel) {
         let cases = [
             shape(1, 16, 28, 28, 16, 1, 0), // ResNet's 3×3: even output, 14×14 tiles
             shape(2, 8, 9, 11, 12, 1, 0),   // odd output: the last tile row and column half used
@@ -764,7 +810,8 @@ mod tests {
                     let e = e.max(clamp.lo as f64).min(clamp.hi as f64);
                     assert!(
                         (*a as f64 - e).abs() <= 1e-5 * (scale + 1.0),
-                        "case {i} {threads}T [{j}]: {a} vs {e}"
+                        "{:?} case {i} {threads}T [{j}]: {a} vs {e}",
+                        kern.level()
                     );
                 }
                 assert!(
