@@ -27,6 +27,12 @@ pub(crate) trait Isa {
     unsafe fn load(m: Self::M, p: *const f32) -> Self::F;
     /// `V` values at `p`.
     unsafe fn load_all(p: *const f32) -> Self::F;
+    /// `V` values at `p`, lanes outside `m` `fill` (and not read).
+    unsafe fn load_or(m: Self::M, p: *const f32, fill: Self::F) -> Self::F;
+    /// `b` where `b > a`, else `a` (`a` where either is NaN).
+    unsafe fn max(a: Self::F, b: Self::F) -> Self::F;
+    /// `b` where `b > a` or `b` is NaN, else `a`: the larger, NaN from either side.
+    unsafe fn max_nan(a: Self::F, b: Self::F) -> Self::F;
     /// Lanes `2j` (`odd`: `2j + 1`) of the `2V` values `lo` then `hi`.
     unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F;
     /// `a·b + c`, one rounding.
@@ -71,6 +77,21 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn load_all(p: *const f32) -> Self::F {
         std::arch::x86_64::_mm512_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn load_or(m: u16, p: *const f32, fill: Self::F) -> Self::F {
+        std::arch::x86_64::_mm512_mask_loadu_ps(fill, m, p)
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self::F, b: Self::F) -> Self::F {
+        std::arch::x86_64::_mm512_max_ps(b, a)
+    }
+    #[inline(always)]
+    unsafe fn max_nan(a: Self::F, b: Self::F) -> Self::F {
+        use std::arch::x86_64::*;
+        // `vmaxps b, a` gives b where b > a, else a (a NaN a included); then a NaN b.
+        let m = _mm512_max_ps(b, a);
+        _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b), b)
     }
     #[inline(always)]
     unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
@@ -148,6 +169,21 @@ impl Isa for Avx2 {
     #[inline(always)]
     unsafe fn load_all(p: *const f32) -> Self::F {
         std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn load_or(m: Self::M, p: *const f32, fill: Self::F) -> Self::F {
+        use std::arch::x86_64::*;
+        _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self::F, b: Self::F) -> Self::F {
+        std::arch::x86_64::_mm256_max_ps(b, a)
+    }
+    #[inline(always)]
+    unsafe fn max_nan(a: Self::F, b: Self::F) -> Self::F {
+        use std::arch::x86_64::*;
+        let m = _mm256_max_ps(b, a);
+        _mm256_blendv_ps(m, b, _mm256_cmp_ps::<_CMP_UNORD_Q>(b, b))
     }
     #[inline(always)]
     unsafe fn pick(lo: Self::F, hi: Self::F, odd: bool) -> Self::F {
