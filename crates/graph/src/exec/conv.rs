@@ -454,18 +454,18 @@ fn conv2d_with(
         match cols {
             Cols::Implicit { n_eff } => {
                 let (pad, tmp) = scratch[..need].split_at_mut(padded);
-                phase_planes(g, xin, cg, pad);
+                phase_planes(g, xin, cg, pad, split > 1);
                 let right = Right::Offsets {
                     data: pad,
                     offsets: &offsets,
                 };
                 product.run_into(n_eff, right, tmp, None, Post::NONE)?;
-                copy_out(g, n_eff, tmp, bias_g, post, o);
+                copy_out(g, n_eff, tmp, bias_g, post, o, split > 1);
                 Ok(())
             }
             Cols::ImplicitRuns => {
                 let pad = &mut scratch[..padded];
-                phase_planes(g, xin, cg, pad);
+                phase_planes(g, xin, cg, pad, split > 1);
                 let right = Right::Runs {
                     data: pad,
                     offsets: &offsets,
@@ -1013,10 +1013,11 @@ fn copy_out(
     bias: Option<&[f32]>,
     post: Post,
     o: &mut [f32],
+    par: bool,
 ) {
     let (_, wq) = phase_dims(g);
     let pq = g.p * g.q;
-    for (ch, (dst, src)) in o.chunks_mut(pq).zip(tmp.chunks(n_eff)).enumerate() {
+    let one = |(ch, (dst, src)): (usize, (&mut [f32], &[f32]))| {
         let b = bias.map_or(0.0, |b| b[ch]);
         for op in 0..g.p {
             let (d, s) = (&mut dst[op * g.q..][..g.q], &src[op * wq..][..g.q]);
@@ -1025,6 +1026,17 @@ fn copy_out(
             }
         }
         post.part(ch * pq, pq).apply(dst);
+    };
+    if par {
+        o.par_chunks_mut(pq)
+            .zip(tmp.par_chunks(n_eff))
+            .enumerate()
+            .for_each(one);
+    } else {
+        o.chunks_mut(pq)
+            .zip(tmp.chunks(n_eff))
+            .enumerate()
+            .for_each(one);
     }
 }
 
@@ -1053,7 +1065,24 @@ fn tap_offsets(g: &ConvShape, cg: usize) -> Vec<usize> {
 /// holds padded element `(i·sh + a, j·sw + b)` at `(i, j)`, stored as plane
 /// `(ci·sh + a)·sw + b`. At unit stride this is the padded planes themselves. Every tap of
 /// a strided convolution then reads one phase plane with unit stride.
-fn phase_planes(g: &ConvShape, xin: &[f32], cg: usize, out: &mut [f32]) {
+/// With `par`, the channels go to the pool's workers (a convolution whose product is split
+/// over them: built on one, the planes kept the other waiting).
+fn phase_planes(g: &ConvShape, xin: &[f32], cg: usize, out: &mut [f32], par: bool) {
+    let (hq, wq) = phase_dims(g);
+    let each = g.stride[0] * g.stride[1] * hq * wq;
+    let hw = g.h * g.w;
+    let one = |(ci, dst): (usize, &mut [f32])| phase_planes_of(g, &xin[ci * hw..][..hw], dst);
+    let out = &mut out[..cg * each];
+    if par && cg > 1 {
+        out.par_chunks_mut(each).enumerate().for_each(one);
+    } else {
+        out.chunks_mut(each).enumerate().for_each(one);
+    }
+}
+
+/// [`phase_planes`] of one channel: its plane `plane` (`H × W`) into its `sh · sw` phase
+/// planes `out`.
+fn phase_planes_of(g: &ConvShape, plane: &[f32], out: &mut [f32]) {
     let (hq, wq) = phase_dims(g);
     let [sh, sw] = g.stride;
     let [pt, pl] = g.pad;
@@ -1064,41 +1093,38 @@ fn phase_planes(g: &ConvShape, xin: &[f32], cg: usize, out: &mut [f32]) {
         let j1 = (pl + g.w).saturating_sub(b).div_ceil(sw).min(wq);
         (j0, j1.max(j0))
     };
-    for ci in 0..cg {
-        let plane = &xin[ci * g.h * g.w..][..g.h * g.w];
-        for a in 0..sh {
-            if sw == 2 {
-                // Both column phases of each row at once: input pairs split into the even
-                // and the odd phase (a loop the compiler vectorizes with shuffles).
-                let base = (ci * sh + a) * 2 * hq * wq;
-                let (even, odd) = out[base..base + 2 * hq * wq].split_at_mut(hq * wq);
-                for (i, (re, ro)) in even
-                    .chunks_exact_mut(wq)
-                    .zip(odd.chunks_exact_mut(wq))
-                    .enumerate()
-                {
-                    let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
-                        continue;
-                    };
-                    deinterleave_row(&plane[ih * g.w..][..g.w], pl, re, ro);
-                }
-                continue;
+    for a in 0..sh {
+        if sw == 2 {
+            // Both column phases of each row at once: input pairs split into the even
+            // and the odd phase (a loop the compiler vectorizes with shuffles).
+            let base = a * 2 * hq * wq;
+            let (even, odd) = out[base..base + 2 * hq * wq].split_at_mut(hq * wq);
+            for (i, (re, ro)) in even
+                .chunks_exact_mut(wq)
+                .zip(odd.chunks_exact_mut(wq))
+                .enumerate()
+            {
+                let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
+                    continue;
+                };
+                deinterleave_row(&plane[ih * g.w..][..g.w], pl, re, ro);
             }
-            for b in 0..sw {
-                let dst = &mut out[((ci * sh + a) * sw + b) * hq * wq..][..hq * wq];
-                let (j0, j1) = cols_of(b);
-                for (i, drow) in dst.chunks_exact_mut(wq).enumerate() {
-                    let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
-                        continue;
-                    };
-                    let src = &plane[ih * g.w..][..g.w];
-                    let c0 = j0 * sw + b - pl; // input column of phase column j0
-                    if sw == 1 {
-                        drow[j0..j1].copy_from_slice(&src[c0..c0 + (j1 - j0)]);
-                    } else {
-                        for (d, x) in drow[j0..j1].iter_mut().zip(src[c0..].iter().step_by(sw)) {
-                            *d = *x;
-                        }
+            continue;
+        }
+        for b in 0..sw {
+            let dst = &mut out[(a * sw + b) * hq * wq..][..hq * wq];
+            let (j0, j1) = cols_of(b);
+            for (i, drow) in dst.chunks_exact_mut(wq).enumerate() {
+                let Some(ih) = (i * sh + a).checked_sub(pt).filter(|&r| r < g.h) else {
+                    continue;
+                };
+                let src = &plane[ih * g.w..][..g.w];
+                let c0 = j0 * sw + b - pl; // input column of phase column j0
+                if sw == 1 {
+                    drow[j0..j1].copy_from_slice(&src[c0..c0 + (j1 - j0)]);
+                } else {
+                    for (d, x) in drow[j0..j1].iter_mut().zip(src[c0..].iter().step_by(sw)) {
+                        *d = *x;
                     }
                 }
             }
