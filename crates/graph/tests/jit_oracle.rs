@@ -166,3 +166,36 @@ fn reductions_over_rows_of_one_column_compile() {
         assert!(n >= 1, "{op}: {n} compiled kernels");
     }
 }
+
+/// Broadcast inputs whose rows span several trailing dims (`codegen::merge_trailing`): a
+/// per-channel scale `[1, C, 1, 1]` over `[N, C, H, W]` (squeeze-and-excitation) is one
+/// block of `H·W` values, so rows of `H·W`; beside a bias over the last dim (blocks of `W`)
+/// and a per-row input `[1, 1, H, 1]`, rows of `W`; and over a 14 × 14 map, rows of 196.
+#[test]
+fn broadcasts_over_merged_trailing_dims_agree_with_the_interpreter() {
+    let graph = |x: &str, s: &str, extra: &str| {
+        Graph::from_json_str(&format!(
+            r#"{{"nodes":[
+              {{"name":"x","op":"Input","attrs":{{"shape":{x},"dtype":"fp32"}}}},
+              {{"name":"s","op":"Input","attrs":{{"shape":{s},"dtype":"fp32"}}}},
+              {{"name":"y","op":"Mul","inputs":["x","s"]}}{extra}]}}"#
+        ))
+        .unwrap()
+    };
+    let cases = [
+        graph("[2,6,5,7]", "[1,6,1,1]", ""),
+        graph("[1,96,14,14]", "[1,96,1,1]", ""),
+        graph(
+            "[2,6,5,7]",
+            "[1,6,1,1]",
+            r#",
+              {"name":"b","op":"Input","attrs":{"shape":[7],"dtype":"fp32"}},
+              {"name":"t","op":"Input","attrs":{"shape":[1,1,5,1],"dtype":"fp32"}},
+              {"name":"u","op":"Add","inputs":["y","b"]},
+              {"name":"v","op":"Add","inputs":["u","t"]}"#,
+        ),
+    ];
+    for (i, g) in cases.iter().enumerate() {
+        assert_eq!(check(&format!("broadcast {i}"), g, HashMap::new()), 1);
+    }
+}

@@ -18,7 +18,7 @@ pub mod triton;
 use crate::exec::{plan_nodes, Bind, NodePlan};
 use crate::fusion::{Kernel, KernelKind};
 use crate::ir::{norm_axis, Op, TypedGraph};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The fusion decisions that formed kernel `kernel`, one line each (`[+] node (rule):
 /// reason`, newlines removed), for the comment above its generated source.
@@ -280,6 +280,41 @@ impl Nest {
     }
 }
 
+/// A broadcast input's view of its node's output shape (`shape`, element strides `st`)
+/// with its trailing dims merged while they step as one: dim `i` joins the merged block
+/// when its stride is the block's stride times the block's size (a contiguous run, or zero
+/// across an input constant over them, as a `[1, C, 1, 1]` scale over `[1, C, H, W]`: one
+/// block of `H·W`), or when its size is 1. The last stride is the block's. A row of
+/// columns inside one block reads the input at `base + c·stride`; with the last dim alone,
+/// a squeeze-and-excitation scale over 14 × 14 planes ran in rows of 14 values (0.27 ns a
+/// value against 0.07 over 56 × 56 planes, AMD EPYC Zen 5).
+pub(crate) fn merge_trailing(shape: &[usize], st: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let n = shape.len().min(st.len());
+    if n == 0 {
+        return (shape.to_vec(), st.to_vec());
+    }
+    let (mut size, stride) = (shape[n - 1], st[n - 1]);
+    let mut i = n - 1;
+    while i > 0 && (shape[i - 1] == 1 || st[i - 1] == stride * size) {
+        size *= shape[i - 1];
+        i -= 1;
+    }
+    let mut sh = shape[..i].to_vec();
+    sh.push(size);
+    let mut ss = st[..i].to_vec();
+    ss.push(stride);
+    (sh, ss)
+}
+
+/// Greatest common divisor (`gcd(0, b) = b`).
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// Lower kernel `k` to the loop nest, or say why it has none.
 pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
     match k.kind {
@@ -292,21 +327,20 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
         .map_err(|_| "too large".to_string())?;
     // Iteration domain.
     let (rows, cols) = if elementwise {
-        let gather_dims: HashSet<usize> = plans
-            .iter()
-            .filter(|p| p.binds.iter().any(|b| matches!(b, Bind::Gather(..))))
-            .map(|p| *p.out_shape.last().unwrap_or(&1))
-            .collect();
-        let l = match gather_dims.len() {
-            0 => elems.clamp(1, ELEMENTWISE_ROW),
-            1 => {
-                let d = *gather_dims.iter().next().unwrap_or(&1);
-                (1..=d.clamp(1, ELEMENTWISE_ROW))
-                    .rev()
-                    .find(|l| d.is_multiple_of(*l))
-                    .unwrap_or(1)
-            }
-            _ => return Err("broadcast inputs over nodes of different last dims".into()),
+        // A row must stay inside one block of each broadcast input's merged trailing dims
+        // (where the row's columns step it by one stride): their sizes' common divisor.
+        let blocks = plans.iter().flat_map(|p| {
+            p.binds.iter().filter_map(|b| match b {
+                Bind::Gather(_, st) => Some(merge_trailing(&p.out_shape, st).0),
+                _ => None,
+            })
+        });
+        let l = match blocks.map(|sh| *sh.last().unwrap_or(&1)).reduce(gcd) {
+            None => elems.clamp(1, ELEMENTWISE_ROW),
+            Some(d) => (1..=d.clamp(1, ELEMENTWISE_ROW))
+                .rev()
+                .find(|l| d.is_multiple_of(*l))
+                .unwrap_or(1),
         };
         (elems.div_ceil(l), l)
     } else {
@@ -424,7 +458,8 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
                 if p.per_row {
                     return Err("a broadcast input of a per-row value".into());
                 }
-                gathers.push((pi, bi, p.out_shape.clone(), st.clone()));
+                let (shape, st) = merge_trailing(&p.out_shape, st);
+                gathers.push((pi, bi, shape, st));
             }
         }
     }
@@ -445,4 +480,31 @@ pub(crate) fn lower(tg: &TypedGraph, k: &Kernel) -> Result<Nest, String> {
         gathers,
         flat_as_values: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_trailing;
+
+    #[test]
+    fn trailing_dims_merge_while_they_step_as_one() {
+        // A [1, C, 1, 1] scale over [1, 672, 14, 14]: strides (0, 1, 0, 0); H and W are
+        // constant for the scale (0 = 0·14), so one block of 14·14 = 196 with stride 0;
+        // C's stride 1 ≠ 0·196 stops it, and the leading 1 joins nothing past it.
+        let (sh, st) = merge_trailing(&[1, 672, 14, 14], &[0, 1, 0, 0]);
+        assert_eq!((sh, st), (vec![1, 672, 196], vec![0, 1, 0]));
+        // A bias over the last dim of [8, 5, 12]: strides (0, 0, 1): only the last dim.
+        let (sh, st) = merge_trailing(&[8, 5, 12], &[0, 0, 1]);
+        assert_eq!((sh, st), (vec![8, 5, 12], vec![0, 0, 1]));
+        // A [2, 1, 3] input over [2, 4, 3] (strides 3, 0, 1): dim 1 (stride 0 ≠ 1·3) stops
+        // the merge; a size-1 dim merges whatever its stride: [2, 1, 3] with (9, 7, 1)
+        // gives one block of 3 under the leading 2.
+        let (sh, st) = merge_trailing(&[2, 4, 3], &[3, 0, 1]);
+        assert_eq!((sh, st), (vec![2, 4, 3], vec![3, 0, 1]));
+        let (sh, st) = merge_trailing(&[2, 1, 3], &[9, 7, 1]);
+        assert_eq!((sh, st), (vec![2, 3], vec![9, 1]));
+        // A contiguous input merges all the way: [4, 5, 6] with (30, 6, 1) → one block of 120.
+        let (sh, st) = merge_trailing(&[4, 5, 6], &[30, 6, 1]);
+        assert_eq!((sh, st), (vec![120], vec![1]));
+    }
 }

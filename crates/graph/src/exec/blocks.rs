@@ -454,7 +454,10 @@ fn eval_block(
                 Bind::Gather(t, strides) => {
                     tmp.clear();
                     let src = buf(*t);
-                    let shape = &p.out_shape;
+                    // Runs over the trailing dims the input steps through as one (a
+                    // per-channel scale: whole planes), not only the last.
+                    let (shape, strides) = crate::codegen::merge_trailing(&p.out_shape, strides);
+                    let (shape, strides) = (&shape[..], &strides[..]);
                     let r = shape.len();
                     let mut idx = vec![0usize; r];
                     let mut rem = f0;
