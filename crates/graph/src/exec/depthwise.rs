@@ -20,9 +20,11 @@
 //! Where the input is planar and module `depthwise_planes` takes the geometry (maps of 14
 //! columns or more at AVX-512, of 16 or more with 3 × 3 filters at AVX2), [`depthwise_from`]
 //! hands the convolution to it instead: reading the planes in order without transposing
-//! them measured 1.2–2.5× faster there (docs/performance.md, twenty-first session). This
-//! kernel keeps small maps (7 × 7: 16 channels fill a vector where a row would not), 7 × 7
-//! filters and channels-last inputs.
+//! them measured 1.2–2.5× faster there (docs/performance.md, twenty-first session). Small
+//! planar maps (at most 64 output pixels in rows of at most 8: the 7 × 7 layers) go to
+//! module `depthwise_small`, the same sums without this kernel's bands (1.3–2× faster
+//! there). This kernel keeps the maps between (14 × 14, 28 × 28 with 5 × 5 filters), 7 × 7
+//! filters on wider maps and channels-last inputs.
 //!
 //! Left out: channel multipliers above one (those run as grouped GEMMs in module `conv`),
 //! keeping the blocked layout between layers (onnxruntime's NCHWc: no transposes), and a
@@ -126,7 +128,8 @@ pub(crate) fn depthwise_from(
     blocked(g, x, w, bias, clamp, out, cache)
 }
 
-/// [`depthwise_from`] by the blocked kernel, whatever the geometry.
+/// [`depthwise_from`] by the blocked kernel, or on small planar maps by module
+/// `depthwise_small` (the same lane-major filters, the same sums in the same order).
 pub(super) fn blocked(
     g: &ConvShape,
     x: Input,
@@ -135,6 +138,22 @@ pub(super) fn blocked(
     clamp: Clamp,
     out: &mut [f32],
     cache: Option<(&super::winograd::FilterCache, usize)>,
+) -> Result<(), String> {
+    blocked_with(g, x, w, bias, clamp, out, cache, true)
+}
+
+/// [`blocked`], with module `depthwise_small` taking the small maps it applies to only
+/// where `small` (tests compare the two).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn blocked_with(
+    g: &ConvShape,
+    x: Input,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Clamp,
+    out: &mut [f32],
+    cache: Option<(&super::winograd::FilterCache, usize)>,
+    small: bool,
 ) -> Result<(), String> {
     let simd = tensorforge_kernels::simd::avx2_fma();
     let v = if simd { lanes() } else { 8 };
@@ -149,6 +168,12 @@ pub(super) fn blocked(
             &own
         }
     };
+    if let Input::Planes(xp) = x {
+        if small && super::depthwise_small::applies(g, v) {
+            super::depthwise_small::depthwise_small(g, v, xp, wt, bias, clamp, out);
+            return Ok(());
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if simd {
         if v == 16 {
@@ -164,7 +189,7 @@ pub(super) fn blocked(
 
 /// The filters `w` (`K × R·S`) lane-major in blocks of `v` channels: block b's
 /// `[t·v + l]` = filter value t of channel `b·v + l` (0 past the last channel).
-fn lane_major(g: &ConvShape, w: &[f32], v: usize) -> Vec<f32> {
+pub(super) fn lane_major(g: &ConvShape, w: &[f32], v: usize) -> Vec<f32> {
     let taps = g.r * g.s;
     let mut wt = vec![0f32; g.k.div_ceil(v) * taps * v];
     for (ch, wk) in w.chunks_exact(taps).enumerate().take(g.k) {

@@ -51,6 +51,21 @@ pub(crate) trait Isa {
     fn keep(n: usize) -> Self::K;
     /// The lanes `k` of `v` to `p`.
     unsafe fn store(p: *mut f32, v: Self::F, k: Self::K);
+    /// The `V × V` block at `src` (rows `ld_s` apart) transposed into `dst` (rows `ld_d`
+    /// apart): row `j` of `dst` is column `j` of the block. Rows of the block past `rows`
+    /// and lanes past `cols` are read as 0 (and not read); only `dst` rows below `out_rows`
+    /// and their lanes below `out_cols` are written.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn transpose(
+        src: *const f32,
+        ld_s: usize,
+        rows: usize,
+        cols: usize,
+        dst: *mut f32,
+        ld_d: usize,
+        out_rows: usize,
+        out_cols: usize,
+    );
 }
 
 /// 16 lanes, AVX-512F: masked loads and stores, `vpermt2ps`.
@@ -136,6 +151,63 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: Self::F, k: u16) {
         std::arch::x86_64::_mm512_mask_storeu_ps(p, k, v)
+    }
+    #[inline(always)]
+    unsafe fn transpose(
+        src: *const f32,
+        ld_s: usize,
+        rows: usize,
+        cols: usize,
+        dst: *mut f32,
+        ld_d: usize,
+        out_rows: usize,
+        out_cols: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let m = Self::keep(cols.min(16));
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (i, ri) in r.iter_mut().enumerate().take(rows.min(16)) {
+            *ri = _mm512_maskz_loadu_ps(m, src.add(i * ld_s));
+        }
+        // Pairs of rows interleaved, then pairs of pairs: 128-bit lane L of b[4k + m]
+        // holds column 4L + m of rows 4k .. 4k + 4.
+        let mut a = [_mm512_setzero_ps(); 16];
+        for k in 0..8 {
+            a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+            a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+        }
+        let mut b = [_mm512_setzero_ps(); 16];
+        for k in 0..4 {
+            let (lo, hi) = (_mm512_castps_pd(a[4 * k]), _mm512_castps_pd(a[4 * k + 2]));
+            b[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            b[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+            let (lo, hi) = (
+                _mm512_castps_pd(a[4 * k + 1]),
+                _mm512_castps_pd(a[4 * k + 3]),
+            );
+            b[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            b[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+        }
+        // Row 4L + m of the result: lane L of b[m], b[4 + m], b[8 + m], b[12 + m].
+        let k = Self::keep(out_cols.min(16));
+        for m in 0..4 {
+            let d0 = _mm512_shuffle_f32x4::<0x44>(b[m], b[4 + m]);
+            let d1 = _mm512_shuffle_f32x4::<0xEE>(b[m], b[4 + m]);
+            let d2 = _mm512_shuffle_f32x4::<0x44>(b[8 + m], b[12 + m]);
+            let d3 = _mm512_shuffle_f32x4::<0xEE>(b[8 + m], b[12 + m]);
+            let rows4 = [
+                _mm512_shuffle_f32x4::<0x88>(d0, d2),
+                _mm512_shuffle_f32x4::<0xDD>(d0, d2),
+                _mm512_shuffle_f32x4::<0x88>(d1, d3),
+                _mm512_shuffle_f32x4::<0xDD>(d1, d3),
+            ];
+            for (l, v) in rows4.into_iter().enumerate() {
+                let j = 4 * l + m;
+                if j < out_rows {
+                    _mm512_mask_storeu_ps(dst.add(j * ld_d), k, v);
+                }
+            }
+        }
     }
 }
 
@@ -245,6 +317,48 @@ impl Isa for Avx2 {
         }
         if n & 1 != 0 {
             _mm_store_ss(p, q);
+        }
+    }
+    #[inline(always)]
+    unsafe fn transpose(
+        src: *const f32,
+        ld_s: usize,
+        rows: usize,
+        cols: usize,
+        dst: *mut f32,
+        ld_d: usize,
+        out_rows: usize,
+        out_cols: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let m = Self::inside(0, cols.min(8) as isize);
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (i, ri) in r.iter_mut().enumerate().take(rows.min(8)) {
+            *ri = _mm256_maskload_ps(src.add(i * ld_s), m);
+        }
+        let mut t = [_mm256_setzero_ps(); 8];
+        for k in 0..4 {
+            t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+            t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+        }
+        // Within each 128-bit half: u[4h + m] holds column m (of the half) of rows 4h..4h+4.
+        let mut u = [_mm256_setzero_ps(); 8];
+        for h in 0..2 {
+            let (a, b, c, d) = (t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]);
+            u[4 * h] = _mm256_shuffle_ps::<0x44>(a, c);
+            u[4 * h + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
+            u[4 * h + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+            u[4 * h + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
+        }
+        let n = out_cols.min(8);
+        for j in 0..out_rows.min(8) {
+            let (m, hi) = (j % 4, j >= 4);
+            let v = if hi {
+                _mm256_permute2f128_ps::<0x31>(u[m], u[4 + m])
+            } else {
+                _mm256_permute2f128_ps::<0x20>(u[m], u[4 + m])
+            };
+            Self::store(dst.add(j * ld_d), v, n);
         }
     }
 }

@@ -30,6 +30,7 @@ mod blocks;
 mod conv;
 mod depthwise;
 mod depthwise_planes;
+mod depthwise_small;
 mod elementwise;
 mod gather;
 mod gather_elements;
