@@ -522,6 +522,7 @@ fn transpose_in<const V: usize>(
     tile: &mut [f32],
 ) {
     let (hw, w) = (g.h * g.w, g.w);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut l0 = 0;
     #[cfg(target_arch = "x86_64")]
     if tensorforge_kernels::simd::avx2_fma() && n >= 8 {
@@ -596,6 +597,7 @@ fn transpose_in<const V: usize>(
 
 /// Pixels per group of [`sums`]: eight independent sums per tap, enough to keep two fused
 /// multiply-add pipes of four cycles' latency busy.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const GROUP: usize = 8;
 
 /// Sums of one band: output pixel `i = op·Q + oq`, `op < rows_out`, lane `l`, is
@@ -864,6 +866,7 @@ sums_simd!(
 #[inline(always)]
 fn store_planes<const V: usize>(otile: &[f32], nc: usize, at: usize, pq: usize, o: &mut [f32]) {
     let m = otile.len() / V;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut l0 = 0;
     #[cfg(target_arch = "x86_64")]
     if tensorforge_kernels::simd::avx2_fma() {

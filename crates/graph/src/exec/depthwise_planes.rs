@@ -138,7 +138,7 @@ fn planes_at(
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (xp, wk, b, o, &zeros);
+        let _ = (xp, wk, b, clamp, o, &zeros);
     };
     if out.len() >= PAR_MIN_OUT && rayon::current_num_threads() > 1 {
         out.par_chunks_mut(pq).enumerate().for_each(plane);

@@ -154,7 +154,7 @@ pub(crate) fn depthwise_small(
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (nc, xb, wb, bb, bufs, o);
+        let _ = (nc, xb, wb, bb, clamp, bufs, o);
     };
     let per_image = |bufs: &mut Buffers, img: usize, o: &mut [f32]| {
         for (b, ob) in o.chunks_mut(v * pq).enumerate() {

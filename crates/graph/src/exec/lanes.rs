@@ -1,7 +1,8 @@
-//! Vectors of f32 at the CPU's width for the kernels that walk NCHW planes in registers
-//! (`depthwise_planes`, `winograd`): 16 lanes with AVX-512F, 8 with AVX2 and FMA. One trait,
-//! [`Isa`], names the few operations they need (masked loads that read nothing outside a
-//! plane, the even or odd lanes of two vectors, interleaving, masked stores), so that each
+//! Vectors of f32 at the CPU's width for the kernels that work on NCHW planes in registers
+//! (`depthwise_planes`, `depthwise_small`, `winograd`, `pooling`): 16 lanes with AVX-512F,
+//! 8 with AVX2 and FMA. One trait, [`Isa`], names the few operations they need (masked
+//! loads that read nothing outside a plane, the even or odd lanes of two vectors,
+//! interleaving, `V × V` transposes, NaN-propagating maxima, masked stores), so that each
 //! kernel is written once and compiled once per width inside a `#[target_feature]`
 //! function.
 //!

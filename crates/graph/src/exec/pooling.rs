@@ -227,6 +227,7 @@ unsafe fn max_loads<I: super::lanes::Isa>(g: &PoolShape, x: &[f32], o: &mut [f32
 
 /// Whether `x` holds a NaN (a compare and an or per value, vectorized by the compiler).
 #[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn has_nan(x: &[f32]) -> bool {
     x.chunks(256)
         .any(|c| c.iter().fold(false, |a, v| a | v.is_nan()))

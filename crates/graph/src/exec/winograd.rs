@@ -403,6 +403,7 @@ pub(crate) fn conv(
 
 /// The tiles `ta..tb` of row-major tile order (tile `ty·tw + tx`) as runs within a tile
 /// row: `(ty, tx0, n)` for tiles `tx0 .. tx0 + n`, `n ≤ v`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn chunks(
     tw: usize,
     ta: usize,
@@ -455,7 +456,7 @@ fn input_tiles(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (level, vc, ld);
+    let _ = (level, tw, vc, ld);
 }
 
 #[cfg(target_arch = "x86_64")]
