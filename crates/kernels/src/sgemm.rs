@@ -883,10 +883,25 @@ impl Kernel {
                 let ext = out.transposed || !out.cbias.is_null();
                 macro_rules! t512 {
                     ($nv:literal, $offs:literal, $masked:literal) => {
-                        if ext {
-                            x86::tile512::<$nv, $offs, $masked, true>(kc, a, asrc, b, cols, out)
-                        } else {
-                            x86::tile512::<$nv, $offs, $masked, false>(kc, a, asrc, b, cols, out)
+                        match (out.rows, ext) {
+                            (5.., true) => x86::tile512::<$nv, $offs, $masked, 8, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (3 | 4, true) => x86::tile512::<$nv, $offs, $masked, 4, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (_, true) => x86::tile512::<$nv, $offs, $masked, 2, true>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (5.., false) => x86::tile512::<$nv, $offs, $masked, 8, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (3 | 4, false) => x86::tile512::<$nv, $offs, $masked, 4, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
+                            (_, false) => x86::tile512::<$nv, $offs, $masked, 2, false>(
+                                kc, a, asrc, b, cols, out,
+                            ),
                         }
                     };
                 }
@@ -1200,7 +1215,10 @@ mod x86 {
         }
     }
 
-    /// AVX-512F tile: 8 rows × `NV` vectors of 16 columns; with `MASKED` the last vector
+    /// AVX-512F tile: `MR` rows (8, a whole panel; 4 or 2 for a partial last panel of at
+    /// most that many rows, so that a 1- or 2-row product does not pay for 8: a 1 × 1
+    /// convolution on a 1 × 1 map, batch 2, is a 2-row product) × `NV` vectors of 16
+    /// columns; with `MASKED` the last vector
     /// under a mask of `cols − 16·(NV − 1)` lanes, else every vector whole. Whole vectors
     /// take plain loads and stores: on AMD EPYC Zen 5 (AVX-512), masked stores into lines
     /// not in cache (C no longer filled with a bias first) took MobileNetV2's 16 → 96-channel
@@ -1215,6 +1233,7 @@ mod x86 {
         const NV: usize,
         const OFFS: bool,
         const MASKED: bool,
+        const MR: usize,
         const EXT: bool,
     >(
         kc: usize,
@@ -1224,7 +1243,6 @@ mod x86 {
         cols: usize,
         out: Store,
     ) {
-        const MR: usize = 8;
         let Store {
             c,
             ldc,
@@ -1296,7 +1314,10 @@ mod x86 {
             // A copy goes out by reference, so that the sums themselves never have their
             // address taken and stay in registers through the loop above (passing `&acc`
             // kept them in memory: MobileNetV2's 7 × 7 products 2.6x slower).
-            let sums = acc;
+            // The transposed store turns 8 rows; a shorter tile's missing rows are zeros,
+            // never stored (`rows ≤ MR`).
+            let mut sums = [[_mm512_setzero_ps(); NV]; 8];
+            sums[..MR].copy_from_slice(&acc);
             store_transposed::<NV>(&sums, (c, add), ldc, rows, cols, accumulate, clamp);
             return;
         }
@@ -1606,6 +1627,12 @@ mod tests {
             (17, 50, 257),
             (3, 100, 600),
             (40, 5, 70),
+            // Partial panels that take the shorter AVX-512 tiles: 2 rows (1–2 left) and 4
+            // rows (3–4 left), alone and after whole panels (8 + 2, 8 + 4).
+            (2, 33, 5),
+            (4, 40, 30),
+            (10, 17, 12),
+            (12, 64, 7),
             // 128 = 20·6 + 4 + 4 rows read in place at AVX2, one M block at k = 256.
             (128, 24, 256),
             // Columns past one block of B (B_BLOCK_BYTES / (4·kc) columns, 128 KiB): at
@@ -2016,10 +2043,20 @@ mod tests {
             // (m, n, k): pixels × channels × input channels. A 7 × 7 map (49 rows: six whole
             // row panels and one of a single row), partial panels on both sides, n not a
             // multiple of 16 (the tail's columns not stored), K past one block (kc), one and
-            // two workers, accumulating into C or not.
-            for (si, &(m, n, k)) in [(49, 96, 160), (13, 40, 24), (200, 64, 300), (8, 7, 3)]
-                .iter()
-                .enumerate()
+            // two workers, accumulating into C or not; 1, 2, 3 and 4 rows (the 2- and 4-row
+            // tiles, their sums padded to 8 rows for the transposed store).
+            for (si, &(m, n, k)) in [
+                (49, 96, 160),
+                (13, 40, 24),
+                (200, 64, 300),
+                (8, 7, 3),
+                (1, 32, 112),
+                (2, 20, 9),
+                (3, 48, 17),
+                (4, 16, 5),
+            ]
+            .iter()
+            .enumerate()
             {
                 let seed = 500 + 10 * si as u64;
                 // A column-major with ld = m + 2: element (i, p) at p·(m + 2) + i; C

@@ -765,11 +765,42 @@ fn patch_embedding(
         // each column (output channel) started from its bias: no product buffer, no pass
         // turning it.
         let pb = cache.packed_right(kern, node, crs, k, 1, crs, w)?;
-        let split = if rayon::current_num_threads() <= 1 || pq * crs * k < PAR_MIN_MACS {
+        // A product's rows: one image's pixels, or every image's single pixel (below).
+        let m = if pq == 1 { rows } else { pq };
+        let split = if rayon::current_num_threads() <= 1 || m * crs * k < PAR_MIN_MACS {
             1
         } else {
             rayon::current_num_threads()
         };
+        if pq == 1 {
+            // A 1 × 1 output map: the output `N × K × 1 × 1` is the product `N × K` itself,
+            // row-major, so every image is a row of one product (MobileNetV2's last layer
+            // at 32 × 32, batch 2: one 2-row product, not two of one row).
+            for (pc, kc, block) in super::winograd::right_blocks(kern, &pb.packed, crs, k) {
+                let ep = Epilogue {
+                    col_bias: bias.filter(|_| pc == 0),
+                    ..Epilogue::NONE
+                };
+                let left = Left::RowMajor {
+                    data: &patches[pc..],
+                    ld: crs,
+                };
+                kern.gemm_split(
+                    rows,
+                    k,
+                    kc,
+                    left,
+                    Right::Packed(block),
+                    out,
+                    k,
+                    pc > 0,
+                    ep,
+                    split,
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            return Ok(());
+        }
         for (pi, oi) in patches
             .chunks_exact(pq * crs)
             .zip(out.chunks_exact_mut(k * pq))
