@@ -729,7 +729,13 @@ fn patch_embedding(
             }
         }
     };
-    if exact && g.r == 1 && g.s == 1 && g.h * g.w == 1 {
+    // A 1 × 1 kernel at stride 1 (a tiny map's pointwise convolution), stored transposed:
+    // each image's patch matrix is its `C × H·W` planes read column-major, and on a 1 × 1
+    // map the input is the whole batch's patch matrix, row-major; read in place, not
+    // gathered (a value at a time, that took 5 % of a 32 × 32 MobileNetV2's run).
+    let in_place = exact && g.r == 1 && g.s == 1 && transposed_store(kern);
+    if in_place {
+    } else if exact && g.r == 1 && g.s == 1 && g.h * g.w == 1 {
         // A 1 × 1 map: the input is the patch matrix already.
         patches.copy_from_slice(&x[..rows * crs]);
     } else if exact && g.s > 1 {
@@ -781,8 +787,9 @@ fn patch_embedding(
                     col_bias: bias.filter(|_| pc == 0),
                     ..Epilogue::NONE
                 };
+                let whole = if in_place { x } else { &*patches };
                 let left = Left::RowMajor {
-                    data: &patches[pc..],
+                    data: &whole[pc..],
                     ld: crs,
                 };
                 kern.gemm_split(
@@ -801,7 +808,8 @@ fn patch_embedding(
             }
             return Ok(());
         }
-        for (pi, oi) in patches
+        let images = if in_place { x } else { &*patches };
+        for (pi, oi) in images
             .chunks_exact(pq * crs)
             .zip(out.chunks_exact_mut(k * pq))
         {
@@ -810,9 +818,17 @@ fn patch_embedding(
                     col_bias: bias.filter(|_| pc == 0),
                     ..Epilogue::NONE
                 };
-                let left = Left::RowMajor {
-                    data: &pi[pc..],
-                    ld: crs,
+                let left = if in_place {
+                    // Pixel i, channel pc + c at (pc + c)·P·Q + i.
+                    Left::ColMajor {
+                        data: &pi[pc * pq..],
+                        ld: pq,
+                    }
+                } else {
+                    Left::RowMajor {
+                        data: &pi[pc..],
+                        ld: crs,
+                    }
                 };
                 kern.gemm_transposed(
                     pq,

@@ -61,6 +61,7 @@ use crate::error::Result;
 pub struct ExecMemo {
     plans: std::sync::OnceLock<Vec<Option<blocks::MemoPlans>>>,
     releases: std::sync::OnceLock<Vec<Vec<usize>>>,
+    reads: std::sync::OnceLock<Vec<Vec<usize>>>,
     filters: winograd::FilterCache,
 }
 
@@ -85,6 +86,18 @@ impl ExecMemo {
                     }
                     _ => None,
                 })
+                .collect()
+        })
+    }
+
+    /// By kernel index, the tensors that kernel reads from outside itself
+    /// ([`program::kernel_reads`]), found once: on a 32 × 32 MobileNetV2 (60 kernels, a
+    /// 110 µs run) finding them on every run took 3–4 % of it.
+    pub(crate) fn reads(&self, p: &Program) -> &[Vec<usize>] {
+        self.reads.get_or_init(|| {
+            p.kernels
+                .iter()
+                .map(|k| program::kernel_reads(&p.graph, k))
                 .collect()
         })
     }

@@ -289,16 +289,17 @@ fn run_program<'a>(
     }
     let memo = p.exec_memo.plans(p);
     let releases = p.exec_memo.releases(p);
+    let all_reads = p.exec_memo.reads(p);
     let mut kernel_ns = Vec::with_capacity(p.kernels.len());
     let mut tk = std::time::Instant::now();
     for (ki, k) in p.kernels.iter().enumerate() {
         // Views the kernel reads from outside (a MatMul's transposed operand as its source).
-        let reads = kernel_reads(tg, k);
-        for &t in &reads {
+        let reads = &all_reads[ki];
+        for &t in reads {
             st.ensure(t)?;
         }
         if let Some(obs) = observe.as_mut() {
-            for &t in &reads {
+            for &t in reads {
                 if let Some(v) = st.bufs[t].as_deref() {
                     obs(ki, t, v);
                 }
