@@ -128,8 +128,9 @@ pub(crate) fn depthwise_from(
     blocked(g, x, w, bias, clamp, out, cache)
 }
 
-/// [`depthwise_from`] by the blocked kernel, or on small planar maps by module
-/// `depthwise_small` (the same lane-major filters, the same sums in the same order).
+/// [`depthwise_from`] by the blocked kernel, or on small planar maps by modules
+/// `depthwise_tiny` and `depthwise_small` (the same lane-major filters, the same sums in the
+/// same order).
 pub(super) fn blocked(
     g: &ConvShape,
     x: Input,
@@ -142,8 +143,8 @@ pub(super) fn blocked(
     blocked_with(g, x, w, bias, clamp, out, cache, true)
 }
 
-/// [`blocked`], with module `depthwise_small` taking the small maps it applies to only
-/// where `small` (tests compare the two).
+/// [`blocked`], with modules `depthwise_tiny` and `depthwise_small` taking the maps they
+/// apply to only where `small` (tests compare the two).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn blocked_with(
     g: &ConvShape,
@@ -169,6 +170,10 @@ pub(super) fn blocked_with(
         }
     };
     if let Input::Planes(xp) = x {
+        if small && super::depthwise_tiny::applies(g, v) {
+            super::depthwise_tiny::depthwise_tiny(g, v, xp, wt, bias, clamp, out);
+            return Ok(());
+        }
         if small && super::depthwise_small::applies(g, v) {
             super::depthwise_small::depthwise_small(g, v, xp, wt, bias, clamp, out);
             return Ok(());

@@ -31,6 +31,7 @@ mod conv;
 mod depthwise;
 mod depthwise_planes;
 mod depthwise_small;
+mod depthwise_tiny;
 mod elementwise;
 mod gather;
 mod gather_elements;
