@@ -169,11 +169,11 @@ pub(super) fn blocked_with(
             &own
         }
     };
+    if small && super::depthwise_tiny::applies(g, v) {
+        super::depthwise_tiny::depthwise_tiny(g, v, x, wt, bias, clamp, out);
+        return Ok(());
+    }
     if let Input::Planes(xp) = x {
-        if small && super::depthwise_tiny::applies(g, v) {
-            super::depthwise_tiny::depthwise_tiny(g, v, xp, wt, bias, clamp, out);
-            return Ok(());
-        }
         if small && super::depthwise_small::applies(g, v) {
             super::depthwise_small::depthwise_small(g, v, xp, wt, bias, clamp, out);
             return Ok(());

@@ -12,15 +12,25 @@
 //! padded tile around them (`perf`: a 336-channel 3 × 3 layer on 1 × 1 maps, batch 2, took
 //! 4 µs, about 100 ns a block, AMD EPYC Zen 5).
 //!
+//! The input may also be channels last (a tensor the graph reads through a transposed view,
+//! SegFormer's token maps): each pixel's block of channels is then one load.
+//!
 //! Left out: dilation (the other kernels take it), and CPUs without AVX2 and FMA.
 
 // Only x86-64 has the kernel; elsewhere `applies` is false and the rest goes unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::conv::ConvShape;
+use super::depthwise::Input;
 #[cfg(target_arch = "x86_64")]
 use super::lanes::{Avx2, Avx512, Isa};
 use tensorforge_kernels::clamp::Clamp;
+
+/// The values of `x`, planes or pixels.
+fn x_of(x: Input<'_>) -> &[f32] {
+    let (Input::Planes(v) | Input::Pixels(v)) = x;
+    v
+}
 
 /// Input pixels, and output pixels, of a plane at most.
 pub(crate) const MAX_PIXELS: usize = 4;
@@ -49,7 +59,7 @@ pub(crate) fn applies(g: &ConvShape, v: usize) -> bool {
 pub(crate) fn depthwise_tiny(
     g: &ConvShape,
     v: usize,
-    x: &[f32],
+    x: Input,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -58,7 +68,7 @@ pub(crate) fn depthwise_tiny(
     let (hw, pq, taps) = (g.h * g.w, g.p * g.q, g.r * g.s);
     assert!(
         applies(g, v)
-            && x.len() == g.n * g.c * hw
+            && x_of(x).len() == g.n * g.c * hw
             && out.len() == g.n * g.k * pq
             && wt.len() == g.k.div_ceil(v) * taps * v
             && bias.is_none_or(|b| b.len() >= g.k),
@@ -79,7 +89,7 @@ pub(crate) fn depthwise_tiny(
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn run_avx512(
     g: &ConvShape,
-    x: &[f32],
+    x: Input,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -92,7 +102,7 @@ unsafe fn run_avx512(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn run_avx2(
     g: &ConvShape,
-    x: &[f32],
+    x: Input,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -109,7 +119,7 @@ unsafe fn run_avx2(
 #[inline(always)]
 unsafe fn run<I: Isa>(
     g: &ConvShape,
-    x: &[f32],
+    x: Input,
     wt: &[f32],
     bias: Option<&[f32]>,
     clamp: Clamp,
@@ -139,13 +149,18 @@ unsafe fn run<I: Isa>(
         let start = I::splat(0.0);
         let start = bias.map_or(start, |bs| I::load(lanes, bs[c0..].as_ptr()));
         for img in 0..g.n {
-            let planes = &x[(img * g.c + c0) * hw..][..nc * hw];
             let outs = &mut out[(img * g.k + c0) * pq..][..nc * pq];
             let mut xs = [zero; MAX_PIXELS];
-            if hw == 1 {
+            if let Input::Pixels(x) = x {
+                // Channels last: each pixel's channels are consecutive values.
+                for (i, xv) in xs.iter_mut().enumerate().take(hw) {
+                    *xv = I::load(lanes, x[(img * hw + i) * g.c + c0..].as_ptr());
+                }
+            } else if hw == 1 {
                 // One pixel a plane: the block's channels are consecutive values.
-                xs[0] = I::load(lanes, planes.as_ptr());
+                xs[0] = I::load(lanes, x_of(x)[img * g.c + c0..].as_ptr());
             } else {
+                let planes = &x_of(x)[(img * g.c + c0) * hw..][..nc * hw];
                 for (l, plane) in planes.chunks_exact(hw).enumerate() {
                     for (i, &val) in plane.iter().enumerate() {
                         pixels[i * v + l] = val;
@@ -227,11 +242,21 @@ mod tests {
                 for &v in &ws {
                     let wt = lane_major(g, &w, v);
                     let mut got = vec![f32::NAN; want.len()];
-                    depthwise_tiny(g, v, &x, &wt, Some(&b), cl, &mut got);
+                    depthwise_tiny(g, v, Input::Planes(&x), &wt, Some(&b), cl, &mut got);
                     for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                         // At most 25 products of |x|, |w| ≤ 1: a few f32 roundings.
                         assert!((a - e).abs() <= 1e-5, "{v} lanes {g:?} at {j}: {a} vs {e}");
                     }
+                    // The same input channels last (`N × H × W × C`): the same bits.
+                    let hw = g.h * g.w;
+                    let mut nhwc = vec![0f32; x.len()];
+                    for (at, &val) in x.iter().enumerate() {
+                        let (img, c, i) = (at / (g.c * hw), (at / hw) % g.c, at % hw);
+                        nhwc[(img * hw + i) * g.c + c] = val;
+                    }
+                    let mut pixels = vec![f32::NAN; want.len()];
+                    depthwise_tiny(g, v, Input::Pixels(&nhwc), &wt, Some(&b), cl, &mut pixels);
+                    assert_eq!(pixels, got, "{v} lanes {g:?}: channels last");
                     // The blocked kernel with the small paths off: the same bits.
                     let mut blocked = vec![f32::NAN; want.len()];
                     blocked_with(
