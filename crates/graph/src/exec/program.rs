@@ -12,7 +12,7 @@ use super::pooling::{PoolKind, PoolShape};
 use super::{ExecResult, Pool, Values};
 use crate::error::{GraphError, Result};
 use crate::fusion::{Kernel, KernelKind, Program};
-use crate::ir::{norm_axis, Op, TypedGraph};
+use crate::ir::{norm_axis, Op, PadMode, TypedGraph};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -1005,67 +1005,10 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     let o = tg.node_outputs[n][0];
                     let is = tg.tensors[i].shape.clone();
                     let os = tg.tensors[o].shape.clone();
-                    let r = is.len();
-                    let istr = strides(&is);
                     let src = st.bufs[i].as_deref().unwrap_or(&[]);
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
                     out.clear();
-                    let fill = *value as f32;
-                    let last = is.last().copied().unwrap_or(1);
-                    if matches!(mode, crate::ir::PadMode::Constant)
-                        && pads.iter().all(|&p| p >= 0)
-                        && r > 0
-                        && last > 0
-                    {
-                        // Constant padding that crops nothing: the fill everywhere, then
-                        // each input row (its last axis) copied whole to its place (Swin's
-                        // window padding took 10-17 µs a value at a time, 2 × 16 × 16 × 64
-                        // values).
-                        out.resize(tg.tensors[o].numel as usize, fill);
-                        let ostr = strides(&os);
-                        let at = |a: usize, i: usize| i + pads[a] as usize;
-                        for_each_index(&is[..r.saturating_sub(1)], |idx| {
-                            let (mut si, mut oi) = (0, at(r - 1, 0));
-                            for (a, &i) in idx.iter().enumerate() {
-                                si += i * istr[a];
-                                oi += at(a, i) * ostr[a];
-                            }
-                            out[oi..oi + last].copy_from_slice(&src[si..si + last]);
-                        });
-                        st.bufs[o] = Some(out.into());
-                        return Ok(());
-                    }
-                    for_each_index(&os, |idx| {
-                        let mut off = 0usize;
-                        let mut inside = true;
-                        for a in 0..r {
-                            // Negative pads crop first (as ONNX's reference and onnxruntime
-                            // do): the kept range [lo, lo + d) is what the positive pads
-                            // extend, reflect or wrap.
-                            let (b, e) = (pads[a], pads[r + a]);
-                            let lo = (-b).max(0);
-                            let d = is[a] as i64 - lo - (-e).max(0);
-                            let mut j = idx[a] as i64 - b.max(0);
-                            if j < 0 || j >= d {
-                                match mode {
-                                    crate::ir::PadMode::Constant => {
-                                        inside = false;
-                                        break;
-                                    }
-                                    crate::ir::PadMode::Edge => j = j.clamp(0, d - 1),
-                                    crate::ir::PadMode::Wrap => j = j.rem_euclid(d),
-                                    crate::ir::PadMode::Reflect => {
-                                        // Mirror about the edge elements (not repeated).
-                                        let period = 2 * (d - 1);
-                                        let m = j.rem_euclid(period);
-                                        j = if m < d { m } else { period - m };
-                                    }
-                                }
-                            }
-                            off += (j + lo) as usize * istr[a];
-                        }
-                        out.push(if inside { src[off] } else { fill });
-                    });
+                    pad_rows(src, &is, &os, pads, *mode, *value as f32, &mut out);
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
@@ -1078,6 +1021,109 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
             }
         }
     }
+}
+
+/// For output index `j` of axis `a` of a `Pad` (`pads` as ONNX orders them, `d_in` the
+/// axis's input length): the input index it reads, or `None` where `constant` mode fills.
+/// Negative pads crop first (as ONNX's reference and onnxruntime do): the kept range
+/// `[lo, lo + d)` is what the positive pads extend, reflect or wrap.
+fn pad_source(pads: &[i64], mode: PadMode, a: usize, d_in: usize, j: usize) -> Option<usize> {
+    let r = pads.len() / 2;
+    let (b, e) = (pads[a], pads[r + a]);
+    let lo = (-b).max(0);
+    let d = d_in as i64 - lo - (-e).max(0);
+    let mut k = j as i64 - b.max(0);
+    if k < 0 || k >= d {
+        match mode {
+            // Nothing kept to extend from (the import refuses such pads): filled.
+            PadMode::Constant => return None,
+            _ if d <= 0 => return None,
+            PadMode::Edge => k = k.clamp(0, d - 1),
+            PadMode::Wrap => k = k.rem_euclid(d),
+            PadMode::Reflect => {
+                // Mirror about the edge elements (not repeated).
+                let period = 2 * (d - 1);
+                let m = k.rem_euclid(period.max(1));
+                k = if m < d { m } else { period - m };
+            }
+        }
+    }
+    Some((k + lo) as usize)
+}
+
+/// `out` (emptied) = `src` (shape `is`) padded to shape `os` ([`Op::Pad`]): each axis's
+/// output indices mapped once to the input indices they read ([`pad_source`]), then the
+/// output a row (last axis) at a time, each row's source row found from the other axes'
+/// maps and its values copied through the last axis's map, the run of kept columns as one
+/// copy. A value at a time through every axis, Swin's window padding took 10–17 µs and a
+/// reflection pad of a 32 × 32 map (held-out padreflect_ts) 25 µs
+/// (docs/performance.md).
+fn pad_rows(
+    src: &[f32],
+    is: &[usize],
+    os: &[usize],
+    pads: &[i64],
+    mode: PadMode,
+    fill: f32,
+    out: &mut Vec<f32>,
+) {
+    let r = is.len();
+    let total: usize = os.iter().product();
+    if total == 0 {
+        return;
+    }
+    if r == 0 {
+        out.extend_from_slice(&src[..1]);
+        return;
+    }
+    let istr = strides(is);
+    let maps: Vec<Vec<Option<usize>>> = (0..r)
+        .map(|a| {
+            (0..os[a])
+                .map(|j| pad_source(pads, mode, a, is[a], j))
+                .collect()
+        })
+        .collect();
+    let cols = &maps[r - 1];
+    // The longest run of output columns that read consecutive input columns (the kept
+    // ones between the pads): `(first output column, first input column, length)`.
+    let mut run = (0, 0, 0);
+    let mut j = 0;
+    while j < cols.len() {
+        let Some(c0) = cols[j] else {
+            j += 1;
+            continue;
+        };
+        let len = cols[j..]
+            .iter()
+            .enumerate()
+            .take_while(|(k, c)| **c == Some(c0 + k))
+            .count();
+        if len > run.2 {
+            run = (j, c0, len);
+        }
+        j += len;
+    }
+    let width = os[r - 1];
+    for_each_index(&os[..r - 1], |idx| {
+        let mut off = Some(0usize);
+        for (a, &j) in idx.iter().enumerate() {
+            off = off.and_then(|o| maps[a][j].map(|s| o + s * istr[a]));
+        }
+        let Some(off) = off else {
+            out.resize(out.len() + width, fill);
+            return;
+        };
+        let row = &src[off..off + is[r - 1]];
+        let (j0, c0, len) = run;
+        for c in &cols[..j0] {
+            out.push(c.map_or(fill, |c| row[c]));
+        }
+        out.extend_from_slice(&row[c0..c0 + len]);
+        for c in &cols[j0 + len..] {
+            out.push(c.map_or(fill, |c| row[c]));
+        }
+    });
 }
 
 #[derive(Clone, Copy)]
@@ -1401,7 +1447,7 @@ mod slice_where_tests {
     fn constant_padding_by_hand() {
         // x = [[1, 2], [3, 4]] padded with 9: one row before and none after, one column
         // before and two after, as rows of 5: [9 9 9 9 9], [9 1 2 9 9], [9 3 4 9 9]. Then
-        // with a column cropped (a negative pad: the general path), and in three dims (a
+        // with a column cropped (a negative pad), and in three dims (a
         // leading axis of 1 padded by one each side: an image of 9s before and after x).
         let pad = |pads: &str, shape: &str| {
             Graph::from_json_str(&format!(
