@@ -426,7 +426,7 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                 let (body, next) = nest.run_body(tg, pi)?;
                 let _ = writeln!(
                     w,
-                    "        for (int64_t c = 0; c < cn; ++c) {{\n{body}        }}"
+                    "        TF_IVDEP\n        for (int64_t c = 0; c < cn; ++c) {{\n{body}        }}"
                 );
                 pi = next;
                 continue;

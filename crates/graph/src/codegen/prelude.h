@@ -32,6 +32,24 @@ typedef unsigned long long uint64_t;
 #define TF_FN
 #endif
 
+/* Vectorize the next loop although the compiler could not prove its pointers apart: a
+ * kernel's inputs and outputs never overlap except as the same element (an output written
+ * in place of an input that dies there), which carries no dependence from one iteration to
+ * the next. Without it GCC 12 left loops with seven or more pointers scalar (more run-time
+ * alias checks than its vect-max-version-for-alias-checks allows): an LSTM cell's gates, 5
+ * inputs and 2 outputs, at about 14 ns per element. */
+#ifndef TF_IVDEP
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define TF_IVDEP
+#elif defined(__clang__)
+#define TF_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define TF_IVDEP _Pragma("GCC ivdep")
+#else
+#define TF_IVDEP
+#endif
+#endif
+
 #if defined(__CUDACC__)
 TF_INLINE float tf_bits_f(int32_t i) { return __int_as_float(i); }
 TF_INLINE int32_t tf_f_bits(float f) { return __float_as_int(f); }
