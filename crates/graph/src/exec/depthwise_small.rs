@@ -44,11 +44,7 @@ const PAR_MIN_OUT: usize = 1 << 14;
 /// strides of 1 or 2, filters of at most 7 × 7, and a map within [`MAX_IN`], [`MAX_OUT`]
 /// and [`MAX_Q`].
 pub(crate) fn applies(g: &ConvShape, v: usize) -> bool {
-    cfg!(target_arch = "x86_64")
-        && matches!(v, 8 | 16)
-        && tensorforge_kernels::simd::avx2_fma()
-        && (v == 8
-            || tensorforge_kernels::vmath::level() == tensorforge_kernels::vmath::Level::Avx512)
+    runs_at(v)
         && g.c == g.k
         && g.group == g.c
         && g.dil == [1, 1]
@@ -59,6 +55,17 @@ pub(crate) fn applies(g: &ConvShape, v: usize) -> bool {
         && g.h * g.w <= MAX_IN
         && g.p * g.q <= MAX_OUT
         && (1..=MAX_Q).contains(&g.q)
+}
+
+/// Whether the CPU runs this module's vectors (and `depthwise_tiny`'s) at `v` lanes: 16 with
+/// AVX-512F (as `vmath::level` reports it: `TENSORFORGE_SIMD=avx2` caps it), 8 with AVX2 and
+/// FMA, on x86-64.
+pub(crate) fn runs_at(v: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && matches!(v, 8 | 16)
+        && tensorforge_kernels::simd::avx2_fma()
+        && (v == 8
+            || tensorforge_kernels::vmath::level() == tensorforge_kernels::vmath::Level::Avx512)
 }
 
 /// Rows and columns of the padded tile a block's sums read: `(P − 1)·sh + R` by

@@ -39,11 +39,7 @@ pub(crate) const MAX_PIXELS: usize = 4;
 /// kernel's width on this CPU): one input and one output channel per group, no dilation,
 /// and at most [`MAX_PIXELS`] pixels in each input and output plane.
 pub(crate) fn applies(g: &ConvShape, v: usize) -> bool {
-    cfg!(target_arch = "x86_64")
-        && matches!(v, 8 | 16)
-        && tensorforge_kernels::simd::avx2_fma()
-        && (v == 8
-            || tensorforge_kernels::vmath::level() == tensorforge_kernels::vmath::Level::Avx512)
+    super::depthwise_small::runs_at(v)
         && g.c == g.k
         && g.group == g.c
         && g.dil == [1, 1]
@@ -83,6 +79,8 @@ pub(crate) fn depthwise_tiny(
             run_avx2(g, x, wt, bias, clamp, out)
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bias, clamp, out);
 }
 
 #[cfg(target_arch = "x86_64")]
