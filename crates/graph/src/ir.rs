@@ -53,6 +53,61 @@ pub enum PadMode {
     Wrap,
 }
 
+/// The cell of an [`Op::Recurrence`] (ONNX `LSTM` and `GRU`, default activations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecurrentCell {
+    /// LSTM, gates `i, o, f, c` (ONNX order): `c = σ(f) ⊙ c + σ(i) ⊙ tanh(c̃)`,
+    /// `h = σ(o) ⊙ tanh(c)`; no peepholes.
+    Lstm,
+    /// GRU, gates `z, r, h`: `h̃ = tanh(x_h + (σ(r) ⊙ h)·R_hᵀ + Rb_h)`,
+    /// `h = (1 − σ(z)) ⊙ h̃ + σ(z) ⊙ h`.
+    Gru,
+    /// GRU with `linear_before_reset`: `h̃ = tanh(x_h + σ(r) ⊙ (h·R_hᵀ + Rb_h))`.
+    GruLinearBeforeReset,
+}
+
+impl RecurrentCell {
+    /// Gates per step: 4 (LSTM) or 3 (GRU).
+    pub fn gates(self) -> usize {
+        match self {
+            RecurrentCell::Lstm => 4,
+            RecurrentCell::Gru | RecurrentCell::GruLinearBeforeReset => 3,
+        }
+    }
+
+    /// States carried from step to step: 2 (LSTM's `h` and `c`) or 1.
+    pub fn states(self) -> usize {
+        match self {
+            RecurrentCell::Lstm => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Which ways an [`Op::Recurrence`] runs over the sequence (ONNX `direction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecurrentDirection {
+    /// From the first step to the last.
+    Forward,
+    /// From the last step to the first.
+    Reverse,
+    /// Both, as two independent directions (forward first).
+    Bidirectional,
+}
+
+impl RecurrentDirection {
+    /// The directions, in output order: `true` for reverse.
+    pub fn reversed(self) -> &'static [bool] {
+        match self {
+            RecurrentDirection::Forward => &[false],
+            RecurrentDirection::Reverse => &[true],
+            RecurrentDirection::Bidirectional => &[false, true],
+        }
+    }
+}
+
 /// An operation with its attributes. JSON: `"op": "Name"` and, when the op has any,
 /// `"attrs": {...}` beside it in the node object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,6 +363,25 @@ pub enum Op {
         #[serde(default)]
         value: f64,
     },
+    /// A recurrent layer over a whole sequence (ONNX `LSTM` / `GRU` after their input
+    /// projection, which stays a MatMul of the graph). Inputs `[xw, rt, h0, extra]`: `xw`
+    /// `[S, B, D·G·H]` is every step's input projection with the biases added (direction `d`'s
+    /// `G` gates in columns `d·G·H ..`; GRU's `h` gate without its recurrent bias), `rt`
+    /// `[D, H, G·H]` the recurrent weights transposed, `h0` `[D, B, H]` the initial hidden
+    /// state and `extra` `[D, B, H]` LSTM's initial cell state or `[D, H]` GRU's recurrent
+    /// bias of the `h` gate. Each step of direction `d` computes `g = xw[t] + h·rt[d]` and the
+    /// cell ([`RecurrentCell`]); the output `[S + F, D, B, H]` holds the hidden state after
+    /// every step `t` at row `t` (in sequence order, whichever way the direction runs), then,
+    /// with `finals`, the last hidden state (`F = 1`) and LSTM's last cell state (`F = 2`).
+    Recurrence {
+        /// The cell.
+        cell: RecurrentCell,
+        /// Forward, reverse or both.
+        direction: RecurrentDirection,
+        /// Append the last hidden (and cell) state after the `S` steps.
+        #[serde(default)]
+        finals: bool,
+    },
     /// A one-input function of the op table ([`crate::optable`]): its dtype rule, scalar
     /// reference and code-generator expressions are defined there.
     Unary {
@@ -385,6 +459,7 @@ impl Op {
             Op::FusedAttention { .. } => "FusedAttention",
             Op::CumSum { .. } => "CumSum",
             Op::Pad { .. } => "Pad",
+            Op::Recurrence { .. } => "Recurrence",
             Op::Unary { f } => f.name(),
             Op::Binary { f } => f.name(),
             Op::Opaque { .. } => "Opaque",
@@ -435,6 +510,7 @@ impl Op {
             | Op::FusedAttention { .. }
             | Op::CumSum { .. }
             | Op::Pad { .. }
+            | Op::Recurrence { .. }
             | Op::Opaque { .. } => OpClass::Opaque,
             _ => OpClass::Elementwise,
         }
@@ -1260,6 +1336,64 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
             s.push(b.shape[rb - 1]);
             vec![(s, a.dtype)]
         }
+        Op::Recurrence {
+            cell,
+            direction,
+            finals,
+        } => {
+            arity(4)?;
+            let (xw, rt, h0, extra) = (ins[0], ins[1], ins[2], ins[3]);
+            float(xw)?;
+            for p in &ins[1..] {
+                same_dtype(xw, p)?;
+            }
+            let (g, d) = (cell.gates(), direction.reversed().len());
+            if rt.shape.len() != 3 || rt.shape[0] != d {
+                return Err(shape_err(
+                    rt,
+                    format!("must have shape [{d}, H, {g}·H], got {:?}", rt.shape),
+                ));
+            }
+            let h = rt.shape[1];
+            let gh = g.checked_mul(h).ok_or_else(|| inv("G·H overflows".into()))?;
+            if rt.shape[2] != gh || h == 0 {
+                return Err(shape_err(
+                    rt,
+                    format!("must have shape [{d}, H, {g}·H] with H > 0, got {:?}", rt.shape),
+                ));
+            }
+            let cols = d
+                .checked_mul(gh)
+                .ok_or_else(|| inv("D·G·H overflows".into()))?;
+            if xw.shape.len() != 3 || xw.shape[2] != cols {
+                return Err(shape_err(
+                    xw,
+                    format!("must have shape [S, B, {cols}], got {:?}", xw.shape),
+                ));
+            }
+            let (s, b) = (xw.shape[0], xw.shape[1]);
+            if h0.shape != [d, b, h] {
+                return Err(shape_err(
+                    h0,
+                    format!("must have shape [{d}, {b}, {h}], got {:?}", h0.shape),
+                ));
+            }
+            let want: Vec<usize> = if *cell == RecurrentCell::Lstm {
+                vec![d, b, h]
+            } else {
+                vec![d, h]
+            };
+            if extra.shape != want {
+                return Err(shape_err(
+                    extra,
+                    format!("must have shape {want:?}, got {:?}", extra.shape),
+                ));
+            }
+            let rows = s
+                .checked_add(if *finals { cell.states() } else { 0 })
+                .ok_or_else(|| inv("S overflows".into()))?;
+            vec![(vec![rows, d, b, h], xw.dtype)]
+        }
         Op::CumSum { axis, .. } => {
             arity(1)?;
             let t = ins[0];
@@ -1962,6 +2096,42 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{idx} axis {axis}: {e}");
+        }
+    }
+
+    #[test]
+    fn recurrence_shapes_and_checks() {
+        // A bidirectional LSTM of 5 steps, batch 2, hidden 3: xw [5, 2, 2·4·3 = 24],
+        // rt [2, 3, 12], h0 and c0 [2, 2, 3]; with finals the output has 5 + 2 rows.
+        let graph = |rt: &str, c0: &str, finals: bool| {
+            format!(
+                r#"{{"nodes":[
+                  {{"name":"xw","op":"Input","attrs":{{"shape":[5,2,24],"dtype":"fp32"}}}},
+                  {{"name":"rt","op":"Weight","attrs":{{"shape":{rt},"dtype":"fp32"}}}},
+                  {{"name":"h0","op":"Input","attrs":{{"shape":[2,2,3],"dtype":"fp32"}}}},
+                  {{"name":"c0","op":"Input","attrs":{{"shape":{c0},"dtype":"fp32"}}}},
+                  {{"name":"y","op":"Recurrence","inputs":["xw","rt","h0","c0"],
+                    "attrs":{{"cell":"lstm","direction":"bidirectional","finals":{finals}}}}}]}}"#
+            )
+        };
+        for (finals, rows) in [(true, 7), (false, 5)] {
+            let tg = Graph::from_json_str(&graph("[2,3,12]", "[2,2,3]", finals))
+                .unwrap()
+                .validate()
+                .unwrap();
+            assert_eq!(tg.tensors[tg.node_outputs[4][0]].shape, [rows, 2, 2, 3]);
+        }
+        for (rt, c0, want) in [
+            ("[2,3,9]", "[2,2,3]", "`rt`"),
+            ("[1,3,12]", "[2,2,3]", "`rt`"),
+            ("[2,3,12]", "[2,3]", "`c0`"),
+        ] {
+            let e = Graph::from_json_str(&graph(rt, c0, true))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.contains("must have shape"), "{rt} {c0}: {e}");
         }
     }
 

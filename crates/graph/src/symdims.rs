@@ -174,6 +174,12 @@ fn node_labels(
             *l.last_mut()? = ins.get(2)?.1.last()?.clone();
             l
         }
+        Op::Recurrence { .. } => {
+            // [S + F, D, B, H]: the batch is xw's second dim.
+            let mut l = vec![DimLabel::default(); r];
+            *l.get_mut(2)? = ins.first()?.1.get(1)?.clone();
+            l
+        }
         Op::RmsNormSwiGlu { .. } => {
             let mut l = first()?;
             *l.last_mut()? = DimLabel::default();

@@ -121,6 +121,9 @@ pub const LIMITATIONS: &[&str] = &[
 /// one's) per output element (1, LogAddExp 3); other elementwise ops 1; reductions 1 per
 /// input element; Softmax / LogSoftmax 4, LogSumExp 3, RMSNorm 4, LayerNorm 7 per element; RMSNorm+SwiGLU 4·T·D + 4·T·D·F + 5·T·F; Conv2d 2 · outputs · (C/group)·R·S;
 /// MaxPool2d / AvgPool2d one compare or add per window element; CumSum one add per element;
+/// Recurrence, per step, direction and batch row, 2·H·G·H for the recurrent product and the
+/// cell's elementwise ops at 1 each (LSTM 13·H: 4·H adds of the projection, 3 sigmoids, 2
+/// tanh, 3 products, 1 sum of H each; GRU 12·H);
 /// sources, views, casts, Slice, Pad, Where, Gather, GatherElements and opaque ops 0.
 pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
     let out = tg.tensors[tg.node_outputs[i][0]].numel;
@@ -177,6 +180,26 @@ pub fn node_flops(tg: &TypedGraph, i: usize) -> u64 {
             let (sk, dv) = (dims(kt, r.wrapping_sub(1)), dims(v, r.wrapping_sub(1)));
             let scores = lead.saturating_mul(sq).saturating_mul(sk);
             scores.saturating_mul(d.saturating_add(dv).saturating_mul(2).saturating_add(5))
+        }
+        Op::Recurrence { cell, .. } => {
+            // xw [S, B, D·G·H], rt [D, H, G·H].
+            let xw = &tg.tensors[tg.node_inputs[i][0]].shape;
+            let rt = &tg.tensors[tg.node_inputs[i][1]].shape;
+            let dim = |s: &[usize], j: usize| s.get(j).copied().unwrap_or(0) as u64;
+            let (h, g) = (dim(rt, 1), cell.gates() as u64);
+            let cell_ops = match cell {
+                crate::ir::RecurrentCell::Lstm => 13,
+                _ => 12,
+            };
+            let per_row = h
+                .saturating_mul(g)
+                .saturating_mul(h)
+                .saturating_mul(2)
+                .saturating_add(h.saturating_mul(cell_ops));
+            dim(xw, 0)
+                .saturating_mul(dim(xw, 1))
+                .saturating_mul(dim(rt, 0))
+                .saturating_mul(per_row)
         }
         Op::RmsNormSwiGlu { .. } => {
             let x = &tg.tensors[tg.node_inputs[i][0]];
@@ -429,5 +452,29 @@ mod tests {
         let hw = tensorforge_core::presets::hardware("balanced").unwrap();
         let t = program_traffic(&c.fused, &hw);
         assert_eq!((t.read_bytes, t.write_bytes), (768 + 24, 768));
+    }
+
+    #[test]
+    fn recurrence_flops_and_bytes_hand_checked() {
+        // GRU, one direction, S = 4 steps, B = 2, H = 3 (G·H = 9): per step and row
+        // 2·3·9 = 54 for h·Rᵀ + 12·3 = 36 for the cell: 4·2·90 = 720 FLOPs.
+        // Reads xw 4·2·9 = 72, rt 27, h0 6, Rb_h 3 values = 108 · 4 B = 432 B; writes the
+        // [4 + 1, 1, 2, 3] output (finals): 30 · 4 = 120 B.
+        let g = Graph::from_json_str(
+            r#"{"nodes":[
+          {"name":"xw","op":"Input","attrs":{"shape":[4,2,9],"dtype":"fp32"}},
+          {"name":"rt","op":"Weight","attrs":{"shape":[1,3,9],"dtype":"fp32"}},
+          {"name":"h0","op":"Input","attrs":{"shape":[1,2,3],"dtype":"fp32"}},
+          {"name":"rb","op":"Weight","attrs":{"shape":[1,3],"dtype":"fp32"}},
+          {"name":"y","op":"Recurrence","inputs":["xw","rt","h0","rb"],
+           "attrs":{"cell":"gru","direction":"forward","finals":true}}]}"#,
+        )
+        .unwrap();
+        let c = compile(&g).unwrap();
+        let hw = tensorforge_core::presets::hardware("balanced").unwrap();
+        let t = program_traffic(&c.fused, &hw);
+        assert_eq!((t.read_bytes, t.write_bytes), (432, 120));
+        let tg = &c.fused.graph;
+        assert_eq!(node_flops(tg, 4), 720);
     }
 }

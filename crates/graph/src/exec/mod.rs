@@ -22,7 +22,7 @@
 // compiled kernels), `blocks` (the block evaluator of elementwise, row and matmul kernels),
 // `elementwise` (the scalar loops of each op), `tile` (the AVX2 register-tiled path), `conv`
 // (convolutions as GEMMs), `winograd` (3×3 convolutions by F(2×2, 3×3)), `pooling` (max
-// and average pooling), `gather_elements` (ONNX GatherElements), `spin` (a worker kept awake during runs); this
+// and average pooling), `gather_elements` (ONNX GatherElements), `recurrence` (LSTM and GRU layers), `spin` (a worker kept awake during runs); this
 // file holds the entry points, the result type and the fused-vs-unfused comparison.
 
 mod attention;
@@ -41,6 +41,7 @@ mod linear;
 mod pool;
 mod pooling;
 mod program;
+mod recurrence;
 mod spin;
 #[cfg(target_arch = "x86_64")]
 mod tile;

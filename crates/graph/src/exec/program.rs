@@ -961,6 +961,39 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }
+                Op::Recurrence {
+                    cell,
+                    direction,
+                    finals,
+                } => {
+                    let ins = &tg.node_inputs[n];
+                    let o = tg.node_outputs[n][0];
+                    let (xs, rs) = (&tg.tensors[ins[0]].shape, &tg.tensors[ins[1]].shape);
+                    let dims = super::recurrence::Dims {
+                        steps: xs[0],
+                        batch: xs[1],
+                        hidden: rs[1],
+                    };
+                    let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
+                    let mut scratch = st.pool.scratch(0);
+                    let val = |j: usize| st.bufs[ins[j]].as_deref().unwrap_or(&[]);
+                    super::recurrence::recurrence(
+                        *cell,
+                        *direction,
+                        *finals,
+                        dims,
+                        val(0),
+                        val(1),
+                        val(2),
+                        val(3),
+                        &mut out,
+                        &mut scratch,
+                    )
+                    .map_err(|e| exec_err(tg, n, e))?;
+                    st.pool.keep_scratch(scratch);
+                    st.bufs[o] = Some(out.into());
+                    Ok(())
+                }
                 Op::CumSum {
                     axis,
                     exclusive,

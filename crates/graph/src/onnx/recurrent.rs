@@ -1,19 +1,18 @@
-//! The recurrent family of the ONNX front end: `LSTM` and `GRU` unrolled at import into the
-//! IR's own ops over the (static, after binding) sequence length. Per direction the input
-//! projection of every time step is one MatMul against the transposed `W` (as onnxruntime
-//! computes it), then each step is a MatMul of the previous hidden state against the
-//! transposed `R`, gate Slices and the gate arithmetic (Sigmoid, Tanh, Mul, Add, Sub); the
-//! hidden states are Concatenated into `Y`, the last ones into `Y_h` (and `Y_c`). Gate order
-//! is ONNX's: LSTM `i, o, f, c`; GRU `z, r, h`, with `linear_before_reset` either way. `W`,
-//! `R` and `B` must be constants (exporters write them as initializers); `initial_h` /
-//! `initial_c` may be computed. Left out (the node stays opaque with the reason): peepholes
-//! (`P`), `sequence_lens` shorter than the sequence, non-default `activations`, `clip` and
-//! LSTM's `input_forget`.
+//! The recurrent family of the ONNX front end: `LSTM` and `GRU` as one MatMul (+ bias) that
+//! projects every step of every direction at once (against the side-by-side transposed `W`
+//! of the directions, as onnxruntime computes it) and one [`Op::Recurrence`] that runs the
+//! steps (the recurrent product with the transposed `R` and the cell's gates, in the
+//! executor's `recurrence` module); `Y` is the first `S` rows of its output, `Y_h` (and
+//! `Y_c`) the rows after them. Gate order is ONNX's: LSTM `i, o, f, c`; GRU `z, r, h`, with
+//! `linear_before_reset` either way. `W`, `R` and `B` must be constants (exporters write them
+//! as initializers); `initial_h` / `initial_c` may be computed. Left out (the node stays
+//! opaque with the reason): peepholes (`P`), `sequence_lens` shorter than the sequence,
+//! non-default `activations`, `clip` and LSTM's `input_forget`.
 
 use super::proto::{dt, NodeProto, TensorProto};
 use super::{attr, attr_f, attr_i, attr_s, weight_values, Emit, Importer, Lowering};
 use crate::error::Result;
-use crate::ir::{BinaryFn, Op, UnaryFn};
+use crate::ir::{BinaryFn, Op, RecurrentCell, RecurrentDirection};
 
 /// A constant's dims and values.
 type Dense = (Vec<usize>, Vec<f32>);
@@ -104,7 +103,6 @@ impl<'a> Importer<'a> {
         if cell == Cell::Lstm && np.input.get(7).is_some_and(|s| !s.is_empty()) {
             opaque!("peephole weights (input `P`) are not supported");
         }
-        let lbr = cell == Cell::Gru && attr_i(np, "linear_before_reset").unwrap_or(0) != 0;
         let dirs: Vec<bool> = match attr_s(np, "direction").as_deref().unwrap_or("forward") {
             "forward" => vec![false],
             "reverse" => vec![true],
@@ -218,194 +216,94 @@ impl<'a> Importer<'a> {
         } else {
             None
         };
-        let zeros = match self.new_constant(format!("{name}#zeros"), &[b, h], vec![0.0; b * h])? {
-            Ok(z) => z,
-            Err(why) => opaque!("{why}"),
-        };
-        let one = match self.new_constant(format!("{name}#one"), &[], vec![1.0])? {
-            Ok(z) => z,
-            Err(why) => opaque!("{why}"),
-        };
-        let gh = g * h;
-        let mut ys: Vec<Vec<String>> = vec![]; // per direction, H_t for t = 0..S
-        let mut last_h = vec![];
-        let mut last_c = vec![];
-        for (d, &reverse) in dirs.iter().enumerate() {
+        let (gh, dgh) = (g * h, nd * g * h);
+        // Every direction's W transposed, side by side ([I, D·G·H]), so that one MatMul
+        // projects every step for every direction; its bias Wb + Rb, except GRU's h gate,
+        // whose Rb stays inside the cell (r ⊙ (...)).
+        let mut w_all = vec![0f32; i * dgh];
+        let mut bias_all = vec![0f32; dgh];
+        let mut r_all = Vec::with_capacity(nd * h * gh);
+        let mut rbh_all = vec![0f32; nd * h];
+        for d in 0..nd {
             let wt = transposed(&w.1[d * gh * i..(d + 1) * gh * i], gh, i);
-            let rt = transposed(&r.1[d * gh * h..(d + 1) * gh * h], gh, h);
+            for row in 0..i {
+                w_all[row * dgh + d * gh..row * dgh + (d + 1) * gh]
+                    .copy_from_slice(&wt[row * gh..(row + 1) * gh]);
+            }
+            r_all.extend(transposed(&r.1[d * gh * h..(d + 1) * gh * h], gh, h));
             let (wb, rb) = match &bias {
                 Some((_, v)) => (
-                    v[d * 2 * gh..d * 2 * gh + gh].to_vec(),
-                    v[d * 2 * gh + gh..(d + 1) * 2 * gh].to_vec(),
+                    &v[d * 2 * gh..d * 2 * gh + gh],
+                    &v[d * 2 * gh + gh..(d + 1) * 2 * gh],
                 ),
-                None => (vec![0.0; gh], vec![0.0; gh]),
+                None => (&[][..], &[][..]),
             };
-            // The bias added to the input projection: Wb + Rb for every gate, except GRU's
-            // h gate with linear_before_reset, whose Rb stays inside r ⊙ (...).
-            let mut in_bias: Vec<f32> = wb.iter().zip(&rb).map(|(a, c)| a + c).collect();
-            if cell == Cell::Gru {
-                in_bias[2 * h..3 * h].copy_from_slice(&wb[2 * h..3 * h]);
+            if !wb.is_empty() {
+                for k in 0..gh {
+                    bias_all[d * gh + k] = if cell == Cell::Gru && k >= 2 * h {
+                        wb[k]
+                    } else {
+                        wb[k] + rb[k]
+                    };
+                }
+                if cell == Cell::Gru {
+                    rbh_all[d * h..(d + 1) * h].copy_from_slice(&rb[2 * h..3 * h]);
+                }
             }
-            let names = (
-                format!("{name}#W{d}"),
-                format!("{name}#R{d}"),
-                format!("{name}#B{d}"),
-                format!("{name}#Rbh{d}"),
-            );
-            let wt = match self.new_constant(names.0, &[i, gh], wt)? {
-                Ok(n) => n,
-                Err(why) => opaque!("{why}"),
-            };
-            let rt = match self.new_constant(names.1, &[h, gh], rt)? {
-                Ok(n) => n,
-                Err(why) => opaque!("{why}"),
-            };
-            let bn = match self.new_constant(names.2, &[gh], in_bias)? {
-                Ok(n) => n,
-                Err(why) => opaque!("{why}"),
-            };
-            let rbh = if cell == Cell::Gru {
-                match self.new_constant(names.3, &[h], rb[2 * h..3 * h].to_vec())? {
-                    Ok(n) => Some(n),
-                    Err(why) => opaque!("{why}"),
-                }
-            } else {
-                None
-            };
-            // Input projections of every step at once: [S, B, G·H].
-            let xw = e.op(Op::MatMul, &[&x_sbi, &wt]);
-            let xw = e.op(Op::Binary { f: BinaryFn::Add }, &[&xw, &bn]);
-            let take_state = |e: &mut Emit, init: &Option<String>| match init {
-                Some(t) => {
-                    let s = e.slice(t, 0, d, d + 1);
-                    e.reshape(&s, &[b, h])
-                }
-                None => zeros.clone(),
-            };
-            let mut hp = take_state(&mut e, &h0);
-            let mut cp = take_state(&mut e, &c0);
-            let mut hs = vec![String::new(); s];
-            let steps: Vec<usize> = if reverse {
-                (0..s).rev().collect()
-            } else {
-                (0..s).collect()
-            };
-            for t in steps {
-                let xt = e.slice(&xw, 0, t, t + 1);
-                let xt = e.reshape(&xt, &[b, gh]);
-                let hr = e.op(Op::MatMul, &[&hp, &rt]);
-                let gate = |e: &mut Emit, src: &str, k: usize| e.slice(src, 1, k * h, (k + 1) * h);
-                match cell {
-                    Cell::Lstm => {
-                        let sum = e.op(Op::Binary { f: BinaryFn::Add }, &[&xt, &hr]);
-                        let (gi, go, gf, gc) = (
-                            gate(&mut e, &sum, 0),
-                            gate(&mut e, &sum, 1),
-                            gate(&mut e, &sum, 2),
-                            gate(&mut e, &sum, 3),
-                        );
-                        let it = e.op(
-                            Op::Unary {
-                                f: UnaryFn::Sigmoid,
-                            },
-                            &[&gi],
-                        );
-                        let ot = e.op(
-                            Op::Unary {
-                                f: UnaryFn::Sigmoid,
-                            },
-                            &[&go],
-                        );
-                        let ft = e.op(
-                            Op::Unary {
-                                f: UnaryFn::Sigmoid,
-                            },
-                            &[&gf],
-                        );
-                        let ct_new = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&gc]);
-                        let keep = e.op(Op::Binary { f: BinaryFn::Mul }, &[&ft, &cp]);
-                        let add = e.op(Op::Binary { f: BinaryFn::Mul }, &[&it, &ct_new]);
-                        cp = e.op(Op::Binary { f: BinaryFn::Add }, &[&keep, &add]);
-                        let tc = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&cp]);
-                        hp = e.op(Op::Binary { f: BinaryFn::Mul }, &[&ot, &tc]);
-                    }
-                    Cell::Gru => {
-                        let (xz, xr, xh) = (
-                            gate(&mut e, &xt, 0),
-                            gate(&mut e, &xt, 1),
-                            gate(&mut e, &xt, 2),
-                        );
-                        let (hz, hrr) = (gate(&mut e, &hr, 0), gate(&mut e, &hr, 1));
-                        let sz = e.op(Op::Binary { f: BinaryFn::Add }, &[&xz, &hz]);
-                        let zt = e.op(
-                            Op::Unary {
-                                f: UnaryFn::Sigmoid,
-                            },
-                            &[&sz],
-                        );
-                        let sr = e.op(Op::Binary { f: BinaryFn::Add }, &[&xr, &hrr]);
-                        let rt_g = e.op(
-                            Op::Unary {
-                                f: UnaryFn::Sigmoid,
-                            },
-                            &[&sr],
-                        );
-                        let inner = if lbr {
-                            // r ⊙ (H·Rhᵀ + Rbh)
-                            let hh = gate(&mut e, &hr, 2);
-                            let hb = e.op(
-                                Op::Binary { f: BinaryFn::Add },
-                                &[&hh, rbh.as_deref().unwrap_or("")],
-                            );
-                            e.op(Op::Binary { f: BinaryFn::Mul }, &[&rt_g, &hb])
-                        } else {
-                            // (r ⊙ H)·Rhᵀ + Rbh
-                            let rh = e.op(Op::Binary { f: BinaryFn::Mul }, &[&rt_g, &hp]);
-                            let rh_h = e.slice(&rt, 1, 2 * h, 3 * h);
-                            let m = e.op(Op::MatMul, &[&rh, &rh_h]);
-                            e.op(
-                                Op::Binary { f: BinaryFn::Add },
-                                &[&m, rbh.as_deref().unwrap_or("")],
-                            )
-                        };
-                        let pre = e.op(Op::Binary { f: BinaryFn::Add }, &[&xh, &inner]);
-                        let ht_new = e.op(Op::Unary { f: UnaryFn::Tanh }, &[&pre]);
-                        // H = (1 − z) ⊙ h̃ + z ⊙ H_prev
-                        let omz = e.op(Op::Binary { f: BinaryFn::Sub }, &[&one, &zt]);
-                        let a = e.op(Op::Binary { f: BinaryFn::Mul }, &[&omz, &ht_new]);
-                        let c = e.op(Op::Binary { f: BinaryFn::Mul }, &[&zt, &hp]);
-                        hp = e.op(Op::Binary { f: BinaryFn::Add }, &[&a, &c]);
-                    }
-                }
-                hs[t] = hp.clone();
-            }
-            last_h.push(hp);
-            last_c.push(cp);
-            ys.push(hs);
         }
+        let constant = |this: &mut Self, what: &str, dims: &[usize], v: Vec<f32>| {
+            this.new_constant(format!("{name}#{what}"), dims, v)
+        };
+        let (wn, bn, rn) = match (
+            constant(self, "W", &[i, dgh], w_all)?,
+            constant(self, "B", &[dgh], bias_all)?,
+            constant(self, "R", &[nd, h, gh], r_all)?,
+        ) {
+            (Ok(w), Ok(b), Ok(r)) => (w, b, r),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => opaque!("{why}"),
+        };
+        let state = |this: &mut Self, given: Option<String>, what: &str| match given {
+            Some(t) => Ok(Ok(t)),
+            None => constant(this, what, &[nd, b, h], vec![0.0; nd * b * h]),
+        };
+        let h0 = match state(self, h0, "h0")? {
+            Ok(t) => t,
+            Err(why) => opaque!("{why}"),
+        };
+        let extra = match cell {
+            Cell::Lstm => state(self, c0, "c0")?,
+            Cell::Gru => constant(self, "Rbh", &[nd, h], rbh_all)?,
+        };
+        let extra = match extra {
+            Ok(t) => t,
+            Err(why) => opaque!("{why}"),
+        };
         let outs: Vec<&str> = np.output.iter().map(String::as_str).collect();
         let used = |k: usize| outs.get(k).is_some_and(|o| !o.is_empty());
-        // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1).
+        let finals = used(1) || (cell == Cell::Lstm && used(2));
+        let lbr = attr_i(np, "linear_before_reset").unwrap_or(0) != 0;
+        // Input projections of every step and direction at once: [S, B, D·G·H].
+        let xw = e.op(Op::MatMul, &[&x_sbi, &wn]);
+        let xw = e.op(Op::Binary { f: BinaryFn::Add }, &[&xw, &bn]);
+        let z = e.op(
+            Op::Recurrence {
+                cell: match cell {
+                    Cell::Lstm => RecurrentCell::Lstm,
+                    Cell::Gru if lbr => RecurrentCell::GruLinearBeforeReset,
+                    Cell::Gru => RecurrentCell::Gru,
+                },
+                direction: match dirs[..] {
+                    [false] => RecurrentDirection::Forward,
+                    [true] => RecurrentDirection::Reverse,
+                    _ => RecurrentDirection::Bidirectional,
+                },
+                finals,
+            },
+            &[&xw, &rn, &h0, &extra],
+        );
+        // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1): the output's first S rows.
         if used(0) {
-            let mut steps = vec![];
-            for t in 0..s {
-                let per_dir: Vec<String> = ys
-                    .iter()
-                    .map(|dir| e.reshape(&dir[t].clone(), &[1, 1, b, h]))
-                    .collect();
-                let refs: Vec<&str> = per_dir.iter().map(String::as_str).collect();
-                steps.push(if nd == 1 {
-                    per_dir[0].clone()
-                } else {
-                    e.op(Op::Concat { axis: 1 }, &refs)
-                });
-            }
-            let refs: Vec<&str> = steps.iter().map(String::as_str).collect();
-            let y = if s == 1 {
-                e.reshape(refs[0], &[1, nd, b, h])
-            } else {
-                e.op(Op::Concat { axis: 0 }, &refs)
-            };
+            let y = if finals { e.slice(&z, 0, 0, s) } else { z.clone() };
             if layout == 1 {
                 e.op(
                     Op::Transpose {
@@ -418,17 +316,13 @@ impl<'a> Importer<'a> {
             }
             e.name_last(outs[0]);
         }
-        let finals = |e: &mut Emit, states: &[String], k: usize| {
+        // Y_h and Y_c: rows S and S + 1, as [D, B, H] (layout 0) or [B, D, H] (layout 1).
+        let last = |e: &mut Emit, row: usize, k: usize| {
             if !used(k) {
                 return;
             }
-            let parts: Vec<String> = states.iter().map(|t| e.reshape(t, &[1, b, h])).collect();
-            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
-            let all = if nd == 1 {
-                parts[0].clone()
-            } else {
-                e.op(Op::Concat { axis: 0 }, &refs)
-            };
+            let one = e.slice(&z, 0, row, row + 1);
+            let all = e.reshape(&one, &[nd, b, h]);
             if layout == 1 {
                 e.op(
                     Op::Transpose {
@@ -441,9 +335,9 @@ impl<'a> Importer<'a> {
             }
             e.name_last(outs[k]);
         };
-        finals(&mut e, &last_h, 1);
+        last(&mut e, s, 1);
         if cell == Cell::Lstm {
-            finals(&mut e, &last_c, 2);
+            last(&mut e, s + 1, 2);
         }
         Ok(Lowering::Nodes(e.nodes))
     }
