@@ -10,7 +10,7 @@
 //!
 //! The product: with few rows (`B` < [`GEMM_MIN_ROWS`]) or few multiply-adds, each row of
 //! `h` times `Rᵀ` as four rows of `Rᵀ` at a time added into the gate row (compiled for
-//! AVX-512F and for AVX2 + FMA, chosen at run time); larger ones through
+//! AVX-512F and for AVX2 + FMA, at the level `vmath` runs at); larger ones through
 //! [`crate::gemm::matmul_acc`]. Left out: running the two directions on two threads, and
 //! splitting one step's product among threads (a step is a few microseconds of work at the
 //! sizes exported models have; the steps themselves are sequential).
@@ -194,19 +194,15 @@ enum Isa {
 }
 
 impl Isa {
+    /// The level `vmath` runs at (so `TENSORFORGE_SIMD=avx2` caps this product too).
     fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx2;
-            }
+        match vmath::level() {
+            #[cfg(target_arch = "x86_64")]
+            vmath::Level::Avx512 => Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            vmath::Level::Avx2 => Isa::Avx2,
+            _ => Isa::Plain,
         }
-        Isa::Plain
     }
 }
 
@@ -471,6 +467,41 @@ mod tests {
                             hidden: h,
                         },
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_small_product_at_every_width() {
+        // 3 rows of 7 (four-row steps and a remainder) times columns 2..13 of a 7 × 16
+        // matrix, added to what c holds; against the sum in f64.
+        let (m, k, ldw, col0, n) = (3, 7, 16, 2, 11);
+        let a = SplitMix64::f32_pm1_vec(1, m * k);
+        let w = SplitMix64::f32_pm1_vec(2, k * ldw);
+        let c0 = SplitMix64::f32_pm1_vec(3, m * n);
+        let mut isas = vec![Isa::Plain];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                isas.push(Isa::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+        }
+        for isa in isas {
+            let mut c = c0.clone();
+            product(isa, &a, m, k, &w, ldw, col0, n, &mut c, n, &mut vec![]).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let want = c0[i * n + j] as f64
+                        + (0..k)
+                            .map(|q| a[i * k + q] as f64 * w[q * ldw + col0 + j] as f64)
+                            .sum::<f64>();
+                    assert!((c[i * n + j] as f64 - want).abs() < 1e-5, "[{i}, {j}]");
                 }
             }
         }
