@@ -1355,11 +1355,16 @@ fn infer(n: &Node, ins: &[&TensorInfo]) -> Result<Vec<(Vec<usize>, DType)>> {
                 ));
             }
             let h = rt.shape[1];
-            let gh = g.checked_mul(h).ok_or_else(|| inv("G·H overflows".into()))?;
+            let gh = g
+                .checked_mul(h)
+                .ok_or_else(|| inv("G·H overflows".into()))?;
             if rt.shape[2] != gh || h == 0 {
                 return Err(shape_err(
                     rt,
-                    format!("must have shape [{d}, H, {g}·H] with H > 0, got {:?}", rt.shape),
+                    format!(
+                        "must have shape [{d}, H, {g}·H] with H > 0, got {:?}",
+                        rt.shape
+                    ),
                 ));
             }
             let cols = d
@@ -2131,7 +2136,10 @@ mod tests {
                 .validate()
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains(want) && e.contains("must have shape"), "{rt} {c0}: {e}");
+            assert!(
+                e.contains(want) && e.contains("must have shape"),
+                "{rt} {c0}: {e}"
+            );
         }
     }
 

@@ -308,7 +308,11 @@ fn rows<const FMA: bool>(
             let (a0, a1, a2, a3) = (ar[q], ar[q + 1], ar[q + 2], ar[q + 3]);
             let (w0, w1, w2, w3) = (wr(q), wr(q + 1), wr(q + 2), wr(q + 3));
             for j in 0..n {
-                cr[j] = madd(a3, w3[j], madd(a2, w2[j], madd(a1, w1[j], madd(a0, w0[j], cr[j]))));
+                cr[j] = madd(
+                    a3,
+                    w3[j],
+                    madd(a2, w2[j], madd(a1, w1[j], madd(a0, w0[j], cr[j]))),
+                );
             }
             q += 4;
         }
@@ -357,9 +361,9 @@ mod tests {
             for bi in 0..b {
                 let mut hv: Vec<f64> = (0..h).map(|k| h0[(di * b + bi) * h + k] as f64).collect();
                 let mut cv: Vec<f64> = match cell {
-                    RecurrentCell::Lstm => {
-                        (0..h).map(|k| extra[(di * b + bi) * h + k] as f64).collect()
-                    }
+                    RecurrentCell::Lstm => (0..h)
+                        .map(|k| extra[(di * b + bi) * h + k] as f64)
+                        .collect(),
                     _ => vec![0.0; h],
                 };
                 for step in 0..s {
@@ -437,7 +441,16 @@ mod tests {
             let mut out = vec![f32::NAN; rows * d * b * h];
             let mut scratch = vec![];
             recurrence(
-                cell, direction, finals, dims, &xw, &rt, &h0, &extra, &mut out, &mut scratch,
+                cell,
+                direction,
+                finals,
+                dims,
+                &xw,
+                &rt,
+                &h0,
+                &extra,
+                &mut out,
+                &mut scratch,
             )
             .unwrap();
             for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
@@ -480,6 +493,7 @@ mod tests {
         let a = SplitMix64::f32_pm1_vec(1, m * k);
         let w = SplitMix64::f32_pm1_vec(2, k * ldw);
         let c0 = SplitMix64::f32_pm1_vec(3, m * n);
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut isas = vec![Isa::Plain];
         #[cfg(target_arch = "x86_64")]
         {

@@ -303,7 +303,11 @@ impl<'a> Importer<'a> {
         );
         // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1): the output's first S rows.
         if used(0) {
-            let y = if finals { e.slice(&z, 0, 0, s) } else { z.clone() };
+            let y = if finals {
+                e.slice(&z, 0, 0, s)
+            } else {
+                z.clone()
+            };
             if layout == 1 {
                 e.op(
                     Op::Transpose {
