@@ -17,7 +17,8 @@ geometry (Conv: channels in → out, groups, kernel, stride, output map).
 
 Usage (repository root, onnxruntime, onnx and numpy installed):
     python tools/layer_compare.py BIN DIR [THREADS] [TOP]
-DIR holds model.onnx and inputs/*.npy (tools/export_bench_models.py writes such folders).
+DIR holds model.onnx and inputs/*.npy (tools/export_bench_models.py writes such folders); a
+symbolic input dim takes its value from the input's .npy.
 """
 import collections
 import json
@@ -74,6 +75,22 @@ def geometry(model):
     return out
 
 
+def dim_args(model, inputs):
+    """`--dim NAME=VALUE` for every symbolic dim of the graph inputs, read from the shape of
+    the input's .npy in `inputs` (for `tensorforge fuse`, which takes no inputs)."""
+    import numpy as np
+    out = {}
+    for i in model.graph.input:
+        f = os.path.join(inputs, i.name + ".npy")
+        if not os.path.exists(f):
+            continue
+        shape = np.load(f, mmap_mode="r").shape
+        for d, n in zip(i.type.tensor_type.shape.dim, shape):
+            if d.dim_param:
+                out[d.dim_param] = n
+    return [a for k, v in sorted(out.items()) for a in ("--dim", f"{k}={v}")]
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -84,7 +101,8 @@ def main():
     prof = json.loads(subprocess.run(
         [binary, "run", m, "--inputs", os.path.join(d, "inputs"), "--profile", "--json",
          "--threads", str(threads), "--reps", "50"], check=True, capture_output=True, text=True).stdout)
-    fused = json.loads(subprocess.run([binary, "fuse", m, "--json"], check=True,
+    dims = dim_args(onnx.load(m), os.path.join(d, "inputs"))
+    fused = json.loads(subprocess.run([binary, "fuse", m, "--json", *dims], check=True,
                                       capture_output=True, text=True).stdout)
     ort_us, ort_ops = ort_times(d, threads)
     geo = geometry(onnx.load(m))

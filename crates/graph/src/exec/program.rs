@@ -975,7 +975,7 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         hidden: rs[1],
                     };
                     let mut out = st.pool.take(tg.tensors[o].numel as usize)?;
-                    let mut scratch = st.pool.scratch(0);
+                    let mut scratch = [st.pool.scratch(0), st.pool.scratch(0)];
                     let val = |j: usize| st.bufs[ins[j]].as_deref().unwrap_or(&[]);
                     super::recurrence::recurrence(
                         *cell,
@@ -990,7 +990,9 @@ fn run_kernel(st: &mut State, k: &Kernel, memo: Option<&super::blocks::MemoPlans
                         &mut scratch,
                     )
                     .map_err(|e| exec_err(tg, n, e))?;
-                    st.pool.keep_scratch(scratch);
+                    for v in scratch {
+                        st.pool.keep_scratch(v);
+                    }
                     st.bufs[o] = Some(out.into());
                     Ok(())
                 }

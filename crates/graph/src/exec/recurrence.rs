@@ -11,9 +11,11 @@
 //! The product: with few rows (`B` < [`GEMM_MIN_ROWS`]) or few multiply-adds, each row of
 //! `h` times `Rᵀ` as four rows of `Rᵀ` at a time added into the gate row (compiled for
 //! AVX-512F and for AVX2 + FMA, at the level `vmath` runs at); larger ones through
-//! [`crate::gemm::matmul_acc`]. Left out: running the two directions on two threads, and
-//! splitting one step's product among threads (a step is a few microseconds of work at the
-//! sizes exported models have; the steps themselves are sequential).
+//! [`crate::gemm::matmul_acc`]. The two directions of a bidirectional layer run on two threads
+//! when there are two workers and enough work ([`PAR_MIN_DIRECTION_MACS`]), each into rows of
+//! its own that are then interleaved into the output. Left out: splitting one step's product
+//! among threads (a step is well under a microsecond of work at the sizes exported models
+//! have; the steps themselves are sequential).
 
 use crate::ir::{RecurrentCell, RecurrentDirection};
 use tensorforge_kernels::vmath;
@@ -25,6 +27,10 @@ pub(super) const GEMM_MIN_ROWS: usize = 8;
 /// Multiply-adds from which a product of at least [`GEMM_MIN_ROWS`] rows runs as a GEMM.
 pub(super) const GEMM_MIN_MACS: usize = 1 << 16;
 
+/// Multiply-adds of one direction (S·B·H·G·H) from which the two directions of a
+/// bidirectional layer run on two threads.
+pub(super) const PAR_MIN_DIRECTION_MACS: usize = 1 << 15;
+
 /// The sizes of one recurrence: `S` steps, batch `B`, hidden `H`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Dims {
@@ -35,7 +41,7 @@ pub(super) struct Dims {
 
 /// Run the recurrence: `xw` `[S, B, D·G·H]`, `rt` `[D, H, G·H]`, `h0` `[D, B, H]`, `extra`
 /// LSTM's `c0` `[D, B, H]` or GRU's `Rb_h` `[D, H]`; `out` `[S + F, D, B, H]` (see the op).
-/// `scratch` is working memory, resized here.
+/// `scratch` is working memory (one vector per direction), resized here.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn recurrence(
     cell: RecurrentCell,
@@ -47,7 +53,7 @@ pub(super) fn recurrence(
     h0: &[f32],
     extra: &[f32],
     out: &mut [f32],
-    scratch: &mut Vec<f32>,
+    scratch: &mut [Vec<f32>; 2],
 ) -> Result<(), String> {
     let Dims {
         steps: s,
@@ -77,107 +83,186 @@ pub(super) fn recurrence(
         _ => want("Rb_h", extra.len(), &[d, h])?,
     }
     want("output", out.len(), &[rows, d, b, h])?;
+    // Each direction into its own rows [S + F, B, H] (in its own scratch), on two threads
+    // when there are two directions, two workers and enough work; then interleaved into
+    // `out`'s [S + F, D, B, H].
+    let macs = s.saturating_mul(b).saturating_mul(h).saturating_mul(gh);
+    let (s0, s1) = scratch.split_at_mut(1);
+    let (s0, s1) = (&mut s0[0], &mut s1[0]);
+    let shape = Layer {
+        cell,
+        dims,
+        dirs: d,
+        finals,
+    };
+    let one = |di: usize, sc: &mut Vec<f32>| {
+        let w = Weights {
+            xw,
+            rt: &rt[di * h * gh..(di + 1) * h * gh],
+            h0: &h0[di * bh..(di + 1) * bh],
+            extra: match cell {
+                RecurrentCell::Lstm => &extra[di * bh..(di + 1) * bh],
+                _ => &extra[di * h..(di + 1) * h],
+            },
+        };
+        direction_into(&shape, di, dirs[di], w, sc)
+    };
+    if d == 2 && rayon::current_num_threads() > 1 && macs >= PAR_MIN_DIRECTION_MACS {
+        let (a, c) = rayon::join(|| one(0, s0), || one(1, s1));
+        a?;
+        c?;
+    } else {
+        one(0, s0)?;
+        if d == 2 {
+            one(1, s1)?;
+        }
+    }
+    for (di, sc) in [&*s0, &*s1].into_iter().take(d).enumerate() {
+        let ys = &sc[sc.len() - rows * bh..];
+        for (t, y) in ys.chunks_exact(bh).enumerate() {
+            let at = (t * d + di) * bh;
+            out[at..at + bh].copy_from_slice(y);
+        }
+    }
+    Ok(())
+}
+
+/// The sizes and cell of one layer.
+struct Layer {
+    cell: RecurrentCell,
+    dims: Dims,
+    dirs: usize,
+    finals: bool,
+}
+
+/// One direction's operands: every step's projections (all directions'), and this
+/// direction's `Rᵀ` `[H, G·H]`, `h0` `[B, H]` and `c0` `[B, H]` or `Rb_h` `[H]`.
+struct Weights<'a> {
+    xw: &'a [f32],
+    rt: &'a [f32],
+    h0: &'a [f32],
+    extra: &'a [f32],
+}
+
+/// Direction `di` of the layer (`reverse`: last step first) into the last `(S + F)·B·H`
+/// values of `scratch` (resized here), row `t` the hidden state after step `t`.
+fn direction_into(
+    layer: &Layer,
+    di: usize,
+    reverse: bool,
+    w: Weights,
+    scratch: &mut Vec<f32>,
+) -> Result<(), String> {
+    let Layer {
+        cell,
+        dims,
+        dirs: d,
+        finals,
+    } = *layer;
+    let Dims {
+        steps: s,
+        batch: b,
+        hidden: h,
+    } = dims;
+    let (gh, bh) = (cell.gates() * h, b * h);
+    let rows = s + if finals { cell.states() } else { 0 };
+    let (xw, r, extra) = (w.xw, w.rt, w.extra);
     // Pre-activations [B, G·H], activations [B, G·H], h [B, H], c or the h gate's product
-    // [B, H], and one more [B, H].
+    // [B, H], one more [B, H], then the rows written.
     scratch.clear();
-    scratch.resize(2 * b * gh + 3 * bh, 0.0);
+    scratch.resize(2 * b * gh + 3 * bh + rows * bh, 0.0);
     let (gates, rest) = scratch.split_at_mut(b * gh);
     let (act, rest) = rest.split_at_mut(b * gh);
     let (hs, rest) = rest.split_at_mut(bh);
-    let (cs, tmp) = rest.split_at_mut(bh);
+    let (cs, rest) = rest.split_at_mut(bh);
+    let (tmp, ys) = rest.split_at_mut(bh);
     let isa = Isa::detect();
     let mut spare = vec![];
-    for (di, &reverse) in dirs.iter().enumerate() {
-        let r = &rt[di * h * gh..(di + 1) * h * gh];
-        hs.copy_from_slice(&h0[di * bh..(di + 1) * bh]);
+    hs.copy_from_slice(w.h0);
+    if cell == RecurrentCell::Lstm {
+        cs.copy_from_slice(extra);
+    }
+    for step in 0..s {
+        let t = if reverse { s - 1 - step } else { step };
+        for bi in 0..b {
+            let at = ((t * b + bi) * d + di) * gh;
+            gates[bi * gh..(bi + 1) * gh].copy_from_slice(&xw[at..at + gh]);
+        }
+        match cell {
+            RecurrentCell::Lstm => {
+                product(isa, hs, b, h, r, gh, 0, gh, gates, gh, &mut spare)?;
+                for (gr, ar) in gates.chunks_exact(gh).zip(act.chunks_exact_mut(gh)) {
+                    vmath::sigmoid(&gr[..3 * h], &mut ar[..3 * h]);
+                    vmath::tanh(&gr[3 * h..], &mut ar[3 * h..]);
+                }
+                for bi in 0..b {
+                    let gr = &act[bi * gh..(bi + 1) * gh];
+                    let (i, rest) = gr.split_at(h);
+                    let (o, rest) = rest.split_at(h);
+                    let (f, cand) = rest.split_at(h);
+                    let c = &mut cs[bi * h..(bi + 1) * h];
+                    // c = f ⊙ c + i ⊙ c̃, as the unrolled graph's Mul, Mul, Add.
+                    for k in 0..h {
+                        c[k] = f[k] * c[k] + i[k] * cand[k];
+                    }
+                    let th = &mut tmp[bi * h..(bi + 1) * h];
+                    vmath::tanh(c, th);
+                    let hr = &mut hs[bi * h..(bi + 1) * h];
+                    for k in 0..h {
+                        hr[k] = o[k] * th[k];
+                    }
+                }
+            }
+            RecurrentCell::Gru | RecurrentCell::GruLinearBeforeReset => {
+                let lbr = cell == RecurrentCell::GruLinearBeforeReset;
+                // z and r: the first 2·H columns.
+                product(isa, hs, b, h, r, gh, 0, 2 * h, gates, gh, &mut spare)?;
+                for (gr, ar) in gates.chunks_exact(gh).zip(act.chunks_exact_mut(gh)) {
+                    vmath::sigmoid(&gr[..2 * h], &mut ar[..2 * h]);
+                }
+                // The h gate's product: h·R_hᵀ (linear_before_reset) or (r ⊙ h)·R_hᵀ,
+                // into `cs` (a GRU has no cell state), then Rb_h added.
+                let src: &[f32] = if lbr {
+                    hs
+                } else {
+                    for bi in 0..b {
+                        let rg = &act[bi * gh + h..bi * gh + 2 * h];
+                        let (hr, dst) = (&hs[bi * h..(bi + 1) * h], &mut tmp[bi * h..][..h]);
+                        for k in 0..h {
+                            dst[k] = rg[k] * hr[k];
+                        }
+                    }
+                    tmp
+                };
+                cs.fill(0.0);
+                product(isa, src, b, h, r, gh, 2 * h, h, cs, h, &mut spare)?;
+                let rb = extra;
+                for bi in 0..b {
+                    let gr = &gates[bi * gh..(bi + 1) * gh];
+                    let ar = &act[bi * gh..(bi + 1) * gh];
+                    let hp = &mut cs[bi * h..(bi + 1) * h];
+                    for k in 0..h {
+                        let m = hp[k] + rb[k];
+                        // x_h + r ⊙ (h·R_hᵀ + Rb_h), or x_h + ((r ⊙ h)·R_hᵀ + Rb_h).
+                        hp[k] = gr[2 * h + k] + if lbr { ar[h + k] * m } else { m };
+                    }
+                    let th = &mut tmp[bi * h..(bi + 1) * h];
+                    vmath::tanh(hp, th);
+                    let hr = &mut hs[bi * h..(bi + 1) * h];
+                    for k in 0..h {
+                        let z = ar[k];
+                        // (1 − z) ⊙ h̃ + z ⊙ h, as the unrolled graph's Sub, Mul, Mul, Add.
+                        hr[k] = (1.0 - z) * th[k] + z * hr[k];
+                    }
+                }
+            }
+        }
+        ys[t * bh..(t + 1) * bh].copy_from_slice(hs);
+    }
+    if finals {
+        ys[s * bh..(s + 1) * bh].copy_from_slice(hs);
         if cell == RecurrentCell::Lstm {
-            cs.copy_from_slice(&extra[di * bh..(di + 1) * bh]);
-        }
-        for step in 0..s {
-            let t = if reverse { s - 1 - step } else { step };
-            for bi in 0..b {
-                let at = ((t * b + bi) * d + di) * gh;
-                gates[bi * gh..(bi + 1) * gh].copy_from_slice(&xw[at..at + gh]);
-            }
-            match cell {
-                RecurrentCell::Lstm => {
-                    product(isa, hs, b, h, r, gh, 0, gh, gates, gh, &mut spare)?;
-                    for (gr, ar) in gates.chunks_exact(gh).zip(act.chunks_exact_mut(gh)) {
-                        vmath::sigmoid(&gr[..3 * h], &mut ar[..3 * h]);
-                        vmath::tanh(&gr[3 * h..], &mut ar[3 * h..]);
-                    }
-                    for bi in 0..b {
-                        let gr = &act[bi * gh..(bi + 1) * gh];
-                        let (i, rest) = gr.split_at(h);
-                        let (o, rest) = rest.split_at(h);
-                        let (f, cand) = rest.split_at(h);
-                        let c = &mut cs[bi * h..(bi + 1) * h];
-                        // c = f ⊙ c + i ⊙ c̃, as the unrolled graph's Mul, Mul, Add.
-                        for k in 0..h {
-                            c[k] = f[k] * c[k] + i[k] * cand[k];
-                        }
-                        let th = &mut tmp[bi * h..(bi + 1) * h];
-                        vmath::tanh(c, th);
-                        let hr = &mut hs[bi * h..(bi + 1) * h];
-                        for k in 0..h {
-                            hr[k] = o[k] * th[k];
-                        }
-                    }
-                }
-                RecurrentCell::Gru | RecurrentCell::GruLinearBeforeReset => {
-                    let lbr = cell == RecurrentCell::GruLinearBeforeReset;
-                    // z and r: the first 2·H columns.
-                    product(isa, hs, b, h, r, gh, 0, 2 * h, gates, gh, &mut spare)?;
-                    for (gr, ar) in gates.chunks_exact(gh).zip(act.chunks_exact_mut(gh)) {
-                        vmath::sigmoid(&gr[..2 * h], &mut ar[..2 * h]);
-                    }
-                    // The h gate's product: h·R_hᵀ (linear_before_reset) or (r ⊙ h)·R_hᵀ,
-                    // into `cs` (a GRU has no cell state), then Rb_h added.
-                    let src: &[f32] = if lbr {
-                        hs
-                    } else {
-                        for bi in 0..b {
-                            let rg = &act[bi * gh + h..bi * gh + 2 * h];
-                            let (hr, dst) = (&hs[bi * h..(bi + 1) * h], &mut tmp[bi * h..][..h]);
-                            for k in 0..h {
-                                dst[k] = rg[k] * hr[k];
-                            }
-                        }
-                        tmp
-                    };
-                    cs.fill(0.0);
-                    product(isa, src, b, h, r, gh, 2 * h, h, cs, h, &mut spare)?;
-                    let rb = &extra[di * h..(di + 1) * h];
-                    for bi in 0..b {
-                        let gr = &gates[bi * gh..(bi + 1) * gh];
-                        let ar = &act[bi * gh..(bi + 1) * gh];
-                        let hp = &mut cs[bi * h..(bi + 1) * h];
-                        for k in 0..h {
-                            let m = hp[k] + rb[k];
-                            // x_h + r ⊙ (h·R_hᵀ + Rb_h), or x_h + ((r ⊙ h)·R_hᵀ + Rb_h).
-                            hp[k] = gr[2 * h + k] + if lbr { ar[h + k] * m } else { m };
-                        }
-                        let th = &mut tmp[bi * h..(bi + 1) * h];
-                        vmath::tanh(hp, th);
-                        let hr = &mut hs[bi * h..(bi + 1) * h];
-                        for k in 0..h {
-                            let z = ar[k];
-                            // (1 − z) ⊙ h̃ + z ⊙ h, as the unrolled graph's Sub, Mul, Mul, Add.
-                            hr[k] = (1.0 - z) * th[k] + z * hr[k];
-                        }
-                    }
-                }
-            }
-            let at = (t * d + di) * bh;
-            out[at..at + bh].copy_from_slice(hs);
-        }
-        if finals {
-            let at = (s * d + di) * bh;
-            out[at..at + bh].copy_from_slice(hs);
-            if cell == RecurrentCell::Lstm {
-                let at = ((s + 1) * d + di) * bh;
-                out[at..at + bh].copy_from_slice(cs);
-            }
+            ys[(s + 1) * bh..(s + 2) * bh].copy_from_slice(cs);
         }
     }
     Ok(())
@@ -439,7 +524,7 @@ mod tests {
         for finals in [true, false] {
             let rows = s + if finals { cell.states() } else { 0 };
             let mut out = vec![f32::NAN; rows * d * b * h];
-            let mut scratch = vec![];
+            let mut scratch = [vec![], vec![]];
             recurrence(
                 cell,
                 direction,
@@ -541,7 +626,7 @@ mod tests {
             &[0.0],
             &[2.0],
             &mut out,
-            &mut vec![],
+            &mut [vec![], vec![]],
         )
         .unwrap();
         assert!((out[0] - 0.380_797).abs() < 1e-6, "{out:?}");
