@@ -340,7 +340,8 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// Start building the object of cache key `key` (compiled as `units` plus the key unit, as
+/// Start building the object of cache key `key` (compiled as `units`, the key function in the
+/// last one, as
 /// [`build_units`] does) in a shell that outlives this process: the units compile in
 /// parallel, the link writes a temporary name that is renamed to `<key>.so` (a failure
 /// leaves the messages in `<key>.failed`), and the sources, objects and the script itself
@@ -351,10 +352,10 @@ fn spawn_background_build(key: &str, units: &[String], cc: &str) -> Result<PathB
     let dir = cache_dir();
     std::fs::create_dir_all(&dir).map_err(io(&dir, "cannot create the cache folder"))?;
     let tag = format!("{key}.{}.bg", std::process::id());
-    let mut sources: Vec<String> = units.to_vec();
-    sources.push(format!(
-        "const char *tf_key(void) {{ return \"{key}\"; }}\n"
-    ));
+    let sources = with_key_line(
+        units,
+        &format!("const char *tf_key(void) {{ return \"{key}\"; }}\n"),
+    );
     let q = |p: &Path| sh_quote(&p.display().to_string());
     let flags: Vec<String> = cflags()
         .into_iter()
@@ -459,15 +460,28 @@ fn split_units(bodies: &[String]) -> Vec<String> {
     units
 }
 
+/// `units` with the key function's line appended to the last one (a unit of its own cost a
+/// compiler process of its own, 70–80 ms of CPU beside the units on a two-core VM, for a
+/// one-line function).
+fn with_key_line(units: &[String], key_line: &str) -> Vec<String> {
+    let mut sources: Vec<String> = units.to_vec();
+    match sources.last_mut() {
+        Some(last) => {
+            last.push('\n');
+            last.push_str(key_line);
+        }
+        None => sources.push(key_line.to_string()),
+    }
+    sources
+}
+
 /// Compile each unit to an object file at once (one compiler process per unit), then link
 /// them and the key function into `<key>.so` (written under a temporary name and renamed).
 fn build_units(dir: &Path, key: &str, keyed: &str, units: &[String]) -> Result<PathBuf, JitError> {
     std::fs::create_dir_all(dir).map_err(io(dir, "cannot create the cache folder"))?;
     let tag = format!("{key}.{}", std::process::id());
-    // The key function sits in its own unit (it is the last line of `keyed`).
-    let key_line = keyed.lines().last().unwrap_or_default().to_string();
-    let mut sources: Vec<String> = units.to_vec();
-    sources.push(key_line);
+    // The key function (the last line of `keyed`) goes at the end of the last unit.
+    let sources = with_key_line(units, keyed.lines().last().unwrap_or_default());
     let paths: Vec<(PathBuf, PathBuf)> = (0..sources.len())
         .map(|i| {
             (
