@@ -23,10 +23,17 @@ typedef unsigned long long uint64_t;
 #include <string.h>
 #endif
 
-/* C: plain TF_INLINE functions. CUDA (codegen --target cuda) defines these as device
- * functions and `restrict` as `__restrict__` before including this text. */
+/* C: TF_INLINE functions, always inlined where the compiler takes the attribute: a helper
+ * called from a loop must be inlined for the loop to vectorize, and GCC's -O2 inlining
+ * limits (the JIT's flags with GCC, jit::GCC_OPT) left tf_log, called from three helpers, a
+ * call. CUDA (codegen --target cuda) defines these as device functions and `restrict` as
+ * `__restrict__` before including this text. */
 #ifndef TF_INLINE
+#if defined(__GNUC__)
+#define TF_INLINE static inline __attribute__((always_inline))
+#else
 #define TF_INLINE static inline
+#endif
 #endif
 #ifndef TF_FN
 #define TF_FN
