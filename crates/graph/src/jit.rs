@@ -49,12 +49,13 @@ pub const CFLAGS: &[&str] = &[
 
 /// What replaces `-O3` when the compiler is GCC: `-O2` with the loop vectorizer at the dynamic
 /// cost model and the three `-O3` loop passes the generated kernels need (peeling the short
-/// lane loops of the row helpers, unswitching and splitting loops on a row's conditions).
-/// `-O3`'s other passes (loop distribution, interchange, unroll-and-jam, predictive
-/// commoning, cloning for constants) did not speed any kernel, and cost compile time: one
-/// translation unit of three GPT-2 kernels 0.24–0.30 s of CPU at `-O3`, 0.16–0.20 s with
-/// these; the JIT kernels of BERT, GPT-2, Llama, ViT and EfficientNet ran as fast or faster
-/// (docs/performance.md, "JIT compile time", AMD EPYC Zen 5, AVX-512 and the AVX2 cap).
+/// lane loops of the row helpers, unswitching and splitting loops on a row's conditions);
+/// the prelude's helpers are `always_inline`, so a helper called in a loop is inlined and
+/// the loop vectorizes as at `-O3`. `-O3`'s other passes (loop distribution, interchange,
+/// unroll-and-jam, predictive commoning, cloning for constants) sped no kernel: the JIT
+/// kernels of BERT, GPT-2, Llama, ViT and EfficientNet ran as fast (sums within ±1.5 %),
+/// and a JIT build took 6–9 % less CPU (docs/performance.md, "JIT compile time", AMD EPYC
+/// Zen 5, AVX-512 and the AVX2 cap).
 pub const GCC_OPT: &[&str] = &[
     "-O2",
     "-ftree-vectorize",
@@ -82,8 +83,7 @@ fn compiler_is_gcc() -> bool {
 /// `TENSORFORGE_JIT_MARCH` replaces `-march=native` (`-march=VALUE`): a cross compiler, such
 /// as the aarch64 one `tools/aarch64_qemu.sh` runs the tests with, has no native CPU to ask.
 ///
-/// With GCC, `-O3` becomes [`GCC_OPT`]: the same code (kernels as fast) for about a third
-/// less compile time.
+/// With GCC, `-O3` becomes [`GCC_OPT`]: kernels as fast, for somewhat less compile time.
 pub fn cflags() -> Vec<String> {
     let mut f: Vec<String> = CFLAGS.iter().map(|s| s.to_string()).collect();
     if compiler_is_gcc() {
