@@ -29,7 +29,10 @@ import subprocess
 import sys
 import tempfile
 
-# The JIT's compiler flags (crates/graph/src/jit.rs, CFLAGS), for a shared object.
+# The JIT's compiler flags (crates/graph/src/jit.rs, CFLAGS), for a shared object; with
+# GCC, `-O3` is replaced by jit.rs's GCC_OPT as the JIT replaces it.
+GCC_OPT = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-fpeel-loops",
+           "-funswitch-loops", "-fsplit-loops"]
 CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fno-math-errno",
           "-fno-trapping-math", "-ffp-contract=off"]
 if platform.machine() in ("x86_64", "AMD64"):
@@ -88,7 +91,11 @@ def build(binary, graph, tmp, tag):
         f.write("#define _POSIX_C_SOURCE 199309L\n" + prog + DRIVER)
     so = os.path.join(d, "kernels.so")
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, *CFLAGS, "-o", so, src, "-lm"], check=True)
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    flags = CFLAGS
+    if "gcc" in version.lower() or "free software foundation" in version.lower():
+        flags = [f for f in CFLAGS if f != "-O3"] + GCC_OPT
+    subprocess.run([cc, *flags, "-o", so, src, "-lm"], check=True)
     with open(os.path.join(d, "manifest.json")) as f:
         manifest = json.load(f)
     return ctypes.CDLL(so), manifest

@@ -310,6 +310,16 @@ fn to_scalar(op: &Op) -> bool {
     )
 }
 
+/// The inputs' row that a softmax-family op's exponential loop asks for, rows ahead of the
+/// one it computes: the row after next. Asked for one row ahead, the last lines of the
+/// next row were requested at the end of this row's exponentials and had only the scaling
+/// pass's time to arrive before the next row's max pass read them: a 1024-column softmax
+/// over 64 MiB ran at 0.77–0.81 of `memcpy` at one thread, two rows ahead 0.95–0.97 (a C
+/// driver over the generated kernel, compiled with the JIT's flags, AMD EPYC Zen 5,
+/// AVX-512; at AVX2 0.50–0.60 → 0.57–0.67, bound there by the 8-lane exponentials).
+/// docs/performance.md, "Softmax rows read two ahead".
+pub(crate) const EXP_READ_AHEAD_ROWS: usize = 2;
+
 /// Render kernel `k` (index `idx` in its program), or say why it has no C form.
 pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel, String> {
     let nest = lower(tg, k)?;
@@ -376,8 +386,9 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
     // short enough that the hardware prefetcher does not run ahead into the next row: the
     // next row of every row-strided input is read while this one is computed. A norm whose
     // row comes straight from an input takes the next row's first statistic in the loop
-    // that writes this row; the first softmax-family op asks for up to two inputs' next
-    // rows line by line inside its exponential's loop; the other inputs' next rows are
+    // that writes this row; the first softmax-family op asks for up to two inputs' rows
+    // after next ([`EXP_READ_AHEAD_ROWS`]) line by line inside its exponential's loop, and
+    // for its output's next row to write; the other inputs' next rows are
     // asked for at the row's start. "Next" is the tensor's next row, not the call's: the
     // executor calls a kernel over blocks of rows, and the block that follows is usually
     // the same thread's next call, so its first row is read ahead as well (stopping at the
@@ -465,9 +476,14 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                             w,
                             "          const int fin = !nan && m != INFINITY && m != -INFINITY;"
                         );
+                        // The inputs' rows [`EXP_READ_AHEAD_ROWS`] ahead, read; the
+                        // output's next row, to write.
+                        let d = EXP_READ_AHEAD_ROWS;
                         let pf = |j: usize| match stream.exp_prefetch.get(j) {
                             Some(i) if stream.exp_op == Some(pi) => {
-                                format!("r + 1 < rn ? I{i} + (r + 1) * {l}LL : (const float *)0")
+                                format!(
+                                    "r + {d} < rn ? I{i} + (r + {d}) * {l}LL : (const float *)0"
+                                )
                             }
                             _ => "(const float *)0".to_string(),
                         };
@@ -687,7 +703,7 @@ mod tests {
         );
         assert!(
             k.source.contains(
-                "tf_row_exp_shift(x, m, y, cn, r + 1 < rn ? I0 + (r + 1) * 1024LL : (const float *)0, (const float *)0, r + 1 < rn ? O0 + (r + 1) * 1024LL : (float *)0)"
+                "tf_row_exp_shift(x, m, y, cn, r + 2 < rn ? I0 + (r + 2) * 1024LL : (const float *)0, (const float *)0, r + 1 < rn ? O0 + (r + 1) * 1024LL : (float *)0)"
             ),
             "{}",
             k.source
