@@ -1010,6 +1010,7 @@ double t_rms_next(const float *x, float inv, const float *g, float *y, const flo
 double t_ln_next(const float *x, float mean, float inv, const float *g, const float *b, float *y, const float *xn, int64_t n) {{ return tf_layernorm_row_next(x, mean, inv, g, b, y, xn, n); }}
 double t_exp_shift(const float *x, float m, float *y, int64_t n, float *w) {{ return tf_row_exp_shift(x, m, y, n, x, (const float *)0, w); }}
 void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp_nonpos(x[i]); }}
+float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan); }}
 "
         );
         let o = object_for(src, &compiler(), &compiler_id().unwrap()).unwrap();
@@ -1027,8 +1028,9 @@ void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64
             i64,
         ) -> f64;
         type ExpShift = unsafe extern "C" fn(*const f32, f32, *mut f32, i64, *mut f32) -> f64;
+        type Max = unsafe extern "C" fn(*const f32, i64, *mut i32) -> f32;
         // SAFETY: these symbols are defined above with these signatures.
-        let (sumsq, sum, rms, ln, es, en) = unsafe {
+        let (sumsq, sum, rms, ln, es, en, mx) = unsafe {
             (
                 *o.lib.get::<Stat>(b"t_sumsq\0").unwrap(),
                 *o.lib.get::<Stat>(b"t_sum\0").unwrap(),
@@ -1036,6 +1038,7 @@ void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64
                 *o.lib.get::<Ln>(b"t_ln_next\0").unwrap(),
                 *o.lib.get::<ExpShift>(b"t_exp_shift\0").unwrap(),
                 *o.lib.get::<F1>(b"t_expn\0").unwrap(),
+                *o.lib.get::<Max>(b"t_max\0").unwrap(),
             )
         };
         use tensorforge_core::rng::SplitMix64;
@@ -1098,6 +1101,28 @@ void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64
                     (total - exact).abs() <= 31.0 * 2f64.powi(-24) * exact,
                     "n = {n}: {total} against {exact}"
                 );
+                // In place (y = x: a row kernel's output may take its input's buffer): the
+                // same values and the same sum, although the tail vector overlaps values
+                // the loop has already overwritten.
+                let mut inplace = xn.clone();
+                let p = inplace.as_mut_ptr();
+                let total_in = es(p, m, p, ni, w.as_mut_ptr());
+                assert_eq!(total_in.to_bits(), total.to_bits(), "in place, n = {n}");
+                assert_eq!(
+                    inplace.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "in place, n = {n}"
+                );
+                // The row max and NaN flag, the tail's values included: the largest value
+                // placed last (in the tail when there is one), then a NaN there.
+                let mut row = x.clone();
+                row[n - 1] = 7.5;
+                let mut nan = 0i32;
+                assert_eq!(mx(row.as_ptr(), ni, &mut nan), 7.5, "n = {n}");
+                assert_eq!(nan, 0, "n = {n}");
+                row[n - 1] = f32::NAN;
+                mx(row.as_ptr(), ni, &mut nan);
+                assert_eq!(nan, 1, "NaN last, n = {n}");
             }
         }
     }

@@ -444,16 +444,22 @@ TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
             m[k] = v > m[k] ? v : m[k];
             bad[k] |= v != v;
         }
+    /* The tail as one more pass of the lanes over the row's last TF_MAX_LANES values (n >=
+     * TF_MAX_LANES here): the values seen twice change neither the max nor the NaN flag,
+     * and the pass runs in vector registers where a scalar loop took up to TF_MAX_LANES - 1
+     * dependent steps. */
+    if (c < n) {
+        const int64_t b = n - TF_MAX_LANES;
+        for (int k = 0; k < TF_MAX_LANES; ++k) {
+            float v = x[b + k];
+            m[k] = v > m[k] ? v : m[k];
+            bad[k] |= v != v;
+        }
+    }
     float r = tf_lanes_max(m);
     int32_t bad_any = 0;
     for (int k = 0; k < TF_MAX_LANES; ++k) bad_any |= bad[k];
-    int nan = bad_any != 0;
-    for (; c < n; ++c) {
-        float v = x[c];
-        nan |= v != v;
-        r = v > r ? v : r;
-    }
-    *nan_out = nan;
+    *nan_out = bad_any != 0;
     return r;
 }
 
@@ -570,8 +576,9 @@ TF_INLINE void tf_prefetch_line_w(float *p) {
  * 31·2^-24 ≈ 1.9e-6 of exact relative to itself, and the rows' length only grows the double
  * part. (Summing in double lanes as the values are stored kept the loop from vectorizing
  * well: a separate double pass was faster than that, and this is faster than both.) While
- * it works it asks for one line of p0 and of p1 per TF_EXP_LANES elements (the next row of
- * the kernel's row-strided inputs, or NULL; at 8 lanes each line is asked for twice, which
+ * it works it asks for one line of p0 and of p1 per TF_EXP_LANES elements (a row ahead of
+ * this one of the kernel's row-strided inputs, the generated kernels pass the row after
+ * next, or NULL; at 8 lanes each line is asked for twice, which
  * costs less than a test), and for one line of pw to write (the next row of the output, or
  * NULL): spread over the exponentials, those transfers overlap the arithmetic, where one
  * burst of requests at the row's start did not, and the stores into y no longer wait for
@@ -580,6 +587,16 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
                                   int64_t n, const float *p0, const float *p1, float *pw) {
     double d[TF_EXP_LANES];
     for (int k = 0; k < TF_EXP_LANES; ++k) d[k] = 0.0;
+    /* A row of n >= TF_EXP_LANES values that is not a whole number of lane vectors ends
+     * in one vector over its last TF_EXP_LANES values, taken before y is written (y may be
+     * x itself): the values it shares with the last whole vector are stored again, equal,
+     * and summed once. A scalar tail took up to TF_EXP_LANES - 1 scalar exponentials and
+     * their double sum through memory a row: 7 of 199 on wav2vec2's attention rows, 5 of 197
+     * on ViT's. */
+    const int64_t tail = n % TF_EXP_LANES;
+    float last[TF_EXP_LANES];
+    if (tail != 0 && n >= TF_EXP_LANES)
+        for (int k = 0; k < TF_EXP_LANES; ++k) last[k] = x[n - TF_EXP_LANES + k];
     int64_t c = 0;
     while (c + TF_EXP_LANES <= n) {
         const int64_t e = c + TF_EXP_BLOCK < n ? c + TF_EXP_BLOCK : n;
@@ -596,6 +613,17 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
             }
         }
         for (int k = 0; k < TF_EXP_LANES; ++k) d[k] += (double)s[k];
+    }
+    if (tail != 0 && n >= TF_EXP_LANES) {
+        const int64_t b = n - TF_EXP_LANES;
+        float s[TF_EXP_LANES];
+        for (int k = 0; k < TF_EXP_LANES; ++k) {
+            const float v = tf_exp_nonpos(last[k] - m);
+            y[b + k] = v;
+            s[k] = k >= TF_EXP_LANES - tail ? v : 0.0f;
+        }
+        for (int k = 0; k < TF_EXP_LANES; ++k) d[k] += (double)s[k];
+        c = n;
     }
     for (; c < n; ++c) {
         const float v = tf_exp_nonpos(x[c] - m);
