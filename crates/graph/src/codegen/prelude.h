@@ -592,10 +592,13 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
      * x itself): the values it shares with the last whole vector are stored again, equal,
      * and summed once. A scalar tail took up to TF_EXP_LANES - 1 scalar exponentials and
      * their double sum through memory a row: 7 of 199 on wav2vec2's attention rows, 5 of 197
-     * on ViT's. */
+     * on ViT's. A tail of one value stays scalar: with the length a constant, GCC 12 split
+     * the vector's one summed lane off into scalar code whose stores the sum then read as a
+     * vector (rows of 17, 33 and 65: 1.7–2.6 times slower; tails of 2 to 15 all faster,
+     * docs/performance.md). */
     const int64_t tail = n % TF_EXP_LANES;
     float last[TF_EXP_LANES];
-    if (tail != 0 && n >= TF_EXP_LANES)
+    if (tail > 1 && n >= TF_EXP_LANES)
         for (int k = 0; k < TF_EXP_LANES; ++k) last[k] = x[n - TF_EXP_LANES + k];
     int64_t c = 0;
     while (c + TF_EXP_LANES <= n) {
@@ -614,7 +617,7 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
         }
         for (int k = 0; k < TF_EXP_LANES; ++k) d[k] += (double)s[k];
     }
-    if (tail != 0 && n >= TF_EXP_LANES) {
+    if (tail > 1 && n >= TF_EXP_LANES) {
         const int64_t b = n - TF_EXP_LANES;
         float s[TF_EXP_LANES];
         for (int k = 0; k < TF_EXP_LANES; ++k) {
