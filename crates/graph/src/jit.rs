@@ -1101,9 +1101,9 @@ float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan)
                     (total - exact).abs() <= 31.0 * 2f64.powi(-24) * exact,
                     "n = {n}: {total} against {exact}"
                 );
-                // In place (y = x: a row kernel's output may take its input's buffer): the
-                // same values and the same sum, although the tail vector overlaps values
-                // the loop has already overwritten.
+                // In place (y = x): the same values and the same sum. The tail vector
+                // overlaps values the loop has already overwritten, so it must have read
+                // them first.
                 let mut inplace = xn.clone();
                 let p = inplace.as_mut_ptr();
                 let total_in = es(p, m, p, ni, w.as_mut_ptr());
