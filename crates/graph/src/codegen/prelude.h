@@ -594,8 +594,8 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
      * their double sum through memory a row: 7 of 199 on wav2vec2's attention rows, 5 of 197
      * on ViT's. A tail of one value stays scalar: with the length a constant, GCC 12 split
      * the vector's one summed lane off into scalar code whose stores the sum then read as a
-     * vector (rows of 17, 33 and 65: 1.7–2.6 times slower; tails of 2 to 15 all faster,
-     * docs/performance.md). */
+     * vector (rows of 17, 33 and 65: 1.7–2.6 times slower; tails of 2 to 15 all faster;
+     * tools/kernel_driver.py on AMD EPYC Zen 5 at AVX-512 and at 8 lanes, docs/performance.md). */
     const int64_t tail = n % TF_EXP_LANES;
     float last[TF_EXP_LANES];
     if (tail > 1 && n >= TF_EXP_LANES)
