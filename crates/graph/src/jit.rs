@@ -1008,9 +1008,11 @@ double t_sumsq(const float *x, int64_t n) {{ return tf_row_sumsq(x, n); }}
 double t_sum(const float *x, int64_t n) {{ return tf_row_sum(x, n); }}
 double t_rms_next(const float *x, float inv, const float *g, float *y, const float *xn, int64_t n) {{ return tf_rmsnorm_row_next(x, inv, g, y, xn, n); }}
 double t_ln_next(const float *x, float mean, float inv, const float *g, const float *b, float *y, const float *xn, int64_t n) {{ return tf_layernorm_row_next(x, mean, inv, g, b, y, xn, n); }}
-double t_exp_shift(const float *x, float m, float *y, int64_t n, float *w) {{ return tf_row_exp_shift(x, m, y, n, x, (const float *)0, w); }}
+double t_exp_shift(const float *x, float m, float *y, int64_t n, float *w) {{ return tf_row_exp_shift_in(x, m, y, n, x, (const float *)0, w); }}
+double t_exp_shift_w(const float *x, float m, float *y, int64_t n, float *w) {{ return tf_row_exp_shift(x, m, y, n, x, (const float *)0, w); }}
 void t_expn(const float *restrict x, float *restrict y, int64_t n) {{ for (int64_t i = 0; i < n; ++i) y[i] = tf_exp_nonpos(x[i]); }}
-float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan); }}
+float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max_in(x, n, nan); }}
+float t_max_w(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan); }}
 "
         );
         let o = object_for(src, &compiler(), &compiler_id().unwrap()).unwrap();
@@ -1030,7 +1032,7 @@ float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan)
         type ExpShift = unsafe extern "C" fn(*const f32, f32, *mut f32, i64, *mut f32) -> f64;
         type Max = unsafe extern "C" fn(*const f32, i64, *mut i32) -> f32;
         // SAFETY: these symbols are defined above with these signatures.
-        let (sumsq, sum, rms, ln, es, en, mx) = unsafe {
+        let (sumsq, sum, rms, ln, es, en, mx, es_w, mx_w) = unsafe {
             (
                 *o.lib.get::<Stat>(b"t_sumsq\0").unwrap(),
                 *o.lib.get::<Stat>(b"t_sum\0").unwrap(),
@@ -1039,6 +1041,8 @@ float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan)
                 *o.lib.get::<ExpShift>(b"t_exp_shift\0").unwrap(),
                 *o.lib.get::<F1>(b"t_expn\0").unwrap(),
                 *o.lib.get::<Max>(b"t_max\0").unwrap(),
+                *o.lib.get::<ExpShift>(b"t_exp_shift_w\0").unwrap(),
+                *o.lib.get::<Max>(b"t_max_w\0").unwrap(),
             )
         };
         use tensorforge_core::rng::SplitMix64;
@@ -1123,6 +1127,22 @@ float t_max(const float *x, int64_t n, int *nan) {{ return tf_row_max(x, n, nan)
                 row[n - 1] = f32::NAN;
                 mx(row.as_ptr(), ni, &mut nan);
                 assert_eq!(nan, 1, "NaN last, n = {n}");
+                // The scalar-tail variants (rows a kernel has just written): the same
+                // values, and the max and flag.
+                let mut yw = vec![0f32; n];
+                let total_w = es_w(xn.as_ptr(), m, yw.as_mut_ptr(), ni, w.as_mut_ptr());
+                assert!(
+                    (total_w - exact).abs() <= 31.0 * 2f64.powi(-24) * exact,
+                    "scalar tail, n = {n}: {total_w} against {exact}"
+                );
+                assert_eq!(
+                    yw.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "scalar tail, n = {n}"
+                );
+                row[n - 1] = 7.5;
+                assert_eq!(mx_w(row.as_ptr(), ni, &mut nan), 7.5, "n = {n}");
+                assert_eq!(nan, 0, "n = {n}");
             }
         }
     }

@@ -450,6 +450,8 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
             Step::Row => {
                 let (x, ydst) = nest.row_addr(tg, pi)?;
                 let param = |j: usize| nest.row_param(tg, pi, j);
+                // The max and exponential helpers' variant: vector tails on an input's row.
+                let tails = if nest.row_is_input(pi) { "_in" } else { "" };
                 let _ = writeln!(w, "        {{ const float *restrict x = {x};");
                 match op {
                     Op::ReduceSum { .. } | Op::ReduceMean { .. } => {
@@ -462,15 +464,17 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                             writeln!(w, "          p{pi} = (float)(tf_row_sum(x, cn){div}); }}");
                     }
                     Op::ReduceMax { .. } => {
-                        let _ =
-                            writeln!(w, "          int nan; p{pi} = tf_row_max(x, cn, &nan); }}");
+                        let _ = writeln!(
+                            w,
+                            "          int nan; p{pi} = tf_row_max{tails}(x, cn, &nan); }}"
+                        );
                     }
                     Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LogSumExp { .. } => {
                         // Row statistics as the interpreter's kernels: a NaN or +inf makes the
                         // row NaN (LogSumExp: +inf), an all −inf row gives 0 / −inf / −inf.
                         let _ = writeln!(
                             w,
-                            "          int nan; const float m = tf_row_max(x, cn, &nan);"
+                            "          int nan; const float m = tf_row_max{tails}(x, cn, &nan);"
                         );
                         let _ = writeln!(
                             w,
@@ -499,19 +503,19 @@ pub fn render_kernel(tg: &TypedGraph, k: &Kernel, idx: usize) -> Result<CKernel,
                             Op::Softmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = {ydst};\n          if (fin) {{ const double s = tf_row_exp_shift(x, m, y, cn, {p0}, {p1}, {pw}); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const double s = tf_row_exp_shift{tails}(x, m, y, cn, {p0}, {p1}, {pw}); const float inv = (float)(1.0 / s); for (int64_t c = 0; c < cn; ++c) y[c] *= inv; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : 0.0f; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             Op::LogSoftmax { .. } => {
                                 let _ = writeln!(
                                     w,
-                                    "          float *restrict y = {ydst};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift(x, m, y, cn, {p0}, {p1}, {pw})); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
+                                    "          float *restrict y = {ydst};\n          if (fin) {{ const float ls = (float)log(tf_row_exp_shift{tails}(x, m, y, cn, {p0}, {p1}, {pw})); for (int64_t c = 0; c < cn; ++c) y[c] = (x[c] - m) - ls; }}\n          else {{ const float f = (nan || m == INFINITY) ? NAN : -INFINITY; for (int64_t c = 0; c < cn; ++c) y[c] = f; }} }}"
                                 );
                             }
                             _ => {
                                 let _ = writeln!(
                                     w,
-                                    "          p{pi} = nan ? NAN : !fin ? m : (float)((double)m + log(tf_row_exp_shift(x, m, lse_tmp, cn, {p0}, {p1}, {pw}))); }}"
+                                    "          p{pi} = nan ? NAN : !fin ? m : (float)((double)m + log(tf_row_exp_shift{tails}(x, m, lse_tmp, cn, {p0}, {p1}, {pw}))); }}"
                                 );
                             }
                         }
@@ -703,7 +707,7 @@ mod tests {
         );
         assert!(
             k.source.contains(
-                "tf_row_exp_shift(x, m, y, cn, r + 2 < rn ? I0 + (r + 2) * 1024LL : (const float *)0, (const float *)0, r + 1 < rn ? O0 + (r + 1) * 1024LL : (float *)0)"
+                "tf_row_exp_shift_in(x, m, y, cn, r + 2 < rn ? I0 + (r + 2) * 1024LL : (const float *)0, (const float *)0, r + 1 < rn ? O0 + (r + 1) * 1024LL : (float *)0)"
             ),
             "{}",
             k.source

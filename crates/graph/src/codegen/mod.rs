@@ -267,6 +267,13 @@ impl Nest {
         Ok((x, ydst))
     }
 
+    /// Whether row op `pi` reads its row from an input (memory), not from a row this kernel
+    /// computes into scratch just before (a prologue's): the prelude's `_in` helpers take
+    /// their tails as overlapping vectors, which on a row just written wait on its stores.
+    pub(crate) fn row_is_input(&self, pi: usize) -> bool {
+        matches!(self.plans[pi].binds[0], Bind::Flat(_) | Bind::Direct(_))
+    }
+
     /// Row op `pi`'s parameter `j` (a norm's gain or bias), which must come from memory.
     pub(crate) fn row_param(&self, tg: &TypedGraph, pi: usize, j: usize) -> Result<String, String> {
         let p = &self.plans[pi];

@@ -417,7 +417,7 @@ TF_INLINE float tf_lanes_max(float *m) {
 }
 
 /* Row max ignoring NaN (the interpreter's f32::max), and whether a NaN was seen. */
-TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
+TF_INLINE float tf_row_max_t(const float *restrict x, int64_t n, int *nan_out, int vtail) {
     if (n < TF_MAX_LANES) {
         /* A short row (a pooling window, a small spatial axis): the lanes would only add
          * their setup and combination to a handful of elements. Same result. */
@@ -444,23 +444,41 @@ TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
             m[k] = v > m[k] ? v : m[k];
             bad[k] |= v != v;
         }
-    /* The tail as one more pass of the lanes over the row's last TF_MAX_LANES values (n >=
-     * TF_MAX_LANES here): the values seen twice change neither the max nor the NaN flag,
-     * and the pass runs in vector registers where a scalar loop took up to TF_MAX_LANES - 1
-     * dependent steps. */
-    if (c < n) {
+    /* With vtail, the tail as one more pass of the lanes over the row's last TF_MAX_LANES
+     * values (n >= TF_MAX_LANES here): the values seen twice change neither the max nor the
+     * NaN flag, and the pass runs in vector registers where a scalar loop took up to
+     * TF_MAX_LANES - 1 dependent steps. Only for a row in memory (tf_row_max_in): on a row
+     * the kernel has just written (a prologue's scratch row), the window's loads span two
+     * of the row's pending stores and wait for them (store forwarding fails). */
+    if (vtail && c < n) {
         const int64_t b = n - TF_MAX_LANES;
         for (int k = 0; k < TF_MAX_LANES; ++k) {
             float v = x[b + k];
             m[k] = v > m[k] ? v : m[k];
             bad[k] |= v != v;
         }
+        c = n;
     }
     float r = tf_lanes_max(m);
     int32_t bad_any = 0;
     for (int k = 0; k < TF_MAX_LANES; ++k) bad_any |= bad[k];
-    *nan_out = bad_any != 0;
+    int nan = bad_any != 0;
+    for (; c < n; ++c) {
+        float v = x[c];
+        nan |= v != v;
+        r = v > r ? v : r;
+    }
+    *nan_out = nan;
     return r;
+}
+
+/* The largest of a row and whether it holds a NaN: tf_row_max for a row the kernel has
+ * just written (scalar tail), tf_row_max_in for a row of an input (vector tail). */
+TF_INLINE float tf_row_max(const float *restrict x, int64_t n, int *nan_out) {
+    return tf_row_max_t(x, n, nan_out, 0);
+}
+TF_INLINE float tf_row_max_in(const float *restrict x, int64_t n, int *nan_out) {
+    return tf_row_max_t(x, n, nan_out, 1);
 }
 
 /* Σ s[k] over n lanes (a power of two), pairwise. */
@@ -583,8 +601,9 @@ TF_INLINE void tf_prefetch_line_w(float *p) {
  * NULL): spread over the exponentials, those transfers overlap the arithmetic, where one
  * burst of requests at the row's start did not, and the stores into y no longer wait for
  * their lines one by one. */
-TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
-                                  int64_t n, const float *p0, const float *p1, float *pw) {
+TF_INLINE double tf_row_exp_shift_t(const float *restrict x, float m, float *restrict y,
+                                    int64_t n, const float *p0, const float *p1, float *pw,
+                                    int vtail) {
     double d[TF_EXP_LANES];
     for (int k = 0; k < TF_EXP_LANES; ++k) d[k] = 0.0;
     /* A row of n >= TF_EXP_LANES values that is not a whole number of lane vectors ends
@@ -595,10 +614,13 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
      * on ViT's. A tail of one value stays scalar: with the length a constant, GCC 12 split
      * the vector's one summed lane off into scalar code whose stores the sum then read as a
      * vector (rows of 17, 33 and 65: 1.7–2.6 times slower; tails of 2 to 15 all faster;
-     * tools/kernel_driver.py on AMD EPYC Zen 5 at AVX-512 and at 8 lanes, docs/performance.md). */
+     * tools/kernel_driver.py on AMD EPYC Zen 5 at AVX-512 and at 8 lanes, docs/performance.md).
+     * Only with vtail (a row in memory, tf_row_exp_shift_in): as tf_row_max_t says, on a row
+     * just written the overlapping window waits on its stores. */
     const int64_t tail = n % TF_EXP_LANES;
+    const int vec_tail = vtail && tail > 1 && n >= TF_EXP_LANES;
     float last[TF_EXP_LANES];
-    if (tail > 1 && n >= TF_EXP_LANES)
+    if (vec_tail)
         for (int k = 0; k < TF_EXP_LANES; ++k) last[k] = x[n - TF_EXP_LANES + k];
     int64_t c = 0;
     while (c + TF_EXP_LANES <= n) {
@@ -617,7 +639,7 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
         }
         for (int k = 0; k < TF_EXP_LANES; ++k) d[k] += (double)s[k];
     }
-    if (tail > 1 && n >= TF_EXP_LANES) {
+    if (vec_tail) {
         const int64_t b = n - TF_EXP_LANES;
         float s[TF_EXP_LANES];
         for (int k = 0; k < TF_EXP_LANES; ++k) {
@@ -634,6 +656,17 @@ TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restr
         d[0] += (double)v;
     }
     return tf_lanes_sum_n(d, TF_EXP_LANES);
+}
+
+/* tf_row_exp_shift_t for a row the kernel has just written (scalar tail) and for a row of an
+ * input (tf_row_exp_shift_in: vector tail). */
+TF_INLINE double tf_row_exp_shift(const float *restrict x, float m, float *restrict y,
+                                  int64_t n, const float *p0, const float *p1, float *pw) {
+    return tf_row_exp_shift_t(x, m, y, n, p0, p1, pw, 0);
+}
+TF_INLINE double tf_row_exp_shift_in(const float *restrict x, float m, float *restrict y,
+                                     int64_t n, const float *p0, const float *p1, float *pw) {
+    return tf_row_exp_shift_t(x, m, y, n, p0, p1, pw, 1);
 }
 
 /* One RMSNorm row, y[c] = x[c]·inv·g[c], and Σ xn[c]² of the next row xn, computed in the
