@@ -607,9 +607,10 @@ TF_INLINE double tf_row_exp_shift_t(const float *restrict x, float m, float *res
     double d[TF_EXP_LANES];
     for (int k = 0; k < TF_EXP_LANES; ++k) d[k] = 0.0;
     /* A row of n >= TF_EXP_LANES values that is not a whole number of lane vectors ends
-     * in one vector over its last TF_EXP_LANES values, taken before y is written (y may be
-     * x itself): the values it shares with the last whole vector are stored again, equal,
-     * and summed once. A scalar tail took up to TF_EXP_LANES - 1 scalar exponentials and
+     * in one vector over its last TF_EXP_LANES values, read before y is written (so a call
+     * with y = x, which `restrict` does not promise, still reads the inputs; the unit test
+     * checks that case as compiled): the values it shares with the last whole vector are
+     * stored again, equal, and summed once. A scalar tail took up to TF_EXP_LANES - 1 scalar exponentials and
      * their double sum through memory a row: 7 of 199 on wav2vec2's attention rows, 5 of 197
      * on ViT's. A tail of one value stays scalar: with the length a constant, GCC 12 split
      * the vector's one summed lane off into scalar code whose stores the sum then read as a
